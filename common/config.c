@@ -1,0 +1,277 @@
+/* server.properties parsing: a table of known keys (name, type, field,
+ * range, default) drives parsing, validation and DescribeConfigs output, so
+ * adding a key is one line. */
+#include "common/config.h"
+#include "common/log.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum cfg_type { CFG_INT, CFG_LONG, CFG_BOOL, CFG_STRING };
+
+struct cfg_key {
+	const char *name;
+	enum cfg_type type;
+	size_t offset;
+	int64_t min, max;
+	const char *def;
+};
+
+#define F(field) offsetof(struct sluice_config, field)
+static const struct cfg_key keys[] = {
+	{"node.id", CFG_INT, F(node_id), 0, INT32_MAX, "1"},
+	{"listeners", CFG_STRING, F(listeners), 0, 0, "PLAINTEXT://127.0.0.1:9092"},
+	{"advertised.listeners", CFG_STRING, F(advertised_listeners), 0, 0, ""},
+	{"log.dirs", CFG_STRING, F(log_dirs), 0, 0, "/tmp/sluice-logs"},
+	{"num.partitions", CFG_INT, F(num_partitions), 1, 100000, "1"},
+	{"auto.create.topics.enable", CFG_BOOL, F(auto_create_topics_enable), 0, 1, "true"},
+	{"delete.topic.enable", CFG_BOOL, F(delete_topic_enable), 0, 1, "true"},
+	{"default.replication.factor", CFG_INT, F(default_replication_factor), 1, 1, "1"},
+	{"min.insync.replicas", CFG_INT, F(min_insync_replicas), 1, INT32_MAX, "1"},
+	{"log.segment.bytes", CFG_LONG, F(log_segment_bytes), 16384, INT32_MAX, "1073741824"},
+	{"log.retention.hours", CFG_LONG, F(log_retention_hours), -1, INT32_MAX, "168"},
+	{"log.retention.minutes", CFG_LONG, F(log_retention_minutes), -2, INT32_MAX, "-2"},
+	{"log.retention.ms", CFG_LONG, F(log_retention_ms_raw), -2, INT64_MAX, "-2"},
+	{"log.retention.bytes", CFG_LONG, F(log_retention_bytes), -1, INT64_MAX, "-1"},
+	{"log.roll.hours", CFG_LONG, F(log_roll_hours), 1, INT32_MAX, "168"},
+	{"log.index.interval.bytes", CFG_INT, F(log_index_interval_bytes), 0, INT32_MAX, "4096"},
+	{"log.index.size.max.bytes", CFG_INT, F(log_index_size_max_bytes), 4096, INT32_MAX, "10485760"},
+	{"log.flush.interval.messages", CFG_LONG, F(log_flush_interval_messages), 1, INT64_MAX, "9223372036854775807"},
+	{"log.flush.interval.ms", CFG_LONG, F(log_flush_interval_ms), -1, INT64_MAX, "-1"},
+	{"message.max.bytes", CFG_INT, F(message_max_bytes), 0, INT32_MAX, "1048588"},
+	{"socket.request.max.bytes", CFG_INT, F(socket_request_max_bytes), 1024, INT32_MAX, "104857600"},
+	{"num.network.threads", CFG_INT, F(num_network_threads), 1, 64, "1"},
+	{"sluice.storage.threads", CFG_INT, F(storage_threads), 1, 64, "1"},
+	{"sluice.cpu.affinity", CFG_BOOL, F(cpu_affinity), 0, 1, "true"},
+	{"max.connections", CFG_INT, F(connections_max), 1, 1000000, "10000"},
+	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},
+	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
+	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
+};
+#define KEY_COUNT (sizeof keys / sizeof keys[0])
+
+static const struct cfg_key *key_find(const char *name)
+{
+	for (size_t i = 0; i < KEY_COUNT; i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const char *value,
+		     char *err, size_t errlen)
+{
+	char *base = (char *)cfg + k->offset;
+	if (k->type == CFG_STRING) {
+		size_t n = strlen(value);
+		size_t cap = strcmp(k->name, "log.level") == 0 ? 32 :
+			     strcmp(k->name, "cluster.id") == 0 ? 64 : SLUICE_CONFIG_STRING_MAX;
+		if (n >= cap) {
+			snprintf(err, errlen, "%s: value is longer than %zu bytes", k->name, cap - 1);
+			return -1;
+		}
+		memcpy(base, value, n + 1);
+		return 0;
+	}
+	if (k->type == CFG_BOOL) {
+		if (strcasecmp(value, "true") == 0)
+			*(bool *)base = true;
+		else if (strcasecmp(value, "false") == 0)
+			*(bool *)base = false;
+		else {
+			snprintf(err, errlen, "%s: '%s' is not a boolean (true or false)", k->name, value);
+			return -1;
+		}
+		return 0;
+	}
+	errno = 0;
+	char *end = NULL;
+	long long v = strtoll(value, &end, 10);
+	if (errno || end == value || *end != '\0') {
+		snprintf(err, errlen, "%s: '%s' is not an integer", k->name, value);
+		return -1;
+	}
+	if (v < k->min || v > k->max) {
+		snprintf(err, errlen, "%s: %lld is out of range [%lld, %lld]", k->name, v,
+			 (long long)k->min, (long long)k->max);
+		return -1;
+	}
+	if (k->type == CFG_INT)
+		*(int32_t *)base = (int32_t)v;
+	else
+		*(int64_t *)base = v;
+	return 0;
+}
+
+void sluice_config_defaults(struct sluice_config *cfg)
+{
+	char err[256];
+	memset(cfg, 0, sizeof *cfg);
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		int rc = set_typed(cfg, &keys[i], keys[i].def, err, sizeof err);
+		(void)rc;
+	}
+}
+
+int sluice_config_set(struct sluice_config *cfg, const char *key, const char *value, char *err, size_t errlen)
+{
+	const struct cfg_key *k = key_find(key);
+	if (!k) {
+		if (strcmp(key, "log.dir") == 0)
+			k = key_find("log.dirs");
+		else {
+			SLOG_WARN("config", "unknown property '%s' ignored", key);
+			return 0;
+		}
+	}
+	return set_typed(cfg, k, value, err, errlen);
+}
+
+static char *trim(char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	size_t n = strlen(s);
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+		s[--n] = '\0';
+	return s;
+}
+
+int sluice_config_load_file(struct sluice_config *cfg, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "cannot read configuration file %s: %s", path, strerror(errno));
+		return -1;
+	}
+	char line[2048];
+	int lineno = 0, rc = 0;
+	while (fgets(line, sizeof line, f)) {
+		lineno++;
+		char *s = trim(line);
+		if (*s == '\0' || *s == '#' || *s == '!')
+			continue;
+		char *eq = strpbrk(s, "=:");
+		if (!eq) {
+			snprintf(err, errlen, "%s:%d: expected key=value", path, lineno);
+			rc = -1;
+			break;
+		}
+		*eq = '\0';
+		char *key = trim(s), *value = trim(eq + 1);
+		if (sluice_config_set(cfg, key, value, err, errlen) < 0) {
+			rc = -1;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+/* "PLAINTEXT://host:port" (first entry only for now; one listener). */
+static int parse_listener(const char *key, const char *text, char *host, size_t hostlen, int *port,
+			  char *err, size_t errlen)
+{
+	const char *p = strstr(text, "://");
+	p = p ? p + 3 : text;
+	const char *comma = strchr(p, ',');
+	size_t len = comma ? (size_t)(comma - p) : strlen(p);
+	const char *colon = NULL;
+	for (size_t i = 0; i < len; i++)
+		if (p[i] == ':')
+			colon = p + i;
+	if (!colon) {
+		snprintf(err, errlen, "%s: '%s' is not of the form PLAINTEXT://host:port", key, text);
+		return -1;
+	}
+	size_t hl = (size_t)(colon - p);
+	if (hl >= hostlen) {
+		snprintf(err, errlen, "%s: host name too long", key);
+		return -1;
+	}
+	memcpy(host, p, hl);
+	host[hl] = '\0';
+	char portbuf[16];
+	size_t pl = len - hl - 1;
+	if (pl == 0 || pl >= sizeof portbuf) {
+		snprintf(err, errlen, "%s: bad port in '%s'", key, text);
+		return -1;
+	}
+	memcpy(portbuf, colon + 1, pl);
+	portbuf[pl] = '\0';
+	char *end;
+	long v = strtol(portbuf, &end, 10);
+	if (*end || v < 0 || v > 65535) {
+		snprintf(err, errlen, "%s: bad port '%s'", key, portbuf);
+		return -1;
+	}
+	*port = (int)v;
+	return 0;
+}
+
+int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
+{
+	if (parse_listener("listeners", cfg->listeners, cfg->listen_host, sizeof cfg->listen_host,
+			   &cfg->listen_port, err, errlen) < 0)
+		return -1;
+	if (cfg->advertised_listeners[0] == '\0') {
+		memcpy(cfg->advertised_host, cfg->listen_host, sizeof cfg->advertised_host);
+		cfg->advertised_port = cfg->listen_port;
+		if (cfg->advertised_host[0] == '\0' || strcmp(cfg->advertised_host, "0.0.0.0") == 0)
+			snprintf(cfg->advertised_host, sizeof cfg->advertised_host, "localhost");
+	} else if (parse_listener("advertised.listeners", cfg->advertised_listeners, cfg->advertised_host,
+				  sizeof cfg->advertised_host, &cfg->advertised_port, err, errlen) < 0)
+		return -1;
+	cfg->log_dir_count = 0;
+	char tmp[SLUICE_CONFIG_STRING_MAX];
+	memcpy(tmp, cfg->log_dirs, sizeof tmp);
+	char *save = NULL;
+	for (char *d = strtok_r(tmp, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+		d = trim(d);
+		if (!*d)
+			continue;
+		if (cfg->log_dir_count == SLUICE_LOG_DIRS_MAX) {
+			snprintf(err, errlen, "log.dirs: more than %d directories", SLUICE_LOG_DIRS_MAX);
+			return -1;
+		}
+		snprintf(cfg->log_dir[cfg->log_dir_count++], SLUICE_CONFIG_STRING_MAX, "%s", d);
+	}
+	if (cfg->log_dir_count == 0) {
+		snprintf(err, errlen, "log.dirs: no directory given");
+		return -1;
+	}
+	if (cfg->log_retention_ms_raw != -2)
+		cfg->log_retention_ms = cfg->log_retention_ms_raw;
+	else if (cfg->log_retention_minutes != -2)
+		cfg->log_retention_ms = cfg->log_retention_minutes * 60000;
+	else
+		cfg->log_retention_ms = cfg->log_retention_hours < 0 ? -1 : cfg->log_retention_hours * 3600000;
+	int lvl = sluice_log_level_parse(cfg->log_level);
+	if (lvl < 0) {
+		snprintf(err, errlen, "log.level: '%s' is not one of ERROR, WARN, INFO, DEBUG, TRACE", cfg->log_level);
+		return -1;
+	}
+	sluice_log_set_level(lvl);
+	return 0;
+}
+
+bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value,
+			 size_t valuelen, bool *is_default)
+{
+	if (i >= KEY_COUNT)
+		return false;
+	const struct cfg_key *k = &keys[i];
+	const char *base = (const char *)cfg + k->offset;
+	*name = k->name;
+	switch (k->type) {
+	case CFG_INT: snprintf(value, valuelen, "%d", *(const int32_t *)base); break;
+	case CFG_LONG: snprintf(value, valuelen, "%lld", (long long)*(const int64_t *)base); break;
+	case CFG_BOOL: snprintf(value, valuelen, "%s", *(const bool *)base ? "true" : "false"); break;
+	case CFG_STRING: snprintf(value, valuelen, "%s", base); break;
+	}
+	*is_default = strcmp(value, k->def) == 0;
+	return true;
+}

@@ -1,0 +1,65 @@
+/* Broker configuration in Kafka's server.properties format, with Kafka's
+ * property names wherever one exists. Every key has a type, a default and a
+ * range; a bad value or an unreadable file is reported naming the key and the
+ * caller exits non-zero. Unknown keys are warned about and ignored so that an
+ * operator's existing Kafka file still loads. */
+#ifndef SLUICE_CONFIG_H
+#define SLUICE_CONFIG_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLUICE_CONFIG_STRING_MAX 512
+#define SLUICE_LOG_DIRS_MAX 16
+
+struct sluice_config {
+	int32_t node_id;
+	char listeners[SLUICE_CONFIG_STRING_MAX];
+	char advertised_listeners[SLUICE_CONFIG_STRING_MAX];
+	char log_dirs[SLUICE_CONFIG_STRING_MAX];
+	int32_t num_partitions;
+	bool auto_create_topics_enable;
+	bool delete_topic_enable;
+	int32_t default_replication_factor;
+	int32_t min_insync_replicas;
+	int64_t log_segment_bytes;
+	int64_t log_retention_ms;    /* derived from log.retention.{ms,minutes,hours} */
+	int64_t log_retention_hours;
+	int64_t log_retention_minutes;
+	int64_t log_retention_ms_raw; /* -2 = not set */
+	int64_t log_retention_bytes;
+	int64_t log_roll_hours;
+	int32_t log_index_interval_bytes;
+	int32_t log_index_size_max_bytes;
+	int64_t log_flush_interval_messages;
+	int64_t log_flush_interval_ms; /* -1 = not set */
+	int32_t message_max_bytes;
+	int32_t socket_request_max_bytes;
+	int32_t num_network_threads;
+	int32_t storage_threads;
+	bool cpu_affinity;
+	int32_t connections_max;
+	int32_t fetch_max_bytes;
+	char log_level[32];
+	char cluster_id[64];
+	/* parsed from listeners / advertised.listeners / log.dirs */
+	char listen_host[256];
+	int listen_port;
+	char advertised_host[256];
+	int advertised_port;
+	int log_dir_count;
+	char log_dir[SLUICE_LOG_DIRS_MAX][SLUICE_CONFIG_STRING_MAX];
+};
+
+void sluice_config_defaults(struct sluice_config *cfg);
+/* Apply one key=value; returns 0, or -1 with a message naming the key in err. */
+int sluice_config_set(struct sluice_config *cfg, const char *key, const char *value, char *err, size_t errlen);
+int sluice_config_load_file(struct sluice_config *cfg, const char *path, char *err, size_t errlen);
+/* Derive listener host/port, log dirs, retention; validates cross-key rules. */
+int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen);
+
+/* For DescribeConfigs: iterate over every known key with its current value
+ * as text. Returns false past the end. */
+bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value, size_t valuelen, bool *is_default);
+
+#endif

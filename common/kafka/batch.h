@@ -1,0 +1,69 @@
+/* Record batch v2 (magic 2): header layout, parsing and validation. Used by
+ * the produce path (validate before append) and by storage (recovery scan).
+ * BaseOffset and PartitionLeaderEpoch lie outside the CRC, so offsets are
+ * assigned by rewriting them in place. */
+#ifndef SLUICE_KAFKA_BATCH_H
+#define SLUICE_KAFKA_BATCH_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLUICE_BATCH_HEADER_BYTES 61
+#define SLUICE_BATCH_LOG_OVERHEAD 12 /* BaseOffset + Length */
+#define SLUICE_BATCH_OFF_LENGTH 8
+#define SLUICE_BATCH_OFF_EPOCH 12
+#define SLUICE_BATCH_OFF_MAGIC 16
+#define SLUICE_BATCH_OFF_CRC 17
+#define SLUICE_BATCH_OFF_ATTRIBUTES 21
+#define SLUICE_BATCH_OFF_LAST_DELTA 23
+#define SLUICE_BATCH_OFF_BASE_TS 27
+#define SLUICE_BATCH_OFF_MAX_TS 35
+#define SLUICE_BATCH_OFF_PRODUCER_ID 43
+#define SLUICE_BATCH_OFF_PRODUCER_EPOCH 51
+#define SLUICE_BATCH_OFF_BASE_SEQ 53
+#define SLUICE_BATCH_OFF_COUNT 57
+
+#define SLUICE_BATCH_ATTR_CODEC_MASK 0x07
+#define SLUICE_BATCH_ATTR_TS_LOG_APPEND 0x08
+#define SLUICE_BATCH_ATTR_TRANSACTIONAL 0x10
+#define SLUICE_BATCH_ATTR_CONTROL 0x20
+
+struct sluice_batch {
+	int64_t base_offset;
+	int32_t length;        /* bytes after the Length field */
+	int32_t leader_epoch;
+	int8_t magic;
+	uint32_t crc;
+	int16_t attributes;
+	int32_t last_offset_delta;
+	int64_t base_timestamp;
+	int64_t max_timestamp;
+	int64_t producer_id;
+	int16_t producer_epoch;
+	int32_t base_sequence;
+	int32_t records_count;
+};
+
+enum sluice_batch_result {
+	SLUICE_BATCH_OK = 0,
+	SLUICE_BATCH_SHORT,         /* fewer bytes than the header or the declared length */
+	SLUICE_BATCH_BAD_LENGTH,    /* declared length below the header size */
+	SLUICE_BATCH_BAD_MAGIC,     /* not magic 2 */
+	SLUICE_BATCH_BAD_CRC,
+	SLUICE_BATCH_BAD_COUNT,     /* RecordsCount != LastOffsetDelta + 1, or <= 0 */
+};
+
+static inline int32_t sluice_batch_total_bytes(const struct sluice_batch *b)
+{
+	return b->length + SLUICE_BATCH_LOG_OVERHEAD;
+}
+
+/* Parse the header of the batch starting at p with avail bytes. Does not
+ * check the CRC. On SLUICE_BATCH_OK, the whole batch (total bytes) is within avail. */
+enum sluice_batch_result sluice_batch_parse(const uint8_t *p, size_t avail, struct sluice_batch *out);
+/* Parse and verify the CRC and counts. */
+enum sluice_batch_result sluice_batch_check(const uint8_t *p, size_t avail, struct sluice_batch *out);
+void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch);
+const char *sluice_batch_result_name(enum sluice_batch_result r);
+
+#endif

@@ -1,0 +1,75 @@
+/* Cluster metadata as the broker sees it: topics, their partition counts,
+ * ids and config overrides, published as immutable snapshots that request
+ * handlers read without locks (a reference is taken, the pointer is swapped
+ * on change). Changes go through sluice_meta_ops so that the local,
+ * file-backed implementation here can later be replaced by a client of the
+ * sluice-controller quorum without touching the broker. */
+#ifndef SLUICE_META_H
+#define SLUICE_META_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLUICE_TOPIC_NAME_MAX 249
+#define SLUICE_TOPIC_CONFIGS_MAX 32
+#define SLUICE_TOPIC_CONFIG_KEY_MAX 64
+#define SLUICE_TOPIC_CONFIG_VALUE_MAX 256
+#define SLUICE_TOPICS_MAX 100000
+#define SLUICE_PARTITIONS_PER_TOPIC_MAX 100000
+
+struct sluice_topic_config {
+	char key[SLUICE_TOPIC_CONFIG_KEY_MAX];
+	char value[SLUICE_TOPIC_CONFIG_VALUE_MAX];
+};
+
+struct sluice_topic {
+	char name[SLUICE_TOPIC_NAME_MAX + 1];
+	uint8_t id[16];
+	int32_t partitions;
+	int32_t config_n;
+	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
+};
+
+struct sluice_meta_snapshot {
+	uint64_t version;
+	int refs; /* atomic */
+	uint32_t topic_n;
+	struct sluice_topic **topics; /* sorted by name */
+};
+
+struct sluice_topic_spec {
+	const char *name;
+	size_t name_len;
+	int32_t partitions;        /* -1: broker default */
+	int32_t replication_factor; /* -1: broker default */
+	int32_t config_n;
+	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
+};
+
+/* The metadata authority the broker talks to. Results are Kafka error codes. */
+struct sluice_meta_ops {
+	struct sluice_meta_snapshot *(*acquire)(void *self);
+	void (*release)(void *self, struct sluice_meta_snapshot *snap);
+	int16_t (*create_topic)(void *self, const struct sluice_topic_spec *spec, bool validate_only,
+				char *msg, size_t msglen, struct sluice_topic *out);
+	int16_t (*delete_topic)(void *self, const char *name, size_t name_len, struct sluice_topic *out,
+				char *msg, size_t msglen);
+};
+
+struct sluice_meta {
+	const struct sluice_meta_ops *ops;
+	void *self;
+};
+
+/* Local implementation: state kept in <dir>/sluice-topics, replaced atomically. */
+int sluice_meta_local_open(struct sluice_meta *m, const char *dir, int32_t default_partitions,
+			   char *err, size_t errlen);
+void sluice_meta_local_close(struct sluice_meta *m);
+
+const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s, const char *name, size_t len);
+/* Kafka's topic-name rule: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
+bool sluice_topic_name_valid(const char *name, size_t len);
+/* Topic config keys accepted at creation (Kafka's names). */
+bool sluice_topic_config_known(const char *key);
+
+#endif

@@ -1,0 +1,422 @@
+/* File-backed local metadata authority (see meta.h). Writers serialise on a
+ * mutex, build a new snapshot, persist it (write temp, fsync, rename) and
+ * publish it with an atomic pointer swap; readers hold references. */
+#include "control/meta.h"
+#include "common/log.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+struct meta_local {
+	pthread_mutex_t lock;
+	struct sluice_meta_snapshot *current;
+	char path[1024];
+	int32_t default_partitions;
+};
+
+static const char *const topic_config_keys[] = {
+	"cleanup.policy", "compression.type", "delete.retention.ms", "file.delete.delay.ms",
+	"flush.messages", "flush.ms", "index.interval.bytes", "max.compaction.lag.ms",
+	"max.message.bytes", "message.timestamp.difference.max.ms", "message.timestamp.type",
+	"min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+	"retention.bytes", "retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms",
+	"segment.ms", "unclean.leader.election.enable", "message.downconversion.enable",
+	"message.timestamp.before.max.ms", "message.timestamp.after.max.ms", "local.retention.ms",
+	"local.retention.bytes", "remote.storage.enable",
+};
+
+bool sluice_topic_config_known(const char *key)
+{
+	for (size_t i = 0; i < sizeof topic_config_keys / sizeof *topic_config_keys; i++)
+		if (strcmp(key, topic_config_keys[i]) == 0)
+			return true;
+	return false;
+}
+
+bool sluice_topic_name_valid(const char *name, size_t len)
+{
+	if (len == 0 || len > SLUICE_TOPIC_NAME_MAX)
+		return false;
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+		      c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+static int cmp_name(const char *a, size_t alen, const char *b)
+{
+	size_t blen = strlen(b);
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+	if (c)
+		return c;
+	return alen < blen ? -1 : alen > blen;
+}
+
+const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s, const char *name, size_t len)
+{
+	size_t lo = 0, hi = s->topic_n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = cmp_name(name, len, s->topics[mid]->name);
+		if (c == 0)
+			return s->topics[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+static void snap_free(struct sluice_meta_snapshot *s)
+{
+	/* Topics are shared between snapshots: owned by the snapshot that
+	 * references them last. Simplest sound rule: each snapshot owns copies. */
+	for (uint32_t i = 0; i < s->topic_n; i++)
+		free(s->topics[i]);
+	free(s->topics);
+	free(s);
+}
+
+static struct sluice_meta_snapshot *ml_acquire(void *self)
+{
+	struct meta_local *m = self;
+	pthread_mutex_lock(&m->lock);
+	struct sluice_meta_snapshot *s = m->current;
+	__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_unlock(&m->lock);
+	return s;
+}
+
+static void ml_release(void *self, struct sluice_meta_snapshot *s)
+{
+	(void)self;
+	if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		snap_free(s);
+}
+
+/* Copy the current snapshot with room for one more topic. */
+static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot *cur, uint32_t extra)
+{
+	struct sluice_meta_snapshot *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->topics = calloc(cur->topic_n + extra + 1, sizeof *s->topics);
+	if (!s->topics) {
+		free(s);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < cur->topic_n; i++) {
+		s->topics[i] = malloc(sizeof **s->topics);
+		if (!s->topics[i]) {
+			s->topic_n = i;
+			snap_free(s);
+			return NULL;
+		}
+		memcpy(s->topics[i], cur->topics[i], sizeof **s->topics);
+	}
+	s->topic_n = cur->topic_n;
+	s->version = cur->version + 1;
+	s->refs = 1;
+	return s;
+}
+
+static void hex16(const uint8_t id[16], char out[33])
+{
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+static int persist(struct meta_local *m, const struct sluice_meta_snapshot *s)
+{
+	char tmp[1100];
+	snprintf(tmp, sizeof tmp, "%s.tmp", m->path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "# sluice topic metadata v1: topic <name> <partitions> <id> [key=value ...]\n");
+	for (uint32_t i = 0; i < s->topic_n; i++) {
+		const struct sluice_topic *t = s->topics[i];
+		char id[33];
+		hex16(t->id, id);
+		fprintf(f, "topic %s %d %s", t->name, t->partitions, id);
+		for (int32_t c = 0; c < t->config_n; c++)
+			fprintf(f, " %s=%s", t->configs[c].key, t->configs[c].value);
+		fputc('\n', f);
+	}
+	int rc = fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -1;
+	fclose(f);
+	if (rc == 0 && rename(tmp, m->path) < 0)
+		rc = -1;
+	return rc;
+}
+
+static void publish(struct meta_local *m, struct sluice_meta_snapshot *s)
+{
+	struct sluice_meta_snapshot *old = m->current;
+	m->current = s;
+	ml_release(m, old);
+}
+
+/* Kafka rejects names that collide once '.' and '_' are treated alike. */
+static bool collides(const struct sluice_meta_snapshot *s, const char *name, size_t len)
+{
+	for (uint32_t i = 0; i < s->topic_n; i++) {
+		const char *o = s->topics[i]->name;
+		if (strlen(o) != len)
+			continue;
+		size_t k = 0;
+		for (; k < len; k++) {
+			char a = name[k] == '.' ? '_' : name[k], b = o[k] == '.' ? '_' : o[k];
+			if (a != b)
+				break;
+		}
+		if (k == len)
+			return true;
+	}
+	return false;
+}
+
+static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool validate_only, char *msg,
+			 size_t msglen, struct sluice_topic *out)
+{
+	struct meta_local *m = self;
+	if (!sluice_topic_name_valid(spec->name, spec->name_len)) {
+		snprintf(msg, msglen, "Topic name is invalid: '%.*s' (legal characters are [a-zA-Z0-9._-], length 1-249)",
+			 (int)(spec->name_len > 249 ? 249 : spec->name_len), spec->name);
+		return 17; /* INVALID_TOPIC_EXCEPTION */
+	}
+	int32_t parts = spec->partitions == -1 ? m->default_partitions : spec->partitions;
+	if (parts <= 0 || parts > SLUICE_PARTITIONS_PER_TOPIC_MAX) {
+		snprintf(msg, msglen, "Number of partitions was set to an invalid non-positive value.");
+		if (parts > 0)
+			snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", parts, SLUICE_PARTITIONS_PER_TOPIC_MAX);
+		return 37; /* INVALID_PARTITIONS */
+	}
+	if (spec->replication_factor != -1 && spec->replication_factor != 1) {
+		if (spec->replication_factor <= 0)
+			snprintf(msg, msglen, "Replication factor must be larger than 0, or -1 to use the default value.");
+		else
+			snprintf(msg, msglen, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.",
+				 spec->replication_factor, spec->replication_factor);
+		return 38; /* INVALID_REPLICATION_FACTOR */
+	}
+	for (int32_t i = 0; i < spec->config_n; i++)
+		if (!sluice_topic_config_known(spec->configs[i].key)) {
+			snprintf(msg, msglen, "Unknown topic config name: %s", spec->configs[i].key);
+			return 40; /* INVALID_CONFIG */
+		}
+	pthread_mutex_lock(&m->lock);
+	int16_t code = 0;
+	struct sluice_meta_snapshot *cur = m->current;
+	if (sluice_meta_find(cur, spec->name, spec->name_len)) {
+		snprintf(msg, msglen, "Topic '%.*s' already exists.", (int)spec->name_len, spec->name);
+		code = 36; /* TOPIC_ALREADY_EXISTS */
+	} else if (collides(cur, spec->name, spec->name_len)) {
+		snprintf(msg, msglen, "Topic '%.*s' collides with an existing topic ('.' and '_' are treated alike).",
+			 (int)spec->name_len, spec->name);
+		code = 17;
+	} else if (cur->topic_n >= SLUICE_TOPICS_MAX) {
+		snprintf(msg, msglen, "Topic limit %d reached.", SLUICE_TOPICS_MAX);
+		code = 37;
+	}
+	if (code || validate_only) {
+		if (!code && out) {
+			memset(out, 0, sizeof *out);
+			memcpy(out->name, spec->name, spec->name_len);
+			out->partitions = parts;
+		}
+		pthread_mutex_unlock(&m->lock);
+		return code;
+	}
+	struct sluice_meta_snapshot *s = snap_clone(cur, 1);
+	struct sluice_topic *t = s ? calloc(1, sizeof *t) : NULL;
+	if (!t) {
+		if (s)
+			snap_free(s);
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, msglen, "out of memory");
+		return -1;
+	}
+	memcpy(t->name, spec->name, spec->name_len);
+	t->partitions = parts;
+	if (getrandom(t->id, sizeof t->id, 0) != (ssize_t)sizeof t->id)
+		memset(t->id, 0x5a, sizeof t->id);
+	t->id[6] = (uint8_t)((t->id[6] & 0x0f) | 0x40);
+	t->id[8] = (uint8_t)((t->id[8] & 0x3f) | 0x80);
+	t->config_n = spec->config_n;
+	memcpy(t->configs, spec->configs, sizeof t->configs[0] * (size_t)spec->config_n);
+	uint32_t pos = 0;
+	while (pos < s->topic_n && cmp_name(spec->name, spec->name_len, s->topics[pos]->name) > 0)
+		pos++;
+	memmove(&s->topics[pos + 1], &s->topics[pos], (s->topic_n - pos) * sizeof *s->topics);
+	s->topics[pos] = t;
+	s->topic_n++;
+	if (persist(m, s) < 0) {
+		snap_free(s);
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, msglen, "cannot persist topic metadata: %s", strerror(errno));
+		return 56; /* KAFKA_STORAGE_ERROR */
+	}
+	if (out)
+		*out = *t;
+	publish(m, s);
+	pthread_mutex_unlock(&m->lock);
+	SLOG_INFO("meta", "created topic %s with %d partition(s)", t->name, parts);
+	return 0;
+}
+
+static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice_topic *out, char *msg, size_t msglen)
+{
+	struct meta_local *m = self;
+	pthread_mutex_lock(&m->lock);
+	const struct sluice_topic *t = sluice_meta_find(m->current, name, len);
+	if (!t) {
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, msglen, "This server does not host this topic-partition.");
+		return 3; /* UNKNOWN_TOPIC_OR_PARTITION */
+	}
+	struct sluice_meta_snapshot *s = snap_clone(m->current, 0);
+	if (!s) {
+		pthread_mutex_unlock(&m->lock);
+		return -1;
+	}
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < s->topic_n; i++) {
+		if (cmp_name(name, len, s->topics[i]->name) == 0) {
+			if (out)
+				*out = *s->topics[i];
+			free(s->topics[i]);
+			continue;
+		}
+		s->topics[k++] = s->topics[i];
+	}
+	s->topic_n = k;
+	if (persist(m, s) < 0) {
+		snap_free(s);
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, msglen, "cannot persist topic metadata");
+		return 56;
+	}
+	publish(m, s);
+	pthread_mutex_unlock(&m->lock);
+	SLOG_INFO("meta", "deleted topic %.*s", (int)len, name);
+	return 0;
+}
+
+static const struct sluice_meta_ops local_ops = {ml_acquire, ml_release, ml_create, ml_delete};
+
+static int parse_hex16(const char *h, uint8_t out[16])
+{
+	if (strlen(h) != 32)
+		return -1;
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+static int load(struct meta_local *m, struct sluice_meta_snapshot *s, char *err, size_t errlen)
+{
+	FILE *f = fopen(m->path, "r");
+	if (!f)
+		return errno == ENOENT ? 0 : -1;
+	char line[16384];
+	int lineno = 0;
+	while (fgets(line, sizeof line, f)) {
+		lineno++;
+		if (line[0] == '#' || line[0] == '\n')
+			continue;
+		struct sluice_topic *t = calloc(1, sizeof *t);
+		char *save = NULL, *tok = strtok_r(line, " \n", &save);
+		char *name = strtok_r(NULL, " \n", &save), *parts = strtok_r(NULL, " \n", &save),
+		     *id = strtok_r(NULL, " \n", &save);
+		if (!t || !tok || strcmp(tok, "topic") || !name || !parts || !id ||
+		    !sluice_topic_name_valid(name, strlen(name)) || atoi(parts) <= 0 || parse_hex16(id, t->id) < 0 ||
+		    s->topic_n >= SLUICE_TOPICS_MAX) {
+			snprintf(err, errlen, "%s:%d: malformed topic line", m->path, lineno);
+			free(t);
+			fclose(f);
+			return -1;
+		}
+		snprintf(t->name, sizeof t->name, "%s", name);
+		t->partitions = atoi(parts);
+		for (char *kv; (kv = strtok_r(NULL, " \n", &save)) && t->config_n < SLUICE_TOPIC_CONFIGS_MAX;) {
+			char *eq = strchr(kv, '=');
+			if (!eq)
+				continue;
+			*eq = '\0';
+			snprintf(t->configs[t->config_n].key, SLUICE_TOPIC_CONFIG_KEY_MAX, "%s", kv);
+			snprintf(t->configs[t->config_n].value, SLUICE_TOPIC_CONFIG_VALUE_MAX, "%s", eq + 1);
+			t->config_n++;
+		}
+		struct sluice_topic **nt = realloc(s->topics, (s->topic_n + 1) * sizeof *nt);
+		if (!nt) {
+			free(t);
+			fclose(f);
+			return -1;
+		}
+		s->topics = nt;
+		uint32_t pos = 0;
+		while (pos < s->topic_n && strcmp(t->name, s->topics[pos]->name) > 0)
+			pos++;
+		memmove(&s->topics[pos + 1], &s->topics[pos], (s->topic_n - pos) * sizeof *s->topics);
+		s->topics[pos] = t;
+		s->topic_n++;
+	}
+	fclose(f);
+	return 0;
+}
+
+int sluice_meta_local_open(struct sluice_meta *out, const char *dir, int32_t default_partitions, char *err,
+			   size_t errlen)
+{
+	struct meta_local *m = calloc(1, sizeof *m);
+	struct sluice_meta_snapshot *s = calloc(1, sizeof *s);
+	if (!m || !s) {
+		free(m);
+		free(s);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	pthread_mutex_init(&m->lock, NULL);
+	snprintf(m->path, sizeof m->path, "%.1000s/sluice-topics", dir);
+	m->default_partitions = default_partitions;
+	s->refs = 1;
+	s->version = 1;
+	if (load(m, s, err, errlen) < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "cannot read %s: %s", m->path, strerror(errno));
+		snap_free(s);
+		free(m);
+		return -1;
+	}
+	m->current = s;
+	out->ops = &local_ops;
+	out->self = m;
+	return 0;
+}
+
+void sluice_meta_local_close(struct sluice_meta *mm)
+{
+	struct meta_local *m = mm->self;
+	if (!m)
+		return;
+	ml_release(m, m->current);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+	mm->self = NULL;
+}

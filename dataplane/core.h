@@ -1,0 +1,135 @@
+/* The broker's runtime: network cores and storage cores, each a pinned
+ * thread with its own io_uring, joined by bounded SPSC rings that carry
+ * fixed-size messages (struct sluice_msg) pointing at partition operations.
+ *
+ * Ownership: a network core owns its connections and requests; a request's
+ * partition operations (struct partop) are owned by the request and lent to
+ * a storage core while a message about them is in a ring or the storage core
+ * is working on them, then handed back in a reply message. Storage cores own
+ * partition logs. Nothing else is shared but the metadata snapshot
+ * (reference-counted, immutable) and the configuration (read-only). */
+#ifndef SLUICE_CORE_H
+#define SLUICE_CORE_H
+#include "common/config.h"
+#include "common/kafka/codec.h"
+#include "common/ring.h"
+#include "control/meta.h"
+#include <liburing.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SLUICE_CORES_MAX 64
+#define SLUICE_RING_SLOTS 8192
+#define SLUICE_URING_ENTRIES 1024
+#define SLUICE_CONN_INFLIGHT_MAX 128  /* requests in flight per connection */
+#define SLUICE_CONN_RECV_BYTES (256u << 10)
+#define SLUICE_REQ_PARTITIONS_MAX 100000 /* partitions one request may name */
+#define SLUICE_STORE_PARTITIONS_MAX (1u << 20)
+
+/* Message types on the rings. */
+enum {
+	MSG_PARTOP = 1,      /* net -> storage: do this partop; storage -> net: done */
+	MSG_WAKE_FETCHES,    /* storage -> net: data arrived where a fetch waits */
+};
+
+enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE };
+
+struct req;
+
+/* One partition's share of a request. Inputs are set by the network core,
+ * outputs by the storage core. */
+struct partop {
+	uint8_t kind;
+	uint8_t net_core;
+	bool watch;              /* READ: ask to be woken when data arrives */
+	int16_t error;
+	struct req *req;
+	const char *topic;       /* NUL-terminated, lives in the request's metadata snapshot */
+	int32_t partition;
+	/* APPEND */
+	const uint8_t *data;
+	uint32_t len;
+	int16_t acks;
+	/* READ / LIST_OFFSETS */
+	int64_t offset;          /* fetch offset, or timestamp for LIST_OFFSETS */
+	int32_t max_bytes;
+	bool min_one;
+	/* outputs */
+	int64_t base_offset;     /* APPEND base offset, LIST_OFFSETS offset */
+	int64_t last_offset;
+	int64_t timestamp;       /* LIST_OFFSETS */
+	int64_t high_watermark;
+	int64_t log_start;
+	uint8_t *rdata;          /* READ result, malloc'ed by storage, freed by net */
+	int32_t rlen;
+	struct partop *next;     /* storage-side wait list link */
+	/* network-core-only fields: how the request named it */
+	const char *name_ptr;
+	int32_t name_len;
+	int32_t tindex;          /* index of the topic in the request */
+	bool local;              /* answered without a storage core */
+	uint8_t topic_id[16];
+};
+
+struct broker;
+
+struct storecore {
+	int id;
+	struct broker *b;
+	pthread_t thread;
+	struct io_uring ring;
+	int efd;
+	int sleeping; /* atomic: set while waiting in the kernel */
+	struct sluice_ring *in;  /* [net core] net -> this storage core */
+	struct sluice_ring *out; /* [net core] this storage core -> net */
+	void *state;             /* storage_core.c private */
+};
+
+struct netcore {
+	int id;
+	struct broker *b;
+	pthread_t thread;
+	struct io_uring ring;
+	int efd;
+	int sleeping;
+	int listen_fd;
+	void *state; /* transport private */
+};
+
+struct broker {
+	struct sluice_config cfg;
+	struct sluice_meta meta;
+	int net_n, store_n;
+	struct netcore net[SLUICE_CORES_MAX];
+	struct storecore store[SLUICE_CORES_MAX];
+	volatile int stopping;
+	bool clean_start;
+	int ncpu;
+};
+
+/* Small wake protocol: the consumer sets sleeping, re-checks its rings, and
+ * only then blocks; a producer that sees sleeping set clears it and writes
+ * the eventfd. */
+void sluice_core_wake(int *sleeping, int efd);
+void sluice_core_pin(struct broker *b, pthread_t t, int slot);
+
+/* Partition placement: which storage core owns a topic partition. */
+int sluice_store_core_for(const struct broker *b, const char *topic, int32_t partition);
+/* Send a partop to its storage core (keeps it on a backlog if the ring is full). */
+void sluice_net_submit(struct netcore *nc, struct partop *op);
+
+int sluice_storage_core_start(struct storecore *sc);
+void sluice_storage_core_join(struct storecore *sc);
+
+/* Transport interface: a backend runs a network core's loop. The uring
+ * backend is the default; a DPDK backend will implement the same ops. */
+struct sluice_transport_ops {
+	const char *name;
+	int (*init)(struct netcore *nc);
+	void *(*run)(void *nc);
+	void (*fini)(struct netcore *nc);
+};
+extern const struct sluice_transport_ops sluice_transport_uring;
+
+#endif

@@ -1,0 +1,1413 @@
+/* Kafka request handlers: one table [ApiKey] = {advertised and served
+ * versions, first flexible version, start, finish}. A handler decodes with
+ * the bounds-checked reader, answers at once or lends partition operations
+ * to storage cores and encodes its response in finish() when they are all
+ * back. A decode failure closes the connection (as Kafka does) after a log
+ * line naming the API, version and byte offset. */
+#include "common/kafka/batch.h"
+#include "common/log.h"
+#include "dataplane/req.h"
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+	ERR_NONE = 0, ERR_OFFSET_OUT_OF_RANGE = 1, ERR_CORRUPT_MESSAGE = 2, ERR_UNKNOWN_TOPIC_OR_PARTITION = 3,
+	ERR_MESSAGE_TOO_LARGE = 10, ERR_INVALID_TOPIC = 17, ERR_RECORD_LIST_TOO_LARGE = 18,
+	ERR_INVALID_REQUIRED_ACKS = 21, ERR_UNSUPPORTED_VERSION = 35, ERR_INVALID_REQUEST = 42,
+	ERR_INVALID_REPLICA_ASSIGNMENT = 39, ERR_INVALID_CONFIG = 40, ERR_POLICY_VIOLATION = 44,
+	ERR_KAFKA_STORAGE_ERROR = 56, ERR_INVALID_RECORD = 87, ERR_UNKNOWN_TOPIC_ID = 100,
+	ERR_TOPIC_DELETION_DISABLED = 73,
+};
+
+typedef bool (*start_fn)(struct req *r, struct krd *rd);
+typedef void (*finish_fn)(struct req *r);
+
+struct api {
+	int16_t adv_min, adv_max; /* advertised in ApiVersions */
+	int16_t serve_min;        /* lowest version really parsed */
+	int16_t flex_min;         /* first flexible version (INT16_MAX: never) */
+	start_fn start;
+	finish_fn finish;
+	const char *name;
+};
+
+static bool produce_start(struct req *r, struct krd *rd);
+static void produce_finish(struct req *r);
+static bool fetch_start(struct req *r, struct krd *rd);
+static void fetch_finish(struct req *r);
+static bool list_offsets_start(struct req *r, struct krd *rd);
+static void list_offsets_finish(struct req *r);
+static bool metadata_start(struct req *r, struct krd *rd);
+static bool api_versions_start(struct req *r, struct krd *rd);
+static bool create_topics_start(struct req *r, struct krd *rd);
+static bool delete_topics_start(struct req *r, struct krd *rd);
+static void delete_topics_finish(struct req *r);
+static bool describe_configs_start(struct req *r, struct krd *rd);
+
+#define API_KEY_MAX 75
+static const struct api apis[API_KEY_MAX] = {
+	[0] = {0, 11, 3, 9, produce_start, produce_finish, "Produce"},
+	[1] = {4, 12, 4, 12, fetch_start, fetch_finish, "Fetch"},
+	[2] = {1, 7, 1, 6, list_offsets_start, list_offsets_finish, "ListOffsets"},
+	[3] = {0, 12, 0, 9, metadata_start, NULL, "Metadata"},
+	[18] = {0, 4, 0, 3, api_versions_start, NULL, "ApiVersions"},
+	[19] = {2, 7, 2, 5, create_topics_start, NULL, "CreateTopics"},
+	[20] = {1, 6, 1, 4, delete_topics_start, delete_topics_finish, "DeleteTopics"},
+	[32] = {1, 4, 1, 4, describe_configs_start, NULL, "DescribeConfigs"},
+};
+
+int64_t sluice_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- response framing ----------------------------------------------------- */
+
+static void resp_begin(struct req *r)
+{
+	kwr_init(&r->out, 256, (size_t)INT32_MAX);
+	kwr_i32(&r->out, 0); /* size, patched in resp_end */
+	kwr_i32(&r->out, r->correlation_id);
+	if (r->flexible && r->api_key != 18) /* ApiVersions answers with header v0 */
+		kwr_tags_empty(&r->out);
+}
+
+static void resp_end(struct req *r)
+{
+	if (r->out.err) {
+		SLOG_ERR("proto", "%s v%d: response could not be encoded (out of memory or too large)",
+			 apis[r->api_key].name, r->api_version);
+		r->done = true;
+		r->no_response = true;
+		sluice_conn_close(r->conn);
+		return;
+	}
+	kwr_patch_i32(&r->out, 0, (int32_t)(r->out.len - 4));
+	r->done = true;
+	sluice_conn_response_ready(r->conn);
+}
+
+void sluice_req_free(struct req *r)
+{
+	for (int32_t i = 0; i < r->nops; i++)
+		free(r->ops[i].rdata);
+	free(r->ops);
+	free(r->frame);
+	free(r->api);
+	kwr_free(&r->out);
+	if (r->snap)
+		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
+	free(r);
+}
+
+static struct sluice_meta_snapshot *snap(struct req *r)
+{
+	if (!r->snap)
+		r->snap = r->nc->b->meta.ops->acquire(r->nc->b->meta.self);
+	return r->snap;
+}
+
+static void refresh_snap(struct req *r)
+{
+	if (r->snap)
+		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
+	r->snap = NULL;
+	(void)snap(r);
+}
+
+/* ---- dispatch ------------------------------------------------------------- */
+
+static bool api_flexible(int16_t key, int16_t version)
+{
+	return key >= 0 && key < API_KEY_MAX && apis[key].start && version >= apis[key].flex_min;
+}
+
+static bool api_versions_unsupported(struct req *r)
+{
+	/* Kafka's rule: answer an unknown ApiVersions version with a v0 body,
+	 * UNSUPPORTED_VERSION, and only ApiVersions' own range. */
+	r->flexible = false;
+	resp_begin(r);
+	kwr_i16(&r->out, ERR_UNSUPPORTED_VERSION);
+	kwr_array(&r->out, false, 1);
+	kwr_i16(&r->out, 18);
+	kwr_i16(&r->out, apis[18].adv_min);
+	kwr_i16(&r->out, apis[18].adv_max);
+	resp_end(r);
+	return true;
+}
+
+bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
+{
+	struct krd rd;
+	krd_init(&rd, frame, len);
+	int16_t key = krd_i16(&rd), version = krd_i16(&rd);
+	int32_t corr = krd_i32(&rd);
+	if (rd.err) {
+		SLOG_DEBUG("proto", "%s: request header shorter than 8 bytes; closing", c->peer);
+		free(frame);
+		return false;
+	}
+	struct req *r = calloc(1, sizeof *r);
+	if (!r) {
+		free(frame);
+		return false;
+	}
+	r->conn = c;
+	r->nc = c->nc;
+	r->api_key = key;
+	r->api_version = version;
+	r->correlation_id = corr;
+	r->frame = frame;
+	r->frame_len = len;
+	/* Queue first so responses keep arrival order. */
+	if (c->tail)
+		c->tail->next = r;
+	else
+		c->head = r;
+	c->tail = r;
+	c->inflight++;
+	c->refs++;
+	bool known = key >= 0 && key < API_KEY_MAX && apis[key].start;
+	if (key == 18 && (version < 0 || version > apis[18].adv_max))
+		return api_versions_unsupported(r);
+	if (!known || version < apis[key].adv_min || version > apis[key].adv_max) {
+		SLOG_INFO("proto", "%s: unsupported API key %d version %d; closing connection", c->peer, key, version);
+		r->done = true;
+		r->no_response = true;
+		return false;
+	}
+	r->flexible = api_flexible(key, version);
+	(void)krd_string(&rd, false); /* ClientId: never compact, even in header v2 */
+	if (r->flexible)
+		krd_tags_skip(&rd);
+	r->body_off = krd_offset(&rd);
+	if (!rd.err && apis[key].start(r, &rd) && !rd.err)
+		return true;
+	SLOG_INFO("proto", "%s: malformed %s v%d request at byte %zu (%s); closing connection", c->peer,
+		  apis[key].name, version, krd_offset(&rd), rd.err_what ? rd.err_what : "invalid");
+	if (!r->done) {
+		r->done = true;
+		r->no_response = true;
+	}
+	return false;
+}
+
+/* Lend every op that is not answered locally to its storage core. */
+static void dispatch_ops(struct req *r)
+{
+	int32_t n = 0;
+	for (int32_t i = 0; i < r->nops; i++)
+		if (!r->ops[i].local)
+			n++;
+	r->pending = n;
+	if (n == 0) {
+		apis[r->api_key].finish(r);
+		return;
+	}
+	for (int32_t i = 0; i < r->nops; i++)
+		if (!r->ops[i].local)
+			sluice_net_submit(r->nc, &r->ops[i]);
+}
+
+void sluice_proto_on_partop(struct netcore *nc, struct partop *op)
+{
+	struct req *r = op->req;
+	(void)nc;
+	assert(r->pending > 0);
+	if (--r->pending == 0)
+		apis[r->api_key].finish(r);
+}
+
+static struct partop *ops_alloc(struct req *r, int32_t n)
+{
+	if (n <= 0)
+		return NULL;
+	r->ops = calloc((size_t)n, sizeof *r->ops);
+	r->nops = r->ops ? n : 0;
+	for (int32_t i = 0; i < r->nops; i++) {
+		r->ops[i].req = r;
+		r->ops[i].net_core = (uint8_t)r->nc->id;
+	}
+	return r->ops;
+}
+
+/* Resolve a topic partition for a data op; sets local + error when unknown. */
+static void op_resolve(struct req *r, struct partop *op, struct kstr name)
+{
+	op->name_ptr = name.ptr;
+	op->name_len = name.len;
+	const struct sluice_topic *t = name.ptr ? sluice_meta_find(snap(r), name.ptr, (size_t)name.len) : NULL;
+	if (!t || op->partition < 0 || op->partition >= t->partitions) {
+		op->local = true;
+		op->error = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+		return;
+	}
+	op->topic = t->name;
+	memcpy(op->topic_id, t->id, 16);
+}
+
+/* ---- ApiVersions (18) ------------------------------------------------------ */
+
+static bool api_versions_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	if (r->api_version >= 3) {
+		(void)krd_string(rd, true); /* ClientSoftwareName */
+		(void)krd_string(rd, true); /* ClientSoftwareVersion */
+		krd_tags_skip(rd);
+	}
+	if (rd->err)
+		return false;
+	resp_begin(r);
+	kwr_i16(&r->out, ERR_NONE);
+	int32_t n = 0;
+	for (int k = 0; k < API_KEY_MAX; k++)
+		n += apis[k].start != NULL;
+	kwr_array(&r->out, flex, n);
+	for (int k = 0; k < API_KEY_MAX; k++) {
+		if (!apis[k].start)
+			continue;
+		kwr_i16(&r->out, (int16_t)k);
+		kwr_i16(&r->out, apis[k].adv_min);
+		kwr_i16(&r->out, apis[k].adv_max);
+		if (flex)
+			kwr_tags_empty(&r->out);
+	}
+	if (r->api_version >= 1)
+		kwr_i32(&r->out, 0); /* ThrottleTimeMs */
+	if (flex)
+		kwr_tags_empty(&r->out);
+	resp_end(r);
+	return true;
+}
+
+/* ---- Metadata (3) ----------------------------------------------------------- */
+
+struct md_topic {
+	struct kstr name;
+	uint8_t id[16];
+	bool by_id;
+};
+
+static void md_write_topic(struct req *r, const struct sluice_topic *t, struct kstr name, const uint8_t *id,
+			   int16_t error)
+{
+	struct kwr *w = &r->out;
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	kwr_i16(w, error);
+	if (t)
+		kwr_cstr(w, flex, t->name);
+	else
+		kwr_string(w, flex, name.ptr, name.len);
+	if (v >= 10) {
+		static const uint8_t zero[16];
+		kwr_uuid(w, t ? t->id : id ? id : zero);
+	}
+	if (v >= 1)
+		kwr_bool(w, false); /* IsInternal */
+	int32_t parts = t && error == ERR_NONE ? t->partitions : 0;
+	kwr_array(w, flex, parts);
+	int32_t node = r->nc->b->cfg.node_id;
+	for (int32_t p = 0; p < parts; p++) {
+		kwr_i16(w, ERR_NONE);
+		kwr_i32(w, p);
+		kwr_i32(w, node);
+		if (v >= 7)
+			kwr_i32(w, 0); /* LeaderEpoch */
+		kwr_array(w, flex, 1);
+		kwr_i32(w, node);
+		kwr_array(w, flex, 1);
+		kwr_i32(w, node);
+		if (v >= 5)
+			kwr_array(w, flex, 0);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (v >= 8)
+		kwr_i32(w, INT32_MIN); /* TopicAuthorizedOperations: not computed */
+	if (flex)
+		kwr_tags_empty(w);
+}
+
+static const struct sluice_topic *find_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16])
+{
+	for (uint32_t i = 0; i < s->topic_n; i++)
+		if (memcmp(s->topics[i]->id, id, 16) == 0)
+			return s->topics[i];
+	return NULL;
+}
+
+static bool metadata_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	int32_t n = krd_array(rd, flex, v >= 10 ? 17 : 2);
+	if (rd->err)
+		return false;
+	struct md_topic *ts = n > 0 ? calloc((size_t)n, sizeof *ts) : NULL;
+	if (n > 0 && !ts)
+		return false;
+	r->api = ts;
+	for (int32_t i = 0; i < n; i++) {
+		if (v >= 10)
+			krd_uuid(rd, ts[i].id);
+		ts[i].name = krd_string(rd, flex);
+		ts[i].by_id = v >= 10 && !ts[i].name.ptr;
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	bool allow_auto = true;
+	if (v >= 4)
+		allow_auto = krd_bool(rd);
+	if (v >= 8 && v <= 10)
+		(void)krd_bool(rd);
+	if (v >= 8)
+		(void)krd_bool(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	bool all = n < 0 || (v == 0 && n == 0);
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	/* Auto-create first so the response shows the new topics. */
+	if (!all && allow_auto && cfg->auto_create_topics_enable) {
+		bool created = false;
+		for (int32_t i = 0; i < n; i++) {
+			if (ts[i].by_id || !ts[i].name.ptr || sluice_meta_find(snap(r), ts[i].name.ptr, (size_t)ts[i].name.len))
+				continue;
+			if (!sluice_topic_name_valid(ts[i].name.ptr, (size_t)ts[i].name.len))
+				continue;
+			struct sluice_topic_spec spec = {ts[i].name.ptr, (size_t)ts[i].name.len, -1, -1, 0, {{{0}, {0}}}};
+			char msg[256];
+			if (r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &spec, false, msg, sizeof msg, NULL) == 0)
+				created = true;
+		}
+		if (created)
+			refresh_snap(r);
+	}
+	struct sluice_meta_snapshot *s = snap(r);
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (v >= 3)
+		kwr_i32(w, 0);
+	kwr_array(w, flex, 1);
+	kwr_i32(w, cfg->node_id);
+	kwr_cstr(w, flex, cfg->advertised_host);
+	kwr_i32(w, cfg->advertised_port);
+	if (v >= 1)
+		kwr_cstr(w, flex, NULL); /* Rack */
+	if (flex)
+		kwr_tags_empty(w);
+	if (v >= 2)
+		kwr_cstr(w, flex, cfg->cluster_id);
+	if (v >= 1)
+		kwr_i32(w, cfg->node_id); /* ControllerId */
+	if (all) {
+		kwr_array(w, flex, (int32_t)s->topic_n);
+		for (uint32_t i = 0; i < s->topic_n; i++)
+			md_write_topic(r, s->topics[i], (struct kstr){0}, NULL, ERR_NONE);
+	} else {
+		kwr_array(w, flex, n);
+		for (int32_t i = 0; i < n; i++) {
+			const struct sluice_topic *t;
+			int16_t err = ERR_NONE;
+			if (ts[i].by_id) {
+				t = find_by_id(s, ts[i].id);
+				if (!t)
+					err = ERR_UNKNOWN_TOPIC_ID;
+			} else {
+				t = ts[i].name.ptr ? sluice_meta_find(s, ts[i].name.ptr, (size_t)ts[i].name.len) : NULL;
+				if (!t)
+					err = ts[i].name.ptr && !sluice_topic_name_valid(ts[i].name.ptr, (size_t)ts[i].name.len)
+						      ? ERR_INVALID_TOPIC : ERR_UNKNOWN_TOPIC_OR_PARTITION;
+			}
+			md_write_topic(r, t, ts[i].name, ts[i].by_id ? ts[i].id : NULL, err);
+		}
+	}
+	if (v >= 8 && v <= 10)
+		kwr_i32(w, INT32_MIN);
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+	return true;
+}
+
+/* ---- Produce (0) ------------------------------------------------------------ */
+
+struct produce_state {
+	int16_t acks;
+	int32_t ntopics;
+};
+
+/* Validate one partition's records: exactly one v2 batch (Kafka's rule
+ * since Produce v3), intact, within the size limit. */
+static int16_t validate_records(const struct sluice_config *cfg, const uint8_t *p, int32_t len)
+{
+	if (!p || len <= 0)
+		return ERR_INVALID_RECORD;
+	struct sluice_batch b;
+	enum sluice_batch_result res = sluice_batch_check(p, (size_t)len, &b);
+	switch (res) {
+	case SLUICE_BATCH_OK: break;
+	case SLUICE_BATCH_BAD_MAGIC: return ERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_COUNT: return ERR_INVALID_RECORD;
+	default: return ERR_CORRUPT_MESSAGE;
+	}
+	if (sluice_batch_total_bytes(&b) != len)
+		return ERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
+	if (len > cfg->message_max_bytes)
+		return ERR_MESSAGE_TOO_LARGE;
+	if (b.attributes & SLUICE_BATCH_ATTR_CONTROL)
+		return ERR_INVALID_RECORD;
+	return ERR_NONE;
+}
+
+static bool produce_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	if (v >= 3)
+		(void)krd_string(rd, flex); /* TransactionalId */
+	int16_t acks = krd_i16(rd);
+	(void)krd_i32(rd); /* TimeoutMs */
+	/* Pass 1: count partitions, checking structure. */
+	struct krd scan = *rd;
+	int32_t ntopics = krd_array(&scan, flex, 2), total = 0;
+	for (int32_t t = 0; t < ntopics && !scan.err; t++) {
+		(void)krd_string(&scan, flex);
+		int32_t np = krd_array(&scan, flex, 5);
+		for (int32_t p = 0; p < np && !scan.err; p++) {
+			(void)krd_i32(&scan);
+			const uint8_t *recs;
+			(void)krd_bytes(&scan, flex, &recs);
+			if (flex)
+				krd_tags_skip(&scan);
+			total++;
+		}
+		if (flex)
+			krd_tags_skip(&scan);
+	}
+	if (flex)
+		krd_tags_skip(&scan);
+	if (scan.err || total > SLUICE_REQ_PARTITIONS_MAX) {
+		*rd = scan;
+		return false;
+	}
+	struct produce_state *ps = calloc(1, sizeof *ps);
+	if (!ps || (total > 0 && !ops_alloc(r, total)))
+		return free(ps), false;
+	r->api = ps;
+	ps->acks = acks;
+	ps->ntopics = ntopics;
+	r->no_response = acks == 0;
+	/* Pass 2: fill ops. */
+	int32_t k = 0;
+	(void)krd_array(rd, flex, 2);
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	for (int32_t t = 0; t < ntopics; t++) {
+		struct kstr name = krd_string(rd, flex);
+		int32_t np = krd_array(rd, flex, 5);
+		for (int32_t p = 0; p < np; p++) {
+			struct partop *op = &r->ops[k++];
+			op->kind = PARTOP_APPEND;
+			op->tindex = t;
+			op->partition = krd_i32(rd);
+			const uint8_t *recs;
+			int32_t len = krd_bytes(rd, flex, &recs);
+			if (flex)
+				krd_tags_skip(rd);
+			op->acks = acks;
+			op->base_offset = -1;
+			op_resolve(r, op, name);
+			if (op->local)
+				continue;
+			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
+				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
+				  : validate_records(cfg, recs, len);
+			if (e) {
+				op->local = true;
+				op->error = e;
+				continue;
+			}
+			op->data = recs;
+			op->len = (uint32_t)len;
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	if (flex)
+		krd_tags_skip(rd);
+	assert(k == total);
+	dispatch_ops(r);
+	return true;
+}
+
+static void produce_finish(struct req *r)
+{
+	if (r->no_response) {
+		r->done = true;
+		sluice_conn_response_ready(r->conn);
+		return;
+	}
+	struct produce_state *ps = r->api;
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_array(w, flex, ps->ntopics);
+	int32_t k = 0;
+	for (int32_t t = 0; t < ps->ntopics; t++) {
+		int32_t start = k;
+		while (k < r->nops && r->ops[k].tindex == t)
+			k++;
+		struct partop *first = start < r->nops ? &r->ops[start] : NULL;
+		if (first && first->tindex == t)
+			kwr_string(w, flex, first->name_ptr, first->name_len);
+		else
+			kwr_string(w, flex, "", 0);
+		kwr_array(w, flex, k - start);
+		for (int32_t i = start; i < k; i++) {
+			struct partop *op = &r->ops[i];
+			kwr_i32(w, op->partition);
+			kwr_i16(w, op->error);
+			kwr_i64(w, op->error ? -1 : op->base_offset);
+			if (v >= 2)
+				kwr_i64(w, -1); /* LogAppendTimeMs: CreateTime topics */
+			if (v >= 5)
+				kwr_i64(w, op->error ? -1 : op->log_start);
+			if (v >= 8) {
+				kwr_array(w, flex, 0);
+				kwr_cstr(w, flex, NULL);
+			}
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (v >= 1)
+		kwr_i32(w, 0);
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+}
+
+/* ---- Fetch (1) ---------------------------------------------------------------- */
+
+struct fetch_state {
+	int32_t max_wait_ms, min_bytes, max_bytes;
+	int32_t ntopics;
+	bool final;
+};
+
+static void fetch_issue(struct req *r)
+{
+	struct fetch_state *fs = r->api;
+	for (int32_t i = 0; i < r->nops; i++) {
+		struct partop *op = &r->ops[i];
+		free(op->rdata);
+		op->rdata = NULL;
+		op->rlen = 0;
+		if (op->local)
+			continue;
+		op->error = 0;
+		op->watch = !fs->final && fs->max_wait_ms > 0 && fs->min_bytes > 0;
+	}
+	dispatch_ops(r);
+}
+
+static bool fetch_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	struct fetch_state *fs = calloc(1, sizeof *fs);
+	if (!fs)
+		return false;
+	r->api = fs;
+	(void)krd_i32(rd); /* ReplicaId */
+	fs->max_wait_ms = krd_i32(rd);
+	fs->min_bytes = krd_i32(rd);
+	fs->max_bytes = krd_i32(rd);
+	(void)krd_i8(rd); /* IsolationLevel: no transactions, so LSO == HW */
+	if (v >= 7) {
+		(void)krd_i32(rd); /* SessionId: sessions are not kept; we answer 0 */
+		(void)krd_i32(rd);
+	}
+	struct krd scan = *rd;
+	int32_t ntopics = krd_array(&scan, flex, 2), total = 0;
+	for (int32_t t = 0; t < ntopics && !scan.err; t++) {
+		(void)krd_string(&scan, flex);
+		int32_t np = krd_array(&scan, flex, 16);
+		for (int32_t p = 0; p < np && !scan.err; p++) {
+			krd_skip(&scan, 4 + (v >= 9 ? 4 : 0) + 8 + (v >= 12 ? 4 : 0) + (v >= 5 ? 8 : 0) + 4);
+			if (flex)
+				krd_tags_skip(&scan);
+			total++;
+		}
+		if (flex)
+			krd_tags_skip(&scan);
+	}
+	if (scan.err || total > SLUICE_REQ_PARTITIONS_MAX) {
+		*rd = scan;
+		return false;
+	}
+	if (total > 0 && !ops_alloc(r, total))
+		return false;
+	fs->ntopics = ntopics;
+	if (fs->max_bytes <= 0 || fs->max_bytes > r->nc->b->cfg.fetch_max_bytes)
+		fs->max_bytes = r->nc->b->cfg.fetch_max_bytes;
+	(void)krd_array(rd, flex, 2);
+	int32_t k = 0;
+	for (int32_t t = 0; t < ntopics; t++) {
+		struct kstr name = krd_string(rd, flex);
+		int32_t np = krd_array(rd, flex, 16);
+		for (int32_t p = 0; p < np; p++) {
+			struct partop *op = &r->ops[k++];
+			op->kind = PARTOP_READ;
+			op->tindex = t;
+			op->partition = krd_i32(rd);
+			if (v >= 9)
+				(void)krd_i32(rd);
+			op->offset = krd_i64(rd);
+			if (v >= 12)
+				(void)krd_i32(rd);
+			if (v >= 5)
+				(void)krd_i64(rd);
+			int32_t pmax = krd_i32(rd);
+			if (flex)
+				krd_tags_skip(rd);
+			op->max_bytes = pmax < fs->max_bytes ? pmax : fs->max_bytes;
+			if (op->max_bytes < 0)
+				op->max_bytes = 0;
+			op->min_one = true;
+			op->high_watermark = op->log_start = -1;
+			op_resolve(r, op, name);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	if (v >= 7) { /* ForgottenTopicsData */
+		int32_t nf = krd_array(rd, flex, 2);
+		for (int32_t i = 0; i < nf && !rd->err; i++) {
+			(void)krd_string(rd, flex);
+			int32_t np = krd_array(rd, flex, 4);
+			krd_skip(rd, (size_t)(np > 0 ? np : 0) * 4);
+			if (flex)
+				krd_tags_skip(rd);
+		}
+	}
+	if (v >= 11)
+		(void)krd_string(rd, flex); /* RackId */
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	r->deadline_ms = sluice_now_ms() + (fs->max_wait_ms > 0 ? fs->max_wait_ms : 0);
+	fetch_issue(r);
+	return true;
+}
+
+static void park(struct req *r)
+{
+	struct proto_state *ps = r->nc->state;
+	r->parked = true;
+	r->park_next = ps->parked_head;
+	ps->parked_head = r;
+	ps->parked_n++;
+}
+
+void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
+{
+	struct proto_state *ps = nc->state;
+	struct req **pp = &ps->parked_head;
+	while (*pp) {
+		struct req *r = *pp;
+		bool expired = now_ms >= r->deadline_ms;
+		if (all || expired || r->conn->closing) {
+			*pp = r->park_next;
+			ps->parked_n--;
+			r->parked = false;
+			((struct fetch_state *)r->api)->final = expired || r->conn->closing;
+			fetch_issue(r);
+			continue;
+		}
+		pp = &r->park_next;
+	}
+}
+
+int64_t sluice_proto_next_deadline(struct netcore *nc)
+{
+	struct proto_state *ps = nc->state;
+	int64_t d = INT64_MAX;
+	for (struct req *r = ps->parked_head; r; r = r->park_next)
+		if (r->deadline_ms < d)
+			d = r->deadline_ms;
+	return d;
+}
+
+static void fetch_finish(struct req *r)
+{
+	struct fetch_state *fs = r->api;
+	int64_t bytes = 0;
+	bool errors = false;
+	for (int32_t i = 0; i < r->nops; i++) {
+		bytes += r->ops[i].rlen;
+		errors |= r->ops[i].error != 0;
+	}
+	if (!fs->final && !errors && bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms &&
+	    !r->conn->closing) {
+		park(r);
+		return;
+	}
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0); /* ThrottleTimeMs */
+	if (v >= 7) {
+		kwr_i16(w, ERR_NONE);
+		kwr_i32(w, 0); /* SessionId: no incremental sessions */
+	}
+	kwr_array(w, flex, fs->ntopics);
+	int64_t budget = fs->max_bytes;
+	bool any = false;
+	int32_t k = 0;
+	for (int32_t t = 0; t < fs->ntopics; t++) {
+		int32_t start = k;
+		while (k < r->nops && r->ops[k].tindex == t)
+			k++;
+		if (start < r->nops && r->ops[start].tindex == t)
+			kwr_string(w, flex, r->ops[start].name_ptr, r->ops[start].name_len);
+		else
+			kwr_string(w, flex, "", 0);
+		kwr_array(w, flex, k - start);
+		for (int32_t i = start; i < k; i++) {
+			struct partop *op = &r->ops[i];
+			int32_t n = op->rlen;
+			/* Whole stored batches only; past the request's byte budget a
+			 * partition answers empty and the client asks again. */
+			if (n > budget && any)
+				n = 0;
+			if (n > 0) {
+				budget -= n;
+				any = true;
+			}
+			kwr_i32(w, op->partition);
+			kwr_i16(w, op->error);
+			kwr_i64(w, op->error == ERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->high_watermark);
+			kwr_i64(w, op->error == ERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->high_watermark); /* LSO */
+			if (v >= 5)
+				kwr_i64(w, op->error == ERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->log_start);
+			kwr_array(w, flex, flex ? 0 : 0); /* AbortedTransactions: none */
+			if (v >= 11)
+				kwr_i32(w, -1); /* PreferredReadReplica */
+			kwr_bytes(w, flex, n > 0 ? op->rdata : (const uint8_t *)"", n > 0 ? n : 0);
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+}
+
+/* ---- ListOffsets (2) ------------------------------------------------------------- */
+
+static bool list_offsets_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	(void)krd_i32(rd); /* ReplicaId */
+	if (v >= 2)
+		(void)krd_i8(rd);
+	struct krd scan = *rd;
+	int32_t ntopics = krd_array(&scan, flex, 2), total = 0;
+	for (int32_t t = 0; t < ntopics && !scan.err; t++) {
+		(void)krd_string(&scan, flex);
+		int32_t np = krd_array(&scan, flex, 12);
+		for (int32_t p = 0; p < np && !scan.err; p++) {
+			krd_skip(&scan, 4 + (v >= 4 ? 4 : 0) + 8);
+			if (flex)
+				krd_tags_skip(&scan);
+			total++;
+		}
+		if (flex)
+			krd_tags_skip(&scan);
+	}
+	if (scan.err || total > SLUICE_REQ_PARTITIONS_MAX) {
+		*rd = scan;
+		return false;
+	}
+	if (total > 0 && !ops_alloc(r, total))
+		return false;
+	int32_t *nt = malloc(sizeof *nt);
+	if (!nt)
+		return false;
+	*nt = ntopics;
+	r->api = nt;
+	(void)krd_array(rd, flex, 2);
+	int32_t k = 0;
+	for (int32_t t = 0; t < ntopics; t++) {
+		struct kstr name = krd_string(rd, flex);
+		int32_t np = krd_array(rd, flex, 12);
+		for (int32_t p = 0; p < np; p++) {
+			struct partop *op = &r->ops[k++];
+			op->kind = PARTOP_LIST_OFFSETS;
+			op->tindex = t;
+			op->partition = krd_i32(rd);
+			if (v >= 4)
+				(void)krd_i32(rd);
+			op->offset = krd_i64(rd);
+			if (flex)
+				krd_tags_skip(rd);
+			op_resolve(r, op, name);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	dispatch_ops(r);
+	return true;
+}
+
+static void list_offsets_finish(struct req *r)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	int32_t ntopics = *(int32_t *)r->api;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (v >= 2)
+		kwr_i32(w, 0);
+	kwr_array(w, flex, ntopics);
+	int32_t k = 0;
+	for (int32_t t = 0; t < ntopics; t++) {
+		int32_t start = k;
+		while (k < r->nops && r->ops[k].tindex == t)
+			k++;
+		if (start < r->nops && r->ops[start].tindex == t)
+			kwr_string(w, flex, r->ops[start].name_ptr, r->ops[start].name_len);
+		else
+			kwr_string(w, flex, "", 0);
+		kwr_array(w, flex, k - start);
+		for (int32_t i = start; i < k; i++) {
+			struct partop *op = &r->ops[i];
+			kwr_i32(w, op->partition);
+			kwr_i16(w, op->error);
+			kwr_i64(w, op->error ? -1 : op->timestamp);
+			kwr_i64(w, op->error ? -1 : op->base_offset);
+			if (v >= 4)
+				kwr_i32(w, op->error || op->base_offset < 0 ? -1 : 0);
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+}
+
+/* ---- CreateTopics (19) -------------------------------------------------------------- */
+
+static bool create_topics_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	struct krd scan = *rd;
+	int32_t n = krd_array(&scan, flex, 12);
+	if (scan.err)
+		return *rd = scan, false;
+	/* Decode everything first (the request is all-or-nothing on syntax). */
+	struct ct {
+		struct sluice_topic_spec spec;
+		int16_t err;
+		char msg[256];
+		uint8_t id[16];
+		int32_t parts;
+	} *cts = n > 0 ? calloc((size_t)n, sizeof *cts) : NULL;
+	if (n > 0 && !cts)
+		return false;
+	r->api = cts;
+	(void)krd_array(rd, flex, 12);
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		struct kstr name = krd_string(rd, flex);
+		cts[i].spec.name = name.ptr ? name.ptr : "";
+		cts[i].spec.name_len = name.ptr ? (size_t)name.len : 0;
+		cts[i].spec.partitions = krd_i32(rd);
+		cts[i].spec.replication_factor = krd_i16(rd);
+		int32_t na = krd_array(rd, flex, 8);
+		for (int32_t a = 0; a < na && !rd->err; a++) {
+			(void)krd_i32(rd);
+			int32_t nb = krd_array(rd, flex, 4);
+			for (int32_t b = 0; b < nb && !rd->err; b++)
+				if (krd_i32(rd) != r->nc->b->cfg.node_id && !cts[i].err) {
+					cts[i].err = ERR_INVALID_REPLICA_ASSIGNMENT;
+					snprintf(cts[i].msg, sizeof cts[i].msg, "Replica assignment names a broker that does not exist.");
+				}
+			if (flex)
+				krd_tags_skip(rd);
+		}
+		if (na > 0 && !cts[i].err) {
+			if (cts[i].spec.partitions != -1 || cts[i].spec.replication_factor != -1) {
+				cts[i].err = ERR_INVALID_REQUEST;
+				snprintf(cts[i].msg, sizeof cts[i].msg,
+					 "Both numPartitions or replicationFactor and replicasAssignments were set.");
+			}
+			cts[i].spec.partitions = na;
+			cts[i].spec.replication_factor = -1;
+		}
+		int32_t nc = krd_array(rd, flex, 3);
+		for (int32_t c = 0; c < nc && !rd->err; c++) {
+			struct kstr key = krd_string(rd, flex), val = krd_string(rd, flex);
+			if (flex)
+				krd_tags_skip(rd);
+			if (cts[i].err || !key.ptr)
+				continue;
+			if (cts[i].spec.config_n >= SLUICE_TOPIC_CONFIGS_MAX || key.len >= SLUICE_TOPIC_CONFIG_KEY_MAX ||
+			    (val.ptr && val.len >= SLUICE_TOPIC_CONFIG_VALUE_MAX)) {
+				cts[i].err = ERR_INVALID_CONFIG;
+				snprintf(cts[i].msg, sizeof cts[i].msg, "Too many or too long topic configs.");
+				continue;
+			}
+			struct sluice_topic_config *tc = &cts[i].spec.configs[cts[i].spec.config_n++];
+			memcpy(tc->key, key.ptr, (size_t)key.len);
+			if (val.ptr)
+				memcpy(tc->value, val.ptr, (size_t)val.len);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	(void)krd_i32(rd); /* timeoutMs */
+	bool validate_only = v >= 1 ? krd_bool(rd) : false;
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		if (cts[i].err)
+			continue;
+		for (int32_t j = 0; j < i; j++)
+			if (cts[j].spec.name_len == cts[i].spec.name_len &&
+			    memcmp(cts[j].spec.name, cts[i].spec.name, cts[i].spec.name_len) == 0) {
+				cts[i].err = ERR_INVALID_REQUEST;
+				snprintf(cts[i].msg, sizeof cts[i].msg, "Create topics request from client contains a duplicate topic.");
+			}
+		if (cts[i].err)
+			continue;
+		struct sluice_topic out;
+		cts[i].err = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &cts[i].spec, validate_only,
+							      cts[i].msg, sizeof cts[i].msg, &out);
+		if (!cts[i].err) {
+			memcpy(cts[i].id, out.id, 16);
+			cts[i].parts = out.partitions;
+		}
+	}
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (v >= 2)
+		kwr_i32(w, 0);
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++) {
+		kwr_string(w, flex, cts[i].spec.name, (int32_t)cts[i].spec.name_len);
+		if (v >= 7)
+			kwr_uuid(w, cts[i].id);
+		kwr_i16(w, cts[i].err);
+		if (v >= 1)
+			kwr_cstr(w, flex, cts[i].err ? cts[i].msg : NULL);
+		if (v >= 5) {
+			kwr_i32(w, cts[i].err ? -1 : cts[i].parts);
+			kwr_i16(w, (int16_t)(cts[i].err ? -1 : 1));
+			if (cts[i].err)
+				kwr_array(w, flex, -1);
+			else {
+				kwr_array(w, flex, cts[i].spec.config_n);
+				for (int32_t c = 0; c < cts[i].spec.config_n; c++) {
+					kwr_cstr(w, flex, cts[i].spec.configs[c].key);
+					kwr_cstr(w, flex, cts[i].spec.configs[c].value);
+					kwr_bool(w, false);
+					kwr_i8(w, 1); /* DYNAMIC_TOPIC_CONFIG */
+					kwr_bool(w, false);
+					kwr_tags_empty(w);
+				}
+			}
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+	return true;
+}
+
+/* ---- DeleteTopics (20) -------------------------------------------------------------- */
+
+struct dt {
+	struct kstr name;
+	uint8_t id[16];
+	int16_t err;
+	char msg[128];
+	char deleted_name[SLUICE_TOPIC_NAME_MAX + 1];
+};
+
+struct dt_state {
+	int32_t n;
+	struct dt *topics;
+};
+
+static bool delete_topics_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	int32_t n = krd_array(rd, flex, v >= 6 ? 17 : 1);
+	if (rd->err)
+		return false;
+	struct dt_state *ds = calloc(1, sizeof *ds);
+	if (!ds)
+		return false;
+	r->api = ds;
+	ds->n = n > 0 ? n : 0;
+	ds->topics = ds->n ? calloc((size_t)ds->n, sizeof *ds->topics) : NULL;
+	if (ds->n && !ds->topics)
+		return false;
+	for (int32_t i = 0; i < ds->n && !rd->err; i++) {
+		if (v >= 6) {
+			ds->topics[i].name = krd_string(rd, flex);
+			krd_uuid(rd, ds->topics[i].id);
+			if (flex)
+				krd_tags_skip(rd);
+		} else
+			ds->topics[i].name = krd_string(rd, flex);
+	}
+	(void)krd_i32(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	/* Delete in the metadata, then have the storage cores drop the logs. */
+	int32_t total_parts = 0;
+	struct sluice_topic *gone = calloc((size_t)(ds->n ? ds->n : 1), sizeof *gone);
+	if (!gone)
+		return false;
+	for (int32_t i = 0; i < ds->n; i++) {
+		struct dt *d = &ds->topics[i];
+		if (!r->nc->b->cfg.delete_topic_enable) {
+			d->err = ERR_TOPIC_DELETION_DISABLED;
+			snprintf(d->msg, sizeof d->msg, "Topic deletion is disabled.");
+			continue;
+		}
+		if (!d->name.ptr) {
+			const struct sluice_topic *t = find_by_id(snap(r), d->id);
+			if (!t) {
+				d->err = ERR_UNKNOWN_TOPIC_ID;
+				snprintf(d->msg, sizeof d->msg, "This server does not host this topic ID.");
+				continue;
+			}
+			snprintf(d->deleted_name, sizeof d->deleted_name, "%s", t->name);
+		} else
+			snprintf(d->deleted_name, sizeof d->deleted_name, "%.*s",
+				 d->name.len > SLUICE_TOPIC_NAME_MAX ? SLUICE_TOPIC_NAME_MAX : d->name.len, d->name.ptr);
+		d->err = r->nc->b->meta.ops->delete_topic(r->nc->b->meta.self, d->deleted_name, strlen(d->deleted_name),
+							  &gone[i], d->msg, sizeof d->msg);
+		if (!d->err) {
+			memcpy(d->id, gone[i].id, 16);
+			total_parts += gone[i].partitions;
+		}
+	}
+	if (total_parts > 0 && ops_alloc(r, total_parts)) {
+		int32_t k = 0;
+		for (int32_t i = 0; i < ds->n; i++) {
+			if (ds->topics[i].err)
+				continue;
+			for (int32_t p = 0; p < gone[i].partitions; p++) {
+				struct partop *op = &r->ops[k++];
+				op->kind = PARTOP_DELETE;
+				op->topic = ds->topics[i].deleted_name;
+				op->partition = p;
+			}
+		}
+	}
+	free(gone);
+	dispatch_ops(r);
+	return true;
+}
+
+static void delete_topics_finish(struct req *r)
+{
+	struct dt_state *ds = r->api;
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (v >= 1)
+		kwr_i32(w, 0);
+	kwr_array(w, flex, ds->n);
+	for (int32_t i = 0; i < ds->n; i++) {
+		struct dt *d = &ds->topics[i];
+		if (d->name.ptr)
+			kwr_string(w, flex, d->name.ptr, d->name.len);
+		else
+			kwr_cstr(w, flex, d->deleted_name[0] ? d->deleted_name : NULL);
+		if (v >= 6)
+			kwr_uuid(w, d->id);
+		kwr_i16(w, d->err);
+		if (v >= 5)
+			kwr_cstr(w, flex, d->err ? d->msg : NULL);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	free(ds->topics);
+	ds->topics = NULL;
+	resp_end(r);
+}
+
+/* ---- DescribeConfigs (32) ------------------------------------------------------------- */
+
+enum { SRC_DYNAMIC_TOPIC = 1, SRC_STATIC_BROKER = 4, SRC_DEFAULT = 5 };
+enum { CT_BOOLEAN = 1, CT_STRING = 2, CT_INT = 3, CT_LONG = 5, CT_DOUBLE = 6, CT_LIST = 7 };
+
+/* Topic config keys with the broker setting that supplies their default. */
+struct topic_default {
+	const char *key;
+	int8_t type;
+	const char *fixed; /* NULL: computed from the broker config */
+};
+static const struct topic_default topic_defaults[] = {
+	{"cleanup.policy", CT_LIST, "delete"},
+	{"compression.type", CT_STRING, "producer"},
+	{"delete.retention.ms", CT_LONG, "86400000"},
+	{"file.delete.delay.ms", CT_LONG, "60000"},
+	{"flush.messages", CT_LONG, NULL},
+	{"flush.ms", CT_LONG, NULL},
+	{"index.interval.bytes", CT_INT, NULL},
+	{"max.message.bytes", CT_INT, NULL},
+	{"message.timestamp.type", CT_STRING, "CreateTime"},
+	{"min.insync.replicas", CT_INT, NULL},
+	{"preallocate", CT_BOOLEAN, "false"},
+	{"retention.bytes", CT_LONG, NULL},
+	{"retention.ms", CT_LONG, NULL},
+	{"segment.bytes", CT_INT, NULL},
+	{"segment.ms", CT_LONG, NULL},
+	{"unclean.leader.election.enable", CT_BOOLEAN, "false"},
+};
+
+static void topic_default_value(const struct sluice_config *c, const char *key, char *out, size_t len)
+{
+	if (!strcmp(key, "flush.messages"))
+		snprintf(out, len, "%" PRId64, c->log_flush_interval_messages);
+	else if (!strcmp(key, "flush.ms"))
+		snprintf(out, len, "%" PRId64, c->log_flush_interval_ms < 0 ? INT64_MAX : c->log_flush_interval_ms);
+	else if (!strcmp(key, "index.interval.bytes"))
+		snprintf(out, len, "%d", c->log_index_interval_bytes);
+	else if (!strcmp(key, "max.message.bytes"))
+		snprintf(out, len, "%d", c->message_max_bytes);
+	else if (!strcmp(key, "min.insync.replicas"))
+		snprintf(out, len, "%d", c->min_insync_replicas);
+	else if (!strcmp(key, "retention.bytes"))
+		snprintf(out, len, "%" PRId64, c->log_retention_bytes);
+	else if (!strcmp(key, "retention.ms"))
+		snprintf(out, len, "%" PRId64, c->log_retention_ms);
+	else if (!strcmp(key, "segment.bytes"))
+		snprintf(out, len, "%" PRId64, c->log_segment_bytes);
+	else if (!strcmp(key, "segment.ms"))
+		snprintf(out, len, "%" PRId64, c->log_roll_hours * 3600000);
+	else
+		out[0] = '\0';
+}
+
+static bool key_wanted(struct kstr *keys, int32_t nkeys, const char *name)
+{
+	if (nkeys < 0)
+		return true;
+	for (int32_t i = 0; i < nkeys; i++)
+		if (kstr_eq(keys[i], name))
+			return true;
+	return false;
+}
+
+static void dc_entry(struct req *r, const char *name, const char *value, bool read_only, int8_t source,
+		     int8_t type, bool synonyms)
+{
+	struct kwr *w = &r->out;
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	kwr_cstr(w, flex, name);
+	kwr_cstr(w, flex, value);
+	kwr_bool(w, read_only);
+	if (v == 0)
+		kwr_bool(w, source == SRC_DEFAULT);
+	else
+		kwr_i8(w, source);
+	kwr_bool(w, false); /* IsSensitive */
+	if (v >= 1) {
+		if (synonyms) {
+			kwr_array(w, flex, 1);
+			kwr_cstr(w, flex, name);
+			kwr_cstr(w, flex, value);
+			kwr_i8(w, source);
+			if (flex)
+				kwr_tags_empty(w);
+		} else
+			kwr_array(w, flex, 0);
+	}
+	if (v >= 3) {
+		kwr_i8(w, type);
+		kwr_cstr(w, flex, NULL);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+}
+
+static bool describe_configs_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	int32_t n = krd_array(rd, flex, 4);
+	if (rd->err)
+		return false;
+	struct dres {
+		int8_t type;
+		struct kstr name;
+		int32_t nkeys;
+		struct kstr *keys;
+	} *res = n > 0 ? calloc((size_t)n, sizeof *res) : NULL;
+	if (n > 0 && !res)
+		return false;
+	r->api = res;
+	struct kstr *allkeys = NULL;
+	size_t allkeys_n = 0;
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		res[i].type = krd_i8(rd);
+		res[i].name = krd_string(rd, flex);
+		res[i].nkeys = krd_array(rd, flex, 1);
+		if (res[i].nkeys > 0) {
+			struct kstr *nk = realloc(allkeys, (allkeys_n + (size_t)res[i].nkeys) * sizeof *nk);
+			if (!nk) {
+				free(allkeys);
+				return false;
+			}
+			allkeys = nk;
+			for (int32_t k = 0; k < res[i].nkeys && !rd->err; k++)
+				allkeys[allkeys_n + (size_t)k] = krd_string(rd, flex);
+			allkeys_n += (size_t)res[i].nkeys;
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	bool synonyms = v >= 1 ? krd_bool(rd) : false;
+	if (v >= 3)
+		(void)krd_bool(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err) {
+		free(allkeys);
+		return false;
+	}
+	size_t kpos = 0;
+	for (int32_t i = 0; i < n; i++) {
+		if (res[i].nkeys > 0) {
+			res[i].keys = allkeys + kpos;
+			kpos += (size_t)res[i].nkeys;
+		}
+	}
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++) {
+		struct dres *d = &res[i];
+		const struct sluice_topic *t = NULL;
+		int16_t err = ERR_NONE;
+		const char *msg = NULL;
+		char node[16];
+		snprintf(node, sizeof node, "%d", cfg->node_id);
+		if (d->type == 2) {
+			t = d->name.ptr ? sluice_meta_find(snap(r), d->name.ptr, (size_t)d->name.len) : NULL;
+			if (!t) {
+				err = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+				msg = "The topic does not exist.";
+			}
+		} else if (d->type == 4) {
+			if (d->name.ptr && d->name.len > 0 && !kstr_eq(d->name, node)) {
+				err = ERR_INVALID_REQUEST;
+				msg = "Unexpected broker id";
+			}
+		} else {
+			err = ERR_INVALID_REQUEST;
+			msg = "Unsupported resource type";
+		}
+		kwr_i16(w, err);
+		kwr_cstr(w, flex, msg);
+		kwr_i8(w, d->type);
+		kwr_string(w, flex, d->name.ptr ? d->name.ptr : "", d->name.ptr ? d->name.len : 0);
+		if (err) {
+			kwr_array(w, flex, 0);
+		} else if (d->type == 2) {
+			size_t pos = w->len;
+			kwr_array(w, flex, 0);
+			size_t after = w->len;
+			int32_t count = 0;
+			(void)pos;
+			(void)after;
+			/* Count first so the array header has the right size. */
+			for (size_t k = 0; k < sizeof topic_defaults / sizeof *topic_defaults; k++)
+				count += key_wanted(d->keys, d->nkeys, topic_defaults[k].key);
+			w->len = pos;
+			kwr_array(w, flex, count);
+			for (size_t k = 0; k < sizeof topic_defaults / sizeof *topic_defaults; k++) {
+				const struct topic_default *td = &topic_defaults[k];
+				if (!key_wanted(d->keys, d->nkeys, td->key))
+					continue;
+				char val[SLUICE_TOPIC_CONFIG_VALUE_MAX];
+				int8_t src = SRC_DEFAULT;
+				if (td->fixed)
+					snprintf(val, sizeof val, "%s", td->fixed);
+				else
+					topic_default_value(cfg, td->key, val, sizeof val);
+				for (int32_t c = 0; c < t->config_n; c++)
+					if (!strcmp(t->configs[c].key, td->key)) {
+						snprintf(val, sizeof val, "%s", t->configs[c].value);
+						src = SRC_DYNAMIC_TOPIC;
+					}
+				dc_entry(r, td->key, val, false, src, td->type, synonyms);
+			}
+		} else {
+			int32_t count = 0;
+			const char *name;
+			char val[SLUICE_CONFIG_STRING_MAX];
+			bool is_def;
+			for (size_t k = 0; sluice_config_entry(cfg, k, &name, val, sizeof val, &is_def); k++)
+				count += key_wanted(d->keys, d->nkeys, name);
+			kwr_array(w, flex, count);
+			for (size_t k = 0; sluice_config_entry(cfg, k, &name, val, sizeof val, &is_def); k++)
+				if (key_wanted(d->keys, d->nkeys, name))
+					dc_entry(r, name, val, true, is_def ? SRC_DEFAULT : SRC_STATIC_BROKER, CT_STRING,
+						 synonyms);
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	free(allkeys);
+	resp_end(r);
+	return true;
+}

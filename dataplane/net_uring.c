@@ -1,0 +1,488 @@
+/* The default network transport: kernel TCP driven through one io_uring per
+ * network core. Each core has its own SO_REUSEPORT listener, so the kernel
+ * spreads connections across cores. The loop accepts, receives into a
+ * per-connection buffer, cuts Kafka frames (4-byte size prefix) and hands
+ * them to the protocol layer, sends responses in request order, takes
+ * storage-core replies from its rings, and sleeps in io_uring_enter when idle.
+ *
+ * user_data encoding: a pointer with the low 3 bits as the operation:
+ * 1 accept (no pointer), 2 recv (conn), 3 send (conn), 4 eventfd read. */
+#include "common/log.h"
+#include "dataplane/req.h"
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { UD_ACCEPT = 1, UD_RECV = 2, UD_SEND = 3, UD_EVENTFD = 4 };
+
+struct nstate {
+	struct proto_state proto; /* first: the protocol layer's view of nc->state */
+	int32_t conns;
+	bool accept_armed;
+	uint64_t efd_buf;
+	bool efd_armed;
+	struct sockaddr_storage accept_addr;
+	socklen_t accept_len;
+};
+
+static struct io_uring_sqe *sqe_get(struct netcore *nc)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&nc->ring);
+	if (!sqe) {
+		io_uring_submit(&nc->ring);
+		sqe = io_uring_get_sqe(&nc->ring);
+	}
+	assert(sqe); /* the ring was just emptied */
+	return sqe;
+}
+
+static void conn_put(struct conn *c)
+{
+	assert(c->refs > 0);
+	if (--c->refs > 0)
+		return;
+	struct nstate *ns = c->nc->state;
+	close(c->fd);
+	free(c->in);
+	free(c);
+	ns->conns--;
+}
+
+static void conn_reap_closing(struct conn *c);
+
+static void arm_recv(struct conn *c)
+{
+	if (c->closing || c->recv_armed || c->parsing || c->inflight >= SLUICE_CONN_INFLIGHT_MAX)
+		return;
+	if (c->in_cap - c->in_len < 4096) {
+		/* grow to hold the frame being received (bounded by the frame limit) */
+		size_t want = c->in_cap * 2;
+		if (c->in_len >= 4) {
+			uint32_t need = kbe32(c->in) + 4u;
+			if (need > want)
+				want = need;
+		}
+		uint8_t *n = realloc(c->in, want);
+		if (!n) {
+			sluice_conn_close(c);
+			return;
+		}
+		c->in = n;
+		c->in_cap = want;
+	}
+	struct io_uring_sqe *sqe = sqe_get(c->nc);
+	io_uring_prep_recv(sqe, c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | UD_RECV);
+	c->recv_armed = true;
+	c->refs++;
+}
+
+static void arm_send(struct conn *c)
+{
+	if (c->send_armed || c->closing)
+		return;
+	/* Drop finished requests that send nothing (acks=0), then send the head. */
+	while (c->head && c->head->done && c->head->no_response) {
+		struct req *r = c->head;
+		c->head = r->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->inflight--;
+		sluice_req_free(r);
+		conn_put(c);
+	}
+	struct req *r = c->head;
+	if (!r || !r->done)
+		return;
+	struct io_uring_sqe *sqe = sqe_get(c->nc);
+	io_uring_prep_send(sqe, c->fd, r->out.buf + c->sent, r->out.len - c->sent, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | UD_SEND);
+	c->send_armed = true;
+	c->refs++;
+}
+
+void sluice_conn_response_ready(struct conn *c)
+{
+	if (c->closing) {
+		conn_reap_closing(c);
+		return;
+	}
+	arm_send(c);
+	arm_recv(c); /* a slot may have freed */
+}
+
+void sluice_conn_close(struct conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	shutdown(c->fd, SHUT_RDWR); /* completes outstanding recv/send */
+	/* Requests still lent to storage cores keep the conn alive; the ones
+	 * that are finished can go now. */
+	struct req **pp = &c->head;
+	while (*pp) {
+		struct req *r = *pp;
+		if ((r->done || r->pending == 0) && !r->parked && c->sending != r) {
+			*pp = r->next;
+			c->inflight--;
+			sluice_req_free(r);
+			c->refs--;
+			continue;
+		}
+		pp = &r->next;
+	}
+	c->tail = NULL;
+	for (struct req *r = c->head; r; r = r->next)
+		c->tail = r;
+	conn_put(c); /* the connection's own reference */
+}
+
+/* On a closing connection, requests finish only to be dropped. */
+static void conn_reap_closing(struct conn *c)
+{
+	struct req **pp = &c->head;
+	c->tail = NULL;
+	while (*pp) {
+		struct req *r = *pp;
+		if (r->done && !r->parked) {
+			*pp = r->next;
+			c->inflight--;
+			sluice_req_free(r);
+			conn_put(c);
+			continue;
+		}
+		c->tail = r;
+		pp = &r->next;
+	}
+}
+
+/* Cut complete frames out of the input buffer. */
+static void conn_parse(struct conn *c)
+{
+	const uint32_t max = (uint32_t)c->nc->b->cfg.socket_request_max_bytes;
+	size_t off = 0;
+	c->parsing = true;
+	while (!c->closing && c->in_len - off >= 4 && c->inflight < SLUICE_CONN_INFLIGHT_MAX) {
+		int32_t size = (int32_t)kbe32(c->in + off);
+		if (size < 8 || (uint32_t)size > max) {
+			SLOG_INFO("net", "%s: frame size %d outside [8, %u]; closing connection", c->peer, size, max);
+			c->parsing = false;
+			sluice_conn_close(c);
+			return;
+		}
+		if (c->in_len - off - 4 < (size_t)size)
+			break;
+		uint8_t *frame = malloc((size_t)size);
+		if (!frame) {
+			c->parsing = false;
+			sluice_conn_close(c);
+			return;
+		}
+		memcpy(frame, c->in + off + 4, (size_t)size);
+		off += 4 + (size_t)size;
+		if (!sluice_proto_on_frame(c, frame, (uint32_t)size)) {
+			c->parsing = false;
+			sluice_conn_close(c);
+			return;
+		}
+	}
+	c->parsing = false;
+	if (off) {
+		memmove(c->in, c->in + off, c->in_len - off);
+		c->in_len -= off;
+	}
+	/* Shrink a buffer that grew for one large frame. */
+	if (c->in_cap > SLUICE_CONN_RECV_BYTES && c->in_len < SLUICE_CONN_RECV_BYTES / 2) {
+		uint8_t *n = realloc(c->in, SLUICE_CONN_RECV_BYTES);
+		if (n) {
+			c->in = n;
+			c->in_cap = SLUICE_CONN_RECV_BYTES;
+		}
+	}
+}
+
+static void on_recv(struct conn *c, int res)
+{
+	c->recv_armed = false;
+	if (res <= 0 || c->closing) {
+		if (res < 0 && res != -ECONNRESET && !c->closing)
+			SLOG_DEBUG("net", "%s: recv: %s", c->peer, strerror(-res));
+		sluice_conn_close(c);
+		conn_put(c);
+		return;
+	}
+	c->in_len += (size_t)res;
+	conn_parse(c);
+	arm_recv(c);
+	conn_put(c);
+}
+
+static void on_send(struct conn *c, int res)
+{
+	c->send_armed = false;
+	if (res <= 0 || c->closing) {
+		sluice_conn_close(c);
+		conn_put(c);
+		return;
+	}
+	struct req *r = c->head;
+	assert(r && r->done);
+	c->sent += (size_t)res;
+	if (c->sent == r->out.len) {
+		c->sent = 0;
+		c->head = r->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->inflight--;
+		sluice_req_free(r);
+		c->refs--; /* the request's reference; the send's is dropped below */
+		if (c->in_len >= 4)
+			conn_parse(c); /* frames held back by the in-flight limit */
+		arm_recv(c);
+	}
+	arm_send(c);
+	conn_put(c);
+}
+
+static void arm_accept(struct netcore *nc)
+{
+	struct nstate *ns = nc->state;
+	if (ns->accept_armed || __atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE))
+		return;
+	struct io_uring_sqe *sqe = sqe_get(nc);
+	ns->accept_len = sizeof ns->accept_addr;
+	io_uring_prep_accept(sqe, nc->listen_fd, (struct sockaddr *)&ns->accept_addr, &ns->accept_len, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, UD_ACCEPT);
+	ns->accept_armed = true;
+}
+
+static void on_accept(struct netcore *nc, int res)
+{
+	struct nstate *ns = nc->state;
+	ns->accept_armed = false;
+	if (res < 0) {
+		if (res != -EINTR && res != -ECANCELED)
+			SLOG_WARN("net", "accept: %s", strerror(-res));
+		arm_accept(nc);
+		return;
+	}
+	if (ns->conns >= nc->b->cfg.connections_max) {
+		SLOG_WARN("net", "connection limit %d reached; refusing", nc->b->cfg.connections_max);
+		close(res);
+		arm_accept(nc);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof *c);
+	if (c)
+		c->in = malloc(SLUICE_CONN_RECV_BYTES);
+	if (!c || !c->in) {
+		if (c)
+			free(c);
+		close(res);
+		arm_accept(nc);
+		return;
+	}
+	int one = 1;
+	setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	c->nc = nc;
+	c->fd = res;
+	c->refs = 1; /* the connection's own reference, dropped at close */
+	c->in_cap = SLUICE_CONN_RECV_BYTES;
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+	if (ns->accept_addr.ss_family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ns->accept_addr;
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+		port = ntohs(a->sin_port);
+	} else if (ns->accept_addr.ss_family == AF_INET6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ns->accept_addr;
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+		port = ntohs(a->sin6_port);
+	}
+	snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+	ns->conns++;
+	arm_recv(c);
+	arm_accept(nc);
+}
+
+/* Ops that found their storage ring full wait here, in order. */
+void sluice_net_submit(struct netcore *nc, struct partop *op)
+{
+	struct proto_state *ps = nc->state;
+	int sc = sluice_store_core_for(nc->b, op->topic, op->partition);
+	struct storecore *s = &nc->b->store[sc];
+	op->next = NULL;
+	if (!ps->backlog_head && sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op})) {
+		sluice_core_wake(&s->sleeping, s->efd);
+		return;
+	}
+	if (ps->backlog_tail)
+		ps->backlog_tail->next = op;
+	else
+		ps->backlog_head = op;
+	ps->backlog_tail = op;
+}
+
+static void flush_backlog(struct netcore *nc)
+{
+	struct proto_state *ps = nc->state;
+	while (ps->backlog_head) {
+		struct partop *op = ps->backlog_head;
+		int sc = sluice_store_core_for(nc->b, op->topic, op->partition);
+		struct storecore *s = &nc->b->store[sc];
+		if (!sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op}))
+			break;
+		sluice_core_wake(&s->sleeping, s->efd);
+		ps->backlog_head = op->next;
+		if (!ps->backlog_head)
+			ps->backlog_tail = NULL;
+	}
+}
+
+static bool drain_replies(struct netcore *nc)
+{
+	bool any = false, wake = false;
+	for (int s = 0; s < nc->b->store_n; s++) {
+		struct sluice_msg m;
+		for (int k = 0; k < 4096 && sluice_ring_pop(&nc->b->store[s].out[nc->id], &m); k++) {
+			any = true;
+			if (m.type == MSG_WAKE_FETCHES)
+				wake = true;
+			else
+				sluice_proto_on_partop(nc, m.ptr);
+		}
+	}
+	if (wake)
+		sluice_proto_retry_parked(nc, sluice_now_ms(), true);
+	return any;
+}
+
+static bool rings_nonempty(struct netcore *nc)
+{
+	for (int s = 0; s < nc->b->store_n; s++) {
+		struct sluice_ring *r = &nc->b->store[s].out[nc->id];
+		if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != r->tail)
+			return true;
+	}
+	return false;
+}
+
+static void dispatch(struct netcore *nc, struct io_uring_cqe *cqe)
+{
+	struct nstate *ns = nc->state;
+	uintptr_t ud = (uintptr_t)io_uring_cqe_get_data64(cqe);
+	int res = cqe->res;
+	io_uring_cqe_seen(&nc->ring, cqe);
+	struct conn *c = (struct conn *)(ud & ~(uintptr_t)7);
+	switch (ud & 7) {
+	case UD_ACCEPT: on_accept(nc, res); break;
+	case UD_RECV: on_recv(c, res); break;
+	case UD_SEND: on_send(c, res); break;
+	case UD_EVENTFD: ns->efd_armed = false; break;
+	default: break;
+	}
+}
+
+static void *uring_run(void *arg)
+{
+	struct netcore *nc = arg;
+	struct nstate *ns = nc->state;
+	char name[16];
+	snprintf(name, sizeof name, "sluice-net%d", nc->id);
+	pthread_setname_np(pthread_self(), name);
+	arm_accept(nc);
+	while (!__atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE)) {
+		drain_replies(nc);
+		flush_backlog(nc);
+		int64_t now = sluice_now_ms();
+		if (ns->proto.parked_n)
+			sluice_proto_retry_parked(nc, now, false);
+		if (!ns->efd_armed) {
+			struct io_uring_sqe *sqe = sqe_get(nc);
+			io_uring_prep_read(sqe, nc->efd, &ns->efd_buf, sizeof ns->efd_buf, 0);
+			io_uring_sqe_set_data64(sqe, UD_EVENTFD);
+			ns->efd_armed = true;
+		}
+		__atomic_store_n(&nc->sleeping, 1, __ATOMIC_SEQ_CST);
+		struct io_uring_cqe *cqe;
+		if (rings_nonempty(nc) || ns->proto.backlog_head) {
+			__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
+			io_uring_submit(&nc->ring);
+		} else {
+			int64_t deadline = sluice_proto_next_deadline(nc);
+			int64_t wait_ms = deadline == INT64_MAX ? 500 : deadline - now;
+			if (wait_ms < 0)
+				wait_ms = 0;
+			if (wait_ms > 500)
+				wait_ms = 500;
+			struct __kernel_timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
+			io_uring_submit_and_wait_timeout(&nc->ring, &cqe, 1, &ts, NULL);
+			__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
+		}
+		for (int i = 0; i < 1024 && io_uring_peek_cqe(&nc->ring, &cqe) == 0; i++)
+			dispatch(nc, cqe);
+	}
+	return NULL;
+}
+
+static int uring_init(struct netcore *nc)
+{
+	struct nstate *ns = calloc(1, sizeof *ns);
+	if (!ns)
+		return -1;
+	nc->state = ns;
+	nc->efd = eventfd(0, EFD_CLOEXEC);
+	if (nc->efd < 0)
+		return -1;
+	int rc = io_uring_queue_init(SLUICE_URING_ENTRIES, &nc->ring, 0);
+	if (rc < 0) {
+		SLOG_ERR("net", "io_uring_queue_init: %s", strerror(-rc));
+		return -1;
+	}
+	const struct sluice_config *cfg = &nc->b->cfg;
+	struct addrinfo hints = {0}, *ai = NULL;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	char port[16];
+	snprintf(port, sizeof port, "%d", cfg->listen_port);
+	const char *host = cfg->listen_host[0] ? cfg->listen_host : NULL;
+	if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0) {
+		SLOG_ERR("net", "listeners: cannot resolve %s: %s", cfg->listen_host, gai_strerror(rc));
+		return -1;
+	}
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+		SLOG_ERR("net", "listeners: cannot listen on %s:%d: %s", cfg->listen_host, cfg->listen_port, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return -1;
+	}
+	freeaddrinfo(ai);
+	nc->listen_fd = fd;
+	return 0;
+}
+
+static void uring_fini(struct netcore *nc)
+{
+	close(nc->listen_fd);
+	io_uring_queue_exit(&nc->ring);
+	close(nc->efd);
+	free(nc->state);
+	nc->state = NULL;
+}
+
+const struct sluice_transport_ops sluice_transport_uring = {"uring", uring_init, uring_run, uring_fini};

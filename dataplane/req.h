@@ -1,0 +1,74 @@
+/* Requests and connections as the protocol layer sees them. A connection
+ * keeps its requests in arrival order; each request is decoded, dispatched
+ * (possibly to storage cores), and its response encoded when complete.
+ * Responses leave in request order, as Kafka requires. The transport owns
+ * the socket; the protocol layer never touches it directly. */
+#ifndef SLUICE_REQ_H
+#define SLUICE_REQ_H
+#include "dataplane/core.h"
+
+struct conn;
+
+struct req {
+	struct conn *conn;
+	struct netcore *nc;
+	int16_t api_key, api_version;
+	int32_t correlation_id;
+	bool flexible;      /* request body uses the flexible encoding */
+	bool done;          /* response (if any) is ready in out */
+	bool no_response;   /* acks=0 produce */
+	bool parked;        /* long-polling fetch */
+	uint8_t *frame;     /* the request bytes (header + body), owned */
+	uint32_t frame_len;
+	size_t body_off;    /* where the body starts in frame */
+	struct kwr out;     /* size prefix + response header + body */
+	struct sluice_meta_snapshot *snap;
+	struct partop *ops; /* partition operations, owned */
+	int32_t nops;
+	int32_t pending;    /* ops lent to storage cores */
+	int64_t deadline_ms;
+	void *api;          /* handler-specific decoded request, owned */
+	struct req *next;   /* connection queue */
+	struct req *park_next;
+};
+
+struct conn {
+	struct netcore *nc;
+	int fd;
+	int refs;           /* in-flight I/O and requests */
+	bool closing;
+	bool recv_armed, send_armed;
+	bool parsing;       /* inside conn_parse: the input buffer must not move under a recv */
+	uint8_t *in;
+	size_t in_len, in_cap;
+	struct req *head, *tail; /* requests in arrival order */
+	int32_t inflight;
+	struct req *sending;     /* response being sent */
+	size_t sent;
+	char peer[64];
+};
+
+/* Protocol layer entry points, called by the transport. */
+/* Decode a frame (without the 4-byte size) into a request and start it.
+ * Returns false when the connection must be closed. */
+bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len);
+/* A storage core handed an op back. */
+void sluice_proto_on_partop(struct netcore *nc, struct partop *op);
+/* Parked fetches: retry (data may have arrived) or expire. */
+void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all);
+int64_t sluice_proto_next_deadline(struct netcore *nc);
+void sluice_req_free(struct req *r);
+int64_t sluice_now_ms(void);
+
+/* Transport services the protocol layer uses. */
+void sluice_conn_response_ready(struct conn *c);
+void sluice_conn_close(struct conn *c);
+
+/* Per network core protocol state. */
+struct proto_state {
+	struct req *parked_head;
+	int32_t parked_n;
+	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
+};
+
+#endif

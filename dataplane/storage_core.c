@@ -1,0 +1,500 @@
+/* A storage core: owns a shard of partition logs. It takes partition
+ * operations from the network cores' rings, appends and reads, issues one
+ * group-commit write per dirty partition per loop turn through its io_uring,
+ * answers appends once their data is written, and wakes network cores whose
+ * fetches wait on a partition that just advanced. */
+#include "common/log.h"
+#include "dataplane/core.h"
+#include "storage/plog.h"
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STORE_BACKLOG_MAX (1u << 20)
+
+struct spart {
+	char *topic;
+	int32_t partition;
+	struct sluice_plog *log;
+	struct partop *wait_head, *wait_tail; /* appends waiting for their write */
+	uint64_t fetch_watchers;              /* bit per network core */
+	bool dirty;
+	struct spart *dirty_next;
+	struct storecore *sc;
+};
+
+struct backlog_item {
+	struct sluice_msg m;
+	int net;
+};
+
+struct sstate {
+	struct spart **table; /* open addressing, power-of-two size */
+	uint32_t table_cap, count;
+	struct spart *dirty_head;
+	struct backlog_item *backlog; /* replies that found a full ring */
+	uint32_t backlog_n, backlog_cap;
+	uint64_t efd_buf;
+	bool efd_armed;
+	bool in_wait; /* inside wait_write: defer new messages */
+	struct sluice_plog_cfg plog_cfg;
+};
+
+static uint64_t hash_tp(const char *t, int32_t p)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *t; t++)
+		h = (h ^ (uint8_t)*t) * 1099511628211ull;
+	h = (h ^ (uint32_t)p) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+int sluice_store_core_for(const struct broker *b, const char *topic, int32_t partition)
+{
+	return (int)(hash_tp(topic, partition) % (uint64_t)b->store_n);
+}
+
+static void reply(struct storecore *sc, int net, struct sluice_msg m)
+{
+	struct sstate *st = sc->state;
+	if (st->backlog_n == 0 && sluice_ring_push(&sc->out[net], m)) {
+		sluice_core_wake(&sc->b->net[net].sleeping, sc->b->net[net].efd);
+		return;
+	}
+	if (st->backlog_n == st->backlog_cap) {
+		uint32_t cap = st->backlog_cap ? st->backlog_cap * 2 : 1024;
+		assert(cap <= STORE_BACKLOG_MAX);
+		st->backlog = realloc(st->backlog, cap * sizeof *st->backlog);
+		assert(st->backlog);
+		st->backlog_cap = cap;
+	}
+	st->backlog[st->backlog_n++] = (struct backlog_item){m, net};
+}
+
+static void flush_backlog(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	uint32_t k = 0, i = 0;
+	for (; i < st->backlog_n; i++) {
+		struct backlog_item *it = &st->backlog[i];
+		if (!sluice_ring_push(&sc->out[it->net], it->m))
+			break;
+		sluice_core_wake(&sc->b->net[it->net].sleeping, sc->b->net[it->net].efd);
+	}
+	for (; i < st->backlog_n; i++)
+		st->backlog[k++] = st->backlog[i];
+	st->backlog_n = k;
+}
+
+static void op_done(struct storecore *sc, struct partop *op)
+{
+	reply(sc, op->net_core, (struct sluice_msg){MSG_PARTOP, (uint32_t)sc->id, op});
+}
+
+/* Hook from the plog: its high watermark moved (or it failed). */
+static void on_committed(struct sluice_plog *l, void *arg)
+{
+	struct spart *p = arg;
+	int64_t hw = sluice_plog_high_watermark(l);
+	bool failed = sluice_plog_failed(l);
+	while (p->wait_head && (failed || p->wait_head->last_offset < hw)) {
+		struct partop *op = p->wait_head;
+		p->wait_head = op->next;
+		op->next = NULL;
+		if (failed && op->last_offset >= hw)
+			op->error = 56; /* KAFKA_STORAGE_ERROR */
+		op->high_watermark = hw;
+		op->log_start = sluice_plog_log_start(l);
+		op_done(p->sc, op);
+	}
+	if (!p->wait_head)
+		p->wait_tail = NULL;
+	if (p->fetch_watchers) {
+		uint64_t w = p->fetch_watchers;
+		p->fetch_watchers = 0;
+		for (int n = 0; n < p->sc->b->net_n; n++)
+			if (w & (1ull << n))
+				reply(p->sc, n, (struct sluice_msg){MSG_WAKE_FETCHES, (uint32_t)p->sc->id, NULL});
+	}
+}
+
+static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe);
+
+/* Hook from the plog: block until its in-flight write completes. */
+static void wait_write(struct sluice_plog *l, void *arg)
+{
+	struct spart *p = arg;
+	struct sstate *st = p->sc->state;
+	st->in_wait = true;
+	while (sluice_plog_write_inflight(l)) {
+		struct io_uring_cqe *cqe;
+		io_uring_submit(&p->sc->ring);
+		if (io_uring_wait_cqe(&p->sc->ring, &cqe) < 0)
+			break;
+		dispatch_cqe(p->sc, cqe);
+	}
+	st->in_wait = false;
+}
+
+static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot)
+{
+	uint32_t mask = st->table_cap - 1;
+	uint32_t i = (uint32_t)hash_tp(topic, partition) & mask;
+	for (;; i = (i + 1) & mask) {
+		struct spart *p = st->table[i];
+		if (!p || (p->partition == partition && strcmp(p->topic, topic) == 0)) {
+			*slot = i;
+			return p;
+		}
+	}
+}
+
+static void table_grow(struct sstate *st)
+{
+	uint32_t old_cap = st->table_cap;
+	struct spart **old = st->table;
+	st->table_cap = old_cap ? old_cap * 2 : 1024;
+	st->table = calloc(st->table_cap, sizeof *st->table);
+	assert(st->table);
+	for (uint32_t i = 0; i < old_cap; i++)
+		if (old[i]) {
+			uint32_t slot;
+			(void)part_lookup(st, old[i]->topic, old[i]->partition, &slot);
+			st->table[slot] = old[i];
+		}
+	free(old);
+}
+
+static void part_dir(const struct broker *b, const char *topic, int32_t partition, char *out, size_t len)
+{
+	/* Use the directory that already holds the partition; new partitions
+	 * are spread over the data directories by hash. */
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[d], topic, partition);
+		struct stat stt;
+		if (stat(out, &stt) == 0)
+			return;
+	}
+	int d = (int)(hash_tp(topic, partition) % (uint64_t)b->cfg.log_dir_count);
+	snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[d], topic, partition);
+}
+
+static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
+{
+	struct sstate *st = sc->state;
+	if ((st->count + 1) * 2 > st->table_cap)
+		table_grow(st);
+	uint32_t slot;
+	struct spart *p = part_lookup(st, topic, partition, &slot);
+	if (p)
+		return p;
+	if (st->count >= SLUICE_STORE_PARTITIONS_MAX) {
+		*error = 56;
+		return NULL;
+	}
+	p = calloc(1, sizeof *p);
+	if (!p || !(p->topic = strdup(topic))) {
+		free(p);
+		*error = -1;
+		return NULL;
+	}
+	p->partition = partition;
+	p->sc = sc;
+	char dir[900], err[512];
+	part_dir(sc->b, topic, partition, dir, sizeof dir);
+	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
+	struct sluice_plog_recovery rec;
+	if (sluice_plog_open(dir, &st->plog_cfg, sc->b->clean_start, &hooks, &p->log, &rec, err, sizeof err) < 0) {
+		SLOG_ERR("storage", "cannot open partition %s-%d: %s", topic, partition, err);
+		free(p->topic);
+		free(p);
+		*error = 56; /* KAFKA_STORAGE_ERROR */
+		return NULL;
+	}
+	if (rec.bytes_truncated || rec.segments_deleted)
+		SLOG_WARN("storage", "recovered %s-%d: %" PRId64 " batches scanned%s, %" PRId64
+			  " bytes truncated, %d segments deleted",
+			  topic, partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
+			  rec.bytes_truncated, rec.segments_deleted);
+	st->table[slot] = p;
+	st->count++;
+	return p;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path) < 0 ? 0 : 0;
+}
+
+static void part_delete(struct storecore *sc, const char *topic, int32_t partition)
+{
+	struct sstate *st = sc->state;
+	char dir[900];
+	uint32_t slot = 0;
+	struct spart *p = st->table_cap ? part_lookup(st, topic, partition, &slot) : NULL;
+	if (p) {
+		/* Fail anything still waiting, close the log, then drop the entry
+		 * and re-insert the rest of its probe cluster. */
+		while (p->wait_head) {
+			struct partop *op = p->wait_head;
+			p->wait_head = op->next;
+			op->error = 3;
+			op_done(sc, op);
+		}
+		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)
+			if (*d == p) {
+				*d = p->dirty_next;
+				break;
+			}
+		sluice_plog_close(p->log);
+		free(p->topic);
+		free(p);
+		st->table[slot] = NULL;
+		st->count--;
+		uint32_t mask = st->table_cap - 1;
+		for (uint32_t i = (slot + 1) & mask; st->table[i]; i = (i + 1) & mask) {
+			struct spart *q = st->table[i];
+			st->table[i] = NULL;
+			uint32_t s2;
+			(void)part_lookup(st, q->topic, q->partition, &s2);
+			st->table[s2] = q;
+		}
+	}
+	part_dir(sc->b, topic, partition, dir, sizeof dir);
+	char gone[1000];
+	/* Rename first, then remove: a crash in between leaves only a
+	 * "-delete" directory, never a half-deleted live partition. */
+	snprintf(gone, sizeof gone, "%s.%" PRIx64 "-delete", dir, (uint64_t)time(NULL));
+	if (rename(dir, gone) == 0)
+		(void)nftw(gone, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void handle_op(struct storecore *sc, struct partop *op)
+{
+	struct sstate *st = sc->state;
+	if (op->kind == PARTOP_DELETE) {
+		part_delete(sc, op->topic, op->partition);
+		op_done(sc, op);
+		return;
+	}
+	int16_t error = 0;
+	struct spart *p = part_get(sc, op->topic, op->partition, &error);
+	if (!p) {
+		op->error = error;
+		op_done(sc, op);
+		return;
+	}
+	struct sluice_plog *l = p->log;
+	op->log_start = sluice_plog_log_start(l);
+	op->high_watermark = sluice_plog_high_watermark(l);
+	if (sluice_plog_failed(l)) {
+		op->error = 56;
+		op_done(sc, op);
+		return;
+	}
+	switch (op->kind) {
+	case PARTOP_APPEND: {
+		int rc = sluice_plog_append(l, op->data, op->len, 0, &op->base_offset, &op->last_offset);
+		if (rc < 0) {
+			op->error = 56;
+			op_done(sc, op);
+			return;
+		}
+		if (!p->dirty) {
+			p->dirty = true;
+			p->dirty_next = st->dirty_head;
+			st->dirty_head = p;
+		}
+		op->next = NULL;
+		if (p->wait_tail)
+			p->wait_tail->next = op;
+		else
+			p->wait_head = op;
+		p->wait_tail = op;
+		return;
+	}
+	case PARTOP_READ: {
+		int32_t n = sluice_plog_read(l, op->offset, op->max_bytes, op->min_one, &op->rdata);
+		if (n == -1)
+			op->error = 1; /* OFFSET_OUT_OF_RANGE */
+		else if (n < 0)
+			op->error = 56;
+		else
+			op->rlen = n;
+		if (n == 0 && op->watch)
+			p->fetch_watchers |= 1ull << op->net_core;
+		op_done(sc, op);
+		return;
+	}
+	case PARTOP_LIST_OFFSETS: {
+		int64_t ts = op->offset;
+		op->timestamp = -1;
+		if (ts == -1)
+			op->base_offset = sluice_plog_high_watermark(l);
+		else if (ts == -2)
+			op->base_offset = sluice_plog_log_start(l);
+		else if (ts < 0)
+			op->base_offset = -1;
+		else
+			op->base_offset = sluice_plog_offset_for_time(l, ts, &op->timestamp);
+		op_done(sc, op);
+		return;
+	}
+	default:
+		assert(!"unknown partop kind");
+	}
+}
+
+static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe)
+{
+	struct sstate *st = sc->state;
+	uintptr_t ud = (uintptr_t)io_uring_cqe_get_data64(cqe);
+	int res = cqe->res;
+	io_uring_cqe_seen(&sc->ring, cqe);
+	if (ud == 0)
+		return;
+	if (ud == 8) { /* eventfd read */
+		st->efd_armed = false;
+		return;
+	}
+	struct sluice_plog *l = (struct sluice_plog *)(ud & ~(uintptr_t)7);
+	sluice_plog_complete(l, (int)(ud & 7), res);
+}
+
+static bool drain_rings(struct storecore *sc)
+{
+	bool any = false;
+	for (int n = 0; n < sc->b->net_n; n++) {
+		struct sluice_msg m;
+		for (int k = 0; k < 4096 && sluice_ring_pop(&sc->in[n], &m); k++) {
+			any = true;
+			assert(m.type == MSG_PARTOP);
+			handle_op(sc, m.ptr);
+		}
+	}
+	return any;
+}
+
+static void submit_writes(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	struct spart **pp = &st->dirty_head;
+	while (*pp) {
+		struct spart *p = *pp;
+		if (sluice_plog_write_pending(p->log)) {
+			if (io_uring_sq_space_left(&sc->ring) < 2)
+				io_uring_submit(&sc->ring);
+			if (sluice_plog_submit_write(p->log, &sc->ring) < 0) {
+				pp = &p->dirty_next;
+				continue;
+			}
+		}
+		/* keep it listed while its write is in flight; it may need another */
+		if (!sluice_plog_write_pending(p->log) && !p->wait_head) {
+			p->dirty = false;
+			*pp = p->dirty_next;
+			continue;
+		}
+		pp = &p->dirty_next;
+	}
+}
+
+static void *storage_main(void *arg)
+{
+	struct storecore *sc = arg;
+	struct sstate *st = sc->state;
+	char name[16];
+	snprintf(name, sizeof name, "sluice-store%d", sc->id);
+	pthread_setname_np(pthread_self(), name);
+	for (;;) {
+		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
+		drain_rings(sc);
+		submit_writes(sc);
+		flush_backlog(sc);
+		if (stopping)
+			break;
+		if (!st->efd_armed) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&sc->ring);
+			if (!sqe) {
+				io_uring_submit(&sc->ring);
+				sqe = io_uring_get_sqe(&sc->ring);
+			}
+			io_uring_prep_read(sqe, sc->efd, &st->efd_buf, sizeof st->efd_buf, 0);
+			io_uring_sqe_set_data64(sqe, 8);
+			st->efd_armed = true;
+		}
+		__atomic_store_n(&sc->sleeping, 1, __ATOMIC_SEQ_CST);
+		bool more = false;
+		for (int n = 0; n < sc->b->net_n && !more; n++)
+			more = sc->in[n].head != __atomic_load_n(&sc->in[n].tail, __ATOMIC_ACQUIRE) ||
+			       __atomic_load_n(&sc->in[n].head, __ATOMIC_ACQUIRE) != sc->in[n].tail;
+		struct io_uring_cqe *cqe;
+		if (more || st->backlog_n) {
+			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
+			io_uring_submit(&sc->ring);
+		} else {
+			struct __kernel_timespec ts = {0, 100 * 1000 * 1000};
+			io_uring_submit_and_wait_timeout(&sc->ring, &cqe, 1, &ts, NULL);
+			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
+		}
+		unsigned head, n = 0;
+		io_uring_for_each_cqe(&sc->ring, head, cqe) {
+			n++;
+			(void)head;
+		}
+		for (unsigned i = 0; i < n; i++) {
+			if (io_uring_peek_cqe(&sc->ring, &cqe) != 0)
+				break;
+			dispatch_cqe(sc, cqe);
+		}
+	}
+	/* Shutdown: wait for writes in flight, then close every log cleanly. */
+	for (uint32_t i = 0; i < st->table_cap; i++) {
+		struct spart *p = st->table[i];
+		if (!p)
+			continue;
+		sluice_plog_close(p->log);
+		p->log = NULL;
+	}
+	return NULL;
+}
+
+int sluice_storage_core_start(struct storecore *sc)
+{
+	struct sstate *st = calloc(1, sizeof *st);
+	if (!st)
+		return -1;
+	const struct sluice_config *cfg = &sc->b->cfg;
+	st->plog_cfg.segment_bytes = cfg->log_segment_bytes;
+	st->plog_cfg.index_interval_bytes = cfg->log_index_interval_bytes;
+	st->plog_cfg.flush_interval_messages = cfg->log_flush_interval_messages;
+	st->plog_cfg.chunk_bytes = SLUICE_PLOG_CHUNK_BYTES_DEFAULT;
+	st->plog_cfg.direct_io = true;
+	sc->state = st;
+	table_grow(st);
+	sc->efd = eventfd(0, EFD_CLOEXEC);
+	if (sc->efd < 0 || io_uring_queue_init(SLUICE_URING_ENTRIES, &sc->ring, 0) < 0)
+		return -1;
+	if (pthread_create(&sc->thread, NULL, storage_main, sc) != 0)
+		return -1;
+	sluice_core_pin(sc->b, sc->thread, sc->b->net_n + sc->id);
+	return 0;
+}
+
+void sluice_storage_core_join(struct storecore *sc)
+{
+	pthread_join(sc->thread, NULL);
+	io_uring_queue_exit(&sc->ring);
+	close(sc->efd);
+}

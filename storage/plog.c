@@ -1,0 +1,1037 @@
+/* Partition log implementation (see plog.h): segments, sparse offset and
+ * time indexes, the O_DIRECT write path with its aligned tail chunk, reads,
+ * and crash recovery by scanning and truncating. */
+#include "storage/plog.h"
+#include "common/kafka/batch.h"
+#include "common/kafka/codec.h"
+#include "common/log.h"
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
+#define SCAN_BUF_BYTES (4u << 20)
+
+struct idx_entry {
+	int32_t rel_offset;
+	int32_t position;
+};
+struct tidx_entry {
+	int64_t timestamp;
+	int32_t rel_offset;
+};
+
+struct segment {
+	int64_t base_offset;
+	int64_t size;        /* logical bytes (appended, whether written or not) */
+	int64_t next_offset; /* offset after the last batch */
+	int64_t max_ts;
+	int fd_read;         /* buffered, opened on demand */
+	struct idx_entry *idx;
+	uint32_t idx_n, idx_cap;
+	struct tidx_entry *tidx;
+	uint32_t tidx_n, tidx_cap;
+	int64_t bytes_since_index;
+};
+
+/* An aligned buffer mirroring file bytes [file_off, file_off + cap). */
+struct chunk {
+	uint8_t *buf;
+	size_t cap;
+	int64_t file_off;
+	int refs; /* one as cur/prev, one per write in flight */
+};
+
+struct sluice_plog {
+	char dir[PATH_BYTES - 64];
+	struct sluice_plog_cfg cfg;
+	struct sluice_plog_hooks hooks;
+	struct segment *segs;
+	uint32_t seg_n, seg_cap;
+	int fd_write; /* active segment, O_DIRECT where allowed */
+	struct chunk *cur, *prev;
+	int64_t leo;          /* next offset to assign */
+	int64_t hw;           /* next offset after committed data */
+	int64_t committed_pos; /* byte position in the active segment matching hw */
+	int64_t log_start;
+	int64_t submitted_end; /* active segment position covered by submitted writes */
+	bool write_inflight, fsync_inflight, fsync_linked;
+	struct chunk *inflight_chunk;
+	int64_t inflight_end_pos, inflight_end_offset;
+	int64_t unflushed_messages;
+	int64_t recovery_point;
+	bool failed;
+};
+
+static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
+
+static void seg_path(const struct sluice_plog *l, int64_t base, const char *ext, char *out)
+{
+	snprintf(out, PATH_BYTES, "%s/%020" PRId64 "%s", l->dir, base, ext);
+}
+
+static int64_t align_down(int64_t v) { return v & ~(int64_t)(SLUICE_PLOG_BLOCK - 1); }
+static int64_t align_up(int64_t v) { return align_down(v + SLUICE_PLOG_BLOCK - 1); }
+
+static struct chunk *chunk_new(size_t cap, int64_t file_off)
+{
+	assert(cap % SLUICE_PLOG_BLOCK == 0 && file_off % SLUICE_PLOG_BLOCK == 0);
+	struct chunk *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	if (posix_memalign((void **)&c->buf, SLUICE_PLOG_BLOCK, cap) != 0) {
+		free(c);
+		return NULL;
+	}
+	c->cap = cap;
+	c->file_off = file_off;
+	c->refs = 1;
+	return c;
+}
+
+static void chunk_put(struct chunk *c)
+{
+	if (!c)
+		return;
+	assert(c->refs > 0);
+	if (--c->refs == 0) {
+		free(c->buf);
+		free(c);
+	}
+}
+
+static bool seg_add_index(struct segment *s, int64_t offset, int64_t position)
+{
+	if (s->idx_n == s->idx_cap) {
+		uint32_t cap = s->idx_cap ? s->idx_cap * 2 : 64;
+		struct idx_entry *n = realloc(s->idx, cap * sizeof *n);
+		if (!n)
+			return false;
+		s->idx = n;
+		s->idx_cap = cap;
+	}
+	s->idx[s->idx_n++] = (struct idx_entry){(int32_t)(offset - s->base_offset), (int32_t)position};
+	return true;
+}
+
+static bool seg_add_tindex(struct segment *s, int64_t ts, int64_t offset)
+{
+	if (s->tidx_n && s->tidx[s->tidx_n - 1].timestamp >= ts)
+		return true;
+	if (s->tidx_n == s->tidx_cap) {
+		uint32_t cap = s->tidx_cap ? s->tidx_cap * 2 : 64;
+		struct tidx_entry *n = realloc(s->tidx, cap * sizeof *n);
+		if (!n)
+			return false;
+		s->tidx = n;
+		s->tidx_cap = cap;
+	}
+	s->tidx[s->tidx_n++] = (struct tidx_entry){ts, (int32_t)(offset - s->base_offset)};
+	return true;
+}
+
+/* Index bookkeeping for one batch placed at position in segment s. */
+static void seg_note_batch(struct sluice_plog *l, struct segment *s, const struct sluice_batch *b,
+			   int64_t position)
+{
+	int32_t total = sluice_batch_total_bytes(b);
+	if (s->idx_n == 0 || s->bytes_since_index >= l->cfg.index_interval_bytes) {
+		(void)seg_add_index(s, b->base_offset, position);
+		if (b->max_timestamp > s->max_ts || s->tidx_n == 0)
+			(void)seg_add_tindex(s, b->max_timestamp > s->max_ts ? b->max_timestamp : s->max_ts,
+					     b->base_offset);
+		s->bytes_since_index = 0;
+	}
+	s->bytes_since_index += total;
+	if (b->max_timestamp > s->max_ts)
+		s->max_ts = b->max_timestamp;
+	s->next_offset = b->base_offset + b->last_offset_delta + 1;
+}
+
+static void seg_free(struct segment *s)
+{
+	if (s->fd_read >= 0)
+		close(s->fd_read);
+	free(s->idx);
+	free(s->tidx);
+	memset(s, 0, sizeof *s);
+	s->fd_read = -1;
+}
+
+static int seg_fd_read(struct sluice_plog *l, struct segment *s)
+{
+	if (s->fd_read < 0) {
+		char p[PATH_BYTES];
+		seg_path(l, s->base_offset, ".log", p);
+		s->fd_read = open(p, O_RDONLY | O_CLOEXEC);
+	}
+	return s->fd_read;
+}
+
+/* Write the in-memory indexes in Kafka's format (big-endian, relative offsets). */
+static void seg_write_indexes(struct sluice_plog *l, struct segment *s)
+{
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".index", p);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		uint8_t *buf = malloc((size_t)s->idx_n * 8 + 1);
+		if (buf) {
+			for (uint32_t i = 0; i < s->idx_n; i++) {
+				kput32(buf + i * 8, (uint32_t)s->idx[i].rel_offset);
+				kput32(buf + i * 8 + 4, (uint32_t)s->idx[i].position);
+			}
+			ssize_t w = write(fd, buf, (size_t)s->idx_n * 8);
+			(void)w;
+			free(buf);
+		}
+		close(fd);
+	}
+	seg_path(l, s->base_offset, ".timeindex", p);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		uint8_t *buf = malloc((size_t)s->tidx_n * 12 + 1);
+		if (buf) {
+			for (uint32_t i = 0; i < s->tidx_n; i++) {
+				kput64(buf + i * 12, (uint64_t)s->tidx[i].timestamp);
+				kput32(buf + i * 12 + 8, (uint32_t)s->tidx[i].rel_offset);
+			}
+			ssize_t w = write(fd, buf, (size_t)s->tidx_n * 12);
+			(void)w;
+			free(buf);
+		}
+		close(fd);
+	}
+}
+
+static void write_recovery_point(struct sluice_plog *l, int64_t offset)
+{
+	char p[PATH_BYTES], tmp[PATH_BYTES];
+	snprintf(p, sizeof p, "%s/sluice-recovery-point", l->dir);
+	snprintf(tmp, sizeof tmp, "%s/sluice-recovery-point.tmp", l->dir);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "%" PRId64 "\n", offset);
+	fflush(f);
+	fdatasync(fileno(f));
+	fclose(f);
+	if (rename(tmp, p) == 0)
+		l->recovery_point = offset;
+}
+
+static int64_t read_recovery_point(const char *dir)
+{
+	char p[PATH_BYTES + 32];
+	snprintf(p, sizeof p, "%s/sluice-recovery-point", dir);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return 0;
+	long long v = 0;
+	if (fscanf(f, "%lld", &v) != 1 || v < 0)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+/* ---- recovery ---------------------------------------------------------- */
+
+/* Scan one segment from position 0, rebuilding its indexes. Stops at the
+ * first batch that is short, malformed, out of sequence or (when check_crc)
+ * fails its CRC; returns the valid length, or -1 on I/O error. */
+static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool check_crc,
+			int64_t expect_offset, struct sluice_plog_recovery *rec)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -1;
+	uint8_t *buf = malloc(SCAN_BUF_BYTES);
+	if (!buf)
+		return -1;
+	int64_t pos = 0, file_size = st.st_size;
+	s->idx_n = s->tidx_n = 0;
+	s->bytes_since_index = 0;
+	s->max_ts = -1;
+	s->next_offset = s->base_offset;
+	while (pos < file_size) {
+		size_t want = (size_t)(file_size - pos < SCAN_BUF_BYTES ? file_size - pos : SCAN_BUF_BYTES);
+		ssize_t got = pread(fd, buf, want, pos);
+		if (got <= 0)
+			break;
+		size_t off = 0;
+		bool stop = false;
+		while (off < (size_t)got) {
+			struct sluice_batch b;
+			enum sluice_batch_result r = check_crc ? sluice_batch_check(buf + off, (size_t)got - off, &b)
+							       : sluice_batch_parse(buf + off, (size_t)got - off, &b);
+			if (r == SLUICE_BATCH_SHORT && off > 0 && pos + (int64_t)off < file_size &&
+			    (size_t)got == want && want == SCAN_BUF_BYTES)
+				break; /* batch straddles the buffer: refill from here */
+			if (r == SLUICE_BATCH_SHORT && off == 0 && (size_t)got == SCAN_BUF_BYTES &&
+			    b.length > 0 && (size_t)b.length + 12 > SCAN_BUF_BYTES) {
+				stop = true; /* larger than the scan buffer: cannot be ours */
+				break;
+			}
+			if (r != SLUICE_BATCH_OK || (expect_offset >= 0 && b.base_offset < expect_offset) ||
+			    b.base_offset < s->base_offset) {
+				stop = true;
+				break;
+			}
+			seg_note_batch(l, s, &b, pos + (int64_t)off);
+			expect_offset = s->next_offset;
+			if (rec)
+				rec->batches_scanned++;
+			off += (size_t)sluice_batch_total_bytes(&b);
+		}
+		pos += (int64_t)off;
+		if (stop || off == 0)
+			break;
+	}
+	free(buf);
+	s->size = pos;
+	return pos;
+}
+
+/* Load a closed segment's offset index from disk when it looks sane. */
+static bool seg_load_index(struct sluice_plog *l, struct segment *s, int64_t log_size)
+{
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".index", p);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct stat st;
+	bool ok = false;
+	if (fstat(fd, &st) == 0 && st.st_size % 8 == 0 && st.st_size > 0 && st.st_size < (1 << 28)) {
+		uint8_t *buf = malloc((size_t)st.st_size);
+		if (buf && pread(fd, buf, (size_t)st.st_size, 0) == st.st_size) {
+			ok = true;
+			int32_t last_pos = -1, last_rel = -1;
+			s->idx_n = 0;
+			for (int64_t i = 0; i < st.st_size / 8 && ok; i++) {
+				int32_t rel = (int32_t)kbe32(buf + i * 8), pos = (int32_t)kbe32(buf + i * 8 + 4);
+				if (rel < last_rel || pos <= last_pos || pos >= log_size) {
+					ok = false;
+					break;
+				}
+				last_rel = rel;
+				last_pos = pos;
+				ok = seg_add_index(s, s->base_offset + rel, pos);
+			}
+		}
+		free(buf);
+	}
+	close(fd);
+	if (!ok)
+		s->idx_n = 0;
+	return ok;
+}
+
+/* For a closed segment whose index loaded: find next_offset and max ts from
+ * the last indexed batch onwards (headers only). */
+static int64_t seg_tail_scan(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size)
+{
+	int64_t pos = s->idx[s->idx_n - 1].position;
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	s->next_offset = s->base_offset + s->idx[s->idx_n - 1].rel_offset;
+	while (pos + (int64_t)sizeof hdr <= file_size) {
+		if (pread(fd, hdr, sizeof hdr, pos) != (ssize_t)sizeof hdr)
+			return -1;
+		struct sluice_batch b;
+		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+		if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > file_size ||
+		    sluice_batch_parse(hdr, sizeof hdr, &b) == SLUICE_BATCH_BAD_MAGIC)
+			return -1;
+		b.last_offset_delta = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA);
+		b.base_offset = (int64_t)kbe64(hdr);
+		b.max_timestamp = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_MAX_TS);
+		s->next_offset = b.base_offset + b.last_offset_delta + 1;
+		if (b.max_timestamp > s->max_ts)
+			s->max_ts = b.max_timestamp;
+		pos += len;
+	}
+	s->size = pos;
+	return pos == file_size ? pos : -1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int list_segments(const char *dir, int64_t **out, uint32_t *n)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	uint32_t cap = 16, cnt = 0;
+	int64_t *v = malloc(cap * sizeof *v);
+	struct dirent *e;
+	while (v && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len != 24 || strcmp(e->d_name + 20, ".log") != 0)
+			continue;
+		char *end;
+		long long base = strtoll(e->d_name, &end, 10);
+		if (end != e->d_name + 20 || base < 0)
+			continue;
+		if (cnt == cap) {
+			if (cap >= SLUICE_PLOG_SEGMENTS_MAX)
+				break;
+			cap *= 2;
+			int64_t *nv = realloc(v, cap * sizeof *nv);
+			if (!nv)
+				break;
+			v = nv;
+		}
+		v[cnt++] = base;
+	}
+	closedir(d);
+	if (!v)
+		return -1;
+	qsort(v, cnt, sizeof *v, cmp_i64);
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+static bool segs_reserve(struct sluice_plog *l)
+{
+	if (l->seg_n < l->seg_cap)
+		return true;
+	if (l->seg_cap >= SLUICE_PLOG_SEGMENTS_MAX)
+		return false;
+	uint32_t cap = l->seg_cap ? l->seg_cap * 2 : 8;
+	struct segment *n = realloc(l->segs, cap * sizeof *n);
+	if (!n)
+		return false;
+	l->segs = n;
+	l->seg_cap = cap;
+	return true;
+}
+
+static void remove_segment_files(struct sluice_plog *l, int64_t base)
+{
+	static const char *const exts[] = {".log", ".index", ".timeindex"};
+	char p[PATH_BYTES];
+	for (size_t i = 0; i < 3; i++) {
+		seg_path(l, base, exts[i], p);
+		unlink(p);
+	}
+}
+
+/* Open the active segment for direct writes and load its partial tail
+ * block into a fresh chunk. */
+static int open_active(struct sluice_plog *l, char *err, size_t errlen)
+{
+	struct segment *s = active(l);
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".log", p);
+	int flags = O_RDWR | O_CREAT | O_CLOEXEC;
+	l->fd_write = open(p, flags | (l->cfg.direct_io ? O_DIRECT : 0), 0644);
+	if (l->fd_write < 0 && errno == EINVAL && l->cfg.direct_io) {
+		SLOG_WARN("storage", "%s: O_DIRECT refused by the filesystem; using buffered writes", p);
+		l->cfg.direct_io = false;
+		l->fd_write = open(p, flags, 0644);
+	}
+	if (l->fd_write < 0) {
+		snprintf(err, errlen, "open %s: %s", p, strerror(errno));
+		return -1;
+	}
+	if (ftruncate(l->fd_write, s->size) < 0) {
+		snprintf(err, errlen, "truncate %s: %s", p, strerror(errno));
+		return -1;
+	}
+	int64_t start = align_down(s->size);
+	size_t cap = l->cfg.chunk_bytes;
+	l->cur = chunk_new(cap, start);
+	if (!l->cur) {
+		snprintf(err, errlen, "out of memory for the tail chunk");
+		return -1;
+	}
+	if (s->size > start) {
+		int fd = seg_fd_read(l, s);
+		if (fd < 0 || pread(fd, l->cur->buf, (size_t)(s->size - start), start) != s->size - start) {
+			snprintf(err, errlen, "read tail of %s: %s", p, strerror(errno));
+			return -1;
+		}
+	}
+	l->submitted_end = s->size;
+	l->committed_pos = s->size;
+	return 0;
+}
+
+static int create_segment(struct sluice_plog *l, int64_t base)
+{
+	if (!segs_reserve(l))
+		return -ENOMEM;
+	struct segment *s = &l->segs[l->seg_n++];
+	memset(s, 0, sizeof *s);
+	s->fd_read = -1;
+	s->base_offset = base;
+	s->next_offset = base;
+	s->max_ts = -1;
+	return 0;
+}
+
+int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
+		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
+		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
+{
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	struct sluice_plog *l = calloc(1, sizeof *l);
+	if (!l) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (strlen(dir) >= sizeof l->dir) {
+		snprintf(err, errlen, "partition directory path too long: %s", dir);
+		free(l);
+		return -1;
+	}
+	snprintf(l->dir, sizeof l->dir, "%s", dir);
+	l->cfg = *cfg;
+	if (l->cfg.chunk_bytes < SLUICE_PLOG_BLOCK * 4)
+		l->cfg.chunk_bytes = SLUICE_PLOG_CHUNK_BYTES_DEFAULT;
+	l->cfg.chunk_bytes = (size_t)align_up((int64_t)l->cfg.chunk_bytes);
+	l->hooks = *hooks;
+	l->fd_write = -1;
+	l->recovery_point = read_recovery_point(dir);
+	int64_t *bases = NULL;
+	uint32_t nbase = 0;
+	if (list_segments(dir, &bases, &nbase) < 0) {
+		snprintf(err, errlen, "list %s: %s", dir, strerror(errno));
+		free(l);
+		return -1;
+	}
+	struct sluice_plog_recovery dummy;
+	if (!rec)
+		rec = &dummy;
+	memset(rec, 0, sizeof *rec);
+	rec->crc_checked = !clean;
+	int64_t expect = -1;
+	bool truncated = false;
+	for (uint32_t i = 0; i < nbase; i++) {
+		if (truncated) {
+			/* Everything after a truncation point is unreachable: drop it. */
+			remove_segment_files(l, bases[i]);
+			rec->segments_deleted++;
+			continue;
+		}
+		if (create_segment(l, bases[i]) < 0)
+			break;
+		struct segment *s = active(l);
+		int fd = seg_fd_read(l, s);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			snprintf(err, errlen, "open segment %020" PRId64 " in %s: %s", bases[i], dir, strerror(errno));
+			free(bases);
+			sluice_plog_close(l);
+			return -1;
+		}
+		bool last = i + 1 == nbase;
+		bool need_crc = !clean && (bases[i] + 0 >= l->recovery_point || last ||
+					   (i + 1 < nbase && bases[i + 1] > l->recovery_point));
+		int64_t valid;
+		if (!need_crc && !last && seg_load_index(l, s, st.st_size) &&
+		    (valid = seg_tail_scan(l, s, fd, st.st_size)) == st.st_size) {
+			/* a trusted closed segment: offset index from disk; lookups by
+			 * time scan its batch headers (see sluice_plog_offset_for_time) */
+		} else {
+			valid = seg_scan(l, s, fd, need_crc, expect, rec);
+			if (valid < 0) {
+				snprintf(err, errlen, "scan segment %020" PRId64 " in %s failed", bases[i], dir);
+				free(bases);
+				sluice_plog_close(l);
+				return -1;
+			}
+			if (valid < st.st_size) {
+				rec->bytes_truncated += st.st_size - valid;
+				if (need_crc || !clean)
+					SLOG_WARN("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes",
+						  dir, bases[i], (long long)st.st_size, (long long)valid);
+				char p[PATH_BYTES];
+				seg_path(l, s->base_offset, ".log", p);
+				if (truncate(p, valid) < 0)
+					SLOG_WARN("storage", "truncate %s: %s", p, strerror(errno));
+				truncated = !last;
+			}
+		}
+		expect = s->next_offset;
+	}
+	free(bases);
+	if (l->seg_n == 0 && create_segment(l, 0) < 0) {
+		snprintf(err, errlen, "out of memory");
+		free(l);
+		return -1;
+	}
+	l->log_start = l->segs[0].base_offset;
+	l->leo = l->hw = active(l)->next_offset;
+	if (open_active(l, err, errlen) < 0) {
+		sluice_plog_close(l);
+		return -1;
+	}
+	*out = l;
+	return 0;
+}
+
+/* ---- append and the write path ----------------------------------------- */
+
+static void advance_commit(struct sluice_plog *l, int64_t end_pos, int64_t end_offset)
+{
+	assert(end_offset >= l->hw);
+	l->committed_pos = end_pos;
+	l->hw = end_offset;
+	if (l->hooks.committed)
+		l->hooks.committed(l, l->hooks.arg);
+}
+
+/* Synchronously write [align_down(submitted_end), size) and mark it
+ * committed. Used only at segment roll and close, with no write in flight. */
+static int write_sync(struct sluice_plog *l)
+{
+	struct segment *s = active(l);
+	assert(!l->write_inflight);
+	if (s->size > l->submitted_end || l->committed_pos < s->size) {
+		int64_t start = align_down(l->committed_pos < l->submitted_end ? l->committed_pos : l->submitted_end);
+		int64_t end = align_up(s->size);
+		assert(start >= l->cur->file_off && end <= l->cur->file_off + (int64_t)l->cur->cap);
+		memset(l->cur->buf + (s->size - l->cur->file_off), 0, (size_t)(end - s->size));
+		int64_t done = 0;
+		while (start + done < end) {
+			ssize_t w = pwrite(l->fd_write, l->cur->buf + (start - l->cur->file_off) + done,
+					   (size_t)(end - start - done), start + done);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				SLOG_ERR("storage", "%s: write failed: %s", l->dir, strerror(errno));
+				l->failed = true;
+				return -EIO;
+			}
+			done += w;
+		}
+		l->submitted_end = s->size;
+		advance_commit(l, s->size, l->leo);
+	}
+	return 0;
+}
+
+/* Close the active segment (truncate to its true length, write indexes,
+ * fsync) and start a new one at the current log end offset. */
+static int roll(struct sluice_plog *l)
+{
+	if (l->write_inflight && l->hooks.wait_write)
+		l->hooks.wait_write(l, l->hooks.arg);
+	assert(!l->write_inflight);
+	int rc = write_sync(l);
+	if (rc < 0)
+		return rc;
+	struct segment *s = active(l);
+	if (ftruncate(l->fd_write, s->size) < 0 || fdatasync(l->fd_write) < 0) {
+		l->failed = true;
+		return -EIO;
+	}
+	seg_write_indexes(l, s);
+	close(l->fd_write);
+	l->fd_write = -1;
+	l->unflushed_messages = 0;
+	write_recovery_point(l, l->leo);
+	if (create_segment(l, l->leo) < 0)
+		return -ENOMEM;
+	chunk_put(l->prev);
+	l->prev = NULL;
+	chunk_put(l->cur);
+	l->cur = NULL;
+	char err[256];
+	if (open_active(l, err, sizeof err) < 0) {
+		SLOG_ERR("storage", "%s: roll failed: %s", l->dir, err);
+		l->failed = true;
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Make room in the tail chunk for len more bytes: move to a new chunk that
+ * starts at the first block not yet submitted for writing. */
+static int chunk_make_room(struct sluice_plog *l, size_t len)
+{
+	struct segment *s = active(l);
+	struct chunk *c = l->cur;
+	if (s->size + (int64_t)len <= c->file_off + (int64_t)c->cap)
+		return 0;
+	int64_t start = align_down(l->submitted_end);
+	size_t carry = (size_t)(s->size - start);
+	size_t cap = l->cfg.chunk_bytes;
+	if (carry + len + SLUICE_PLOG_BLOCK > cap)
+		cap = (size_t)align_up((int64_t)(carry + len + SLUICE_PLOG_BLOCK));
+	struct chunk *n = chunk_new(cap, start);
+	if (!n)
+		return -ENOMEM;
+	assert(start >= c->file_off);
+	memcpy(n->buf, c->buf + (start - c->file_off), carry);
+	chunk_put(l->prev);
+	l->prev = c;
+	l->cur = n;
+	return 0;
+}
+
+int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
+		       int64_t *base_offset, int64_t *last_offset)
+{
+	if (l->failed)
+		return -EIO;
+	struct segment *s = active(l);
+	if (s->size > 0 && s->size + (int64_t)len > l->cfg.segment_bytes) {
+		int rc = roll(l);
+		if (rc < 0)
+			return rc;
+		s = active(l);
+	}
+	int rc = chunk_make_room(l, len);
+	if (rc < 0)
+		return rc;
+	uint8_t *dst = l->cur->buf + (s->size - l->cur->file_off);
+	memcpy(dst, data, len);
+	*base_offset = l->leo;
+	size_t off = 0;
+	while (off < len) {
+		struct sluice_batch b;
+		enum sluice_batch_result r = sluice_batch_parse(dst + off, len - off, &b);
+		assert(r == SLUICE_BATCH_OK); /* the caller validated every batch */
+		(void)r;
+		sluice_batch_set_base_offset(dst + off, l->leo, leader_epoch);
+		b.base_offset = l->leo;
+		seg_note_batch(l, s, &b, s->size + (int64_t)off);
+		l->leo += (int64_t)b.last_offset_delta + 1;
+		l->unflushed_messages += b.records_count;
+		off += (size_t)sluice_batch_total_bytes(&b);
+	}
+	assert(off == len);
+	s->size += (int64_t)len;
+	*last_offset = l->leo - 1;
+	return 0;
+}
+
+bool sluice_plog_write_pending(const struct sluice_plog *l)
+{
+	return !l->failed && !l->write_inflight && !l->fsync_inflight &&
+	       l->segs[l->seg_n - 1].size > l->submitted_end;
+}
+
+bool sluice_plog_write_inflight(const struct sluice_plog *l)
+{
+	return l->write_inflight || l->fsync_inflight;
+}
+
+int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
+{
+	assert(sluice_plog_write_pending(l));
+	struct segment *s = active(l);
+	struct chunk *c = l->cur;
+	int64_t start = align_down(l->submitted_end);
+	int64_t end = l->cfg.direct_io ? align_up(s->size) : s->size;
+	assert(start >= c->file_off && end <= c->file_off + (int64_t)c->cap);
+	bool want_fsync = l->unflushed_messages >= l->cfg.flush_interval_messages;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (!sqe || (want_fsync && io_uring_sq_space_left(ring) < 1)) {
+		if (sqe) /* leave it as a harmless no-op */
+			io_uring_prep_nop(sqe), io_uring_sqe_set_data64(sqe, 0);
+		return -EBUSY;
+	}
+	if (end > s->size)
+		memset(c->buf + (s->size - c->file_off), 0, (size_t)(end - s->size));
+	io_uring_prep_write(sqe, l->fd_write, c->buf + (start - c->file_off), (unsigned)(end - start), (uint64_t)start);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | 1);
+	l->write_inflight = true;
+	l->inflight_chunk = c;
+	c->refs++;
+	l->inflight_end_pos = s->size;
+	l->inflight_end_offset = l->leo;
+	l->submitted_end = s->size;
+	l->fsync_linked = false;
+	if (want_fsync) {
+		sqe->flags |= IOSQE_IO_LINK;
+		struct io_uring_sqe *f = io_uring_get_sqe(ring);
+		assert(f);
+		io_uring_prep_fsync(f, l->fd_write, IORING_FSYNC_DATASYNC);
+		io_uring_sqe_set_data64(f, (uint64_t)(uintptr_t)l | 2);
+		l->fsync_inflight = true;
+		l->fsync_linked = true;
+		l->unflushed_messages = 0;
+	}
+	return 0;
+}
+
+void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
+{
+	if (kind == 1) {
+		assert(l->write_inflight);
+		int64_t start = align_down(l->committed_pos < l->inflight_end_pos ? l->committed_pos : l->inflight_end_pos);
+		(void)start;
+		l->write_inflight = false;
+		chunk_put(l->inflight_chunk);
+		l->inflight_chunk = NULL;
+		if (res < 0) {
+			SLOG_ERR("storage", "%s: write failed: %s", l->dir, strerror(-res));
+			l->failed = true;
+			if (l->hooks.committed)
+				l->hooks.committed(l, l->hooks.arg);
+			return;
+		}
+		if (!l->fsync_linked)
+			advance_commit(l, l->inflight_end_pos, l->inflight_end_offset);
+		return;
+	}
+	assert(kind == 2 && l->fsync_inflight);
+	l->fsync_inflight = false;
+	if (res < 0 || l->failed) {
+		if (res < 0)
+			SLOG_ERR("storage", "%s: fdatasync failed: %s", l->dir, strerror(-res));
+		l->failed = true;
+		if (l->hooks.committed)
+			l->hooks.committed(l, l->hooks.arg);
+		return;
+	}
+	if (l->fsync_linked)
+		advance_commit(l, l->inflight_end_pos, l->inflight_end_offset);
+}
+
+int sluice_plog_sync(struct sluice_plog *l)
+{
+	if (l->fd_write >= 0 && fdatasync(l->fd_write) < 0)
+		return -errno;
+	l->unflushed_messages = 0;
+	return 0;
+}
+
+int64_t sluice_plog_high_watermark(const struct sluice_plog *l) { return l->hw; }
+int64_t sluice_plog_log_start(const struct sluice_plog *l) { return l->log_start; }
+int64_t sluice_plog_log_end(const struct sluice_plog *l) { return l->leo; }
+bool sluice_plog_failed(const struct sluice_plog *l) { return l->failed; }
+int64_t sluice_plog_size_bytes(const struct sluice_plog *l)
+{
+	int64_t n = 0;
+	for (uint32_t i = 0; i < l->seg_n; i++)
+		n += l->segs[i].size;
+	return n;
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+/* Copy len bytes at position pos of segment s: from the tail chunks when
+ * they hold them, otherwise from the file. */
+static int seg_read_bytes(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst)
+{
+	if (s == active(l)) {
+		struct chunk *cs[2] = {l->cur, l->prev};
+		for (int i = 0; i < 2; i++) {
+			struct chunk *c = cs[i];
+			if (c && pos >= c->file_off && pos + (int64_t)len <= c->file_off + (int64_t)c->cap &&
+			    (i == 0 || pos + (int64_t)len <= l->cur->file_off + (int64_t)l->cur->cap)) {
+				if (i == 0 || pos + (int64_t)len <= l->cur->file_off) {
+					memcpy(dst, c->buf + (pos - c->file_off), len);
+					return 0;
+				}
+			}
+		}
+	}
+	int fd = seg_fd_read(l, s);
+	if (fd < 0)
+		return -1;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t r = pread(fd, dst + done, len - done, pos + (int64_t)done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
+{
+	uint32_t lo = 0, hi = l->seg_n - 1;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi + 1) / 2;
+		if (l->segs[mid].base_offset <= offset)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+/* Position of the batch holding offset in segment s (limit: end of readable
+ * bytes), or -1 when no batch there holds it. */
+static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64_t offset, int64_t limit)
+{
+	int64_t pos = 0;
+	uint32_t lo = 0, hi = s->idx_n;
+	while (lo < hi) { /* last index entry with offset <= target */
+		uint32_t mid = (lo + hi) / 2;
+		if (s->base_offset + s->idx[mid].rel_offset <= offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0)
+		pos = s->idx[lo - 1].position;
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
+		if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
+			return -2;
+		int64_t base = (int64_t)kbe64(hdr);
+		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+		int32_t delta = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA);
+		if (len < SLUICE_BATCH_HEADER_BYTES)
+			return -2;
+		if (base + delta >= offset)
+			return pos;
+		pos += len;
+	}
+	return -1;
+}
+
+int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one, uint8_t **out)
+{
+	*out = NULL;
+	if (offset < l->log_start || offset > l->leo)
+		return -1;
+	if (offset >= l->hw)
+		return 0; /* at or past the high watermark: nothing committed yet */
+	uint32_t si = find_segment(l, offset);
+	for (; si < l->seg_n; si++) {
+		struct segment *s = &l->segs[si];
+		int64_t limit = si == l->seg_n - 1 ? l->committed_pos : s->size;
+		int64_t pos = seg_find_position(l, s, offset, limit);
+		if (pos == -2)
+			return -2;
+		if (pos < 0)
+			continue; /* offset lies past this segment (e.g. removed records) */
+		/* Walk whole batches up to max_bytes. */
+		int64_t end = pos;
+		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+		while (end + SLUICE_BATCH_HEADER_BYTES <= limit) {
+			if (seg_read_bytes(l, s, end, sizeof hdr, hdr) < 0)
+				return -2;
+			int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+			if (len < SLUICE_BATCH_HEADER_BYTES || end + len > limit)
+				break;
+			if (end + len - pos > max_bytes && !(min_one && end == pos))
+				break;
+			end += len;
+		}
+		if (end == pos)
+			return 0;
+		size_t n = (size_t)(end - pos);
+		uint8_t *buf = malloc(n);
+		if (!buf)
+			return -2;
+		if (seg_read_bytes(l, s, pos, n, buf) < 0) {
+			free(buf);
+			return -2;
+		}
+		*out = buf;
+		return (int32_t)n;
+	}
+	return 0;
+}
+
+/* Within an uncompressed batch, the first record with timestamp >= ts. */
+static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, int64_t *off, int64_t *rts)
+{
+	struct sluice_batch b;
+	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK || (b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK))
+		return false;
+	struct krd r;
+	krd_init(&r, batch + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES);
+	for (int32_t i = 0; i < b.records_count && !r.err; i++) {
+		int32_t rlen = krd_varint(&r);
+		const uint8_t *start = r.p;
+		(void)krd_i8(&r);
+		int64_t tsd = krd_varlong(&r);
+		int32_t od = krd_varint(&r);
+		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r) + (size_t)(r.p - start))
+			return false;
+		if (b.base_timestamp + tsd >= ts) {
+			*off = b.base_offset + od;
+			*rts = b.base_timestamp + tsd;
+			return true;
+		}
+		r.p = start + rlen;
+	}
+	return false;
+}
+
+int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts)
+{
+	for (uint32_t si = 0; si < l->seg_n; si++) {
+		struct segment *s = &l->segs[si];
+		if (s->max_ts < ts)
+			continue;
+		int64_t limit = si == l->seg_n - 1 ? l->committed_pos : s->size;
+		int64_t pos = 0;
+		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+		while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
+			if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
+				return -1;
+			struct sluice_batch b;
+			if (sluice_batch_parse(hdr, sizeof hdr, &b) == SLUICE_BATCH_BAD_LENGTH)
+				return -1;
+			b.base_offset = (int64_t)kbe64(hdr);
+			int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+			int64_t max_ts = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_MAX_TS);
+			if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > limit)
+				break;
+			if (max_ts >= ts && b.base_offset >= l->log_start) {
+				uint8_t *buf = malloc((size_t)len);
+				int64_t off = b.base_offset, rts = max_ts;
+				if (buf && seg_read_bytes(l, s, pos, (size_t)len, buf) == 0)
+					(void)batch_record_for_time(buf, (size_t)len, ts, &off, &rts);
+				free(buf);
+				*found_ts = rts;
+				return off;
+			}
+			pos += len;
+		}
+	}
+	return -1;
+}
+
+void sluice_plog_close(struct sluice_plog *l)
+{
+	if (!l)
+		return;
+	if (l->fd_write >= 0) {
+		if (l->write_inflight && l->hooks.wait_write)
+			l->hooks.wait_write(l, l->hooks.arg);
+		if (!l->failed && write_sync(l) == 0) {
+			struct segment *s = active(l);
+			if (ftruncate(l->fd_write, s->size) == 0 && fdatasync(l->fd_write) == 0) {
+				seg_write_indexes(l, s);
+				write_recovery_point(l, l->leo);
+			}
+		}
+		close(l->fd_write);
+	}
+	chunk_put(l->cur);
+	chunk_put(l->prev);
+	for (uint32_t i = 0; i < l->seg_n; i++)
+		seg_free(&l->segs[i]);
+	free(l->segs);
+	free(l);
+}

@@ -1,0 +1,91 @@
+/* A partition log: Kafka's on-disk layout (<base offset>.log, .index,
+ * .timeindex in the partition directory), appended through io_uring with
+ * O_DIRECT from aligned in-memory chunks. The chunk holding the tail of the
+ * active segment doubles as the cache that recent fetches are served from.
+ *
+ * Threading: a plog belongs to exactly one storage core and is touched only
+ * by it. Appends copy validated batches into the chunk and assign offsets;
+ * data becomes visible to readers (the high watermark advances) once the
+ * write that carries it has completed. One write per partition is in flight
+ * at a time, covering everything appended since the previous one (a group
+ * commit); the partial tail block is rewritten by the next write. */
+#ifndef SLUICE_PLOG_H
+#define SLUICE_PLOG_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct io_uring;
+
+#define SLUICE_PLOG_BLOCK 4096
+#define SLUICE_PLOG_SEGMENTS_MAX 65536
+#define SLUICE_PLOG_CHUNK_BYTES_DEFAULT (1u << 20)
+
+struct sluice_plog_cfg {
+	int64_t segment_bytes;
+	int32_t index_interval_bytes;
+	int64_t flush_interval_messages; /* fdatasync once this many messages are unflushed */
+	size_t chunk_bytes;
+	bool direct_io;                  /* false only where O_DIRECT is refused */
+};
+
+struct sluice_plog;
+
+/* Hooks to the owning storage core. wait_write blocks until this log's
+ * in-flight write (if any) has completed, reaping other completions normally.
+ * committed is called whenever the high watermark advances. */
+struct sluice_plog_hooks {
+	void (*wait_write)(struct sluice_plog *l, void *arg);
+	void (*committed)(struct sluice_plog *l, void *arg);
+	void *arg;
+};
+
+struct sluice_plog_recovery {
+	int64_t batches_scanned;
+	int64_t bytes_truncated;
+	int32_t segments_deleted;
+	bool crc_checked;
+};
+
+/* Open (creating if absent) the log in dir. clean says whether the previous
+ * run shut down cleanly; otherwise every segment from the recovery point on
+ * is scanned, CRCs verified, and the log truncated at the first bad batch. */
+int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
+		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
+		     struct sluice_plog_recovery *rec, char *err, size_t errlen);
+/* Write everything out, truncate the active segment to its length, write the
+ * indexes and the recovery point, fsync, free. */
+void sluice_plog_close(struct sluice_plog *l);
+
+/* Append already-validated batches (one or more, contiguous). Offsets are
+ * assigned by rewriting each batch's BaseOffset in the log's copy.
+ * Returns 0 or a negative errno (the log is then failed). */
+int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
+		       int64_t *base_offset, int64_t *last_offset);
+
+bool sluice_plog_write_pending(const struct sluice_plog *l);
+bool sluice_plog_write_inflight(const struct sluice_plog *l);
+/* Queue the group-commit write (and fsync where the flush policy asks) on
+ * ring. user_data: the plog pointer with the low bits 1 (write) / 2 (fsync). */
+int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring);
+/* A completion for this log; kind is the user_data low bits. */
+void sluice_plog_complete(struct sluice_plog *l, int kind, int res);
+/* fdatasync now (used by the flush.ms timer and at shutdown). */
+int sluice_plog_sync(struct sluice_plog *l);
+
+int64_t sluice_plog_high_watermark(const struct sluice_plog *l);
+int64_t sluice_plog_log_start(const struct sluice_plog *l);
+int64_t sluice_plog_log_end(const struct sluice_plog *l);
+bool sluice_plog_failed(const struct sluice_plog *l);
+int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
+
+/* Copy whole committed batches starting with the one holding offset into a
+ * buffer allocated here (caller frees): at most max_bytes, except that the
+ * first batch is returned whole when min_one. Returns bytes (0: nothing yet),
+ * -1 for an offset out of range, -2 for an I/O error. */
+int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
+			 uint8_t **out);
+/* First offset whose record timestamp >= ts; -1 when none. */
+int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts);
+
+#endif
