@@ -48,6 +48,8 @@ static const struct cfg_key keys[] = {
 	{"sluice.cpu.affinity", CFG_BOOL, F(cpu_affinity), 0, 1, "true"},
 	{"max.connections", CFG_INT, F(connections_max), 1, 1000000, "10000"},
 	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},
+	{"log.message.timestamp.before.max.ms", CFG_LONG, F(timestamp_before_max_ms), 0, INT64_MAX, "9223372036854775807"},
+	{"log.message.timestamp.after.max.ms", CFG_LONG, F(timestamp_after_max_ms), 0, INT64_MAX, "3600000"},
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
 };

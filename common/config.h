@@ -40,6 +40,8 @@ struct sluice_config {
 	bool cpu_affinity;
 	int32_t connections_max;
 	int32_t fetch_max_bytes;
+	int64_t timestamp_before_max_ms;
+	int64_t timestamp_after_max_ms;
 	char log_level[32];
 	char cluster_id[64];
 	/* parsed from listeners / advertised.listeners / log.dirs */

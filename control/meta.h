@@ -54,6 +54,8 @@ struct sluice_meta_ops {
 				char *msg, size_t msglen, struct sluice_topic *out);
 	int16_t (*delete_topic)(void *self, const char *name, size_t name_len, struct sluice_topic *out,
 				char *msg, size_t msglen);
+	/* A producer id never handed out before, across restarts; -1 on failure. */
+	int64_t (*allocate_producer_id)(void *self);
 };
 
 struct sluice_meta {

@@ -17,7 +17,13 @@ struct meta_local {
 	struct sluice_meta_snapshot *current;
 	char path[1024];
 	int32_t default_partitions;
+	/* Producer ids are handed out from blocks whose end is persisted
+	 * before any id in them is used, so a restart never repeats one. */
+	int64_t pid_next, pid_block_end;
+	char pid_path[1100];
 };
+
+#define PRODUCER_ID_BLOCK 1000
 
 static const char *const topic_config_keys[] = {
 	"cleanup.policy", "compression.type", "delete.retention.ms", "file.delete.delay.ms",
@@ -314,7 +320,33 @@ static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice
 	return 0;
 }
 
-static const struct sluice_meta_ops local_ops = {ml_acquire, ml_release, ml_create, ml_delete};
+static int64_t ml_allocate_producer_id(void *self)
+{
+	struct meta_local *m = self;
+	pthread_mutex_lock(&m->lock);
+	if (m->pid_next >= m->pid_block_end) {
+		int64_t end = m->pid_block_end + PRODUCER_ID_BLOCK;
+		char tmp[1200];
+		snprintf(tmp, sizeof tmp, "%s.tmp", m->pid_path);
+		FILE *f = fopen(tmp, "w");
+		int ok = f && fprintf(f, "%lld\n", (long long)end) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+		if (f)
+			fclose(f);
+		if (!ok || rename(tmp, m->pid_path) < 0) {
+			pthread_mutex_unlock(&m->lock);
+			SLOG_ERR("meta", "cannot persist the producer id block: %s", strerror(errno));
+			return -1;
+		}
+		m->pid_next = m->pid_block_end;
+		m->pid_block_end = end;
+	}
+	int64_t id = m->pid_next++;
+	pthread_mutex_unlock(&m->lock);
+	return id;
+}
+
+static const struct sluice_meta_ops local_ops = {ml_acquire, ml_release, ml_create, ml_delete,
+						 ml_allocate_producer_id};
 
 static int parse_hex16(const char *h, uint8_t out[16])
 {
@@ -395,6 +427,14 @@ int sluice_meta_local_open(struct sluice_meta *out, const char *dir, int32_t def
 	pthread_mutex_init(&m->lock, NULL);
 	snprintf(m->path, sizeof m->path, "%.1000s/sluice-topics", dir);
 	m->default_partitions = default_partitions;
+	snprintf(m->pid_path, sizeof m->pid_path, "%.1000s/sluice-producer-ids", dir);
+	FILE *pf = fopen(m->pid_path, "r");
+	if (pf) {
+		long long end = 0;
+		if (fscanf(pf, "%lld", &end) == 1 && end > 0)
+			m->pid_next = m->pid_block_end = end;
+		fclose(pf);
+	}
 	s->refs = 1;
 	s->version = 1;
 	if (load(m, s, err, errlen) < 0) {

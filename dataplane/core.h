@@ -69,6 +69,7 @@ struct partop {
 	int32_t name_len;
 	int32_t tindex;          /* index of the topic in the request */
 	bool local;              /* answered without a storage core */
+	const char *error_message; /* static text for the response, or NULL */
 	uint8_t topic_id[16];
 };
 

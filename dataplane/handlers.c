@@ -20,7 +20,7 @@ enum {
 	ERR_INVALID_REQUIRED_ACKS = 21, ERR_UNSUPPORTED_VERSION = 35, ERR_INVALID_REQUEST = 42,
 	ERR_INVALID_REPLICA_ASSIGNMENT = 39, ERR_INVALID_CONFIG = 40, ERR_POLICY_VIOLATION = 44,
 	ERR_KAFKA_STORAGE_ERROR = 56, ERR_INVALID_RECORD = 87, ERR_UNKNOWN_TOPIC_ID = 100,
-	ERR_TOPIC_DELETION_DISABLED = 73,
+	ERR_TOPIC_DELETION_DISABLED = 73, ERR_INVALID_TIMESTAMP = 32, ERR_UNKNOWN_SERVER_ERROR = -1,
 };
 
 typedef bool (*start_fn)(struct req *r, struct krd *rd);
@@ -47,6 +47,8 @@ static bool create_topics_start(struct req *r, struct krd *rd);
 static bool delete_topics_start(struct req *r, struct krd *rd);
 static void delete_topics_finish(struct req *r);
 static bool describe_configs_start(struct req *r, struct krd *rd);
+static bool find_coordinator_start(struct req *r, struct krd *rd);
+static bool init_producer_id_start(struct req *r, struct krd *rd);
 
 #define API_KEY_MAX 75
 static const struct api apis[API_KEY_MAX] = {
@@ -54,9 +56,11 @@ static const struct api apis[API_KEY_MAX] = {
 	[1] = {4, 12, 4, 12, fetch_start, fetch_finish, "Fetch"},
 	[2] = {1, 7, 1, 6, list_offsets_start, list_offsets_finish, "ListOffsets"},
 	[3] = {0, 12, 0, 9, metadata_start, NULL, "Metadata"},
+	[10] = {0, 4, 0, 3, find_coordinator_start, NULL, "FindCoordinator"},
 	[18] = {0, 4, 0, 3, api_versions_start, NULL, "ApiVersions"},
 	[19] = {2, 7, 2, 5, create_topics_start, NULL, "CreateTopics"},
 	[20] = {1, 6, 1, 4, delete_topics_start, delete_topics_finish, "DeleteTopics"},
+	[22] = {0, 4, 0, 2, init_producer_id_start, NULL, "InitProducerId"},
 	[32] = {1, 4, 1, 4, describe_configs_start, NULL, "DescribeConfigs"},
 };
 
@@ -449,7 +453,16 @@ struct produce_state {
 
 /* Validate one partition's records: exactly one v2 batch (Kafka's rule
  * since Produce v3), intact, within the size limit. */
-static int16_t validate_records(const struct sluice_config *cfg, const uint8_t *p, int32_t len)
+static const char msg_invalid_ts[] = "One or more records have been rejected due to invalid timestamp";
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int16_t validate_records(const struct sluice_config *cfg, const uint8_t *p, int32_t len, const char **msg)
 {
 	if (!p || len <= 0)
 		return ERR_INVALID_RECORD;
@@ -465,8 +478,27 @@ static int16_t validate_records(const struct sluice_config *cfg, const uint8_t *
 		return ERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
 	if (len > cfg->message_max_bytes)
 		return ERR_MESSAGE_TOO_LARGE;
-	if (b.attributes & SLUICE_BATCH_ATTR_CONTROL)
+	if (b.attributes & SLUICE_BATCH_ATTR_CONTROL) {
+		*msg = "Control batches may not be produced by clients";
 		return ERR_INVALID_RECORD;
+	}
+	if ((b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK) > 4) {
+		*msg = "Unknown compression codec";
+		return ERR_INVALID_RECORD;
+	}
+	if (b.attributes & SLUICE_BATCH_ATTR_TRANSACTIONAL) {
+		*msg = "Transactions are not supported by this broker";
+		return ERR_INVALID_RECORD;
+	}
+	/* CreateTime must lie within the configured window around now. */
+	if (!(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND)) {
+		int64_t now = wall_ms();
+		if ((b.max_timestamp > now && b.max_timestamp - now > cfg->timestamp_after_max_ms) ||
+		    (b.base_timestamp >= 0 && now > b.base_timestamp && now - b.base_timestamp > cfg->timestamp_before_max_ms)) {
+			*msg = msg_invalid_ts;
+			return ERR_INVALID_TIMESTAMP;
+		}
+	}
 	return ERR_NONE;
 }
 
@@ -531,7 +563,7 @@ static bool produce_start(struct req *r, struct krd *rd)
 				continue;
 			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
 				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
-				  : validate_records(cfg, recs, len);
+				  : validate_records(cfg, recs, len, &op->error_message);
 			if (e) {
 				op->local = true;
 				op->error = e;
@@ -584,8 +616,15 @@ static void produce_finish(struct req *r)
 			if (v >= 5)
 				kwr_i64(w, op->error ? -1 : op->log_start);
 			if (v >= 8) {
-				kwr_array(w, flex, 0);
-				kwr_cstr(w, flex, NULL);
+				if (op->error_message && op->error == ERR_INVALID_TIMESTAMP) {
+					kwr_array(w, flex, 1); /* RecordErrors: the batch's first record */
+					kwr_i32(w, 0);
+					kwr_cstr(w, flex, NULL);
+					if (flex)
+						kwr_tags_empty(w);
+				} else
+					kwr_array(w, flex, 0);
+				kwr_cstr(w, flex, op->error ? op->error_message : NULL);
 			}
 			if (flex)
 				kwr_tags_empty(w);
@@ -1408,6 +1447,111 @@ static bool describe_configs_start(struct req *r, struct krd *rd)
 	if (flex)
 		kwr_tags_empty(w);
 	free(allkeys);
+	resp_end(r);
+	return true;
+}
+
+/* ---- FindCoordinator (10) ------------------------------------------------------ */
+
+/* A single broker coordinates every group and transactional id itself. */
+static bool find_coordinator_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	struct kstr *keys = NULL;
+	int32_t n = 0;
+	if (v <= 3) {
+		(void)krd_string(rd, flex);
+		if (v >= 1)
+			(void)krd_i8(rd);
+	} else {
+		(void)krd_i8(rd);
+		n = krd_array(rd, flex, 1);
+		if (n > 0 && !rd->err) {
+			keys = calloc((size_t)n, sizeof *keys);
+			if (!keys)
+				return false;
+			r->api = keys;
+			for (int32_t i = 0; i < n && !rd->err; i++)
+				keys[i] = krd_string(rd, flex);
+		}
+	}
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (v >= 1)
+		kwr_i32(w, 0);
+	if (v <= 3) {
+		kwr_i16(w, ERR_NONE);
+		if (v >= 1)
+			kwr_cstr(w, flex, NULL);
+		kwr_i32(w, cfg->node_id);
+		kwr_cstr(w, flex, cfg->advertised_host);
+		kwr_i32(w, cfg->advertised_port);
+	} else {
+		kwr_array(w, flex, n > 0 ? n : 0);
+		for (int32_t i = 0; i < n; i++) {
+			kwr_string(w, flex, keys[i].ptr ? keys[i].ptr : "", keys[i].ptr ? keys[i].len : 0);
+			kwr_i32(w, cfg->node_id);
+			kwr_cstr(w, flex, cfg->advertised_host);
+			kwr_i32(w, cfg->advertised_port);
+			kwr_i16(w, ERR_NONE);
+			kwr_cstr(w, flex, NULL);
+			kwr_tags_empty(w);
+		}
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+	return true;
+}
+
+/* ---- InitProducerId (22) -------------------------------------------------------- */
+
+/* Idempotent producers only: a fresh id at epoch 0, or, when the client
+ * names its current id and epoch (v3+), the same id one epoch on. */
+static bool init_producer_id_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	struct kstr txn = krd_string(rd, flex);
+	(void)krd_i32(rd);
+	int64_t pid = -1;
+	int16_t epoch = -1;
+	if (v >= 3) {
+		pid = krd_i64(rd);
+		epoch = krd_i16(rd);
+	}
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	int16_t err = ERR_NONE;
+	if (txn.ptr) {
+		err = ERR_INVALID_REQUEST; /* transactions are not supported yet */
+		pid = -1;
+		epoch = -1;
+	} else if (pid >= 0 && epoch >= 0 && epoch < INT16_MAX - 1) {
+		epoch++;
+	} else {
+		pid = r->nc->b->meta.ops->allocate_producer_id(r->nc->b->meta.self);
+		epoch = 0;
+		if (pid < 0) {
+			err = ERR_KAFKA_STORAGE_ERROR;
+			epoch = -1;
+		}
+	}
+	resp_begin(r);
+	kwr_i32(&r->out, 0);
+	kwr_i16(&r->out, err);
+	kwr_i64(&r->out, pid);
+	kwr_i16(&r->out, epoch);
+	if (flex)
+		kwr_tags_empty(&r->out);
 	resp_end(r);
 	return true;
 }

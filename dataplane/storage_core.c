@@ -5,6 +5,7 @@
  * fetches wait on a partition that just advanced. */
 #include "common/log.h"
 #include "dataplane/core.h"
+#include "common/kafka/batch.h"
 #include "storage/plog.h"
 #include <assert.h>
 #include <errno.h>
@@ -20,6 +21,23 @@
 
 #define STORE_BACKLOG_MAX (1u << 20)
 
+#define PRODUCER_RECENT_BATCHES 5
+#define PRODUCERS_PER_PARTITION_MAX 65536
+
+/* Idempotent-producer state for one producer on one partition: its epoch,
+ * last sequence, and the last five batches so a retry gets its original
+ * offsets instead of a second append. */
+struct producer {
+	int64_t pid; /* -1: free slot */
+	int16_t epoch;
+	int32_t last_seq;
+	uint8_t n, pos;
+	struct {
+		int32_t first_seq, last_seq;
+		int64_t base_offset, last_offset;
+	} recent[PRODUCER_RECENT_BATCHES];
+};
+
 struct spart {
 	char *topic;
 	int32_t partition;
@@ -28,6 +46,8 @@ struct spart {
 	uint64_t fetch_watchers;              /* bit per network core */
 	bool dirty;
 	struct spart *dirty_next;
+	struct producer *prods; /* open addressing by pid */
+	uint32_t prod_cap, prod_n;
 	struct storecore *sc;
 };
 
@@ -173,6 +193,114 @@ static void table_grow(struct sstate *st)
 	free(old);
 }
 
+static struct producer *prod_slot(struct spart *p, int64_t pid, bool create)
+{
+	if (create && (p->prod_n + 1) * 2 > p->prod_cap) {
+		uint32_t old_cap = p->prod_cap, cap = old_cap ? old_cap * 2 : 16;
+		if (cap > PRODUCERS_PER_PARTITION_MAX * 2) {
+			/* Full: forget every producer (they are treated as unknown,
+			 * which accepts their next sequence). Bounded memory wins. */
+			for (uint32_t i = 0; i < old_cap; i++)
+				p->prods[i].pid = -1;
+			p->prod_n = 0;
+			cap = old_cap;
+		} else {
+			struct producer *old = p->prods, *n = malloc(cap * sizeof *n);
+			assert(n);
+			for (uint32_t i = 0; i < cap; i++)
+				n[i].pid = -1;
+			p->prods = n;
+			p->prod_cap = cap;
+			p->prod_n = 0;
+			for (uint32_t i = 0; i < old_cap; i++)
+				if (old[i].pid >= 0)
+					*prod_slot(p, old[i].pid, true) = old[i];
+			free(old);
+		}
+	}
+	if (!p->prod_cap)
+		return NULL;
+	uint32_t mask = p->prod_cap - 1;
+	for (uint32_t i = (uint32_t)((uint64_t)pid * 0x9E3779B97F4A7C15ull >> 32) & mask;; i = (i + 1) & mask) {
+		if (p->prods[i].pid == pid)
+			return &p->prods[i];
+		if (p->prods[i].pid < 0) {
+			if (!create)
+				return NULL;
+			memset(&p->prods[i], 0, sizeof p->prods[i]);
+			p->prods[i].pid = pid;
+			p->prods[i].epoch = -1;
+			p->prod_n++;
+			return &p->prods[i];
+		}
+	}
+}
+
+static int32_t seq_add(int32_t seq, int32_t delta)
+{
+	return (int32_t)(((int64_t)seq + delta) % ((int64_t)INT32_MAX + 1));
+}
+
+static void prod_record(struct producer *pr, int16_t epoch, int32_t first_seq, int32_t last_seq, int64_t base,
+			int64_t last)
+{
+	if (epoch != pr->epoch) {
+		pr->epoch = epoch;
+		pr->n = pr->pos = 0;
+	}
+	pr->last_seq = last_seq;
+	pr->recent[pr->pos].first_seq = first_seq;
+	pr->recent[pr->pos].last_seq = last_seq;
+	pr->recent[pr->pos].base_offset = base;
+	pr->recent[pr->pos].last_offset = last;
+	pr->pos = (uint8_t)((pr->pos + 1) % PRODUCER_RECENT_BATCHES);
+	if (pr->n < PRODUCER_RECENT_BATCHES)
+		pr->n++;
+}
+
+static void prod_rebuild_visit(const struct sluice_batch *b, void *arg)
+{
+	struct spart *p = arg;
+	if (b->producer_id < 0)
+		return;
+	struct producer *pr = prod_slot(p, b->producer_id, true);
+	if (pr && b->producer_epoch >= pr->epoch)
+		prod_record(pr, b->producer_epoch, b->base_sequence, seq_add(b->base_sequence, b->last_offset_delta),
+			    b->base_offset, b->base_offset + b->last_offset_delta);
+}
+
+/* Kafka's idempotence rules. Returns an error code, 0 to append, or 1 for
+ * a duplicate whose original offsets were put in op. */
+static int16_t prod_check(struct spart *p, struct partop *op, const struct sluice_batch *b)
+{
+	struct producer *pr = prod_slot(p, b->producer_id, false);
+	if (!pr)
+		return 0; /* unknown producer: any sequence is accepted */
+	int32_t last_seq = seq_add(b->base_sequence, b->last_offset_delta);
+	if (b->producer_epoch < pr->epoch) {
+		op->error_message = "Producer's epoch is older than the broker's";
+		return 47; /* INVALID_PRODUCER_EPOCH */
+	}
+	if (b->producer_epoch > pr->epoch) {
+		if (b->base_sequence != 0) {
+			op->error_message = "A new producer epoch must start at sequence 0";
+			return 45; /* OUT_OF_ORDER_SEQUENCE_NUMBER */
+		}
+		return 0;
+	}
+	for (uint8_t i = 0; i < pr->n; i++)
+		if (pr->recent[i].first_seq == b->base_sequence && pr->recent[i].last_seq == last_seq) {
+			op->base_offset = pr->recent[i].base_offset;
+			op->last_offset = pr->recent[i].last_offset;
+			return 1;
+		}
+	if (b->base_sequence != seq_add(pr->last_seq, 1)) {
+		op->error_message = "Out of order sequence number";
+		return 45;
+	}
+	return 0;
+}
+
 static void part_dir(const struct broker *b, const char *topic, int32_t partition, char *out, size_t len)
 {
 	/* Use the directory that already holds the partition; new partitions
@@ -224,6 +352,8 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 			  " bytes truncated, %d segments deleted",
 			  topic, partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
 			  rec.bytes_truncated, rec.segments_deleted);
+	/* Idempotent-producer state from the newest two segments. */
+	(void)sluice_plog_visit_tail(p->log, 2, prod_rebuild_visit, p);
 	st->table[slot] = p;
 	st->count++;
 	return p;
@@ -258,6 +388,7 @@ static void part_delete(struct storecore *sc, const char *topic, int32_t partiti
 				break;
 			}
 		sluice_plog_close(p->log);
+		free(p->prods);
 		free(p->topic);
 		free(p);
 		st->table[slot] = NULL;
@@ -305,17 +436,41 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	}
 	switch (op->kind) {
 	case PARTOP_APPEND: {
+		struct sluice_batch b;
+		enum sluice_batch_result br = sluice_batch_parse(op->data, op->len, &b);
+		assert(br == SLUICE_BATCH_OK); /* validated by the network core */
+		(void)br;
+		bool idempotent = b.producer_id >= 0;
+		int16_t pe = idempotent ? prod_check(p, op, &b) : 0;
+		if (pe == 1) { /* duplicate: answer with the original offsets once committed */
+			if (op->last_offset < sluice_plog_high_watermark(l)) {
+				op_done(sc, op);
+				return;
+			}
+			goto wait;
+		}
+		if (pe) {
+			op->error = pe;
+			op_done(sc, op);
+			return;
+		}
 		int rc = sluice_plog_append(l, op->data, op->len, 0, &op->base_offset, &op->last_offset);
 		if (rc < 0) {
 			op->error = 56;
 			op_done(sc, op);
 			return;
 		}
+		if (idempotent) {
+			struct producer *pr = prod_slot(p, b.producer_id, true);
+			prod_record(pr, b.producer_epoch, b.base_sequence, seq_add(b.base_sequence, b.last_offset_delta),
+				    op->base_offset, op->last_offset);
+		}
 		if (!p->dirty) {
 			p->dirty = true;
 			p->dirty_next = st->dirty_head;
 			st->dirty_head = p;
 		}
+	wait:
 		op->next = NULL;
 		if (p->wait_tail)
 			p->wait_tail->next = op;

@@ -4,6 +4,7 @@
 #include "storage/plog.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
+#include "common/kafka/compress.h"
 #include "common/log.h"
 #include <assert.h>
 #include <dirent.h>
@@ -19,6 +20,7 @@
 
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
 #define SCAN_BUF_BYTES (4u << 20)
+#define PLOG_DECOMPRESS_MAX (64u << 20) /* a batch inflating past this is not searched */
 
 struct idx_entry {
 	int32_t rel_offset;
@@ -951,14 +953,57 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 	return 0;
 }
 
+int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
+			   void (*visit)(const struct sluice_batch *b, void *arg), void *arg)
+{
+	uint32_t first = l->seg_n > nsegs ? l->seg_n - nsegs : 0;
+	for (uint32_t si = first; si < l->seg_n; si++) {
+		struct segment *s = &l->segs[si];
+		int64_t limit = si == l->seg_n - 1 ? l->committed_pos : s->size;
+		int64_t pos = 0;
+		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+		while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
+			if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
+				return -1;
+			struct sluice_batch b;
+			int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+			if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > limit)
+				break;
+			/* header fields only: parse against the declared length */
+			if (sluice_batch_parse(hdr, (size_t)len, &b) == SLUICE_BATCH_BAD_MAGIC)
+				break;
+			b.base_offset = (int64_t)kbe64(hdr);
+			b.last_offset_delta = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA);
+			b.producer_id = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_PRODUCER_ID);
+			b.producer_epoch = (int16_t)kbe16(hdr + SLUICE_BATCH_OFF_PRODUCER_EPOCH);
+			b.base_sequence = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_BASE_SEQ);
+			visit(&b, arg);
+			pos += len;
+		}
+	}
+	return 0;
+}
+
 /* Within an uncompressed batch, the first record with timestamp >= ts. */
 static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, int64_t *off, int64_t *rts)
 {
 	struct sluice_batch b;
-	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK || (b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK))
+	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK)
 		return false;
+	const uint8_t *recs = batch + SLUICE_BATCH_HEADER_BYTES;
+	size_t recs_len = (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES;
+	uint8_t *plain = NULL;
+	int codec = b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
+	if (codec) {
+		int64_t n = sluice_decompress(codec, recs, recs_len, PLOG_DECOMPRESS_MAX, &plain);
+		if (n < 0)
+			return false;
+		recs = plain;
+		recs_len = (size_t)n;
+	}
+	bool found = false;
 	struct krd r;
-	krd_init(&r, batch + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES);
+	krd_init(&r, recs, recs_len);
 	for (int32_t i = 0; i < b.records_count && !r.err; i++) {
 		int32_t rlen = krd_varint(&r);
 		const uint8_t *start = r.p;
@@ -966,15 +1011,17 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 		int64_t tsd = krd_varlong(&r);
 		int32_t od = krd_varint(&r);
 		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r) + (size_t)(r.p - start))
-			return false;
+			break;
 		if (b.base_timestamp + tsd >= ts) {
 			*off = b.base_offset + od;
 			*rts = b.base_timestamp + tsd;
-			return true;
+			found = true;
+			break;
 		}
 		r.p = start + rlen;
 	}
-	return false;
+	free(plain);
+	return found;
 }
 
 int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts)

@@ -85,6 +85,11 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * -1 for an offset out of range, -2 for an I/O error. */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
+/* Call visit for the header of every batch in the last nsegs segments, in
+ * offset order (used to rebuild idempotent-producer state after a restart). */
+struct sluice_batch;
+int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
+			   void (*visit)(const struct sluice_batch *b, void *arg), void *arg);
 /* First offset whose record timestamp >= ts; -1 when none. */
 int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts);
 
