@@ -23,7 +23,7 @@
 #define SLUICE_RING_SLOTS 8192
 #define SLUICE_URING_ENTRIES 1024
 #define SLUICE_CONN_INFLIGHT_MAX 128  /* requests in flight per connection */
-#define SLUICE_CONN_RECV_BYTES (256u << 10)
+#define SLUICE_CONN_RECV_BYTES (64u << 10)
 #define SLUICE_REQ_PARTITIONS_MAX 100000 /* partitions one request may name */
 #define SLUICE_STORE_PARTITIONS_MAX (1u << 20)
 

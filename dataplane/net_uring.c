@@ -64,11 +64,13 @@ static void arm_recv(struct conn *c)
 	if (c->closing || c->recv_armed || c->parsing || c->inflight >= SLUICE_CONN_INFLIGHT_MAX)
 		return;
 	if (c->in_cap - c->in_len < 4096) {
-		/* grow to hold the frame being received (bounded by the frame limit) */
+		/* Grow by doubling as bytes arrive, never to a size a peer merely
+		 * declared: a frame header claiming 100 MB costs nothing until the
+		 * bytes are really here. Frame sizes are checked in conn_parse. */
 		size_t want = c->in_cap * 2;
 		if (c->in_len >= 4) {
-			uint32_t need = kbe32(c->in) + 4u;
-			if (need > want)
+			size_t need = (size_t)kbe32(c->in) + 4u;
+			if (need > c->in_cap && need < want)
 				want = need;
 		}
 		uint8_t *n = realloc(c->in, want);

@@ -8,7 +8,10 @@
 # also download the reference Kafka jars now (otherwise on first use).
 set -euo pipefail
 
-pkgs=(build-essential meson ninja-build pkg-config kcat librdkafka-dev python3)
+# Build and runtime packages first (deploy/install-deps.sh), then test tools:
+# Criterion for unit tests, clang for the libFuzzer target.
+"$(dirname "$0")/../deploy/install-deps.sh" libcriterion-dev clang
+pkgs=(kcat librdkafka-dev python3)
 [[ -n "${SLUICE_SKIP_KAFKA:-}" ]] || pkgs+=(maven)
 # Any Java 17+ runtime will do for Kafka 4.x; install the default only if none.
 need_java=
