@@ -22,12 +22,24 @@ struct sluice_topic_config {
 	char value[SLUICE_TOPIC_CONFIG_VALUE_MAX];
 };
 
+/* Topic-level overrides parsed from configs[]; -1 means "broker default". */
+struct sluice_topic_limits {
+	int64_t segment_bytes;
+	int64_t max_message_bytes;
+	int64_t retention_ms;
+	int64_t retention_bytes;
+	int64_t flush_messages;
+	int64_t min_insync_replicas;
+	int8_t cleanup_compact; /* -1 default (delete), 0 delete, 1 compact */
+};
+
 struct sluice_topic {
 	char name[SLUICE_TOPIC_NAME_MAX + 1];
 	uint8_t id[16];
 	int32_t partitions;
 	int32_t config_n;
 	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
+	struct sluice_topic_limits limits;
 };
 
 struct sluice_meta_snapshot {
@@ -56,6 +68,13 @@ struct sluice_meta_ops {
 				char *msg, size_t msglen);
 	/* A producer id never handed out before, across restarts; -1 on failure. */
 	int64_t (*allocate_producer_id)(void *self);
+	/* Grow a topic to count partitions (never shrink). */
+	int16_t (*create_partitions)(void *self, const char *name, size_t name_len, int32_t count, bool validate_only,
+				     char *msg, size_t msglen);
+	/* Replace a topic's config overrides with configs[0..n). */
+	int16_t (*set_topic_configs)(void *self, const char *name, size_t name_len,
+				     const struct sluice_topic_config *configs, int32_t n, bool validate_only,
+				     char *msg, size_t msglen);
 };
 
 struct sluice_meta {
@@ -73,5 +92,9 @@ const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s
 bool sluice_topic_name_valid(const char *name, size_t len);
 /* Topic config keys accepted at creation (Kafka's names). */
 bool sluice_topic_config_known(const char *key);
+/* Check one topic config value; returns 0 or INVALID_CONFIG (40) with msg. */
+int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen);
+/* Parse a topic's overrides into limits. */
+void sluice_topic_limits_parse(struct sluice_topic *t);
 
 #endif

@@ -44,6 +44,84 @@ bool sluice_topic_config_known(const char *key)
 	return false;
 }
 
+/* Value types of the topic configs whose values are checked. */
+static const struct {
+	const char *key;
+	char type; /* 'l' long, 'b' boolean, 'p' cleanup policy list, 's' string */
+	int64_t min;
+} config_types[] = {
+	{"cleanup.policy", 'p', 0}, {"delete.retention.ms", 'l', 0}, {"file.delete.delay.ms", 'l', 0},
+	{"flush.messages", 'l', 1}, {"flush.ms", 'l', 0}, {"index.interval.bytes", 'l', 0},
+	{"max.compaction.lag.ms", 'l', 1}, {"max.message.bytes", 'l', 0},
+	{"message.timestamp.difference.max.ms", 'l', 0}, {"min.compaction.lag.ms", 'l', 0},
+	{"min.insync.replicas", 'l', 1}, {"preallocate", 'b', 0}, {"retention.bytes", 'l', -1},
+	{"retention.ms", 'l', -1}, {"segment.bytes", 'l', 14}, {"segment.index.bytes", 'l', 4},
+	{"segment.jitter.ms", 'l', 0}, {"segment.ms", 'l', 1}, {"unclean.leader.election.enable", 'b', 0},
+	{"message.timestamp.before.max.ms", 'l', 0}, {"message.timestamp.after.max.ms", 'l', 0},
+	{"local.retention.ms", 'l', -2}, {"local.retention.bytes", 'l', -2},
+};
+
+int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen)
+{
+	if (!sluice_topic_config_known(key)) {
+		snprintf(msg, msglen, "Unknown topic config name: %s", key);
+		return 40;
+	}
+	for (size_t i = 0; i < sizeof config_types / sizeof *config_types; i++) {
+		if (strcmp(config_types[i].key, key) != 0)
+			continue;
+		bool ok = true;
+		if (config_types[i].type == 'l') {
+			char *end;
+			errno = 0;
+			long long v = strtoll(value, &end, 10);
+			ok = *value && !*end && !errno && v >= config_types[i].min;
+		} else if (config_types[i].type == 'b') {
+			ok = !strcmp(value, "true") || !strcmp(value, "false");
+		} else if (config_types[i].type == 'p') {
+			ok = !strcmp(value, "delete") || !strcmp(value, "compact") || !strcmp(value, "compact,delete") ||
+			     !strcmp(value, "delete,compact") || !strcmp(value, "");
+		}
+		if (!ok) {
+			snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
+			return 40;
+		}
+	}
+	if (!strcmp(key, "segment.bytes")) {
+		long long v = atoll(value);
+		if (v < 16384 || v > INT32_MAX) {
+			snprintf(msg, msglen, "Invalid value %s for configuration segment.bytes: must be in [16384, %d]", value, INT32_MAX);
+			return 40;
+		}
+	}
+	return 0;
+}
+
+void sluice_topic_limits_parse(struct sluice_topic *t)
+{
+	struct sluice_topic_limits *l = &t->limits;
+	l->segment_bytes = l->max_message_bytes = l->retention_ms = l->retention_bytes = -1;
+	l->flush_messages = l->min_insync_replicas = -1;
+	l->cleanup_compact = -1;
+	for (int32_t i = 0; i < t->config_n; i++) {
+		const char *k = t->configs[i].key, *v = t->configs[i].value;
+		if (!strcmp(k, "segment.bytes"))
+			l->segment_bytes = atoll(v);
+		else if (!strcmp(k, "max.message.bytes"))
+			l->max_message_bytes = atoll(v);
+		else if (!strcmp(k, "retention.ms"))
+			l->retention_ms = atoll(v);
+		else if (!strcmp(k, "retention.bytes"))
+			l->retention_bytes = atoll(v);
+		else if (!strcmp(k, "flush.messages"))
+			l->flush_messages = atoll(v);
+		else if (!strcmp(k, "min.insync.replicas"))
+			l->min_insync_replicas = atoll(v);
+		else if (!strcmp(k, "cleanup.policy"))
+			l->cleanup_compact = strstr(v, "compact") != NULL;
+	}
+}
+
 bool sluice_topic_name_valid(const char *name, size_t len)
 {
 	if (len == 0 || len > SLUICE_TOPIC_NAME_MAX)
@@ -217,11 +295,11 @@ static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool 
 				 spec->replication_factor, spec->replication_factor);
 		return 38; /* INVALID_REPLICATION_FACTOR */
 	}
-	for (int32_t i = 0; i < spec->config_n; i++)
-		if (!sluice_topic_config_known(spec->configs[i].key)) {
-			snprintf(msg, msglen, "Unknown topic config name: %s", spec->configs[i].key);
-			return 40; /* INVALID_CONFIG */
-		}
+	for (int32_t i = 0; i < spec->config_n; i++) {
+		int16_t e = sluice_topic_config_check(spec->configs[i].key, spec->configs[i].value, msg, msglen);
+		if (e)
+			return e;
+	}
 	pthread_mutex_lock(&m->lock);
 	int16_t code = 0;
 	struct sluice_meta_snapshot *cur = m->current;
@@ -262,6 +340,7 @@ static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool 
 	t->id[8] = (uint8_t)((t->id[8] & 0x3f) | 0x80);
 	t->config_n = spec->config_n;
 	memcpy(t->configs, spec->configs, sizeof t->configs[0] * (size_t)spec->config_n);
+	sluice_topic_limits_parse(t);
 	uint32_t pos = 0;
 	while (pos < s->topic_n && cmp_name(spec->name, spec->name_len, s->topics[pos]->name) > 0)
 		pos++;
@@ -345,8 +424,106 @@ static int64_t ml_allocate_producer_id(void *self)
 	return id;
 }
 
+/* Apply fn to a copy of the named topic in a new snapshot, persist, publish. */
+static int16_t modify_topic(struct meta_local *m, const char *name, size_t len, bool validate_only,
+			    int16_t (*fn)(struct sluice_topic *t, const void *arg, char *msg, size_t msglen),
+			    const void *arg, char *msg, size_t msglen)
+{
+	pthread_mutex_lock(&m->lock);
+	const struct sluice_topic *cur = sluice_meta_find(m->current, name, len);
+	if (!cur) {
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, msglen, "Topic '%.*s' does not exist.", (int)(len > 249 ? 249 : len), name);
+		return 3;
+	}
+	struct sluice_topic probe = *cur;
+	int16_t e = fn(&probe, arg, msg, msglen);
+	if (e || validate_only) {
+		pthread_mutex_unlock(&m->lock);
+		return e;
+	}
+	struct sluice_meta_snapshot *s = snap_clone(m->current, 0);
+	if (!s) {
+		pthread_mutex_unlock(&m->lock);
+		return -1;
+	}
+	for (uint32_t i = 0; i < s->topic_n; i++)
+		if (cmp_name(name, len, s->topics[i]->name) == 0)
+			*s->topics[i] = probe;
+	if (persist(m, s) < 0) {
+		snap_free(s);
+		pthread_mutex_unlock(&m->lock);
+		snprintf(msg, msglen, "cannot persist topic metadata");
+		return 56;
+	}
+	publish(m, s);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static int16_t grow_partitions(struct sluice_topic *t, const void *arg, char *msg, size_t msglen)
+{
+	int32_t count = *(const int32_t *)arg;
+	if (count <= t->partitions) {
+		snprintf(msg, msglen, "Topic currently has %d partitions, which is higher than the requested %d.",
+			 t->partitions, count);
+		if (count == t->partitions)
+			snprintf(msg, msglen, "Topic already has %d partitions.", t->partitions);
+		return 37; /* INVALID_PARTITIONS */
+	}
+	if (count > SLUICE_PARTITIONS_PER_TOPIC_MAX) {
+		snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", count, SLUICE_PARTITIONS_PER_TOPIC_MAX);
+		return 37;
+	}
+	t->partitions = count;
+	return 0;
+}
+
+static int16_t ml_create_partitions(void *self, const char *name, size_t len, int32_t count, bool validate_only,
+				    char *msg, size_t msglen)
+{
+	int16_t e = modify_topic(self, name, len, validate_only, grow_partitions, &count, msg, msglen);
+	if (!e && !validate_only)
+		SLOG_INFO("meta", "topic %.*s now has %d partition(s)", (int)len, name, count);
+	return e;
+}
+
+struct config_set {
+	const struct sluice_topic_config *configs;
+	int32_t n;
+};
+
+static int16_t replace_configs(struct sluice_topic *t, const void *arg, char *msg, size_t msglen)
+{
+	const struct config_set *cs = arg;
+	if (cs->n > SLUICE_TOPIC_CONFIGS_MAX) {
+		snprintf(msg, msglen, "More than %d topic config overrides.", SLUICE_TOPIC_CONFIGS_MAX);
+		return 40;
+	}
+	for (int32_t i = 0; i < cs->n; i++) {
+		int16_t e = sluice_topic_config_check(cs->configs[i].key, cs->configs[i].value, msg, msglen);
+		if (e)
+			return e;
+	}
+	t->config_n = cs->n;
+	memcpy(t->configs, cs->configs, sizeof *cs->configs * (size_t)cs->n);
+	sluice_topic_limits_parse(t);
+	return 0;
+}
+
+static int16_t ml_set_topic_configs(void *self, const char *name, size_t len, const struct sluice_topic_config *configs,
+				    int32_t n, bool validate_only, char *msg, size_t msglen)
+{
+	struct config_set cs = {configs, n};
+	int16_t e = modify_topic(self, name, len, validate_only, replace_configs, &cs, msg, msglen);
+	if (!e && !validate_only)
+		SLOG_INFO("meta", "topic %.*s configs updated (%d override(s))", (int)len, name, n);
+	return e;
+}
+
 static const struct sluice_meta_ops local_ops = {ml_acquire, ml_release, ml_create, ml_delete,
-						 ml_allocate_producer_id};
+						 ml_allocate_producer_id, ml_create_partitions,
+						 ml_set_topic_configs};
 
 static int parse_hex16(const char *h, uint8_t out[16])
 {
@@ -386,6 +563,7 @@ static int load(struct meta_local *m, struct sluice_meta_snapshot *s, char *err,
 		}
 		snprintf(t->name, sizeof t->name, "%s", name);
 		t->partitions = atoi(parts);
+		(void)0;
 		for (char *kv; (kv = strtok_r(NULL, " \n", &save)) && t->config_n < SLUICE_TOPIC_CONFIGS_MAX;) {
 			char *eq = strchr(kv, '=');
 			if (!eq)
@@ -395,6 +573,7 @@ static int load(struct meta_local *m, struct sluice_meta_snapshot *s, char *err,
 			snprintf(t->configs[t->config_n].value, SLUICE_TOPIC_CONFIG_VALUE_MAX, "%s", eq + 1);
 			t->config_n++;
 		}
+		sluice_topic_limits_parse(t);
 		struct sluice_topic **nt = realloc(s->topics, (s->topic_n + 1) * sizeof *nt);
 		if (!nt) {
 			free(t);

@@ -33,7 +33,7 @@ enum {
 	MSG_WAKE_FETCHES,    /* storage -> net: data arrived where a fetch waits */
 };
 
-enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE };
+enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE, PARTOP_DELETE_RECORDS };
 
 struct req;
 
@@ -46,6 +46,7 @@ struct partop {
 	int16_t error;
 	struct req *req;
 	const char *topic;       /* NUL-terminated, lives in the request's metadata snapshot */
+	const struct sluice_topic *tinfo; /* likewise: the topic's overrides */
 	int32_t partition;
 	/* APPEND */
 	const uint8_t *data;

@@ -20,7 +20,7 @@ enum {
 	ERR_INVALID_REQUIRED_ACKS = 21, ERR_UNSUPPORTED_VERSION = 35, ERR_INVALID_REQUEST = 42,
 	ERR_INVALID_REPLICA_ASSIGNMENT = 39, ERR_INVALID_CONFIG = 40, ERR_POLICY_VIOLATION = 44,
 	ERR_KAFKA_STORAGE_ERROR = 56, ERR_INVALID_RECORD = 87, ERR_UNKNOWN_TOPIC_ID = 100,
-	ERR_TOPIC_DELETION_DISABLED = 73, ERR_INVALID_TIMESTAMP = 32, ERR_UNKNOWN_SERVER_ERROR = -1,
+	ERR_TOPIC_DELETION_DISABLED = 73, ERR_NOT_ENOUGH_REPLICAS = 19, ERR_INVALID_PARTITIONS = 37, ERR_INVALID_TIMESTAMP = 32, ERR_UNKNOWN_SERVER_ERROR = -1,
 };
 
 typedef bool (*start_fn)(struct req *r, struct krd *rd);
@@ -49,6 +49,11 @@ static void delete_topics_finish(struct req *r);
 static bool describe_configs_start(struct req *r, struct krd *rd);
 static bool find_coordinator_start(struct req *r, struct krd *rd);
 static bool init_producer_id_start(struct req *r, struct krd *rd);
+static bool create_partitions_start(struct req *r, struct krd *rd);
+static bool alter_configs_start(struct req *r, struct krd *rd);
+static bool delete_records_start(struct req *r, struct krd *rd);
+static void delete_records_finish(struct req *r);
+static bool describe_cluster_start(struct req *r, struct krd *rd);
 
 #define API_KEY_MAX 75
 static const struct api apis[API_KEY_MAX] = {
@@ -60,8 +65,13 @@ static const struct api apis[API_KEY_MAX] = {
 	[18] = {0, 4, 0, 3, api_versions_start, NULL, "ApiVersions"},
 	[19] = {2, 7, 2, 5, create_topics_start, NULL, "CreateTopics"},
 	[20] = {1, 6, 1, 4, delete_topics_start, delete_topics_finish, "DeleteTopics"},
+	[21] = {0, 2, 0, 2, delete_records_start, delete_records_finish, "DeleteRecords"},
 	[22] = {0, 4, 0, 2, init_producer_id_start, NULL, "InitProducerId"},
 	[32] = {1, 4, 1, 4, describe_configs_start, NULL, "DescribeConfigs"},
+	[33] = {0, 2, 0, 2, alter_configs_start, NULL, "AlterConfigs"},
+	[37] = {0, 3, 0, 2, create_partitions_start, NULL, "CreatePartitions"},
+	[44] = {0, 1, 0, 1, alter_configs_start, NULL, "IncrementalAlterConfigs"},
+	[60] = {0, 1, 0, 0, describe_cluster_start, NULL, "DescribeCluster"},
 };
 
 int64_t sluice_now_ms(void)
@@ -254,6 +264,7 @@ static void op_resolve(struct req *r, struct partop *op, struct kstr name)
 		return;
 	}
 	op->topic = t->name;
+	op->tinfo = t;
 	memcpy(op->topic_id, t->id, 16);
 }
 
@@ -462,7 +473,8 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int16_t validate_records(const struct sluice_config *cfg, const uint8_t *p, int32_t len, const char **msg)
+static int16_t validate_records(const struct sluice_config *cfg, int64_t max_bytes, const uint8_t *p, int32_t len,
+				const char **msg)
 {
 	if (!p || len <= 0)
 		return ERR_INVALID_RECORD;
@@ -476,7 +488,7 @@ static int16_t validate_records(const struct sluice_config *cfg, const uint8_t *
 	}
 	if (sluice_batch_total_bytes(&b) != len)
 		return ERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
-	if (len > cfg->message_max_bytes)
+	if (len > max_bytes)
 		return ERR_MESSAGE_TOO_LARGE;
 	if (b.attributes & SLUICE_BATCH_ATTR_CONTROL) {
 		*msg = "Control batches may not be produced by clients";
@@ -561,9 +573,17 @@ static bool produce_start(struct req *r, struct krd *rd)
 			op_resolve(r, op, name);
 			if (op->local)
 				continue;
+			const struct sluice_topic_limits *lim = &op->tinfo->limits;
+			int64_t max_bytes = lim->max_message_bytes >= 0 ? lim->max_message_bytes : cfg->message_max_bytes;
+			int64_t min_isr = lim->min_insync_replicas > 0 ? lim->min_insync_replicas : cfg->min_insync_replicas;
 			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
 				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
-				  : validate_records(cfg, recs, len, &op->error_message);
+				  : validate_records(cfg, max_bytes, recs, len, &op->error_message);
+			if (!e && acks == -1 && min_isr > 1) {
+				/* One broker: the in-sync replica set is just this one. */
+				e = ERR_NOT_ENOUGH_REPLICAS;
+				op->error_message = "The size of the current ISR is less than min.insync.replicas";
+			}
 			if (e) {
 				op->local = true;
 				op->error = e;
@@ -1389,7 +1409,7 @@ static bool describe_configs_start(struct req *r, struct krd *rd)
 				err = ERR_INVALID_REQUEST;
 				msg = "Unexpected broker id";
 			}
-		} else {
+		} else if (d->type != 8) {
 			err = ERR_INVALID_REQUEST;
 			msg = "Unsupported resource type";
 		}
@@ -1400,16 +1420,10 @@ static bool describe_configs_start(struct req *r, struct krd *rd)
 		if (err) {
 			kwr_array(w, flex, 0);
 		} else if (d->type == 2) {
-			size_t pos = w->len;
-			kwr_array(w, flex, 0);
-			size_t after = w->len;
 			int32_t count = 0;
-			(void)pos;
-			(void)after;
 			/* Count first so the array header has the right size. */
 			for (size_t k = 0; k < sizeof topic_defaults / sizeof *topic_defaults; k++)
 				count += key_wanted(d->keys, d->nkeys, topic_defaults[k].key);
-			w->len = pos;
 			kwr_array(w, flex, count);
 			for (size_t k = 0; k < sizeof topic_defaults / sizeof *topic_defaults; k++) {
 				const struct topic_default *td = &topic_defaults[k];
@@ -1428,6 +1442,14 @@ static bool describe_configs_start(struct req *r, struct krd *rd)
 					}
 				dc_entry(r, td->key, val, false, src, td->type, synonyms);
 			}
+		} else if (d->type == 8) {
+			/* One logger today: every area follows the root level. */
+			static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
+			int lvl = __atomic_load_n(&sluice_log_level_current, __ATOMIC_RELAXED);
+			bool want = key_wanted(d->keys, d->nkeys, "root");
+			kwr_array(w, flex, want ? 1 : 0);
+			if (want)
+				dc_entry(r, "root", names[lvl], false, SRC_DEFAULT, CT_STRING, false);
 		} else {
 			int32_t count = 0;
 			const char *name;
@@ -1552,6 +1574,422 @@ static bool init_producer_id_start(struct req *r, struct krd *rd)
 	kwr_i16(&r->out, epoch);
 	if (flex)
 		kwr_tags_empty(&r->out);
+	resp_end(r);
+	return true;
+}
+
+/* ---- CreatePartitions (37) ------------------------------------------------------- */
+
+static bool create_partitions_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int32_t n = krd_array(rd, flex, 7);
+	if (rd->err)
+		return false;
+	struct cp {
+		struct kstr name;
+		int32_t count;
+		int16_t err;
+		char msg[200];
+	} *cps = n > 0 ? calloc((size_t)n, sizeof *cps) : NULL;
+	if (n > 0 && !cps)
+		return false;
+	r->api = cps;
+	int32_t node = r->nc->b->cfg.node_id;
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		cps[i].name = krd_string(rd, flex);
+		cps[i].count = krd_i32(rd);
+		int32_t na = krd_array(rd, flex, 1);
+		for (int32_t a = 0; a < na && !rd->err; a++) {
+			int32_t nb = krd_array(rd, flex, 4);
+			for (int32_t b = 0; b < nb && !rd->err; b++)
+				if (krd_i32(rd) != node && !cps[i].err) {
+					cps[i].err = ERR_INVALID_REPLICA_ASSIGNMENT;
+					snprintf(cps[i].msg, sizeof cps[i].msg, "Replica assignment names a broker that does not exist.");
+				}
+			if (flex)
+				krd_tags_skip(rd);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	(void)krd_i32(rd);
+	bool validate_only = krd_bool(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		if (cps[i].err)
+			continue;
+		for (int32_t j = 0; j < i; j++)
+			if (cps[j].name.len == cps[i].name.len && cps[i].name.ptr &&
+			    memcmp(cps[j].name.ptr, cps[i].name.ptr, (size_t)cps[i].name.len) == 0) {
+				cps[i].err = ERR_INVALID_REQUEST;
+				snprintf(cps[i].msg, sizeof cps[i].msg, "Duplicate topic in request.");
+			}
+		if (cps[i].err)
+			continue;
+		if (!cps[i].name.ptr) {
+			cps[i].err = ERR_INVALID_REQUEST;
+			continue;
+		}
+		cps[i].err = r->nc->b->meta.ops->create_partitions(r->nc->b->meta.self, cps[i].name.ptr, (size_t)cps[i].name.len,
+								   cps[i].count, validate_only, cps[i].msg, sizeof cps[i].msg);
+		if (cps[i].err == ERR_UNKNOWN_TOPIC_OR_PARTITION)
+			snprintf(cps[i].msg, sizeof cps[i].msg, "The topic '%.*s' does not exist.",
+				 cps[i].name.len > 200 ? 200 : cps[i].name.len, cps[i].name.ptr);
+	}
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++) {
+		kwr_string(w, flex, cps[i].name.ptr ? cps[i].name.ptr : "", cps[i].name.ptr ? cps[i].name.len : 0);
+		kwr_i16(w, cps[i].err);
+		kwr_cstr(w, flex, cps[i].err ? cps[i].msg : NULL);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+	return true;
+}
+
+/* ---- AlterConfigs (33) and IncrementalAlterConfigs (44) ------------------------------ */
+
+enum { OP_SET = 0, OP_DELETE = 1, OP_APPEND = 2, OP_SUBTRACT = 3 };
+
+static struct sluice_topic_config *cfg_find(struct sluice_topic_config *c, int32_t n, const char *key)
+{
+	for (int32_t i = 0; i < n; i++)
+		if (!strcmp(c[i].key, key))
+			return &c[i];
+	return NULL;
+}
+
+/* Apply one incremental operation to a working copy of a topic's overrides. */
+static int16_t cfg_apply(struct sluice_topic_config *c, int32_t *n, int8_t op, const char *key, const char *value,
+			 char *msg, size_t msglen)
+{
+	struct sluice_topic_config *e = cfg_find(c, *n, key);
+	if (op == OP_DELETE) {
+		if (e) {
+			*e = c[*n - 1];
+			(*n)--;
+		}
+		return 0;
+	}
+	if (!value) {
+		snprintf(msg, msglen, "Null value not supported for %s", key);
+		return ERR_INVALID_REQUEST;
+	}
+	char merged[SLUICE_TOPIC_CONFIG_VALUE_MAX];
+	if (op == OP_APPEND || op == OP_SUBTRACT) {
+		if (strcmp(key, "cleanup.policy") != 0) {
+			snprintf(msg, msglen, "Config value append or subtract is not allowed for config key %s", key);
+			return ERR_INVALID_CONFIG;
+		}
+		bool has_del = false, has_comp = false;
+		const char *curv = e ? e->value : "delete";
+		has_del = strstr(curv, "delete") != NULL;
+		has_comp = strstr(curv, "compact") != NULL;
+		bool v_del = strstr(value, "delete") != NULL, v_comp = strstr(value, "compact") != NULL;
+		if (op == OP_APPEND) {
+			has_del |= v_del;
+			has_comp |= v_comp;
+		} else {
+			has_del &= !v_del;
+			has_comp &= !v_comp;
+		}
+		snprintf(merged, sizeof merged, "%s%s%s", has_comp ? "compact" : "", has_comp && has_del ? "," : "",
+			 has_del ? "delete" : "");
+		value = merged;
+	} else if (op != OP_SET) {
+		snprintf(msg, msglen, "Unknown config operation %d", op);
+		return ERR_INVALID_REQUEST;
+	}
+	int16_t err = sluice_topic_config_check(key, value, msg, msglen);
+	if (err)
+		return err;
+	if (strlen(key) >= SLUICE_TOPIC_CONFIG_KEY_MAX || strlen(value) >= SLUICE_TOPIC_CONFIG_VALUE_MAX) {
+		snprintf(msg, msglen, "Config key or value too long");
+		return ERR_INVALID_CONFIG;
+	}
+	if (!e) {
+		if (*n >= SLUICE_TOPIC_CONFIGS_MAX) {
+			snprintf(msg, msglen, "Too many topic config overrides");
+			return ERR_INVALID_CONFIG;
+		}
+		e = &c[(*n)++];
+		snprintf(e->key, sizeof e->key, "%s", key);
+	}
+	snprintf(e->value, sizeof e->value, "%s", value);
+	return 0;
+}
+
+/* Broker loggers (resource type 8): levels change at run time. */
+static int16_t logger_apply(const char *value, char *msg, size_t msglen)
+{
+	int lvl = value ? sluice_log_level_parse(value) : SLUICE_LOG_INFO;
+	if (lvl < 0) {
+		snprintf(msg, msglen, "Invalid log level %s", value);
+		return ERR_INVALID_CONFIG;
+	}
+	sluice_log_set_level(lvl);
+	SLOG_INFO("broker", "log level set to %s", value ? value : "INFO");
+	return 0;
+}
+
+static bool alter_configs_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible, incremental = r->api_key == 44;
+	int32_t n = krd_array(rd, flex, 4);
+	if (rd->err)
+		return false;
+	struct ar {
+		int8_t type;
+		struct kstr name;
+		int16_t err;
+		char msg[256];
+		int32_t cn;
+		struct sluice_topic_config *c;
+		bool logger;
+		char level[16];
+	} *ars = n > 0 ? calloc((size_t)n, sizeof *ars) : NULL;
+	if (n > 0 && !ars)
+		return false;
+	r->api = ars;
+	/* Decode first: one allocation holds every working copy. */
+	struct sluice_topic_config *pool = n > 0 ? calloc((size_t)n * SLUICE_TOPIC_CONFIGS_MAX, sizeof *pool) : NULL;
+	if (n > 0 && !pool)
+		return false;
+	char node[16];
+	snprintf(node, sizeof node, "%d", r->nc->b->cfg.node_id);
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		struct ar *a = &ars[i];
+		a->type = krd_i8(rd);
+		a->name = krd_string(rd, flex);
+		a->c = pool + (size_t)i * SLUICE_TOPIC_CONFIGS_MAX;
+		const struct sluice_topic *t = NULL;
+		if (a->type == 2) {
+			t = a->name.ptr ? sluice_meta_find(snap(r), a->name.ptr, (size_t)a->name.len) : NULL;
+			if (!t) {
+				a->err = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+				snprintf(a->msg, sizeof a->msg, "The topic does not exist.");
+			} else if (incremental) {
+				a->cn = t->config_n;
+				memcpy(a->c, t->configs, sizeof *t->configs * (size_t)t->config_n);
+			}
+		} else if (a->type == 8) {
+			a->logger = true;
+		} else if (a->type == 4) {
+			a->err = ERR_INVALID_REQUEST;
+			snprintf(a->msg, sizeof a->msg, "Broker configs are read-only in this release (set them in server.properties)");
+		} else {
+			a->err = ERR_INVALID_REQUEST;
+			snprintf(a->msg, sizeof a->msg, "Unsupported resource type %d", a->type);
+		}
+		int32_t nc = krd_array(rd, flex, 3);
+		for (int32_t k = 0; k < nc && !rd->err; k++) {
+			struct kstr key = krd_string(rd, flex);
+			int8_t op = incremental ? krd_i8(rd) : OP_SET;
+			struct kstr val = krd_string(rd, flex);
+			if (flex)
+				krd_tags_skip(rd);
+			if (a->err || rd->err || !key.ptr)
+				continue;
+			char kbuf[SLUICE_TOPIC_CONFIG_KEY_MAX], vbuf[SLUICE_TOPIC_CONFIG_VALUE_MAX];
+			if (key.len >= (int32_t)sizeof kbuf || (val.ptr && val.len >= (int32_t)sizeof vbuf)) {
+				a->err = ERR_INVALID_CONFIG;
+				snprintf(a->msg, sizeof a->msg, "Config key or value too long");
+				continue;
+			}
+			memcpy(kbuf, key.ptr, (size_t)key.len);
+			kbuf[key.len] = '\0';
+			if (val.ptr) {
+				memcpy(vbuf, val.ptr, (size_t)val.len);
+				vbuf[val.len] = '\0';
+			}
+			if (a->logger) {
+				int lvl = val.ptr ? sluice_log_level_parse(vbuf) : SLUICE_LOG_INFO;
+				if (lvl < 0) {
+					a->err = ERR_INVALID_CONFIG;
+					snprintf(a->msg, sizeof a->msg, "Invalid log level %.32s for logger %.64s", vbuf, kbuf);
+				} else
+					snprintf(a->level, sizeof a->level, "%.15s", val.ptr && op != OP_DELETE ? vbuf : "INFO");
+				continue;
+			}
+			a->err = cfg_apply(a->c, &a->cn, op, kbuf, val.ptr ? vbuf : NULL, a->msg, sizeof a->msg);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	bool validate_only = krd_bool(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err) {
+		free(pool);
+		return false;
+	}
+	for (int32_t i = 0; i < n; i++) {
+		struct ar *a = &ars[i];
+		if (a->err || validate_only)
+			continue;
+		if (a->logger) {
+			if (a->level[0])
+				a->err = logger_apply(a->level, a->msg, sizeof a->msg);
+			continue;
+		}
+		a->err = r->nc->b->meta.ops->set_topic_configs(r->nc->b->meta.self, a->name.ptr, (size_t)a->name.len, a->c,
+							       a->cn, false, a->msg, sizeof a->msg);
+	}
+	free(pool);
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++) {
+		kwr_i16(w, ars[i].err);
+		kwr_cstr(w, flex, ars[i].err ? ars[i].msg : NULL);
+		kwr_i8(w, ars[i].type);
+		kwr_string(w, flex, ars[i].name.ptr ? ars[i].name.ptr : "", ars[i].name.ptr ? ars[i].name.len : 0);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+	return true;
+}
+
+/* ---- DeleteRecords (21) ------------------------------------------------------------ */
+
+static bool delete_records_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	struct krd scan = *rd;
+	int32_t ntopics = krd_array(&scan, flex, 2), total = 0;
+	for (int32_t t = 0; t < ntopics && !scan.err; t++) {
+		(void)krd_string(&scan, flex);
+		int32_t np = krd_array(&scan, flex, 12);
+		for (int32_t p = 0; p < np && !scan.err; p++) {
+			krd_skip(&scan, 12);
+			if (flex)
+				krd_tags_skip(&scan);
+			total++;
+		}
+		if (flex)
+			krd_tags_skip(&scan);
+	}
+	if (scan.err || total > SLUICE_REQ_PARTITIONS_MAX) {
+		*rd = scan;
+		return false;
+	}
+	if (total > 0 && !ops_alloc(r, total))
+		return false;
+	int32_t *nt = malloc(sizeof *nt);
+	if (!nt)
+		return false;
+	*nt = ntopics;
+	r->api = nt;
+	(void)krd_array(rd, flex, 2);
+	int32_t k = 0;
+	for (int32_t t = 0; t < ntopics; t++) {
+		struct kstr name = krd_string(rd, flex);
+		int32_t np = krd_array(rd, flex, 12);
+		for (int32_t p = 0; p < np; p++) {
+			struct partop *op = &r->ops[k++];
+			op->kind = PARTOP_DELETE_RECORDS;
+			op->tindex = t;
+			op->partition = krd_i32(rd);
+			op->offset = krd_i64(rd);
+			if (flex)
+				krd_tags_skip(rd);
+			op_resolve(r, op, name);
+			if (!op->local && op->offset < -1) {
+				op->local = true;
+				op->error = ERR_OFFSET_OUT_OF_RANGE;
+			}
+		}
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	(void)krd_i32(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	dispatch_ops(r);
+	return true;
+}
+
+static void delete_records_finish(struct req *r)
+{
+	bool flex = r->flexible;
+	int32_t ntopics = *(int32_t *)r->api;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, ntopics);
+	int32_t k = 0;
+	for (int32_t t = 0; t < ntopics; t++) {
+		int32_t start = k;
+		while (k < r->nops && r->ops[k].tindex == t)
+			k++;
+		if (start < r->nops && r->ops[start].tindex == t)
+			kwr_string(w, flex, r->ops[start].name_ptr, r->ops[start].name_len);
+		else
+			kwr_string(w, flex, "", 0);
+		kwr_array(w, flex, k - start);
+		for (int32_t i = start; i < k; i++) {
+			struct partop *op = &r->ops[i];
+			kwr_i32(w, op->partition);
+			kwr_i64(w, op->error ? -1 : op->log_start);
+			kwr_i16(w, op->error);
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+}
+
+/* ---- DescribeCluster (60) ------------------------------------------------------------ */
+
+static bool describe_cluster_start(struct req *r, struct krd *rd)
+{
+	int16_t v = r->api_version;
+	(void)krd_bool(rd);
+	int8_t endpoint_type = v >= 1 ? krd_i8(rd) : 1;
+	krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	int16_t err = endpoint_type == 1 ? ERR_NONE : 114; /* UNSUPPORTED_ENDPOINT_TYPE */
+	kwr_i16(w, err);
+	kwr_cstr(w, true, err ? "Only broker endpoints are served" : NULL);
+	if (v >= 1)
+		kwr_i8(w, endpoint_type);
+	kwr_cstr(w, true, cfg->cluster_id);
+	kwr_i32(w, cfg->node_id);
+	kwr_array(w, true, err ? 0 : 1);
+	if (!err) {
+		kwr_i32(w, cfg->node_id);
+		kwr_cstr(w, true, cfg->advertised_host);
+		kwr_i32(w, cfg->advertised_port);
+		kwr_cstr(w, true, NULL);
+		kwr_tags_empty(w);
+	}
+	kwr_i32(w, INT32_MIN);
+	kwr_tags_empty(w);
 	resp_end(r);
 	return true;
 }

@@ -435,7 +435,17 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		return;
 	}
 	switch (op->kind) {
+	case PARTOP_DELETE_RECORDS: {
+		int64_t ls = sluice_plog_delete_records(l, op->offset);
+		if (ls < 0)
+			op->error = 1; /* OFFSET_OUT_OF_RANGE */
+		op->log_start = ls;
+		op_done(sc, op);
+		return;
+	}
 	case PARTOP_APPEND: {
+		if (op->tinfo)
+			sluice_plog_set_limits(l, op->tinfo->limits.segment_bytes, op->tinfo->limits.flush_messages);
 		struct sluice_batch b;
 		enum sluice_batch_result br = sluice_batch_parse(op->data, op->len, &b);
 		assert(br == SLUICE_BATCH_OK); /* validated by the network core */

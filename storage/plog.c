@@ -581,6 +581,16 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	}
 	l->log_start = l->segs[0].base_offset;
 	l->leo = l->hw = active(l)->next_offset;
+	{
+		char p[PATH_BYTES];
+		snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
+		FILE *f = fopen(p, "r");
+		long long v;
+		if (f && fscanf(f, "%lld", &v) == 1 && v > l->log_start && v <= l->leo)
+			l->log_start = v;
+		if (f)
+			fclose(f);
+	}
 	if (open_active(l, err, errlen) < 0) {
 		sluice_plog_close(l);
 		return -1;
@@ -951,6 +961,55 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		return (int32_t)n;
 	}
 	return 0;
+}
+
+void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages)
+{
+	if (segment_bytes > 0)
+		l->cfg.segment_bytes = segment_bytes;
+	if (flush_messages > 0)
+		l->cfg.flush_interval_messages = flush_messages;
+}
+
+static void write_log_start(struct sluice_plog *l)
+{
+	char p[PATH_BYTES], tmp[PATH_BYTES];
+	snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
+	snprintf(tmp, sizeof tmp, "%s/sluice-log-start-offset.tmp", l->dir);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "%" PRId64 "\n", l->log_start);
+	fflush(f);
+	fdatasync(fileno(f));
+	fclose(f);
+	(void)rename(tmp, p);
+}
+
+int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
+{
+	if (offset == -1)
+		offset = l->hw;
+	if (offset < 0 || offset > l->hw)
+		return -1;
+	if (offset <= l->log_start)
+		return l->log_start;
+	l->log_start = offset;
+	write_log_start(l);
+	/* Drop whole segments below the new start (never the active one). */
+	uint32_t drop = 0;
+	while (drop + 1 < l->seg_n && l->segs[drop + 1].base_offset <= offset)
+		drop++;
+	for (uint32_t i = 0; i < drop; i++) {
+		int64_t base = l->segs[i].base_offset;
+		seg_free(&l->segs[i]);
+		remove_segment_files(l, base);
+	}
+	if (drop) {
+		memmove(l->segs, l->segs + drop, (l->seg_n - drop) * sizeof *l->segs);
+		l->seg_n -= drop;
+	}
+	return l->log_start;
 }
 
 int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,

@@ -85,6 +85,14 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * -1 for an offset out of range, -2 for an I/O error. */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
+/* Topic overrides (segment.bytes, flush.messages); <= 0 keeps the current. */
+void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages);
+/* Move the log start offset up to offset (-1: the high watermark), removing
+ * segments that lie wholly below it. Returns the new log start offset, or -1
+ * when offset is beyond the high watermark. Persisted in the partition
+ * directory (sluice-log-start-offset). */
+int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset);
+
 /* Call visit for the header of every batch in the last nsegs segments, in
  * offset order (used to rebuild idempotent-producer state after a restart). */
 struct sluice_batch;
