@@ -50,6 +50,12 @@ static const struct cfg_key keys[] = {
 	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},
 	{"log.message.timestamp.before.max.ms", CFG_LONG, F(timestamp_before_max_ms), 0, INT64_MAX, "9223372036854775807"},
 	{"log.message.timestamp.after.max.ms", CFG_LONG, F(timestamp_after_max_ms), 0, INT64_MAX, "3600000"},
+	{"offsets.topic.num.partitions", CFG_INT, F(offsets_topic_partitions), 1, 1000, "50"},
+	{"group.initial.rebalance.delay.ms", CFG_INT, F(group_initial_rebalance_delay_ms), 0, INT32_MAX, "3000"},
+	{"group.min.session.timeout.ms", CFG_INT, F(group_min_session_timeout_ms), 0, INT32_MAX, "6000"},
+	{"group.max.session.timeout.ms", CFG_INT, F(group_max_session_timeout_ms), 0, INT32_MAX, "1800000"},
+	{"offset.metadata.max.bytes", CFG_INT, F(offset_metadata_max_bytes), 0, INT32_MAX, "4096"},
+	{"group.max.size", CFG_INT, F(group_max_size), 1, 100000, "10000"},
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
 };

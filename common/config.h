@@ -42,6 +42,12 @@ struct sluice_config {
 	int32_t fetch_max_bytes;
 	int64_t timestamp_before_max_ms;
 	int64_t timestamp_after_max_ms;
+	int32_t offsets_topic_partitions;
+	int32_t group_initial_rebalance_delay_ms;
+	int32_t group_min_session_timeout_ms;
+	int32_t group_max_session_timeout_ms;
+	int32_t offset_metadata_max_bytes;
+	int32_t group_max_size;
 	char log_level[32];
 	char cluster_id[64];
 	/* parsed from listeners / advertised.listeners / log.dirs */

@@ -33,7 +33,8 @@ enum {
 	MSG_WAKE_FETCHES,    /* storage -> net: data arrived where a fetch waits */
 };
 
-enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE, PARTOP_DELETE_RECORDS };
+enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE, PARTOP_DELETE_RECORDS,
+		   PARTOP_GROUP };
 
 struct req;
 
@@ -65,6 +66,16 @@ struct partop {
 	uint8_t *rdata;          /* READ result, malloc'ed by storage, freed by net */
 	int32_t rlen;
 	struct partop *next;     /* storage-side wait list link */
+	/* PARTOP_GROUP: the group coordinator decodes data[0..len) (the request
+	 * body, or one group's part of it) and encodes its answer into gout. */
+	int16_t api_key, api_version;
+	bool flex;
+	int16_t core_plus1;      /* > 0: send to storage core core_plus1 - 1 (ListGroups) */
+	struct kstr gname;       /* group id for multi-group requests */
+	struct kstr client_id;
+	const char *client_host;
+	struct kwr gout;
+	int32_t gcount;
 	/* network-core-only fields: how the request named it */
 	const char *name_ptr;
 	int32_t name_len;
@@ -86,6 +97,7 @@ struct storecore {
 	struct sluice_ring *in;  /* [net core] net -> this storage core */
 	struct sluice_ring *out; /* [net core] this storage core -> net */
 	void *state;             /* storage_core.c private */
+	void *groups;            /* group.c private */
 };
 
 struct netcore {

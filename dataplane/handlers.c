@@ -6,6 +6,7 @@
  * line naming the API, version and byte offset. */
 #include "common/kafka/batch.h"
 #include "common/log.h"
+#include "dataplane/group.h"
 #include "dataplane/req.h"
 #include <assert.h>
 #include <inttypes.h>
@@ -54,6 +55,12 @@ static bool alter_configs_start(struct req *r, struct krd *rd);
 static bool delete_records_start(struct req *r, struct krd *rd);
 static void delete_records_finish(struct req *r);
 static bool describe_cluster_start(struct req *r, struct krd *rd);
+static bool group_single_start(struct req *r, struct krd *rd);
+static void group_single_finish(struct req *r);
+static bool group_multi_start(struct req *r, struct krd *rd);
+static void group_multi_finish(struct req *r);
+static bool list_groups_start(struct req *r, struct krd *rd);
+static void list_groups_finish(struct req *r);
 
 #define API_KEY_MAX 75
 static const struct api apis[API_KEY_MAX] = {
@@ -61,7 +68,15 @@ static const struct api apis[API_KEY_MAX] = {
 	[1] = {4, 12, 4, 12, fetch_start, fetch_finish, "Fetch"},
 	[2] = {1, 7, 1, 6, list_offsets_start, list_offsets_finish, "ListOffsets"},
 	[3] = {0, 12, 0, 9, metadata_start, NULL, "Metadata"},
+	[8] = {2, 9, 2, 8, group_single_start, group_single_finish, "OffsetCommit"},
+	[9] = {1, 9, 1, 6, group_multi_start, group_multi_finish, "OffsetFetch"},
 	[10] = {0, 4, 0, 3, find_coordinator_start, NULL, "FindCoordinator"},
+	[11] = {0, 9, 0, 6, group_single_start, group_single_finish, "JoinGroup"},
+	[12] = {0, 4, 0, 4, group_single_start, group_single_finish, "Heartbeat"},
+	[13] = {0, 5, 0, 4, group_single_start, group_single_finish, "LeaveGroup"},
+	[14] = {0, 5, 0, 4, group_single_start, group_single_finish, "SyncGroup"},
+	[15] = {0, 5, 0, 5, group_multi_start, group_multi_finish, "DescribeGroups"},
+	[16] = {0, 5, 0, 3, list_groups_start, list_groups_finish, "ListGroups"},
 	[18] = {0, 4, 0, 3, api_versions_start, NULL, "ApiVersions"},
 	[19] = {2, 7, 2, 5, create_topics_start, NULL, "CreateTopics"},
 	[20] = {1, 6, 1, 4, delete_topics_start, delete_topics_finish, "DeleteTopics"},
@@ -70,7 +85,9 @@ static const struct api apis[API_KEY_MAX] = {
 	[32] = {1, 4, 1, 4, describe_configs_start, NULL, "DescribeConfigs"},
 	[33] = {0, 2, 0, 2, alter_configs_start, NULL, "AlterConfigs"},
 	[37] = {0, 3, 0, 2, create_partitions_start, NULL, "CreatePartitions"},
+	[42] = {0, 2, 0, 2, group_multi_start, group_multi_finish, "DeleteGroups"},
 	[44] = {0, 1, 0, 1, alter_configs_start, NULL, "IncrementalAlterConfigs"},
+	[47] = {0, 0, 0, INT16_MAX, group_single_start, group_single_finish, "OffsetDelete"},
 	[60] = {0, 1, 0, 0, describe_cluster_start, NULL, "DescribeCluster"},
 };
 
@@ -109,8 +126,10 @@ static void resp_end(struct req *r)
 
 void sluice_req_free(struct req *r)
 {
-	for (int32_t i = 0; i < r->nops; i++)
+	for (int32_t i = 0; i < r->nops; i++) {
 		free(r->ops[i].rdata);
+		kwr_free(&r->ops[i].gout);
+	}
 	free(r->ops);
 	free(r->frame);
 	free(r->api);
@@ -198,7 +217,7 @@ bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
 		return false;
 	}
 	r->flexible = api_flexible(key, version);
-	(void)krd_string(&rd, false); /* ClientId: never compact, even in header v2 */
+	r->client_id = krd_string(&rd, false); /* ClientId: never compact, even in header v2 */
 	if (r->flexible)
 		krd_tags_skip(&rd);
 	r->body_off = krd_offset(&rd);
@@ -327,7 +346,7 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 		kwr_uuid(w, t ? t->id : id ? id : zero);
 	}
 	if (v >= 1)
-		kwr_bool(w, false); /* IsInternal */
+		kwr_bool(w, t && !strcmp(t->name, SLUICE_OFFSETS_TOPIC)); /* IsInternal */
 	int32_t parts = t && error == ERR_NONE ? t->partitions : 0;
 	kwr_array(w, flex, parts);
 	int32_t node = r->nc->b->cfg.node_id;
@@ -577,6 +596,7 @@ static bool produce_start(struct req *r, struct krd *rd)
 			int64_t max_bytes = lim->max_message_bytes >= 0 ? lim->max_message_bytes : cfg->message_max_bytes;
 			int64_t min_isr = lim->min_insync_replicas > 0 ? lim->min_insync_replicas : cfg->min_insync_replicas;
 			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
+				  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? ERR_INVALID_TOPIC
 				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
 				  : validate_records(cfg, max_bytes, recs, len, &op->error_message);
 			if (!e && acks == -1 && min_isr > 1) {
@@ -1992,4 +2012,157 @@ static bool describe_cluster_start(struct req *r, struct krd *rd)
 	kwr_tags_empty(w);
 	resp_end(r);
 	return true;
+}
+
+/* ---- consumer groups: routing to the coordinating storage core --------------------- */
+
+static void group_op_init(struct req *r, struct partop *op, struct kstr group, const uint8_t *data, size_t len)
+{
+	op->kind = PARTOP_GROUP;
+	op->topic = SLUICE_OFFSETS_TOPIC;
+	op->partition = sluice_group_partition(group.ptr ? group.ptr : "", group.ptr ? (size_t)group.len : 0,
+					       r->nc->b->cfg.offsets_topic_partitions);
+	op->api_key = r->api_key;
+	op->api_version = r->api_version;
+	op->flex = r->flexible;
+	op->gname = group;
+	op->client_id = r->client_id;
+	op->client_host = r->conn->peer;
+	op->data = data;
+	op->len = (uint32_t)len;
+}
+
+/* JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetDelete,
+ * OffsetFetch v1-7: one group, named first in the body. The coordinator
+ * decodes the whole body and encodes the whole response body. */
+static bool group_single_start(struct req *r, struct krd *rd)
+{
+	struct krd peek = *rd;
+	struct kstr group = krd_string(&peek, r->flexible);
+	if (peek.err)
+		return *rd = peek, false;
+	if (!ops_alloc(r, 1))
+		return false;
+	group_op_init(r, &r->ops[0], group, rd->p, krd_left(rd));
+	rd->p = rd->end;
+	dispatch_ops(r);
+	return true;
+}
+
+static void group_single_finish(struct req *r)
+{
+	struct partop *op = &r->ops[0];
+	if (op->gout.len == 0 || op->gout.err) {
+		/* the coordinator could not answer: Kafka would drop the connection */
+		r->done = true;
+		r->no_response = true;
+		sluice_conn_close(r->conn);
+		return;
+	}
+	resp_begin(r);
+	kwr_raw(&r->out, op->gout.buf, op->gout.len);
+	resp_end(r);
+}
+
+/* DescribeGroups, DeleteGroups, OffsetFetch v8+: one op per group, each
+ * answering one element of the response array. */
+static bool group_multi_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	if (r->api_key == 9 && v < 8)
+		return group_single_start(r, rd);
+	struct krd scan = *rd;
+	int32_t n = krd_array(&scan, flex, 1);
+	if (scan.err || n > SLUICE_REQ_PARTITIONS_MAX)
+		return *rd = scan, false;
+	if (n > 0 && !ops_alloc(r, n))
+		return false;
+	(void)krd_array(rd, flex, 1);
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		const uint8_t *start = rd->p;
+		struct kstr group = krd_string(rd, flex);
+		if (r->api_key == 9) { /* skip the rest of this group's element */
+			if (v >= 9) {
+				(void)krd_string(rd, flex);
+				(void)krd_i32(rd);
+			}
+			int32_t nt = krd_array(rd, flex, 2);
+			for (int32_t t = 0; t < nt && !rd->err; t++) {
+				(void)krd_string(rd, flex);
+				int32_t np = krd_array(rd, flex, 4);
+				krd_skip(rd, (size_t)(np > 0 ? np : 0) * 4);
+				if (flex)
+					krd_tags_skip(rd);
+			}
+			if (flex)
+				krd_tags_skip(rd);
+		}
+		group_op_init(r, &r->ops[i], group, start, (size_t)(rd->p - start));
+	}
+	if (r->api_key == 15 && v >= 3)
+		(void)krd_bool(rd);
+	if (r->api_key == 9)
+		(void)krd_bool(rd); /* RequireStable */
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	int32_t *nn = malloc(sizeof *nn);
+	if (!nn)
+		return false;
+	*nn = n > 0 ? n : 0;
+	r->api = nn;
+	dispatch_ops(r);
+	return true;
+}
+
+static void group_multi_finish(struct req *r)
+{
+	bool flex = r->flexible;
+	int32_t n = *(int32_t *)r->api;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (r->api_key == 42 || r->api_version >= 1 || r->api_key == 9)
+		kwr_i32(w, 0); /* ThrottleTimeMs */
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++)
+		kwr_raw(w, r->ops[i].gout.buf, r->ops[i].gout.len);
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
+}
+
+/* ListGroups: every storage core lists the groups it coordinates. */
+static bool list_groups_start(struct req *r, struct krd *rd)
+{
+	int32_t n = r->nc->b->store_n;
+	if (!ops_alloc(r, n))
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		group_op_init(r, &r->ops[i], (struct kstr){"", 0}, rd->p, krd_left(rd));
+		r->ops[i].core_plus1 = (int16_t)(i + 1);
+	}
+	rd->p = rd->end;
+	dispatch_ops(r);
+	return true;
+}
+
+static void list_groups_finish(struct req *r)
+{
+	bool flex = r->flexible;
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	if (r->api_version >= 1)
+		kwr_i32(w, 0);
+	kwr_i16(w, ERR_NONE);
+	int32_t total = 0;
+	for (int32_t i = 0; i < r->nops; i++)
+		total += r->ops[i].gcount;
+	kwr_array(w, flex, total);
+	for (int32_t i = 0; i < r->nops; i++)
+		kwr_raw(w, r->ops[i].gout.buf, r->ops[i].gout.len);
+	if (flex)
+		kwr_tags_empty(w);
+	resp_end(r);
 }

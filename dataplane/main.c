@@ -4,6 +4,7 @@
  * close every log cleanly, and leaves the clean-shutdown marker. */
 #include "common/log.h"
 #include "dataplane/core.h"
+#include "dataplane/group.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -123,6 +124,21 @@ int main(int argc, char **argv)
 	if (sluice_meta_local_open(&b.meta, b.cfg.log_dir[0], b.cfg.num_partitions, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-broker: metadata: %s\n", err);
 		return 1;
+	}
+	/* The internal topic that keeps committed offsets and group metadata. */
+	{
+		struct sluice_meta_snapshot *snap = b.meta.ops->acquire(b.meta.self);
+		bool have = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)) != NULL;
+		b.meta.ops->release(b.meta.self, snap);
+		if (!have) {
+			struct sluice_topic_spec spec = {SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC),
+							 b.cfg.offsets_topic_partitions, -1, 1, {{"cleanup.policy", "compact"}}};
+			char msg[256];
+			if (b.meta.ops->create_topic(b.meta.self, &spec, false, msg, sizeof msg, NULL) != 0) {
+				fprintf(stderr, "sluice-broker: cannot create %s: %s\n", SLUICE_OFFSETS_TOPIC, msg);
+				return 1;
+			}
+		}
 	}
 	for (int s = 0; s < b.store_n; s++) {
 		b.store[s].id = s;

@@ -317,10 +317,15 @@ static void on_accept(struct netcore *nc, int res)
 }
 
 /* Ops that found their storage ring full wait here, in order. */
+static int op_core(const struct netcore *nc, const struct partop *op)
+{
+	return op->core_plus1 > 0 ? op->core_plus1 - 1 : sluice_store_core_for(nc->b, op->topic, op->partition);
+}
+
 void sluice_net_submit(struct netcore *nc, struct partop *op)
 {
 	struct proto_state *ps = nc->state;
-	int sc = sluice_store_core_for(nc->b, op->topic, op->partition);
+	int sc = op_core(nc, op);
 	struct storecore *s = &nc->b->store[sc];
 	op->next = NULL;
 	if (!ps->backlog_head && sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op})) {
@@ -339,7 +344,7 @@ static void flush_backlog(struct netcore *nc)
 	struct proto_state *ps = nc->state;
 	while (ps->backlog_head) {
 		struct partop *op = ps->backlog_head;
-		int sc = sluice_store_core_for(nc->b, op->topic, op->partition);
+		int sc = op_core(nc, op);
 		struct storecore *s = &nc->b->store[sc];
 		if (!sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op}))
 			break;

@@ -14,6 +14,7 @@ struct req {
 	struct netcore *nc;
 	int16_t api_key, api_version;
 	int32_t correlation_id;
+	struct kstr client_id;  /* points into frame */
 	bool flexible;      /* request body uses the flexible encoding */
 	bool done;          /* response (if any) is ready in out */
 	bool no_response;   /* acks=0 produce */

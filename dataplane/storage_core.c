@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "dataplane/core.h"
 #include "common/kafka/batch.h"
+#include "dataplane/group.h"
 #include "storage/plog.h"
 #include <assert.h>
 #include <errno.h>
@@ -315,6 +316,43 @@ static void part_dir(const struct broker *b, const char *topic, int32_t partitio
 	snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[d], topic, partition);
 }
 
+static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
+
+struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
+{
+	return part_get(sc, topic, partition, error);
+}
+
+struct sluice_plog *sluice_store_log(struct spart *p) { return p->log; }
+
+void sluice_store_done(struct storecore *sc, struct partop *op) { op_done(sc, op); }
+
+/* Append a batch built by the broker itself (group coordinator records);
+ * wait_op, when given, is answered once the batch is committed. */
+int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op)
+{
+	struct sstate *st = sc->state;
+	int64_t base, last;
+	int rc = sluice_plog_append(p->log, batch, len, 0, &base, &last);
+	if (rc < 0)
+		return rc;
+	if (!p->dirty) {
+		p->dirty = true;
+		p->dirty_next = st->dirty_head;
+		st->dirty_head = p;
+	}
+	if (wait_op) {
+		wait_op->last_offset = last;
+		wait_op->next = NULL;
+		if (p->wait_tail)
+			p->wait_tail->next = wait_op;
+		else
+			p->wait_head = wait_op;
+		p->wait_tail = wait_op;
+	}
+	return 0;
+}
+
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
 {
 	struct sstate *st = sc->state;
@@ -419,6 +457,10 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		op_done(sc, op);
 		return;
 	}
+	if (op->kind == PARTOP_GROUP) {
+		sluice_group_handle(sc, op);
+		return;
+	}
 	int16_t error = 0;
 	struct spart *p = part_get(sc, op->topic, op->partition, &error);
 	if (!p) {
@@ -435,6 +477,9 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		return;
 	}
 	switch (op->kind) {
+	case PARTOP_GROUP:
+		assert(!"group ops are handled before partition lookup");
+		return;
 	case PARTOP_DELETE_RECORDS: {
 		int64_t ls = sluice_plog_delete_records(l, op->offset);
 		if (ls < 0)
@@ -585,6 +630,7 @@ static void *storage_main(void *arg)
 	for (;;) {
 		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
 		drain_rings(sc);
+		sluice_group_tick(sc, sluice_now_ms());
 		submit_writes(sc);
 		flush_backlog(sc);
 		if (stopping)

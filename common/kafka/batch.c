@@ -2,6 +2,7 @@
 #include "common/kafka/batch.h"
 #include "common/crc32c.h"
 #include "common/kafka/codec.h"
+#include <string.h>
 
 enum sluice_batch_result sluice_batch_parse(const uint8_t *p, size_t avail, struct sluice_batch *b)
 {
@@ -60,4 +61,59 @@ const char *sluice_batch_result_name(enum sluice_batch_result r)
 	case SLUICE_BATCH_BAD_COUNT: return "record count does not match LastOffsetDelta";
 	}
 	return "?";
+}
+
+int64_t sluice_batch_build(struct kwr *w, const struct sluice_record_kv *recs, int32_t n, int64_t timestamp_ms)
+{
+	size_t start = w->len;
+	uint8_t *hdr = kwr_reserve(w, SLUICE_BATCH_HEADER_BYTES);
+	if (!hdr)
+		return -1;
+	memset(hdr, 0, SLUICE_BATCH_HEADER_BYTES);
+	for (int32_t i = 0; i < n; i++) {
+		/* A record's length prefix needs its encoded size: measure first. */
+		size_t body = 1 + 1 + 0;
+		struct kwr probe;
+		kwr_init(&probe, 0, 16);
+		kwr_varint(&probe, i);
+		body += probe.len;
+		probe.len = 0;
+		probe.err = false;
+		kwr_varint(&probe, recs[i].key ? recs[i].key_len : -1);
+		body += probe.len + (recs[i].key ? (size_t)recs[i].key_len : 0);
+		probe.len = 0;
+		probe.err = false;
+		kwr_varint(&probe, recs[i].value ? recs[i].value_len : -1);
+		body += probe.len + (recs[i].value ? (size_t)recs[i].value_len : 0);
+		body += 1; /* header count 0 */
+		kwr_free(&probe);
+		kwr_varint(w, (int32_t)body);
+		kwr_i8(w, 0);       /* attributes */
+		kwr_varlong(w, 0);  /* timestamp delta */
+		kwr_varint(w, i);   /* offset delta */
+		kwr_varint(w, recs[i].key ? recs[i].key_len : -1);
+		if (recs[i].key)
+			kwr_raw(w, recs[i].key, (size_t)recs[i].key_len);
+		kwr_varint(w, recs[i].value ? recs[i].value_len : -1);
+		if (recs[i].value)
+			kwr_raw(w, recs[i].value, (size_t)recs[i].value_len);
+		kwr_varint(w, 0);
+	}
+	if (w->err)
+		return -1;
+	uint8_t *b = w->buf + start;
+	size_t total = w->len - start;
+	kput32(b + SLUICE_BATCH_OFF_LENGTH, (uint32_t)(total - SLUICE_BATCH_LOG_OVERHEAD));
+	b[SLUICE_BATCH_OFF_MAGIC] = 2;
+	kput32(b + SLUICE_BATCH_OFF_LAST_DELTA, (uint32_t)(n - 1));
+	kput64(b + SLUICE_BATCH_OFF_BASE_TS, (uint64_t)timestamp_ms);
+	kput64(b + SLUICE_BATCH_OFF_MAX_TS, (uint64_t)timestamp_ms);
+	kput64(b + SLUICE_BATCH_OFF_PRODUCER_ID, (uint64_t)-1);
+	b[SLUICE_BATCH_OFF_PRODUCER_EPOCH] = 0xff;
+	b[SLUICE_BATCH_OFF_PRODUCER_EPOCH + 1] = 0xff;
+	kput32(b + SLUICE_BATCH_OFF_BASE_SEQ, (uint32_t)-1);
+	kput32(b + SLUICE_BATCH_OFF_COUNT, (uint32_t)n);
+	uint32_t crc = sluice_crc32c(0, b + SLUICE_BATCH_OFF_ATTRIBUTES, total - SLUICE_BATCH_OFF_ATTRIBUTES);
+	kput32(b + SLUICE_BATCH_OFF_CRC, crc);
+	return (int64_t)start;
 }

@@ -66,4 +66,18 @@ enum sluice_batch_result sluice_batch_check(const uint8_t *p, size_t avail, stru
 void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch);
 const char *sluice_batch_result_name(enum sluice_batch_result r);
 
+/* One record for sluice_batch_build; a NULL key or value is encoded as null. */
+struct sluice_record_kv {
+	const void *key;
+	int32_t key_len;
+	const void *value;
+	int32_t value_len;
+};
+
+struct kwr;
+/* Append an uncompressed batch (BaseOffset 0, CreateTime timestamp, no
+ * producer id) holding recs[0..n) to w, CRC included. Returns the batch's
+ * offset in w, or -1 when w failed. */
+int64_t sluice_batch_build(struct kwr *w, const struct sluice_record_kv *recs, int32_t n, int64_t timestamp_ms);
+
 #endif
