@@ -31,7 +31,7 @@ static const struct cfg_key keys[] = {
 	{"delete.topic.enable", CFG_BOOL, F(delete_topic_enable), 0, 1, "true"},
 	{"default.replication.factor", CFG_INT, F(default_replication_factor), 1, 1, "1"},
 	{"min.insync.replicas", CFG_INT, F(min_insync_replicas), 1, INT32_MAX, "1"},
-	{"log.segment.bytes", CFG_LONG, F(log_segment_bytes), 16384, INT32_MAX, "1073741824"},
+	{"log.segment.bytes", CFG_LONG, F(log_segment_bytes), 1048576, INT32_MAX, "1073741824"},
 	{"log.retention.hours", CFG_LONG, F(log_retention_hours), -1, INT32_MAX, "168"},
 	{"log.retention.minutes", CFG_LONG, F(log_retention_minutes), -2, INT32_MAX, "-2"},
 	{"log.retention.ms", CFG_LONG, F(log_retention_ms_raw), -2, INT64_MAX, "-2"},
@@ -56,6 +56,9 @@ static const struct cfg_key keys[] = {
 	{"group.max.session.timeout.ms", CFG_INT, F(group_max_session_timeout_ms), 0, INT32_MAX, "1800000"},
 	{"offset.metadata.max.bytes", CFG_INT, F(offset_metadata_max_bytes), 0, INT32_MAX, "4096"},
 	{"group.max.size", CFG_INT, F(group_max_size), 1, 100000, "10000"},
+	{"log.retention.check.interval.ms", CFG_LONG, F(log_retention_check_interval_ms), 1, INT64_MAX, "300000"},
+	{"log.roll.ms", CFG_LONG, F(log_roll_ms), -1, INT64_MAX, "-1"},
+	{"log.preallocate", CFG_BOOL, F(log_preallocate), 0, 1, "false"},
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
 };
@@ -257,6 +260,8 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 		cfg->log_retention_ms = cfg->log_retention_minutes * 60000;
 	else
 		cfg->log_retention_ms = cfg->log_retention_hours < 0 ? -1 : cfg->log_retention_hours * 3600000;
+	if (cfg->log_roll_ms < 0)
+		cfg->log_roll_ms = cfg->log_roll_hours * 3600000;
 	int lvl = sluice_log_level_parse(cfg->log_level);
 	if (lvl < 0) {
 		snprintf(err, errlen, "log.level: '%s' is not one of ERROR, WARN, INFO, DEBUG, TRACE", cfg->log_level);

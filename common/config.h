@@ -48,6 +48,9 @@ struct sluice_config {
 	int32_t group_max_session_timeout_ms;
 	int32_t offset_metadata_max_bytes;
 	int32_t group_max_size;
+	int64_t log_retention_check_interval_ms;
+	int64_t log_roll_ms; /* -1: from log.roll.hours */
+	bool log_preallocate;
 	char log_level[32];
 	char cluster_id[64];
 	/* parsed from listeners / advertised.listeners / log.dirs */

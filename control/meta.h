@@ -22,7 +22,9 @@ struct sluice_topic_config {
 	char value[SLUICE_TOPIC_CONFIG_VALUE_MAX];
 };
 
-/* Topic-level overrides parsed from configs[]; -1 means "broker default". */
+/* Topic-level overrides parsed from configs[]; SLUICE_LIMIT_UNSET means
+ * "broker default" (-1 is a real value: retention.ms=-1 keeps forever). */
+#define SLUICE_LIMIT_UNSET INT64_MIN
 struct sluice_topic_limits {
 	int64_t segment_bytes;
 	int64_t max_message_bytes;
@@ -30,6 +32,7 @@ struct sluice_topic_limits {
 	int64_t retention_bytes;
 	int64_t flush_messages;
 	int64_t min_insync_replicas;
+	int64_t segment_ms;
 	int8_t cleanup_compact; /* -1 default (delete), 0 delete, 1 compact */
 };
 

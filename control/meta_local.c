@@ -89,8 +89,8 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 	}
 	if (!strcmp(key, "segment.bytes")) {
 		long long v = atoll(value);
-		if (v < 16384 || v > INT32_MAX) {
-			snprintf(msg, msglen, "Invalid value %s for configuration segment.bytes: must be in [16384, %d]", value, INT32_MAX);
+		if (v < 1048576 || v > INT32_MAX) {
+			snprintf(msg, msglen, "Invalid value %s for configuration segment.bytes: must be in [1048576, %d]", value, INT32_MAX);
 			return 40;
 		}
 	}
@@ -100,8 +100,8 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 void sluice_topic_limits_parse(struct sluice_topic *t)
 {
 	struct sluice_topic_limits *l = &t->limits;
-	l->segment_bytes = l->max_message_bytes = l->retention_ms = l->retention_bytes = -1;
-	l->flush_messages = l->min_insync_replicas = -1;
+	l->segment_bytes = l->max_message_bytes = l->retention_ms = l->retention_bytes = SLUICE_LIMIT_UNSET;
+	l->flush_messages = l->min_insync_replicas = l->segment_ms = SLUICE_LIMIT_UNSET;
 	l->cleanup_compact = -1;
 	for (int32_t i = 0; i < t->config_n; i++) {
 		const char *k = t->configs[i].key, *v = t->configs[i].value;
@@ -115,6 +115,8 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 			l->retention_bytes = atoll(v);
 		else if (!strcmp(k, "flush.messages"))
 			l->flush_messages = atoll(v);
+		else if (!strcmp(k, "segment.ms"))
+			l->segment_ms = atoll(v);
 		else if (!strcmp(k, "min.insync.replicas"))
 			l->min_insync_replicas = atoll(v);
 		else if (!strcmp(k, "cleanup.policy"))

@@ -66,6 +66,7 @@ struct sstate {
 	uint64_t efd_buf;
 	bool efd_armed;
 	bool in_wait; /* inside wait_write: defer new messages */
+	int64_t next_retention_ms, next_flush_ms; /* monotonic */
 	struct sluice_plog_cfg plog_cfg;
 };
 
@@ -490,7 +491,13 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	}
 	case PARTOP_APPEND: {
 		if (op->tinfo)
-			sluice_plog_set_limits(l, op->tinfo->limits.segment_bytes, op->tinfo->limits.flush_messages);
+		{
+			const struct sluice_topic_limits *lim = &op->tinfo->limits;
+			const struct sluice_config *cfg = &sc->b->cfg;
+			sluice_plog_set_limits(l, lim->segment_bytes > 0 ? lim->segment_bytes : cfg->log_segment_bytes,
+					       lim->flush_messages > 0 ? lim->flush_messages : cfg->log_flush_interval_messages,
+					       lim->segment_ms > 0 ? lim->segment_ms : cfg->log_roll_ms);
+		}
 		struct sluice_batch b;
 		enum sluice_batch_result br = sluice_batch_parse(op->data, op->len, &b);
 		assert(br == SLUICE_BATCH_OK); /* validated by the network core */
@@ -620,6 +627,48 @@ static void submit_writes(struct storecore *sc)
 	}
 }
 
+static int64_t wall_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Background duties on their own clocks: retention every
+ * log.retention.check.interval.ms, time-based flushing (log.flush.interval.ms). */
+static void housekeeping(struct storecore *sc, int64_t now)
+{
+	struct sstate *st = sc->state;
+	const struct sluice_config *cfg = &sc->b->cfg;
+	if (cfg->log_flush_interval_ms >= 0 && now >= st->next_flush_ms) {
+		int64_t step = cfg->log_flush_interval_ms > 0 ? cfg->log_flush_interval_ms : 10;
+		st->next_flush_ms = now + (step < 1000 ? step : 1000);
+		for (uint32_t i = 0; i < st->table_cap; i++)
+			if (st->table[i] && sluice_plog_sync_if_due(st->table[i]->log, now, cfg->log_flush_interval_ms) < 0)
+				SLOG_ERR("storage", "%s-%d: fdatasync failed", st->table[i]->topic, st->table[i]->partition);
+	}
+	if (now < st->next_retention_ms)
+		return;
+	st->next_retention_ms = now + cfg->log_retention_check_interval_ms;
+	struct sluice_meta_snapshot *snap = sc->b->meta.ops->acquire(sc->b->meta.self);
+	int64_t wall = wall_now_ms();
+	for (uint32_t i = 0; i < st->table_cap; i++) {
+		struct spart *p = st->table[i];
+		if (!p)
+			continue;
+		const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+		if (!t || t->limits.cleanup_compact == 1)
+			continue; /* compacted topics keep their keys (compaction: later) */
+		int64_t rms = t->limits.retention_ms != SLUICE_LIMIT_UNSET ? t->limits.retention_ms : cfg->log_retention_ms;
+		int64_t rbytes = t->limits.retention_bytes != SLUICE_LIMIT_UNSET ? t->limits.retention_bytes : cfg->log_retention_bytes;
+		int n = sluice_plog_enforce_retention(p->log, wall, rms, rbytes);
+		if (n > 0)
+			SLOG_INFO("storage", "%s-%d: retention deleted %d segment(s); log start offset now %" PRId64,
+				  p->topic, p->partition, n, sluice_plog_log_start(p->log));
+	}
+	sc->b->meta.ops->release(sc->b->meta.self, snap);
+}
+
 static void *storage_main(void *arg)
 {
 	struct storecore *sc = arg;
@@ -631,6 +680,7 @@ static void *storage_main(void *arg)
 		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
 		drain_rings(sc);
 		sluice_group_tick(sc, sluice_now_ms());
+		housekeeping(sc, sluice_now_ms());
 		submit_writes(sc);
 		flush_backlog(sc);
 		if (stopping)
@@ -692,8 +742,11 @@ int sluice_storage_core_start(struct storecore *sc)
 	st->plog_cfg.flush_interval_messages = cfg->log_flush_interval_messages;
 	st->plog_cfg.chunk_bytes = SLUICE_PLOG_CHUNK_BYTES_DEFAULT;
 	st->plog_cfg.direct_io = true;
+	st->plog_cfg.segment_ms = cfg->log_roll_ms;
+	st->plog_cfg.preallocate = cfg->log_preallocate;
 	sc->state = st;
 	table_grow(st);
+	st->next_retention_ms = sluice_now_ms() + cfg->log_retention_check_interval_ms;
 	sc->efd = eventfd(0, EFD_CLOEXEC);
 	if (sc->efd < 0 || io_uring_queue_init(SLUICE_URING_ENTRIES, &sc->ring, 0) < 0)
 		return -1;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
@@ -42,6 +43,7 @@ struct segment {
 	struct tidx_entry *tidx;
 	uint32_t tidx_n, tidx_cap;
 	int64_t bytes_since_index;
+	int64_t first_ts; /* max timestamp of the first batch (segment.ms rolls) */
 };
 
 /* An aligned buffer mirroring file bytes [file_off, file_off + cap). */
@@ -70,10 +72,20 @@ struct sluice_plog {
 	int64_t inflight_end_pos, inflight_end_offset;
 	int64_t unflushed_messages;
 	int64_t recovery_point;
+	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
 	bool failed;
 };
 
 static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void write_log_start(struct sluice_plog *l);
 
 static void seg_path(const struct sluice_plog *l, int64_t base, const char *ext, char *out)
 {
@@ -153,6 +165,8 @@ static void seg_note_batch(struct sluice_plog *l, struct segment *s, const struc
 		s->bytes_since_index = 0;
 	}
 	s->bytes_since_index += total;
+	if (s->size == 0 && position == 0)
+		s->first_ts = b->max_timestamp;
 	if (b->max_timestamp > s->max_ts)
 		s->max_ts = b->max_timestamp;
 	s->next_offset = b->base_offset + b->last_offset_delta + 1;
@@ -262,6 +276,7 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 	s->idx_n = s->tidx_n = 0;
 	s->bytes_since_index = 0;
 	s->max_ts = -1;
+	s->first_ts = -1;
 	s->next_offset = s->base_offset;
 	while (pos < file_size) {
 		size_t want = (size_t)(file_size - pos < SCAN_BUF_BYTES ? file_size - pos : SCAN_BUF_BYTES);
@@ -453,6 +468,10 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 		snprintf(err, errlen, "truncate %s: %s", p, strerror(errno));
 		return -1;
 	}
+	/* Reserve the segment's extent up front (the size stays the true
+	 * length, so recovery is unaffected); refusal is not an error. */
+	if (l->cfg.preallocate && l->cfg.segment_bytes > s->size)
+		(void)fallocate(l->fd_write, FALLOC_FL_KEEP_SIZE, 0, l->cfg.segment_bytes);
 	int64_t start = align_down(s->size);
 	size_t cap = l->cfg.chunk_bytes;
 	l->cur = chunk_new(cap, start);
@@ -482,6 +501,7 @@ static int create_segment(struct sluice_plog *l, int64_t base)
 	s->base_offset = base;
 	s->next_offset = base;
 	s->max_ts = -1;
+	s->first_ts = -1;
 	return 0;
 }
 
@@ -705,7 +725,9 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	if (l->failed)
 		return -EIO;
 	struct segment *s = active(l);
-	if (s->size > 0 && s->size + (int64_t)len > l->cfg.segment_bytes) {
+	int64_t batch_max_ts = len >= SLUICE_BATCH_HEADER_BYTES ? (int64_t)kbe64(data + SLUICE_BATCH_OFF_MAX_TS) : -1;
+	if (s->size > 0 && (s->size + (int64_t)len > l->cfg.segment_bytes ||
+			    (l->cfg.segment_ms > 0 && s->first_ts >= 0 && batch_max_ts - s->first_ts > l->cfg.segment_ms))) {
 		int rc = roll(l);
 		if (rc < 0)
 			return rc;
@@ -733,6 +755,8 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	assert(off == len);
 	s->size += (int64_t)len;
 	*last_offset = l->leo - 1;
+	if (!l->unflushed_since_ms)
+		l->unflushed_since_ms = mono_ms();
 	return 0;
 }
 
@@ -825,7 +849,61 @@ int sluice_plog_sync(struct sluice_plog *l)
 	if (l->fd_write >= 0 && fdatasync(l->fd_write) < 0)
 		return -errno;
 	l->unflushed_messages = 0;
+	l->unflushed_since_ms = 0;
 	return 0;
+}
+
+int sluice_plog_sync_if_due(struct sluice_plog *l, int64_t now_ms, int64_t interval_ms)
+{
+	if (!l->unflushed_since_ms || now_ms - l->unflushed_since_ms < interval_ms || l->failed)
+		return 0;
+	/* Only what has been written can be synced; wait for the write. */
+	if (l->write_inflight && l->hooks.wait_write)
+		l->hooks.wait_write(l, l->hooks.arg);
+	return sluice_plog_sync(l);
+}
+
+static void segment_delete_files(struct sluice_plog *l, int64_t base)
+{
+	static const char *const exts[] = {".log", ".index", ".timeindex"};
+	char p[PATH_BYTES], q[PATH_BYTES + 16];
+	for (size_t i = 0; i < 3; i++) {
+		seg_path(l, base, exts[i], p);
+		snprintf(q, sizeof q, "%s.deleted", p);
+		if (rename(p, q) == 0)
+			unlink(q);
+	}
+}
+
+int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t retention_ms, int64_t retention_bytes)
+{
+	if (l->failed)
+		return 0;
+	struct segment *act = active(l);
+	if (retention_ms >= 0 && act->size > 0 && act->max_ts >= 0 && now_ms - act->max_ts > retention_ms &&
+	    l->hw == l->leo && roll(l) < 0)
+		return 0;
+	int64_t total = sluice_plog_size_bytes(l);
+	int deleted = 0;
+	while (l->seg_n > 1) {
+		struct segment *s = &l->segs[0];
+		bool by_time = retention_ms >= 0 && s->max_ts >= 0 && now_ms - s->max_ts > retention_ms;
+		bool by_size = retention_bytes >= 0 && total - s->size >= retention_bytes;
+		if (!by_time && !by_size)
+			break;
+		int64_t base = s->base_offset;
+		total -= s->size;
+		seg_free(s);
+		segment_delete_files(l, base);
+		memmove(l->segs, l->segs + 1, (l->seg_n - 1) * sizeof *l->segs);
+		l->seg_n--;
+		deleted++;
+	}
+	if (deleted && l->segs[0].base_offset > l->log_start) {
+		l->log_start = l->segs[0].base_offset;
+		write_log_start(l);
+	}
+	return deleted;
 }
 
 int64_t sluice_plog_high_watermark(const struct sluice_plog *l) { return l->hw; }
@@ -963,8 +1041,10 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 	return 0;
 }
 
-void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages)
+void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages, int64_t segment_ms)
 {
+	if (segment_ms > 0)
+		l->cfg.segment_ms = segment_ms;
 	if (segment_bytes > 0)
 		l->cfg.segment_bytes = segment_bytes;
 	if (flush_messages > 0)

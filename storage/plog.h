@@ -27,6 +27,8 @@ struct sluice_plog_cfg {
 	int64_t flush_interval_messages; /* fdatasync once this many messages are unflushed */
 	size_t chunk_bytes;
 	bool direct_io;                  /* false only where O_DIRECT is refused */
+	int64_t segment_ms;              /* roll once a segment spans this much time; <= 0 never */
+	bool preallocate;                /* fallocate segment_bytes for each new segment */
 };
 
 struct sluice_plog;
@@ -85,8 +87,16 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * -1 for an offset out of range, -2 for an I/O error. */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
-/* Topic overrides (segment.bytes, flush.messages); <= 0 keeps the current. */
-void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages);
+/* Topic overrides (segment.bytes, flush.messages, segment.ms); <= 0 keeps the current. */
+void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages, int64_t segment_ms);
+/* Retention: delete the oldest segments while the oldest one's newest
+ * record is older than retention_ms (< 0: no limit), or while the log
+ * without it still holds retention_bytes (< 0: no limit). An expired active
+ * segment is rolled first so it can go too. Files are renamed to
+ * ".deleted" and then removed. Returns the number of segments deleted. */
+int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t retention_ms, int64_t retention_bytes);
+/* fdatasync when data has waited unflushed for at least interval_ms. */
+int sluice_plog_sync_if_due(struct sluice_plog *l, int64_t now_ms, int64_t interval_ms);
 /* Move the log start offset up to offset (-1: the high watermark), removing
  * segments that lie wholly below it. Returns the new log start offset, or -1
  * when offset is beyond the high watermark. Persisted in the partition
