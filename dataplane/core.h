@@ -118,6 +118,10 @@ struct broker {
 	struct netcore net[SLUICE_CORES_MAX];
 	struct storecore store[SLUICE_CORES_MAX];
 	volatile int stopping;
+	/* Data directories: partitions per directory (for least-loaded
+	 * placement) and a bit per directory that has failed. Atomics. */
+	int32_t dir_partitions[SLUICE_LOG_DIRS_MAX];
+	uint32_t offline_dirs;
 	bool clean_start;
 	int ncpu;
 };
@@ -128,6 +132,10 @@ struct broker {
 void sluice_core_wake(int *sleeping, int efd);
 void sluice_core_pin(struct broker *b, pthread_t t, int slot);
 
+/* Which data directory holds (or will hold) a partition: -1 if none yet
+ * (with create false) or no directory is usable. */
+int sluice_partition_dir(struct broker *b, const char *topic, int32_t partition, bool create, char *out, size_t len);
+void sluice_dir_failed(struct broker *b, int dir, const char *why);
 /* Partition placement: which storage core owns a topic partition. */
 int sluice_store_core_for(const struct broker *b, const char *topic, int32_t partition);
 /* Send a partop to its storage core (keeps it on a backlog if the ring is full). */

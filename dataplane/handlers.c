@@ -350,18 +350,30 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 	int32_t parts = t && error == ERR_NONE ? t->partitions : 0;
 	kwr_array(w, flex, parts);
 	int32_t node = r->nc->b->cfg.node_id;
+	uint32_t offline = __atomic_load_n(&r->nc->b->offline_dirs, __ATOMIC_ACQUIRE);
 	for (int32_t p = 0; p < parts; p++) {
-		kwr_i16(w, ERR_NONE);
+		/* A partition in a failed data directory shows as offline. */
+		bool down = false;
+		if (offline) {
+			char path[900];
+			int d = sluice_partition_dir(r->nc->b, t->name, p, false, path, sizeof path);
+			down = d >= 0 && (offline & (1u << d));
+		}
+		kwr_i16(w, down ? ERR_KAFKA_STORAGE_ERROR : ERR_NONE);
 		kwr_i32(w, p);
-		kwr_i32(w, node);
+		kwr_i32(w, down ? -1 : node);
 		if (v >= 7)
 			kwr_i32(w, 0); /* LeaderEpoch */
 		kwr_array(w, flex, 1);
 		kwr_i32(w, node);
-		kwr_array(w, flex, 1);
-		kwr_i32(w, node);
-		if (v >= 5)
-			kwr_array(w, flex, 0);
+		kwr_array(w, flex, down ? 0 : 1);
+		if (!down)
+			kwr_i32(w, node);
+		if (v >= 5) {
+			kwr_array(w, flex, down ? 1 : 0);
+			if (down)
+				kwr_i32(w, node);
+		}
 		if (flex)
 			kwr_tags_empty(w);
 	}

@@ -5,7 +5,9 @@
 #include "common/log.h"
 #include "dataplane/core.h"
 #include "dataplane/group.h"
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -40,6 +42,15 @@ void sluice_core_pin(struct broker *b, pthread_t t, int slot)
 	pthread_setaffinity_np(t, sizeof set, &set);
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	(void)remove(path);
+	return 0;
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -50,6 +61,34 @@ static void on_signal(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: sluice-broker server.properties [--override key=value ...]\n");
+}
+
+/* Partition directories ("<topic>-<n>") in a data directory; stray
+ * "-delete" directories left by a crash during topic deletion are removed. */
+static int32_t count_partition_dirs(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int32_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *dash = strrchr(e->d_name, '-');
+		if (!dash || e->d_name[0] == '.')
+			continue;
+		if (!strcmp(dash, "-delete")) {
+			char path[SLUICE_CONFIG_STRING_MAX + 300];
+			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+			(void)nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+			continue;
+		}
+		bool digits = dash[1] != '\0';
+		for (const char *c = dash + 1; *c; c++)
+			digits &= *c >= '0' && *c <= '9';
+		n += digits;
+	}
+	closedir(d);
+	return n;
 }
 
 static int mkdirs(const char *path)
@@ -109,8 +148,10 @@ int main(int argc, char **argv)
 	b.clean_start = true;
 	for (int d = 0; d < b.cfg.log_dir_count; d++) {
 		if (mkdirs(b.cfg.log_dir[d]) < 0) {
-			fprintf(stderr, "sluice-broker: log.dirs: cannot create %s: %s\n", b.cfg.log_dir[d], strerror(errno));
-			return 1;
+			/* Kafka's rule: one bad directory is tolerated while another works. */
+			SLOG_ERR("broker", "log.dirs: cannot create %s: %s; it is offline", b.cfg.log_dir[d], strerror(errno));
+			b.offline_dirs |= 1u << d;
+			continue;
 		}
 		char marker[SLUICE_CONFIG_STRING_MAX + 32];
 		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
@@ -118,10 +159,18 @@ int main(int argc, char **argv)
 		if (stat(marker, &st) < 0)
 			b.clean_start = false;
 		unlink(marker);
+		b.dir_partitions[d] = count_partition_dirs(b.cfg.log_dir[d]);
+	}
+	if (__builtin_popcount(b.offline_dirs) == b.cfg.log_dir_count) {
+		fprintf(stderr, "sluice-broker: log.dirs: no usable data directory\n");
+		return 1;
 	}
 	if (!b.clean_start)
 		SLOG_WARN("broker", "no clean-shutdown marker: logs will be recovered (CRC scan past the recovery point)");
-	if (sluice_meta_local_open(&b.meta, b.cfg.log_dir[0], b.cfg.num_partitions, err, sizeof err) < 0) {
+	int meta_dir = 0;
+	while (b.offline_dirs & (1u << meta_dir))
+		meta_dir++;
+	if (sluice_meta_local_open(&b.meta, b.cfg.log_dir[meta_dir], b.cfg.num_partitions, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-broker: metadata: %s\n", err);
 		return 1;
 	}

@@ -47,6 +47,7 @@ struct spart {
 	uint64_t fetch_watchers;              /* bit per network core */
 	bool dirty;
 	struct spart *dirty_next;
+	int dir;                /* index into log.dirs */
 	struct producer *prods; /* open addressing by pid */
 	uint32_t prod_cap, prod_n;
 	struct storecore *sc;
@@ -127,6 +128,8 @@ static void on_committed(struct sluice_plog *l, void *arg)
 	struct spart *p = arg;
 	int64_t hw = sluice_plog_high_watermark(l);
 	bool failed = sluice_plog_failed(l);
+	if (failed)
+		sluice_dir_failed(p->sc->b, p->dir, "write failed");
 	while (p->wait_head && (failed || p->wait_head->last_offset < hw)) {
 		struct partop *op = p->wait_head;
 		p->wait_head = op->next;
@@ -303,18 +306,53 @@ static int16_t prod_check(struct spart *p, struct partop *op, const struct sluic
 	return 0;
 }
 
-static void part_dir(const struct broker *b, const char *topic, int32_t partition, char *out, size_t len)
+int sluice_partition_dir(struct broker *b, const char *topic, int32_t partition, bool create, char *out, size_t len)
 {
-	/* Use the directory that already holds the partition; new partitions
-	 * are spread over the data directories by hash. */
+	/* The directory that already holds the partition wins, failed or not. */
 	for (int d = 0; d < b->cfg.log_dir_count; d++) {
 		snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[d], topic, partition);
 		struct stat stt;
 		if (stat(out, &stt) == 0)
-			return;
+			return d;
 	}
-	int d = (int)(hash_tp(topic, partition) % (uint64_t)b->cfg.log_dir_count);
-	snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[d], topic, partition);
+	if (!create)
+		return -1;
+	/* New partitions go to the online directory holding the fewest. */
+	uint32_t offline = __atomic_load_n(&b->offline_dirs, __ATOMIC_ACQUIRE);
+	int best = -1;
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		if (offline & (1u << d))
+			continue;
+		if (best < 0 || __atomic_load_n(&b->dir_partitions[d], __ATOMIC_RELAXED) <
+				       __atomic_load_n(&b->dir_partitions[best], __ATOMIC_RELAXED))
+			best = d;
+	}
+	if (best < 0)
+		return -1;
+	__atomic_add_fetch(&b->dir_partitions[best], 1, __ATOMIC_RELAXED);
+	snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[best], topic, partition);
+	return best;
+}
+
+void sluice_dir_failed(struct broker *b, int dir, const char *why)
+{
+	if (dir < 0)
+		return;
+	uint32_t old = __atomic_fetch_or(&b->offline_dirs, 1u << dir, __ATOMIC_ACQ_REL);
+	if (!(old & (1u << dir)))
+		SLOG_ERR("storage", "log directory %s failed (%s): its partitions are offline (KAFKA_STORAGE_ERROR); "
+			 "the other directories keep serving", b->cfg.log_dir[dir], why);
+}
+
+static bool dir_offline(const struct broker *b, int dir)
+{
+	return dir >= 0 && (__atomic_load_n(&b->offline_dirs, __ATOMIC_ACQUIRE) & (1u << dir));
+}
+
+static void part_dir(struct broker *b, const char *topic, int32_t partition, char *out, size_t len)
+{
+	if (sluice_partition_dir(b, topic, partition, false, out, len) < 0)
+		snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[0], topic, partition);
 }
 
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
@@ -376,11 +414,18 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 	p->partition = partition;
 	p->sc = sc;
 	char dir[900], err[512];
-	part_dir(sc->b, topic, partition, dir, sizeof dir);
+	p->dir = sluice_partition_dir(sc->b, topic, partition, true, dir, sizeof dir);
+	if (p->dir < 0 || dir_offline(sc->b, p->dir)) {
+		free(p->topic);
+		free(p);
+		*error = 56; /* KAFKA_STORAGE_ERROR: no usable data directory */
+		return NULL;
+	}
 	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
 	struct sluice_plog_recovery rec;
 	if (sluice_plog_open(dir, &st->plog_cfg, sc->b->clean_start, &hooks, &p->log, &rec, err, sizeof err) < 0) {
 		SLOG_ERR("storage", "cannot open partition %s-%d: %s", topic, partition, err);
+		sluice_dir_failed(sc->b, p->dir, err);
 		free(p->topic);
 		free(p);
 		*error = 56; /* KAFKA_STORAGE_ERROR */
@@ -472,7 +517,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	struct sluice_plog *l = p->log;
 	op->log_start = sluice_plog_log_start(l);
 	op->high_watermark = sluice_plog_high_watermark(l);
-	if (sluice_plog_failed(l)) {
+	if (sluice_plog_failed(l) || dir_offline(sc->b, p->dir)) {
 		op->error = 56;
 		op_done(sc, op);
 		return;
