@@ -51,6 +51,9 @@ struct sluice_config {
 	int64_t log_retention_check_interval_ms;
 	int64_t log_roll_ms; /* -1: from log.roll.hours */
 	bool log_preallocate;
+	int64_t log_cleaner_backoff_ms;
+	int64_t log_cleaner_delete_retention_ms;
+	int64_t cleaner_pass_bytes_max;
 	char log_level[32];
 	char cluster_id[64];
 	/* parsed from listeners / advertised.listeners / log.dirs */

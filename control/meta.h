@@ -34,6 +34,8 @@ struct sluice_topic_limits {
 	int64_t min_insync_replicas;
 	int64_t segment_ms;
 	int8_t cleanup_compact; /* -1 default (delete), 0 delete, 1 compact */
+	bool cleanup_delete;    /* retention applies ("delete" or "compact,delete") */
+	int64_t delete_retention_ms;
 };
 
 struct sluice_topic {

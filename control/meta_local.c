@@ -103,6 +103,8 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 	l->segment_bytes = l->max_message_bytes = l->retention_ms = l->retention_bytes = SLUICE_LIMIT_UNSET;
 	l->flush_messages = l->min_insync_replicas = l->segment_ms = SLUICE_LIMIT_UNSET;
 	l->cleanup_compact = -1;
+	l->cleanup_delete = true;
+	l->delete_retention_ms = SLUICE_LIMIT_UNSET;
 	for (int32_t i = 0; i < t->config_n; i++) {
 		const char *k = t->configs[i].key, *v = t->configs[i].value;
 		if (!strcmp(k, "segment.bytes"))
@@ -119,8 +121,11 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 			l->segment_ms = atoll(v);
 		else if (!strcmp(k, "min.insync.replicas"))
 			l->min_insync_replicas = atoll(v);
-		else if (!strcmp(k, "cleanup.policy"))
+		else if (!strcmp(k, "cleanup.policy")) {
 			l->cleanup_compact = strstr(v, "compact") != NULL;
+			l->cleanup_delete = strstr(v, "delete") != NULL;
+		} else if (!strcmp(k, "delete.retention.ms"))
+			l->delete_retention_ms = atoll(v);
 	}
 }
 

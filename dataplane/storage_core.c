@@ -67,7 +67,7 @@ struct sstate {
 	uint64_t efd_buf;
 	bool efd_armed;
 	bool in_wait; /* inside wait_write: defer new messages */
-	int64_t next_retention_ms, next_flush_ms; /* monotonic */
+	int64_t next_retention_ms, next_flush_ms, next_clean_ms; /* monotonic */
 	struct sluice_plog_cfg plog_cfg;
 };
 
@@ -692,9 +692,13 @@ static void housekeeping(struct storecore *sc, int64_t now)
 			if (st->table[i] && sluice_plog_sync_if_due(st->table[i]->log, now, cfg->log_flush_interval_ms) < 0)
 				SLOG_ERR("storage", "%s-%d: fdatasync failed", st->table[i]->topic, st->table[i]->partition);
 	}
-	if (now < st->next_retention_ms)
+	bool retention_due = now >= st->next_retention_ms, cleaner_due = now >= st->next_clean_ms;
+	if (!retention_due && !cleaner_due)
 		return;
-	st->next_retention_ms = now + cfg->log_retention_check_interval_ms;
+	if (retention_due)
+		st->next_retention_ms = now + cfg->log_retention_check_interval_ms;
+	if (cleaner_due)
+		st->next_clean_ms = now + (cfg->log_cleaner_backoff_ms > 0 ? cfg->log_cleaner_backoff_ms : 1);
 	struct sluice_meta_snapshot *snap = sc->b->meta.ops->acquire(sc->b->meta.self);
 	int64_t wall = wall_now_ms();
 	for (uint32_t i = 0; i < st->table_cap; i++) {
@@ -702,8 +706,17 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		if (!p)
 			continue;
 		const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
-		if (!t || t->limits.cleanup_compact == 1)
-			continue; /* compacted topics keep their keys (compaction: later) */
+		if (!t)
+			continue;
+		if (cleaner_due && t->limits.cleanup_compact == 1) {
+			int64_t drm = t->limits.delete_retention_ms != SLUICE_LIMIT_UNSET ? t->limits.delete_retention_ms
+											  : cfg->log_cleaner_delete_retention_ms;
+			int64_t gone = sluice_plog_compact(p->log, wall, drm, cfg->cleaner_pass_bytes_max);
+			if (gone > 0)
+				SLOG_INFO("storage", "%s-%d: compaction removed %" PRId64 " bytes", p->topic, p->partition, gone);
+		}
+		if (!retention_due || !t->limits.cleanup_delete)
+			continue;
 		int64_t rms = t->limits.retention_ms != SLUICE_LIMIT_UNSET ? t->limits.retention_ms : cfg->log_retention_ms;
 		int64_t rbytes = t->limits.retention_bytes != SLUICE_LIMIT_UNSET ? t->limits.retention_bytes : cfg->log_retention_bytes;
 		int n = sluice_plog_enforce_retention(p->log, wall, rms, rbytes);

@@ -2,6 +2,7 @@
  * time indexes, the O_DIRECT write path with its aligned tail chunk, reads,
  * and crash recovery by scanning and truncating. */
 #include "storage/plog.h"
+#include "common/crc32c.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
 #include "common/kafka/compress.h"
@@ -287,7 +288,7 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 		bool stop = false;
 		while (off < (size_t)got) {
 			struct sluice_batch b;
-			enum sluice_batch_result r = check_crc ? sluice_batch_check(buf + off, (size_t)got - off, &b)
+			enum sluice_batch_result r = check_crc ? sluice_batch_check_crc(buf + off, (size_t)got - off, &b)
 							       : sluice_batch_parse(buf + off, (size_t)got - off, &b);
 			if (r == SLUICE_BATCH_SHORT && off > 0 && pos + (int64_t)off < file_size &&
 			    (size_t)got == want && want == SCAN_BUF_BYTES)
@@ -1220,4 +1221,262 @@ void sluice_plog_close(struct sluice_plog *l)
 		seg_free(&l->segs[i]);
 	free(l->segs);
 	free(l);
+}
+
+/* ---- compaction ------------------------------------------------------------ */
+
+#define COMPACT_DECOMPRESS_MAX (64u << 20)
+#define COMPACT_KEYS_MAX (16u << 20) /* keys tracked in one pass */
+
+struct keymap {
+	uint64_t *hash; /* 0: empty */
+	int64_t *offset;
+	uint32_t cap, n;
+	bool full;
+};
+
+static uint64_t key_hash(const uint8_t *k, int32_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (int32_t i = 0; i < len; i++)
+		h = (h ^ k[i]) * 1099511628211ull;
+	h ^= h >> 31;
+	h *= 0x7fb5d329728ea185ull;
+	h ^= h >> 27;
+	return h ? h : 1;
+}
+
+static int64_t *keymap_slot(struct keymap *m, uint64_t h, bool create)
+{
+	if (create && (m->n + 1) * 2 > m->cap) {
+		if (m->cap >= COMPACT_KEYS_MAX * 2) {
+			m->full = true;
+			return NULL;
+		}
+		uint32_t oc = m->cap, nc = oc ? oc * 2 : 1024;
+		uint64_t *oh = m->hash;
+		int64_t *oo = m->offset;
+		m->hash = calloc(nc, sizeof *m->hash);
+		m->offset = calloc(nc, sizeof *m->offset);
+		if (!m->hash || !m->offset) {
+			free(m->hash);
+			free(m->offset);
+			m->hash = oh;
+			m->offset = oo;
+			m->full = true;
+			return NULL;
+		}
+		m->cap = nc;
+		m->n = 0;
+		for (uint32_t i = 0; i < oc; i++)
+			if (oh[i])
+				*keymap_slot(m, oh[i], true) = oo[i];
+		free(oh);
+		free(oo);
+	}
+	if (!m->cap)
+		return NULL;
+	for (uint32_t i = (uint32_t)h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		if (m->hash[i] == h)
+			return &m->offset[i];
+		if (!m->hash[i]) {
+			if (!create)
+				return NULL;
+			m->hash[i] = h;
+			m->n++;
+			return &m->offset[i];
+		}
+	}
+}
+
+static bool map_record(const struct sluice_record *rec, void *arg)
+{
+	struct keymap *m = arg;
+	if (!rec->key)
+		return true;
+	int64_t *slot = keymap_slot(m, key_hash(rec->key, rec->key_len), true);
+	if (slot)
+		*slot = rec->offset;
+	return !m->full;
+}
+
+/* Visit every batch of a closed segment, reading it batch by batch. */
+static int seg_each_batch(struct sluice_plog *l, struct segment *s,
+			  bool (*fn)(const uint8_t *batch, size_t len, void *arg), void *arg)
+{
+	int64_t pos = 0;
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	while (pos + SLUICE_BATCH_HEADER_BYTES <= s->size) {
+		if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
+			goto fail;
+		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+		if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > s->size)
+			break;
+		if ((size_t)len > cap) {
+			uint8_t *n = realloc(buf, (size_t)len);
+			if (!n)
+				goto fail;
+			buf = n;
+			cap = (size_t)len;
+		}
+		if (seg_read_bytes(l, s, pos, (size_t)len, buf) < 0)
+			goto fail;
+		if (!fn(buf, (size_t)len, arg))
+			break;
+		pos += len;
+	}
+	free(buf);
+	return 0;
+fail:
+	free(buf);
+	return -1;
+}
+
+static bool map_batch(const uint8_t *batch, size_t len, void *arg)
+{
+	return sluice_batch_records(batch, len, COMPACT_DECOMPRESS_MAX, map_record, arg) >= 0 || true;
+}
+
+struct clean_ctx {
+	struct keymap *map;
+	int64_t now_ms, delete_retention_ms;
+	int fd;
+	int64_t written, removed;
+	struct kwr out;     /* the rewritten batch being built */
+	int32_t kept;
+	int64_t batch_max_ts;
+	bool failed;
+};
+
+static bool keep_record(const struct sluice_record *rec, void *arg)
+{
+	struct clean_ctx *c = arg;
+	bool keep = true;
+	if (rec->key) {
+		int64_t *latest = keymap_slot(c->map, key_hash(rec->key, rec->key_len), false);
+		if (latest && *latest != rec->offset)
+			keep = false; /* a newer record has this key */
+		else if (!rec->value && c->now_ms - c->batch_max_ts > c->delete_retention_ms)
+			keep = false; /* a tombstone past delete.retention.ms */
+	}
+	if (keep) {
+		kwr_raw(&c->out, rec->raw, rec->raw_len);
+		c->kept++;
+	}
+	return true;
+}
+
+static bool clean_batch(const uint8_t *batch, size_t len, void *arg)
+{
+	struct clean_ctx *c = arg;
+	struct sluice_batch b;
+	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK)
+		return false;
+	kwr_reset(&c->out);
+	(void)kwr_reserve(&c->out, SLUICE_BATCH_HEADER_BYTES);
+	c->kept = 0;
+	c->batch_max_ts = b.max_timestamp;
+	int32_t n = b.attributes & SLUICE_BATCH_ATTR_CONTROL ? -1
+		  : sluice_batch_records(batch, len, COMPACT_DECOMPRESS_MAX, keep_record, c);
+	const uint8_t *src = batch;
+	size_t src_len = len;
+	if (n < 0 || (c->kept == b.records_count && !(b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK))) {
+		/* untouched (or not understood): copied as it is */
+	} else if (c->kept == 0) {
+		c->removed += (int64_t)len;
+		return true;
+	} else {
+		uint8_t *h = c->out.buf;
+		memcpy(h, batch, SLUICE_BATCH_HEADER_BYTES);
+		kput32(h + SLUICE_BATCH_OFF_LENGTH, (uint32_t)(c->out.len - SLUICE_BATCH_LOG_OVERHEAD));
+		uint16_t attr = (uint16_t)b.attributes & (uint16_t)~SLUICE_BATCH_ATTR_CODEC_MASK;
+		h[SLUICE_BATCH_OFF_ATTRIBUTES] = (uint8_t)(attr >> 8);
+		h[SLUICE_BATCH_OFF_ATTRIBUTES + 1] = (uint8_t)attr;
+		kput32(h + SLUICE_BATCH_OFF_COUNT, (uint32_t)c->kept);
+		kput32(h + SLUICE_BATCH_OFF_CRC, sluice_crc32c(0, h + SLUICE_BATCH_OFF_ATTRIBUTES,
+							       c->out.len - SLUICE_BATCH_OFF_ATTRIBUTES));
+		src = c->out.buf;
+		src_len = c->out.len;
+		c->removed += (int64_t)len - (int64_t)src_len;
+	}
+	size_t done = 0;
+	while (done < src_len) {
+		ssize_t w = pwrite(c->fd, src + done, src_len - done, c->written + (int64_t)done);
+		if (w <= 0) {
+			c->failed = true;
+			return false;
+		}
+		done += (size_t)w;
+	}
+	c->written += (int64_t)src_len;
+	return true;
+}
+
+int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes)
+{
+	if (l->failed || l->seg_n < 2)
+		return 0;
+	/* The oldest closed segments that fit the budget (at least one). Keys
+	 * superseded only in later segments are simply kept this pass. */
+	uint32_t nclosed = 0;
+	int64_t bytes = 0;
+	while (nclosed < l->seg_n - 1 && (nclosed == 0 || bytes + l->segs[nclosed].size <= budget_bytes))
+		bytes += l->segs[nclosed++].size;
+	struct keymap map = {0};
+	for (uint32_t i = 0; i < nclosed && !map.full; i++)
+		if (seg_each_batch(l, &l->segs[i], map_batch, &map) < 0) {
+			free(map.hash);
+			free(map.offset);
+			return -1;
+		}
+	if (map.full) {
+		free(map.hash);
+		free(map.offset);
+		return 0;
+	}
+	int64_t removed = 0;
+	struct clean_ctx c = {.map = &map, .now_ms = now_ms, .delete_retention_ms = delete_retention_ms};
+	kwr_init(&c.out, 4096, (size_t)INT32_MAX);
+	for (uint32_t i = 0; i < nclosed; i++) {
+		struct segment *s = &l->segs[i];
+		char path[PATH_BYTES], tmp[PATH_BYTES + 16];
+		seg_path(l, s->base_offset, ".log", path);
+		snprintf(tmp, sizeof tmp, "%s.cleaned", path);
+		c.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (c.fd < 0)
+			break;
+		c.written = c.removed = 0;
+		c.failed = false;
+		if (seg_each_batch(l, s, clean_batch, &c) < 0 || c.failed || fdatasync(c.fd) < 0) {
+			close(c.fd);
+			unlink(tmp);
+			break;
+		}
+		close(c.fd);
+		if (c.removed == 0) {
+			unlink(tmp);
+			continue;
+		}
+		if (rename(tmp, path) < 0) {
+			unlink(tmp);
+			break;
+		}
+		/* Re-read the new file for its indexes and sizes. */
+		if (s->fd_read >= 0)
+			close(s->fd_read);
+		s->fd_read = -1;
+		int fd = seg_fd_read(l, s);
+		if (fd < 0 || seg_scan(l, s, fd, false, -1, NULL) < 0) {
+			l->failed = true;
+			break;
+		}
+		seg_write_indexes(l, s);
+		removed += c.removed;
+	}
+	kwr_free(&c.out);
+	free(map.hash);
+	free(map.offset);
+	return removed;
 }

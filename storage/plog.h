@@ -95,6 +95,15 @@ void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_
  * segment is rolled first so it can go too. Files are renamed to
  * ".deleted" and then removed. Returns the number of segments deleted. */
 int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t retention_ms, int64_t retention_bytes);
+/* Log compaction (cleanup.policy=compact): over the closed segments, keep
+ * only the newest record of each key; tombstones (null values) are kept
+ * until they are delete_retention_ms old, then removed too. Rewritten
+ * batches keep their offsets (and LastOffsetDelta) and are stored
+ * uncompressed; each segment is rewritten to "<base>.log.cleaned", synced,
+ * and renamed over the original. budget_bytes bounds the bytes read in one
+ * call. Returns bytes removed, or -1 on error. */
+int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes);
+
 /* fdatasync when data has waited unflushed for at least interval_ms. */
 int sluice_plog_sync_if_due(struct sluice_plog *l, int64_t now_ms, int64_t interval_ms);
 /* Move the log start offset up to offset (-1: the high watermark), removing

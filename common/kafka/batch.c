@@ -2,6 +2,8 @@
 #include "common/kafka/batch.h"
 #include "common/crc32c.h"
 #include "common/kafka/codec.h"
+#include "common/kafka/compress.h"
+#include <stdlib.h>
 #include <string.h>
 
 enum sluice_batch_result sluice_batch_parse(const uint8_t *p, size_t avail, struct sluice_batch *b)
@@ -42,6 +44,76 @@ enum sluice_batch_result sluice_batch_check(const uint8_t *p, size_t avail, stru
 	    (int64_t)b->records_count != (int64_t)b->last_offset_delta + 1)
 		return SLUICE_BATCH_BAD_COUNT;
 	return SLUICE_BATCH_OK;
+}
+
+enum sluice_batch_result sluice_batch_check_crc(const uint8_t *p, size_t avail, struct sluice_batch *b)
+{
+	enum sluice_batch_result r = sluice_batch_parse(p, avail, b);
+	if (r != SLUICE_BATCH_OK)
+		return r;
+	size_t crc_len = (size_t)b->length - (SLUICE_BATCH_OFF_ATTRIBUTES - SLUICE_BATCH_LOG_OVERHEAD);
+	if (sluice_crc32c(0, p + SLUICE_BATCH_OFF_ATTRIBUTES, crc_len) != b->crc)
+		return SLUICE_BATCH_BAD_CRC;
+	if (b->records_count < 0 || b->last_offset_delta < 0 || b->records_count > b->last_offset_delta + 1)
+		return SLUICE_BATCH_BAD_COUNT;
+	return SLUICE_BATCH_OK;
+}
+
+int32_t sluice_batch_records(const uint8_t *p, size_t len, size_t out_max,
+			     bool (*fn)(const struct sluice_record *rec, void *arg), void *arg)
+{
+	struct sluice_batch b;
+	if (sluice_batch_parse(p, len, &b) != SLUICE_BATCH_OK)
+		return -1;
+	const uint8_t *recs = p + SLUICE_BATCH_HEADER_BYTES;
+	size_t recs_len = (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES;
+	uint8_t *plain = NULL;
+	int codec = b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
+	if (codec) {
+		int64_t n = sluice_decompress(codec, recs, recs_len, out_max, &plain);
+		if (n < 0)
+			return -1;
+		recs = plain;
+		recs_len = (size_t)n;
+	}
+	struct krd r;
+	krd_init(&r, recs, recs_len);
+	int32_t i = 0;
+	for (; i < b.records_count; i++) {
+		const uint8_t *raw = r.p;
+		int32_t rlen = krd_varint(&r);
+		const uint8_t *start = r.p;
+		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r))
+			goto bad;
+		struct krd rr;
+		krd_init(&rr, start, (size_t)rlen);
+		struct sluice_record rec;
+		(void)krd_i8(&rr);
+		rec.timestamp = b.base_timestamp + krd_varlong(&rr);
+		rec.offset = b.base_offset + krd_varint(&rr);
+		rec.key_len = krd_varint(&rr);
+		rec.key = rec.key_len >= 0 ? rr.p : NULL;
+		if (rec.key_len > 0)
+			krd_skip(&rr, (size_t)rec.key_len);
+		rec.value_len = krd_varint(&rr);
+		rec.value = rec.value_len >= 0 ? rr.p : NULL;
+		if (rec.value_len > 0)
+			krd_skip(&rr, (size_t)rec.value_len);
+		if (rr.err)
+			goto bad;
+		rec.raw = raw;
+		rec.raw_len = (size_t)(start + rlen - raw);
+		r.p = start + rlen;
+		if (!fn(&rec, arg)) {
+			i++;
+			break;
+		}
+	}
+	free(plain);
+	return i;
+bad:
+	free(plain);
+	return -1;
 }
 
 void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch)

@@ -61,8 +61,28 @@ static inline int32_t sluice_batch_total_bytes(const struct sluice_batch *b)
 /* Parse the header of the batch starting at p with avail bytes. Does not
  * check the CRC. On SLUICE_BATCH_OK, the whole batch (total bytes) is within avail. */
 enum sluice_batch_result sluice_batch_parse(const uint8_t *p, size_t avail, struct sluice_batch *out);
-/* Parse and verify the CRC and counts. */
+/* Parse and verify the CRC and counts (what a producer must send). */
 enum sluice_batch_result sluice_batch_check(const uint8_t *p, size_t avail, struct sluice_batch *out);
+/* Parse and verify the CRC only: batches rewritten by compaction keep their
+ * LastOffsetDelta while holding fewer records, as in Kafka. */
+enum sluice_batch_result sluice_batch_check_crc(const uint8_t *p, size_t avail, struct sluice_batch *out);
+
+/* One record inside a batch, as sluice_batch_records hands it out. raw
+ * covers the whole encoded record including its length prefix, so a record
+ * can be copied into another batch with the same base offset unchanged. */
+struct sluice_record {
+	int64_t offset, timestamp;
+	const uint8_t *key, *value; /* NULL when null */
+	int32_t key_len, value_len;
+	const uint8_t *raw;
+	size_t raw_len;
+};
+
+/* Call fn for every record of the batch at p (decompressing if needed,
+ * up to out_max bytes). fn returns false to stop. Returns the number of
+ * records visited, or -1 for a malformed or undecompressible batch. */
+int32_t sluice_batch_records(const uint8_t *p, size_t len, size_t out_max,
+			     bool (*fn)(const struct sluice_record *rec, void *arg), void *arg);
 void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch);
 const char *sluice_batch_result_name(enum sluice_batch_result r);
 
