@@ -159,10 +159,13 @@ static void seg_note_batch(struct sluice_plog *l, struct segment *s, const struc
 {
 	int32_t total = sluice_batch_total_bytes(b);
 	if (s->idx_n == 0 || s->bytes_since_index >= l->cfg.index_interval_bytes) {
-		(void)seg_add_index(s, b->base_offset, position);
+		/* Kafka's index format: each entry names the batch's LAST offset
+		 * and the batch's position; a lookup takes the last entry <= the
+		 * target and scans forward from there. */
+		int64_t last = b->base_offset + b->last_offset_delta;
+		(void)seg_add_index(s, last, position);
 		if (b->max_timestamp > s->max_ts || s->tidx_n == 0)
-			(void)seg_add_tindex(s, b->max_timestamp > s->max_ts ? b->max_timestamp : s->max_ts,
-					     b->base_offset);
+			(void)seg_add_tindex(s, b->max_timestamp > s->max_ts ? b->max_timestamp : s->max_ts, last);
 		s->bytes_since_index = 0;
 	}
 	s->bytes_since_index += total;
