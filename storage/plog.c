@@ -476,20 +476,9 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 	 * length, so recovery is unaffected); refusal is not an error. */
 	if (l->cfg.preallocate && l->cfg.segment_bytes > s->size)
 		(void)fallocate(l->fd_write, FALLOC_FL_KEEP_SIZE, 0, l->cfg.segment_bytes);
-	int64_t start = align_down(s->size);
-	size_t cap = l->cfg.chunk_bytes;
-	l->cur = chunk_new(cap, start);
-	if (!l->cur) {
-		snprintf(err, errlen, "out of memory for the tail chunk");
-		return -1;
-	}
-	if (s->size > start) {
-		int fd = seg_fd_read(l, s);
-		if (fd < 0 || pread(fd, l->cur->buf, (size_t)(s->size - start), start) != s->size - start) {
-			snprintf(err, errlen, "read tail of %s: %s", p, strerror(errno));
-			return -1;
-		}
-	}
+	/* The tail chunk is allocated on the first append, so an idle
+	 * partition costs no chunk memory. */
+	l->cur = NULL;
 	l->submitted_end = s->size;
 	l->committed_pos = s->size;
 	return 0;
@@ -705,7 +694,7 @@ static int chunk_make_room(struct sluice_plog *l, size_t len)
 {
 	struct segment *s = active(l);
 	struct chunk *c = l->cur;
-	if (s->size + (int64_t)len <= c->file_off + (int64_t)c->cap)
+	if (c && s->size + (int64_t)len <= c->file_off + (int64_t)c->cap)
 		return 0;
 	int64_t start = align_down(l->submitted_end);
 	size_t carry = (size_t)(s->size - start);
@@ -715,8 +704,18 @@ static int chunk_make_room(struct sluice_plog *l, size_t len)
 	struct chunk *n = chunk_new(cap, start);
 	if (!n)
 		return -ENOMEM;
-	assert(start >= c->file_off);
-	memcpy(n->buf, c->buf + (start - c->file_off), carry);
+	if (c) {
+		assert(start >= c->file_off);
+		memcpy(n->buf, c->buf + (start - c->file_off), carry);
+	} else if (carry) {
+		/* First append since open: the partial tail block comes from disk. */
+		int fd = seg_fd_read(l, s);
+		if (fd < 0 || pread(fd, n->buf, carry, start) != (ssize_t)carry) {
+			chunk_put(n);
+			l->failed = true;
+			return -EIO;
+		}
+	}
 	chunk_put(l->prev);
 	l->prev = c;
 	l->cur = n;
