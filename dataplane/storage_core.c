@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <ftw.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@ struct spart {
 	bool dirty;
 	struct spart *dirty_next;
 	int dir;                /* index into log.dirs */
+	int64_t last_used_ms;   /* monotonic, for giving idle descriptors back */
 	struct producer *prods; /* open addressing by pid */
 	uint32_t prod_cap, prod_n;
 	struct storecore *sc;
@@ -67,7 +69,9 @@ struct sstate {
 	uint64_t efd_buf;
 	bool efd_armed;
 	bool in_wait; /* inside wait_write: defer new messages */
-	int64_t next_retention_ms, next_flush_ms, next_clean_ms; /* monotonic */
+	int64_t next_retention_ms, next_flush_ms, next_clean_ms, next_fd_check_ms; /* monotonic */
+	int32_t fds_max;
+	int64_t fds_est; /* open descriptors, exact after fd_budget, estimated between */
 	struct sluice_plog_cfg plog_cfg;
 };
 
@@ -356,6 +360,7 @@ static void part_dir(struct broker *b, const char *topic, int32_t partition, cha
 }
 
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
+static void fd_budget(struct storecore *sc);
 
 struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
 {
@@ -423,9 +428,19 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 	}
 	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
 	struct sluice_plog_recovery rec;
-	if (sluice_plog_open(dir, &st->plog_cfg, sc->b->clean_start, &hooks, &p->log, &rec, err, sizeof err) < 0) {
+	/* Opening takes descriptors: stay within the budget first. */
+	if (st->fds_est + 4 > st->fds_max)
+		fd_budget(sc);
+	int rc = sluice_plog_open(dir, &st->plog_cfg, sc->b->clean_start, &hooks, &p->log, &rec, err, sizeof err);
+	if (rc < 0 && (errno == EMFILE || errno == ENFILE || strstr(err, strerror(EMFILE)) || strstr(err, strerror(ENFILE)))) {
+		fd_budget(sc);
+		rc = sluice_plog_open(dir, &st->plog_cfg, sc->b->clean_start, &hooks, &p->log, &rec, err, sizeof err);
+	}
+	if (rc < 0) {
 		SLOG_ERR("storage", "cannot open partition %s-%d: %s", topic, partition, err);
-		sluice_dir_failed(sc->b, p->dir, err);
+		/* Out of descriptors or memory is the process's trouble, not the disk's. */
+		if (!strstr(err, strerror(EMFILE)) && !strstr(err, strerror(ENFILE)) && !strstr(err, "out of memory"))
+			sluice_dir_failed(sc->b, p->dir, err);
 		free(p->topic);
 		free(p);
 		*error = 56; /* KAFKA_STORAGE_ERROR */
@@ -438,6 +453,7 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 			  rec.bytes_truncated, rec.segments_deleted);
 	/* Idempotent-producer state from the newest two segments. */
 	(void)sluice_plog_visit_tail(p->log, 2, prod_rebuild_visit, p);
+	st->fds_est += sluice_plog_open_fds(p->log);
 	st->table[slot] = p;
 	st->count++;
 	return p;
@@ -515,6 +531,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		return;
 	}
 	struct sluice_plog *l = p->log;
+	p->last_used_ms = sluice_now_ms();
 	op->log_start = sluice_plog_log_start(l);
 	op->high_watermark = sluice_plog_high_watermark(l);
 	if (sluice_plog_failed(l) || dir_offline(sc->b, p->dir)) {
@@ -681,10 +698,49 @@ static int64_t wall_now_ms(void)
 
 /* Background duties on their own clocks: retention every
  * log.retention.check.interval.ms, time-based flushing (log.flush.interval.ms). */
+static int cmp_last_used(const void *a, const void *b)
+{
+	const struct spart *x = *(struct spart *const *)a, *y = *(struct spart *const *)b;
+	return x->last_used_ms < y->last_used_ms ? -1 : x->last_used_ms > y->last_used_ms;
+}
+
+/* Keep open descriptors under this core's budget: the partitions idle the
+ * longest give theirs back (reopened on their next use). */
+static void fd_budget(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	int64_t open_fds = 0;
+	for (uint32_t i = 0; i < st->table_cap; i++)
+		if (st->table[i])
+			open_fds += sluice_plog_open_fds(st->table[i]->log);
+	st->fds_est = open_fds;
+	if (open_fds <= st->fds_max)
+		return;
+	struct spart **idle = malloc(st->count * sizeof *idle);
+	if (!idle)
+		return;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < st->table_cap; i++) {
+		struct spart *p = st->table[i];
+		if (p && !p->dirty && !p->wait_head && sluice_plog_open_fds(p->log) > 0)
+			idle[n++] = p;
+	}
+	qsort(idle, n, sizeof *idle, cmp_last_used);
+	int64_t target = st->fds_max * 3 / 4;
+	for (uint32_t i = 0; i < n && open_fds > target; i++)
+		open_fds -= sluice_plog_release_fds(idle[i]->log);
+	st->fds_est = open_fds;
+	free(idle);
+}
+
 static void housekeeping(struct storecore *sc, int64_t now)
 {
 	struct sstate *st = sc->state;
 	const struct sluice_config *cfg = &sc->b->cfg;
+	if (now >= st->next_fd_check_ms) {
+		st->next_fd_check_ms = now + 200;
+		fd_budget(sc);
+	}
 	if (cfg->log_flush_interval_ms >= 0 && now >= st->next_flush_ms) {
 		int64_t step = cfg->log_flush_interval_ms > 0 ? cfg->log_flush_interval_ms : 10;
 		st->next_flush_ms = now + (step < 1000 ? step : 1000);
@@ -805,6 +861,18 @@ int sluice_storage_core_start(struct storecore *sc)
 	sc->state = st;
 	table_grow(st);
 	st->next_retention_ms = sluice_now_ms() + cfg->log_retention_check_interval_ms;
+	st->fds_max = cfg->open_files_max;
+	if (st->fds_max <= 0) {
+		/* Half of what the process may open, shared by the storage cores;
+		 * the rest is for connections. */
+		struct rlimit rl;
+		rlim_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+		if (soft == RLIM_INFINITY || soft > (1u << 20))
+			soft = 1u << 20;
+		st->fds_max = (int32_t)(soft / 2 / (rlim_t)sc->b->store_n);
+		if (st->fds_max < 32)
+			st->fds_max = 32;
+	}
 	sc->efd = eventfd(0, EFD_CLOEXEC);
 	if (sc->efd < 0 || io_uring_queue_init(SLUICE_URING_ENTRIES, &sc->ring, 0) < 0)
 		return -1;

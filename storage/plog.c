@@ -75,6 +75,7 @@ struct sluice_plog {
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
 	bool failed;
+	bool opened; /* sluice_plog_open completed */
 };
 
 static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
@@ -450,13 +451,14 @@ static void remove_segment_files(struct sluice_plog *l, int64_t base)
 	}
 }
 
-/* Open the active segment for direct writes and load its partial tail
- * block into a fresh chunk. */
-static int open_active(struct sluice_plog *l, char *err, size_t errlen)
+/* The active segment's write descriptor, opened on demand (idle partitions
+ * give theirs back, see sluice_plog_release_fds). */
+static int fd_write_open(struct sluice_plog *l)
 {
-	struct segment *s = active(l);
+	if (l->fd_write >= 0)
+		return 0;
 	char p[PATH_BYTES];
-	seg_path(l, s->base_offset, ".log", p);
+	seg_path(l, active(l)->base_offset, ".log", p);
 	int flags = O_RDWR | O_CREAT | O_CLOEXEC;
 	l->fd_write = open(p, flags | (l->cfg.direct_io ? O_DIRECT : 0), 0644);
 	if (l->fd_write < 0 && errno == EINVAL && l->cfg.direct_io) {
@@ -464,7 +466,45 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 		l->cfg.direct_io = false;
 		l->fd_write = open(p, flags, 0644);
 	}
-	if (l->fd_write < 0) {
+	return l->fd_write < 0 ? -1 : 0;
+}
+
+int sluice_plog_open_fds(const struct sluice_plog *l)
+{
+	int n = l->fd_write >= 0;
+	for (uint32_t i = 0; i < l->seg_n; i++)
+		n += l->segs[i].fd_read >= 0;
+	return n;
+}
+
+int sluice_plog_release_fds(struct sluice_plog *l)
+{
+	if (l->write_inflight || l->fsync_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
+		return 0;
+	int n = 0;
+	if (l->fd_write >= 0) {
+		/* No sync needed: fdatasync on a later descriptor covers the file. */
+		close(l->fd_write);
+		l->fd_write = -1;
+		n++;
+	}
+	for (uint32_t i = 0; i < l->seg_n; i++)
+		if (l->segs[i].fd_read >= 0) {
+			close(l->segs[i].fd_read);
+			l->segs[i].fd_read = -1;
+			n++;
+		}
+	return n;
+}
+
+/* Open the active segment for direct writes; its partial tail block is
+ * loaded into a chunk on the first append. */
+static int open_active(struct sluice_plog *l, char *err, size_t errlen)
+{
+	struct segment *s = active(l);
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".log", p);
+	if (fd_write_open(l) < 0) {
 		snprintf(err, errlen, "open %s: %s", p, strerror(errno));
 		return -1;
 	}
@@ -608,6 +648,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		sluice_plog_close(l);
 		return -1;
 	}
+	l->opened = true;
 	*out = l;
 	return 0;
 }
@@ -727,6 +768,11 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 {
 	if (l->failed)
 		return -EIO;
+	if (fd_write_open(l) < 0) {
+		SLOG_ERR("storage", "%s: cannot open the active segment: %s", l->dir, strerror(errno));
+		l->failed = true;
+		return -EIO;
+	}
 	struct segment *s = active(l);
 	int64_t batch_max_ts = len >= SLUICE_BATCH_HEADER_BYTES ? (int64_t)kbe64(data + SLUICE_BATCH_OFF_MAX_TS) : -1;
 	if (s->size > 0 && (s->size + (int64_t)len > l->cfg.segment_bytes ||
@@ -849,6 +895,8 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 
 int sluice_plog_sync(struct sluice_plog *l)
 {
+	if (l->unflushed_messages && fd_write_open(l) < 0)
+		return -errno;
 	if (l->fd_write >= 0 && fdatasync(l->fd_write) < 0)
 		return -errno;
 	l->unflushed_messages = 0;
@@ -884,7 +932,7 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 		return 0;
 	struct segment *act = active(l);
 	if (retention_ms >= 0 && act->size > 0 && act->max_ts >= 0 && now_ms - act->max_ts > retention_ms &&
-	    l->hw == l->leo && roll(l) < 0)
+	    l->hw == l->leo && (fd_write_open(l) < 0 || roll(l) < 0))
 		return 0;
 	int64_t total = sluice_plog_size_bytes(l);
 	int deleted = 0;
@@ -1205,6 +1253,8 @@ void sluice_plog_close(struct sluice_plog *l)
 {
 	if (!l)
 		return;
+	if (l->opened && !l->failed)
+		(void)fd_write_open(l);
 	if (l->fd_write >= 0) {
 		if (l->write_inflight && l->hooks.wait_write)
 			l->hooks.wait_write(l, l->hooks.arg);

@@ -87,6 +87,12 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * -1 for an offset out of range, -2 for an I/O error. */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
+/* Descriptors this log holds open, and giving them back while it is idle
+ * (nothing in flight or pending; a later fdatasync covers the file). Both are
+ * reopened on demand. Returns the number closed. */
+int sluice_plog_open_fds(const struct sluice_plog *l);
+int sluice_plog_release_fds(struct sluice_plog *l);
+
 /* Topic overrides (segment.bytes, flush.messages, segment.ms); <= 0 keeps the current. */
 void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages, int64_t segment_ms);
 /* Retention: delete the oldest segments while the oldest one's newest
