@@ -607,6 +607,8 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		int32_t n = sluice_plog_read(l, op->offset, op->max_bytes, op->min_one, &op->rdata);
 		if (n == -1)
 			op->error = 1; /* OFFSET_OUT_OF_RANGE */
+		else if (n == -3)
+			op->error = 2; /* CORRUPT_MESSAGE */
 		else if (n < 0)
 			op->error = 56;
 		else

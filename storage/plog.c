@@ -1086,8 +1086,25 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 			free(buf);
 			return -2;
 		}
+		/* Never serve a batch whose CRC fails (a disk that rotted after a
+		 * clean shutdown, which recovery does not rescan): serve what comes
+		 * before it, and report the damage. */
+		size_t good = 0;
+		while (good < n) {
+			struct sluice_batch b;
+			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK) {
+				SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
+					 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
+				break;
+			}
+			good += (size_t)sluice_batch_total_bytes(&b);
+		}
+		if (good == 0) {
+			free(buf);
+			return -3;
+		}
 		*out = buf;
-		return (int32_t)n;
+		return (int32_t)good;
 	}
 	return 0;
 }

@@ -84,7 +84,8 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
 /* Copy whole committed batches starting with the one holding offset into a
  * buffer allocated here (caller frees): at most max_bytes, except that the
  * first batch is returned whole when min_one. Returns bytes (0: nothing yet),
- * -1 for an offset out of range, -2 for an I/O error. */
+ * -1 for an offset out of range, -2 for an I/O error, -3 when the batch at
+ * offset fails its CRC (batches are CRC-checked before they are served). */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
 /* Descriptors this log holds open, and giving them back while it is idle
