@@ -55,6 +55,7 @@ struct sluice_config {
 	int64_t log_cleaner_delete_retention_ms;
 	int64_t cleaner_pass_bytes_max;
 	int32_t open_files_max; /* per storage core; 0: derived from RLIMIT_NOFILE */
+	int64_t cache_bytes_max; /* tail-chunk memory over all storage cores */
 	char log_level[32];
 	char cluster_id[64];
 	/* parsed from listeners / advertised.listeners / log.dirs */

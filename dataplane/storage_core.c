@@ -708,15 +708,19 @@ static int cmp_last_used(const void *a, const void *b)
 
 /* Keep open descriptors under this core's budget: the partitions idle the
  * longest give theirs back (reopened on their next use). */
+/* Keep descriptors and tail-cache memory within this core's budgets. */
 static void fd_budget(struct storecore *sc)
 {
 	struct sstate *st = sc->state;
-	int64_t open_fds = 0;
+	int64_t open_fds = 0, cache = 0;
+	int64_t cache_max = sc->b->cfg.cache_bytes_max / sc->b->store_n;
 	for (uint32_t i = 0; i < st->table_cap; i++)
-		if (st->table[i])
+		if (st->table[i]) {
 			open_fds += sluice_plog_open_fds(st->table[i]->log);
+			cache += (int64_t)sluice_plog_cache_bytes(st->table[i]->log);
+		}
 	st->fds_est = open_fds;
-	if (open_fds <= st->fds_max)
+	if (open_fds <= st->fds_max && cache <= cache_max)
 		return;
 	struct spart **idle = malloc(st->count * sizeof *idle);
 	if (!idle)
@@ -724,13 +728,17 @@ static void fd_budget(struct storecore *sc)
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < st->table_cap; i++) {
 		struct spart *p = st->table[i];
-		if (p && !p->dirty && !p->wait_head && sluice_plog_open_fds(p->log) > 0)
+		if (p && !p->dirty && !p->wait_head)
 			idle[n++] = p;
 	}
+	/* Least recently used first: descriptors, then tail-cache memory. */
 	qsort(idle, n, sizeof *idle, cmp_last_used);
-	int64_t target = st->fds_max * 3 / 4;
-	for (uint32_t i = 0; i < n && open_fds > target; i++)
-		open_fds -= sluice_plog_release_fds(idle[i]->log);
+	if (open_fds > st->fds_max)
+		for (uint32_t i = 0; i < n && open_fds > st->fds_max * 3 / 4; i++)
+			open_fds -= sluice_plog_release_fds(idle[i]->log);
+	if (cache > cache_max)
+		for (uint32_t i = 0; i < n && cache > cache_max * 3 / 4; i++)
+			cache -= (int64_t)sluice_plog_release_cache(idle[i]->log);
 	st->fds_est = open_fds;
 	free(idle);
 }

@@ -477,6 +477,22 @@ int sluice_plog_open_fds(const struct sluice_plog *l)
 	return n;
 }
 
+size_t sluice_plog_cache_bytes(const struct sluice_plog *l)
+{
+	return (l->cur ? l->cur->cap : 0) + (l->prev ? l->prev->cap : 0);
+}
+
+size_t sluice_plog_release_cache(struct sluice_plog *l)
+{
+	if (l->write_inflight || l->fsync_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
+		return 0;
+	size_t n = sluice_plog_cache_bytes(l);
+	chunk_put(l->cur);
+	chunk_put(l->prev);
+	l->cur = l->prev = NULL;
+	return n;
+}
+
 int sluice_plog_release_fds(struct sluice_plog *l)
 {
 	if (l->write_inflight || l->fsync_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)

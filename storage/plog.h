@@ -94,6 +94,11 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 int sluice_plog_open_fds(const struct sluice_plog *l);
 int sluice_plog_release_fds(struct sluice_plog *l);
 
+/* Memory held by the tail chunks (the in-memory cache of recent data), and
+ * freeing them while idle; the next append reloads the partial tail block. */
+size_t sluice_plog_cache_bytes(const struct sluice_plog *l);
+size_t sluice_plog_release_cache(struct sluice_plog *l);
+
 /* Topic overrides (segment.bytes, flush.messages, segment.ms); <= 0 keeps the current. */
 void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages, int64_t segment_ms);
 /* Retention: delete the oldest segments while the oldest one's newest
