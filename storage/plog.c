@@ -524,6 +524,13 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 		snprintf(err, errlen, "open %s: %s", p, strerror(errno));
 		return -1;
 	}
+	/* The new file's directory entry must be durable before data in it is
+	 * acknowledged with a sync. */
+	int dfd = s->size == 0 ? open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (dfd >= 0) {
+		(void)fsync(dfd);
+		close(dfd);
+	}
 	if (ftruncate(l->fd_write, s->size) < 0) {
 		snprintf(err, errlen, "truncate %s: %s", p, strerror(errno));
 		return -1;
@@ -705,7 +712,6 @@ static int write_sync(struct sluice_plog *l)
 			done += w;
 		}
 		l->submitted_end = s->size;
-		advance_commit(l, s->size, l->leo);
 	}
 	return 0;
 }
@@ -725,6 +731,9 @@ static int roll(struct sluice_plog *l)
 		l->failed = true;
 		return -EIO;
 	}
+	/* Acknowledged only now that the closing segment is on stable storage. */
+	if (l->committed_pos < s->size || l->hw < l->leo)
+		advance_commit(l, s->size, l->leo);
 	seg_write_indexes(l, s);
 	close(l->fd_write);
 	l->fd_write = -1;
@@ -915,8 +924,12 @@ int sluice_plog_sync(struct sluice_plog *l)
 		return -errno;
 	if (l->fd_write >= 0 && fdatasync(l->fd_write) < 0)
 		return -errno;
-	l->unflushed_messages = 0;
-	l->unflushed_since_ms = 0;
+	/* Records appended but not yet written are not covered: their count
+	 * stays, so their own write still carries the fsync it is due. */
+	if (l->segs[l->seg_n - 1].size == l->submitted_end) {
+		l->unflushed_messages = 0;
+		l->unflushed_since_ms = 0;
+	}
 	return 0;
 }
 
@@ -1294,6 +1307,8 @@ void sluice_plog_close(struct sluice_plog *l)
 		if (!l->failed && write_sync(l) == 0) {
 			struct segment *s = active(l);
 			if (ftruncate(l->fd_write, s->size) == 0 && fdatasync(l->fd_write) == 0) {
+				if (l->committed_pos < s->size || l->hw < l->leo)
+					advance_commit(l, s->size, l->leo);
 				seg_write_indexes(l, s);
 				write_recovery_point(l, l->leo);
 			}
