@@ -241,8 +241,16 @@ static int persist(struct meta_local *m, const struct sluice_meta_snapshot *s)
 		char id[33];
 		hex16(t->id, id);
 		fprintf(f, "topic %s %d %s", t->name, t->partitions, id);
-		for (int32_t c = 0; c < t->config_n; c++)
-			fprintf(f, " %s=%s", t->configs[c].key, t->configs[c].value);
+		for (int32_t c = 0; c < t->config_n; c++) {
+			/* values are percent-encoded so spaces and newlines survive */
+			fprintf(f, " %s=", t->configs[c].key);
+			for (const char *v = t->configs[c].value; *v; v++) {
+				if (*v == ' ' || *v == '%' || *v == '\n' || *v == '\r' || *v == '\t')
+					fprintf(f, "%%%02X", (unsigned char)*v);
+				else
+					fputc(*v, f);
+			}
+		}
 		fputc('\n', f);
 	}
 	int rc = fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -1;
@@ -577,7 +585,17 @@ static int load(struct meta_local *m, struct sluice_meta_snapshot *s, char *err,
 				continue;
 			*eq = '\0';
 			snprintf(t->configs[t->config_n].key, SLUICE_TOPIC_CONFIG_KEY_MAX, "%s", kv);
-			snprintf(t->configs[t->config_n].value, SLUICE_TOPIC_CONFIG_VALUE_MAX, "%s", eq + 1);
+			char *dst = t->configs[t->config_n].value;
+			size_t n = 0;
+			for (const char *v = eq + 1; *v && n + 1 < SLUICE_TOPIC_CONFIG_VALUE_MAX; v++) {
+				unsigned x;
+				if (*v == '%' && sscanf(v + 1, "%2X", &x) == 1 && v[1] && v[2]) {
+					dst[n++] = (char)x;
+					v += 2;
+				} else
+					dst[n++] = *v;
+			}
+			dst[n] = '\0';
 			t->config_n++;
 		}
 		sluice_topic_limits_parse(t);

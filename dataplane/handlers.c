@@ -2131,6 +2131,10 @@ static bool group_multi_start(struct req *r, struct krd *rd)
 
 static void group_multi_finish(struct req *r)
 {
+	if (r->api_key == 9 && r->api_version < 8) {
+		group_single_finish(r); /* OffsetFetch v1-7 names one group */
+		return;
+	}
 	bool flex = r->flexible;
 	int32_t n = *(int32_t *)r->api;
 	resp_begin(r);

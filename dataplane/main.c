@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,6 +154,15 @@ int main(int argc, char **argv)
 			b.offline_dirs |= 1u << d;
 			continue;
 		}
+		/* One broker per data directory: Kafka's .lock, held for life. */
+		char lock[SLUICE_CONFIG_STRING_MAX + 32];
+		snprintf(lock, sizeof lock, "%s/.lock", b.cfg.log_dir[d]);
+		int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+			fprintf(stderr, "sluice-broker: log.dirs: %s is in use by another broker (%s)\n", b.cfg.log_dir[d],
+				lfd < 0 ? strerror(errno) : "locked");
+			return 1;
+		}
 		char marker[SLUICE_CONFIG_STRING_MAX + 32];
 		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
 		struct stat st;
@@ -177,7 +187,12 @@ int main(int argc, char **argv)
 	/* The internal topic that keeps committed offsets and group metadata. */
 	{
 		struct sluice_meta_snapshot *snap = b.meta.ops->acquire(b.meta.self);
-		bool have = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)) != NULL;
+		const struct sluice_topic *ot = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC));
+		bool have = ot != NULL;
+		/* Groups are placed by the topic's real partition count, whatever
+		 * offsets.topic.num.partitions says now (as in Kafka). */
+		if (ot)
+			b.cfg.offsets_topic_partitions = ot->partitions;
 		b.meta.ops->release(b.meta.self, snap);
 		if (!have) {
 			struct sluice_topic_spec spec = {SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC),
@@ -246,6 +261,8 @@ int main(int argc, char **argv)
 	}
 	sluice_meta_local_close(&b.meta);
 	for (int d = 0; d < b.cfg.log_dir_count; d++) {
+		if (__atomic_load_n(&b.offline_dirs, __ATOMIC_ACQUIRE) & (1u << d))
+			continue; /* a failed directory is not vouched for */
 		char marker[SLUICE_CONFIG_STRING_MAX + 32];
 		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
 		int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

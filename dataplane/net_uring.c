@@ -467,8 +467,37 @@ static int uring_init(struct netcore *nc)
 		SLOG_ERR("net", "listeners: cannot resolve %s: %s", cfg->listen_host, gai_strerror(rc));
 		return -1;
 	}
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	int one = 1;
+	if (nc->id == 0) {
+		/* SO_REUSEPORT would let a second broker share the port silently:
+		 * if something already accepts connections there, refuse to start.
+		 * (A plain bind probe would also trip over a crashed broker's
+		 * half-closed connections, so this asks the port itself.) */
+		struct sockaddr_storage addr;
+		memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+		if (addr.ss_family == AF_INET && ((struct sockaddr_in *)&addr)->sin_addr.s_addr == htonl(INADDR_ANY))
+			((struct sockaddr_in *)&addr)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		/* A killed process's io_uring can hold its listener open for a
+		 * moment after exit: only a port that keeps answering is taken. */
+		int answered = 0;
+		for (int attempt = 0; attempt < 20; attempt++) {
+			int probe = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			bool up = probe >= 0 && connect(probe, (struct sockaddr *)&addr, ai->ai_addrlen) == 0;
+			if (probe >= 0)
+				close(probe);
+			if (!up)
+				break;
+			answered++;
+			usleep(100 * 1000);
+		}
+		if (answered == 20) {
+			SLOG_ERR("net", "listeners: %s:%d is already served by another process", cfg->listen_host,
+				 cfg->listen_port);
+			freeaddrinfo(ai);
+			return -1;
+		}
+	}
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
 	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {

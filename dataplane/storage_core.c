@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -793,6 +794,64 @@ static void housekeeping(struct storecore *sc, int64_t now)
 	sc->b->meta.ops->release(sc->b->meta.self, snap);
 }
 
+/* At start, every partition this core owns is opened (and so recovered)
+ * before anything else, as Kafka recovers all logs: an unclean stop is
+ * repaired everywhere, not only where clients happen to look, and
+ * retention sees every partition. Directories of topics the metadata no
+ * longer has (a crash between deleting the topic and its files) are removed. */
+static void startup_open_all(struct storecore *sc)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	int opened = 0, removed = 0;
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		if (dir_offline(b, d))
+			continue;
+		DIR *dir = opendir(b->cfg.log_dir[d]);
+		if (!dir)
+			continue;
+		struct dirent *e;
+		while ((e = readdir(dir))) {
+			const char *dash = strrchr(e->d_name, '-');
+			if (!dash || dash == e->d_name || e->d_name[0] == '.' || !dash[1])
+				continue;
+			bool digits = true;
+			for (const char *c = dash + 1; *c; c++)
+				digits &= *c >= '0' && *c <= '9';
+			if (!digits || strlen(dash + 1) > 9)
+				continue;
+			char topic[SLUICE_TOPIC_NAME_MAX + 1];
+			size_t tl = (size_t)(dash - e->d_name);
+			if (tl > SLUICE_TOPIC_NAME_MAX || !sluice_topic_name_valid(e->d_name, tl))
+				continue;
+			memcpy(topic, e->d_name, tl);
+			topic[tl] = '\0';
+			int32_t part = atoi(dash + 1);
+			if (sluice_store_core_for(b, topic, part) != sc->id)
+				continue;
+			const struct sluice_topic *t = sluice_meta_find(snap, topic, tl);
+			if (!t || part >= t->partitions) {
+				char path[SLUICE_CONFIG_STRING_MAX + 300], gone[SLUICE_CONFIG_STRING_MAX + 340];
+				snprintf(path, sizeof path, "%s/%s", b->cfg.log_dir[d], e->d_name);
+				snprintf(gone, sizeof gone, "%s.stray-delete", path);
+				if (rename(path, gone) == 0)
+					(void)nftw(gone, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+				SLOG_WARN("storage", "removed %s: its topic partition does not exist", path);
+				removed++;
+				continue;
+			}
+			int16_t err = 0;
+			if (part_get(sc, t->name, part, &err))
+				opened++;
+		}
+		closedir(dir);
+	}
+	b->meta.ops->release(b->meta.self, snap);
+	if (opened || removed)
+		SLOG_INFO("storage", "storage core %d: %d partition(s) opened at start, %d stray removed", sc->id, opened,
+			  removed);
+}
+
 static void *storage_main(void *arg)
 {
 	struct storecore *sc = arg;
@@ -800,6 +859,7 @@ static void *storage_main(void *arg)
 	char name[16];
 	snprintf(name, sizeof name, "sluice-store%d", sc->id);
 	pthread_setname_np(pthread_self(), name);
+	startup_open_all(sc);
 	for (;;) {
 		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
 		drain_rings(sc);

@@ -71,6 +71,7 @@ struct sluice_plog {
 	bool write_inflight, fsync_inflight, fsync_linked;
 	struct chunk *inflight_chunk;
 	int64_t inflight_end_pos, inflight_end_offset;
+	int inflight_len; /* bytes the write in flight must complete */
 	int64_t unflushed_messages;
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
@@ -274,7 +275,8 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return -1;
-	uint8_t *buf = malloc(SCAN_BUF_BYTES);
+	size_t cap = SCAN_BUF_BYTES;
+	uint8_t *buf = malloc(cap);
 	if (!buf)
 		return -1;
 	int64_t pos = 0, file_size = st.st_size;
@@ -284,22 +286,32 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 	s->first_ts = -1;
 	s->next_offset = s->base_offset;
 	while (pos < file_size) {
-		size_t want = (size_t)(file_size - pos < SCAN_BUF_BYTES ? file_size - pos : SCAN_BUF_BYTES);
+		size_t want = (size_t)(file_size - pos < (int64_t)cap ? file_size - pos : (int64_t)cap);
 		ssize_t got = pread(fd, buf, want, pos);
 		if (got <= 0)
 			break;
 		size_t off = 0;
-		bool stop = false;
+		bool stop = false, grow = false;
 		while (off < (size_t)got) {
 			struct sluice_batch b;
+			memset(&b, 0, sizeof b);
 			enum sluice_batch_result r = check_crc ? sluice_batch_check_crc(buf + off, (size_t)got - off, &b)
 							       : sluice_batch_parse(buf + off, (size_t)got - off, &b);
-			if (r == SLUICE_BATCH_SHORT && off > 0 && pos + (int64_t)off < file_size &&
-			    (size_t)got == want && want == SCAN_BUF_BYTES)
-				break; /* batch straddles the buffer: refill from here */
-			if (r == SLUICE_BATCH_SHORT && off == 0 && (size_t)got == SCAN_BUF_BYTES &&
-			    b.length > 0 && (size_t)b.length + 12 > SCAN_BUF_BYTES) {
-				stop = true; /* larger than the scan buffer: cannot be ours */
+			if (r == SLUICE_BATCH_SHORT && pos + (int64_t)off + 17 <= file_size && b.length > 0 &&
+			    pos + (int64_t)off + b.length + 12 <= file_size) {
+				/* The batch is whole on disk but not in the buffer: refill
+				 * from its start, growing the buffer when it is larger. */
+				if (off == 0) {
+					size_t need = (size_t)b.length + 12;
+					uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
+					if (!nb) {
+						stop = true;
+						break;
+					}
+					buf = nb;
+					cap = need;
+					grow = true;
+				}
 				break;
 			}
 			if (r != SLUICE_BATCH_OK || (expect_offset >= 0 && b.base_offset < expect_offset) ||
@@ -314,7 +326,7 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 			off += (size_t)sluice_batch_total_bytes(&b);
 		}
 		pos += (int64_t)off;
-		if (stop || off == 0)
+		if (stop || (off == 0 && !grow))
 			break;
 	}
 	free(buf);
@@ -565,7 +577,20 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
 		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+	if (mkdir(dir, 0755) == 0) {
+		/* A new partition directory: make its entry durable. */
+		char parent[PATH_BYTES];
+		snprintf(parent, sizeof parent, "%s", dir);
+		char *slash = strrchr(parent, '/');
+		if (slash && slash != parent) {
+			*slash = '\0';
+			int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (pfd >= 0) {
+				(void)fsync(pfd);
+				close(pfd);
+			}
+		}
+	} else if (errno != EEXIST) {
 		snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
 		return -1;
 	}
@@ -724,11 +749,17 @@ static int roll(struct sluice_plog *l)
 		l->hooks.wait_write(l, l->hooks.arg);
 	assert(!l->write_inflight);
 	int rc = write_sync(l);
-	if (rc < 0)
+	if (rc < 0) {
+		if (l->hooks.committed)
+			l->hooks.committed(l, l->hooks.arg);
 		return rc;
+	}
 	struct segment *s = active(l);
 	if (ftruncate(l->fd_write, s->size) < 0 || fdatasync(l->fd_write) < 0) {
+		SLOG_ERR("storage", "%s: closing segment failed: %s", l->dir, strerror(errno));
 		l->failed = true;
+		if (l->hooks.committed)
+			l->hooks.committed(l, l->hooks.arg); /* answers the waiting appends */
 		return -EIO;
 	}
 	/* Acknowledged only now that the closing segment is on stable storage. */
@@ -749,6 +780,8 @@ static int roll(struct sluice_plog *l)
 	if (open_active(l, err, sizeof err) < 0) {
 		SLOG_ERR("storage", "%s: roll failed: %s", l->dir, err);
 		l->failed = true;
+		if (l->hooks.committed)
+			l->hooks.committed(l, l->hooks.arg);
 		return -EIO;
 	}
 	return 0;
@@ -869,6 +902,7 @@ int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
 	c->refs++;
 	l->inflight_end_pos = s->size;
 	l->inflight_end_offset = l->leo;
+	l->inflight_len = (int)(end - start);
 	l->submitted_end = s->size;
 	l->fsync_linked = false;
 	if (want_fsync) {
@@ -893,6 +927,12 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 		l->write_inflight = false;
 		chunk_put(l->inflight_chunk);
 		l->inflight_chunk = NULL;
+		if (res >= 0 && res != l->inflight_len) {
+			/* O_DIRECT writes of whole blocks do not come back short unless
+			 * the device is full or failing: treat it as a failure. */
+			SLOG_ERR("storage", "%s: short write (%d of %d bytes)", l->dir, res, l->inflight_len);
+			res = -EIO;
+		}
 		if (res < 0) {
 			SLOG_ERR("storage", "%s: write failed: %s", l->dir, strerror(-res));
 			l->failed = true;
@@ -940,7 +980,15 @@ int sluice_plog_sync_if_due(struct sluice_plog *l, int64_t now_ms, int64_t inter
 	/* Only what has been written can be synced; wait for the write. */
 	if (l->write_inflight && l->hooks.wait_write)
 		l->hooks.wait_write(l, l->hooks.arg);
-	return sluice_plog_sync(l);
+	int rc = sluice_plog_sync(l);
+	if (rc < 0) {
+		/* After a failed fsync the page state is unknown: stop trusting the log. */
+		SLOG_ERR("storage", "%s: fdatasync failed: %s", l->dir, strerror(-rc));
+		l->failed = true;
+		if (l->hooks.committed)
+			l->hooks.committed(l, l->hooks.arg);
+	}
+	return rc;
 }
 
 static void segment_delete_files(struct sluice_plog *l, int64_t base)
