@@ -1020,7 +1020,9 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
 	struct krd scan = *rd;
-	int32_t n = krd_array(&scan, flex, 12);
+	/* smallest topic entry: empty name, counts, empty arrays (and tags) */
+	size_t topic_min = flex ? 10 : 16;
+	int32_t n = krd_array(&scan, flex, topic_min);
 	if (scan.err)
 		return *rd = scan, false;
 	/* Decode everything first (the request is all-or-nothing on syntax). */
@@ -1034,14 +1036,14 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 	if (n > 0 && !cts)
 		return false;
 	r->api = cts;
-	(void)krd_array(rd, flex, 12);
+	(void)krd_array(rd, flex, topic_min);
 	for (int32_t i = 0; i < n && !rd->err; i++) {
 		struct kstr name = krd_string(rd, flex);
 		cts[i].spec.name = name.ptr ? name.ptr : "";
 		cts[i].spec.name_len = name.ptr ? (size_t)name.len : 0;
 		cts[i].spec.partitions = krd_i32(rd);
 		cts[i].spec.replication_factor = krd_i16(rd);
-		int32_t na = krd_array(rd, flex, 8);
+		int32_t na = krd_array(rd, flex, flex ? 6 : 8);
 		for (int32_t a = 0; a < na && !rd->err; a++) {
 			(void)krd_i32(rd);
 			int32_t nb = krd_array(rd, flex, 4);
@@ -1210,9 +1212,13 @@ static bool delete_topics_start(struct req *r, struct krd *rd)
 				continue;
 			}
 			snprintf(d->deleted_name, sizeof d->deleted_name, "%s", t->name);
+		} else if (d->name.len > SLUICE_TOPIC_NAME_MAX) {
+			/* never truncate: that would name another topic */
+			d->err = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+			snprintf(d->msg, sizeof d->msg, "This server does not host this topic-partition.");
+			continue;
 		} else
-			snprintf(d->deleted_name, sizeof d->deleted_name, "%.*s",
-				 d->name.len > SLUICE_TOPIC_NAME_MAX ? SLUICE_TOPIC_NAME_MAX : d->name.len, d->name.ptr);
+			snprintf(d->deleted_name, sizeof d->deleted_name, "%.*s", d->name.len, d->name.ptr);
 		d->err = r->nc->b->meta.ops->delete_topic(r->nc->b->meta.self, d->deleted_name, strlen(d->deleted_name),
 							  &gone[i], d->msg, sizeof d->msg);
 		if (!d->err) {
@@ -1655,7 +1661,7 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 		if (cps[i].err)
 			continue;
 		for (int32_t j = 0; j < i; j++)
-			if (cps[j].name.len == cps[i].name.len && cps[i].name.ptr &&
+			if (cps[j].name.len == cps[i].name.len && cps[i].name.ptr && cps[j].name.ptr &&
 			    memcmp(cps[j].name.ptr, cps[i].name.ptr, (size_t)cps[i].name.len) == 0) {
 				cps[i].err = ERR_INVALID_REQUEST;
 				snprintf(cps[i].msg, sizeof cps[i].msg, "Duplicate topic in request.");

@@ -45,6 +45,7 @@ struct segment {
 	uint32_t tidx_n, tidx_cap;
 	int64_t bytes_since_index;
 	int64_t first_ts; /* max timestamp of the first batch (segment.ms rolls) */
+	int64_t max_ts_offset; /* last offset of the batch holding max_ts, -1: none */
 };
 
 /* An aligned buffer mirroring file bytes [file_off, file_off + cap). */
@@ -160,21 +161,25 @@ static void seg_note_batch(struct sluice_plog *l, struct segment *s, const struc
 			   int64_t position)
 {
 	int32_t total = sluice_batch_total_bytes(b);
+	int64_t last = b->base_offset + b->last_offset_delta;
+	if (b->max_timestamp > s->max_ts || s->max_ts_offset < 0) {
+		s->max_ts = b->max_timestamp > s->max_ts ? b->max_timestamp : s->max_ts;
+		s->max_ts_offset = last;
+	}
 	if (s->idx_n == 0 || s->bytes_since_index >= l->cfg.index_interval_bytes) {
 		/* Kafka's index format: each entry names the batch's LAST offset
 		 * and the batch's position; a lookup takes the last entry <= the
-		 * target and scans forward from there. */
-		int64_t last = b->base_offset + b->last_offset_delta;
+		 * target and scans forward from there. The time index, likewise,
+		 * gets (largest timestamp so far, its batch's last offset) when
+		 * the largest timestamp grew. */
 		(void)seg_add_index(s, last, position);
-		if (b->max_timestamp > s->max_ts || s->tidx_n == 0)
-			(void)seg_add_tindex(s, b->max_timestamp > s->max_ts ? b->max_timestamp : s->max_ts, last);
+		if (s->tidx_n == 0 || s->max_ts > s->tidx[s->tidx_n - 1].timestamp)
+			(void)seg_add_tindex(s, s->max_ts, s->max_ts_offset);
 		s->bytes_since_index = 0;
 	}
 	s->bytes_since_index += total;
 	if (s->size == 0 && position == 0)
 		s->first_ts = b->max_timestamp;
-	if (b->max_timestamp > s->max_ts)
-		s->max_ts = b->max_timestamp;
 	s->next_offset = b->base_offset + b->last_offset_delta + 1;
 }
 
@@ -201,6 +206,10 @@ static int seg_fd_read(struct sluice_plog *l, struct segment *s)
 /* Write the in-memory indexes in Kafka's format (big-endian, relative offsets). */
 static void seg_write_indexes(struct sluice_plog *l, struct segment *s)
 {
+	/* As Kafka does when a segment closes: the time index ends with the
+	 * segment's largest timestamp. */
+	if (s->max_ts >= 0 && s->max_ts_offset >= 0 && (s->tidx_n == 0 || s->max_ts > s->tidx[s->tidx_n - 1].timestamp))
+		(void)seg_add_tindex(s, s->max_ts, s->max_ts_offset);
 	char p[PATH_BYTES];
 	seg_path(l, s->base_offset, ".index", p);
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -284,6 +293,7 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 	s->bytes_since_index = 0;
 	s->max_ts = -1;
 	s->first_ts = -1;
+	s->max_ts_offset = -1;
 	s->next_offset = s->base_offset;
 	while (pos < file_size) {
 		size_t want = (size_t)(file_size - pos < (int64_t)cap ? file_size - pos : (int64_t)cap);
@@ -371,6 +381,25 @@ static bool seg_load_index(struct sluice_plog *l, struct segment *s, int64_t log
 
 /* For a closed segment whose index loaded: find next_offset and max ts from
  * the last indexed batch onwards (headers only). */
+/* A trusted closed segment's largest timestamp: the last .timeindex entry
+ * (max timestamp so far). False when the file is missing or malformed. */
+static bool seg_load_max_ts(struct sluice_plog *l, struct segment *s)
+{
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".timeindex", p);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct stat st;
+	uint8_t e[12];
+	bool ok = fstat(fd, &st) == 0 && st.st_size >= 12 && st.st_size % 12 == 0 &&
+		  pread(fd, e, sizeof e, st.st_size - 12) == (ssize_t)sizeof e;
+	close(fd);
+	if (ok)
+		s->max_ts = (int64_t)kbe64(e);
+	return ok;
+}
+
 static int64_t seg_tail_scan(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size)
 {
 	int64_t pos = s->idx[s->idx_n - 1].position;
@@ -570,6 +599,7 @@ static int create_segment(struct sluice_plog *l, int64_t base)
 	s->next_offset = base;
 	s->max_ts = -1;
 	s->first_ts = -1;
+	s->max_ts_offset = -1;
 	return 0;
 }
 
@@ -648,7 +678,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		bool need_crc = !clean && (bases[i] + 0 >= l->recovery_point || last ||
 					   (i + 1 < nbase && bases[i + 1] > l->recovery_point));
 		int64_t valid;
-		if (!need_crc && !last && seg_load_index(l, s, st.st_size) &&
+		if (!need_crc && !last && seg_load_index(l, s, st.st_size) && seg_load_max_ts(l, s) &&
 		    (valid = seg_tail_scan(l, s, fd, st.st_size)) == st.st_size) {
 			/* a trusted closed segment: offset index from disk; lookups by
 			 * time scan its batch headers (see sluice_plog_offset_for_time) */

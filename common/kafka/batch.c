@@ -54,7 +54,7 @@ enum sluice_batch_result sluice_batch_check_crc(const uint8_t *p, size_t avail, 
 	size_t crc_len = (size_t)b->length - (SLUICE_BATCH_OFF_ATTRIBUTES - SLUICE_BATCH_LOG_OVERHEAD);
 	if (sluice_crc32c(0, p + SLUICE_BATCH_OFF_ATTRIBUTES, crc_len) != b->crc)
 		return SLUICE_BATCH_BAD_CRC;
-	if (b->records_count < 0 || b->last_offset_delta < 0 || b->records_count > b->last_offset_delta + 1)
+	if (b->records_count < 0 || b->last_offset_delta < 0 || (int64_t)b->records_count > (int64_t)b->last_offset_delta + 1)
 		return SLUICE_BATCH_BAD_COUNT;
 	return SLUICE_BATCH_OK;
 }

@@ -135,6 +135,8 @@ static int64_t unlz4(const uint8_t *in, size_t in_len, size_t max, uint8_t **out
 		if (src == 0 && dst == 0)
 			goto bad;
 	}
+	if (hint != 0)
+		goto bad; /* the frame ended early: truncated */
 	LZ4F_freeDecompressionContext(d);
 	*out = buf;
 	return (int64_t)len;
