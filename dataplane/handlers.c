@@ -49,12 +49,14 @@ static bool delete_topics_start(struct req *r, struct krd *rd);
 static void delete_topics_finish(struct req *r);
 static bool describe_configs_start(struct req *r, struct krd *rd);
 static bool find_coordinator_start(struct req *r, struct krd *rd);
+static void ensure_offsets_topic(struct req *r);
 static bool init_producer_id_start(struct req *r, struct krd *rd);
 static bool create_partitions_start(struct req *r, struct krd *rd);
 static bool alter_configs_start(struct req *r, struct krd *rd);
 static bool delete_records_start(struct req *r, struct krd *rd);
 static void delete_records_finish(struct req *r);
 static bool describe_cluster_start(struct req *r, struct krd *rd);
+static bool describe_topic_partitions_start(struct req *r, struct krd *rd);
 static bool group_single_start(struct req *r, struct krd *rd);
 static void group_single_finish(struct req *r);
 static bool group_multi_start(struct req *r, struct krd *rd);
@@ -62,7 +64,7 @@ static void group_multi_finish(struct req *r);
 static bool list_groups_start(struct req *r, struct krd *rd);
 static void list_groups_finish(struct req *r);
 
-#define API_KEY_MAX 75
+#define API_KEY_MAX 76
 static const struct api apis[API_KEY_MAX] = {
 	[0] = {0, 11, 3, 9, produce_start, produce_finish, "Produce"},
 	[1] = {4, 12, 4, 12, fetch_start, fetch_finish, "Fetch"},
@@ -89,6 +91,7 @@ static const struct api apis[API_KEY_MAX] = {
 	[44] = {0, 1, 0, 1, alter_configs_start, NULL, "IncrementalAlterConfigs"},
 	[47] = {0, 0, 0, INT16_MAX, group_single_start, group_single_finish, "OffsetDelete"},
 	[60] = {0, 1, 0, 0, describe_cluster_start, NULL, "DescribeCluster"},
+	[75] = {0, 0, 0, 0, describe_topic_partitions_start, NULL, "DescribeTopicPartitions"},
 };
 
 int64_t sluice_now_ms(void)
@@ -1541,6 +1544,7 @@ static bool find_coordinator_start(struct req *r, struct krd *rd)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
+	ensure_offsets_topic(r);
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	if (v >= 1)
@@ -2034,8 +2038,23 @@ static bool describe_cluster_start(struct req *r, struct krd *rd)
 
 /* ---- consumer groups: routing to the coordinating storage core --------------------- */
 
+/* As in Kafka, __consumer_offsets appears when groups are first used. */
+static void ensure_offsets_topic(struct req *r)
+{
+	if (sluice_meta_find(snap(r), SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)))
+		return;
+	struct sluice_topic_spec spec = {SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC),
+					 r->nc->b->cfg.offsets_topic_partitions, -1, 1, {{"cleanup.policy", "compact"}}};
+	char msg[256];
+	int16_t e = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &spec, false, msg, sizeof msg, NULL);
+	if (e && e != 36)
+		SLOG_ERR("group", "cannot create %s: %s", SLUICE_OFFSETS_TOPIC, msg);
+	refresh_snap(r);
+}
+
 static void group_op_init(struct req *r, struct partop *op, struct kstr group, const uint8_t *data, size_t len)
 {
+	ensure_offsets_topic(r);
 	op->kind = PARTOP_GROUP;
 	op->topic = SLUICE_OFFSETS_TOPIC;
 	op->partition = sluice_group_partition(group.ptr ? group.ptr : "", group.ptr ? (size_t)group.len : 0,
@@ -2187,4 +2206,142 @@ static void list_groups_finish(struct req *r)
 	if (flex)
 		kwr_tags_empty(w);
 	resp_end(r);
+}
+
+/* ---- DescribeTopicPartitions (75) ----------------------------------------------- */
+
+/* What kafka-topics --describe uses since Kafka 3.9: Metadata's partition
+ * view with paging (ResponsePartitionLimit, Cursor) and the ELR fields,
+ * which a single broker has none of (empty lists, as Kafka shows them). */
+static bool describe_topic_partitions_start(struct req *r, struct krd *rd)
+{
+	int32_t n = krd_array(rd, true, 2);
+	if (rd->err)
+		return false;
+	struct kstr *names = n > 0 ? calloc((size_t)n, sizeof *names) : NULL;
+	if (n > 0 && !names)
+		return false;
+	r->api = names;
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		names[i] = krd_string(rd, true);
+		krd_tags_skip(rd);
+	}
+	int32_t limit = krd_i32(rd);
+	struct kstr cur_topic = {NULL, 0};
+	int32_t cur_part = 0;
+	if (krd_i8(rd) >= 0) { /* nullable struct: -1 null, 1 present */
+		cur_topic = krd_string(rd, true);
+		cur_part = krd_i32(rd);
+		krd_tags_skip(rd);
+	}
+	krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	if (limit <= 0 || limit > 2000)
+		limit = 2000;
+	struct sluice_meta_snapshot *s = snap(r);
+	int32_t node = r->nc->b->cfg.node_id;
+	uint32_t offline = __atomic_load_n(&r->nc->b->offline_dirs, __ATOMIC_ACQUIRE);
+	resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	/* Topics in name order (the snapshot's order); requested ones, or all. */
+	size_t count_pos = w->len;
+	kwr_uvarint(w, 0x7fffffff); /* placeholder, rewritten below */
+	size_t after_count = w->len;
+	int32_t topics = 0, budget = limit;
+	const char *next_topic = NULL;
+	int32_t next_part = -1;
+	for (uint32_t ti = 0; ti < s->topic_n && !next_topic; ti++) {
+		const struct sluice_topic *t = s->topics[ti];
+		bool want = n <= 0;
+		for (int32_t i = 0; i < n && !want; i++)
+			want = kstr_eq(names[i], t->name);
+		if (!want)
+			continue;
+		if (cur_topic.ptr) { /* resume at the cursor: skip topics before it */
+			size_t tl = strlen(t->name), cl = (size_t)cur_topic.len;
+			int c = memcmp(t->name, cur_topic.ptr, tl < cl ? tl : cl);
+			if (c < 0 || (c == 0 && tl < cl))
+				continue;
+		}
+		int32_t first = cur_topic.ptr && kstr_eq(cur_topic, t->name) ? cur_part : 0;
+		int32_t last = t->partitions;
+		if (last - first > budget) {
+			last = first + budget;
+			next_topic = t->name;
+			next_part = last;
+		}
+		budget -= last - first;
+		topics++;
+		kwr_i16(w, ERR_NONE);
+		kwr_cstr(w, true, t->name);
+		kwr_uuid(w, t->id);
+		kwr_bool(w, !strcmp(t->name, SLUICE_OFFSETS_TOPIC));
+		kwr_array(w, true, last - first);
+		for (int32_t p = first; p < last; p++) {
+			bool down = false;
+			if (offline) {
+				char path[900];
+				int d = sluice_partition_dir(r->nc->b, t->name, p, false, path, sizeof path);
+				down = d >= 0 && (offline & (1u << d));
+			}
+			kwr_i16(w, down ? ERR_KAFKA_STORAGE_ERROR : ERR_NONE);
+			kwr_i32(w, p);
+			kwr_i32(w, down ? -1 : node);
+			kwr_i32(w, 0);
+			kwr_array(w, true, 1);
+			kwr_i32(w, node);
+			kwr_array(w, true, down ? 0 : 1);
+			if (!down)
+				kwr_i32(w, node);
+			kwr_array(w, true, 0); /* EligibleLeaderReplicas */
+			kwr_array(w, true, 0); /* LastKnownElr */
+			kwr_array(w, true, down ? 1 : 0);
+			if (down)
+				kwr_i32(w, node);
+			kwr_tags_empty(w);
+		}
+		kwr_i32(w, INT32_MIN);
+		kwr_tags_empty(w);
+	}
+	/* Requested topics that do not exist answer UNKNOWN_TOPIC_OR_PARTITION. */
+	for (int32_t i = 0; i < n && !next_topic; i++) {
+		if (!names[i].ptr || sluice_meta_find(s, names[i].ptr, (size_t)names[i].len))
+			continue;
+		topics++;
+		kwr_i16(w, ERR_UNKNOWN_TOPIC_OR_PARTITION);
+		kwr_string(w, true, names[i].ptr, names[i].len);
+		static const uint8_t zero[16];
+		kwr_uuid(w, zero);
+		kwr_bool(w, false);
+		kwr_array(w, true, 0);
+		kwr_i32(w, INT32_MIN);
+		kwr_tags_empty(w);
+	}
+	if (next_topic) {
+		kwr_i8(w, 1);
+		kwr_cstr(w, true, next_topic);
+		kwr_i32(w, next_part);
+		kwr_tags_empty(w);
+	} else
+		kwr_i8(w, -1);
+	kwr_tags_empty(w);
+	if (!w->err) {
+		/* The topic count is a varint: rewrite it in place at its real size. */
+		uint8_t tmp[8];
+		size_t len = 0;
+		uint32_t v = (uint32_t)topics + 1;
+		while (v >= 0x80) {
+			tmp[len++] = (uint8_t)(v | 0x80);
+			v >>= 7;
+		}
+		tmp[len++] = (uint8_t)v;
+		size_t old = after_count - count_pos;
+		memmove(w->buf + count_pos + len, w->buf + after_count, w->len - after_count);
+		memcpy(w->buf + count_pos, tmp, len);
+		w->len = w->len - old + len;
+	}
+	resp_end(r);
+	return true;
 }

@@ -184,25 +184,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sluice-broker: metadata: %s\n", err);
 		return 1;
 	}
-	/* The internal topic that keeps committed offsets and group metadata. */
+	/* __consumer_offsets is created when groups are first used (as in
+	 * Kafka); once it exists, groups are placed by its real partition count,
+	 * whatever offsets.topic.num.partitions says now. */
 	{
 		struct sluice_meta_snapshot *snap = b.meta.ops->acquire(b.meta.self);
 		const struct sluice_topic *ot = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC));
-		bool have = ot != NULL;
-		/* Groups are placed by the topic's real partition count, whatever
-		 * offsets.topic.num.partitions says now (as in Kafka). */
 		if (ot)
 			b.cfg.offsets_topic_partitions = ot->partitions;
 		b.meta.ops->release(b.meta.self, snap);
-		if (!have) {
-			struct sluice_topic_spec spec = {SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC),
-							 b.cfg.offsets_topic_partitions, -1, 1, {{"cleanup.policy", "compact"}}};
-			char msg[256];
-			if (b.meta.ops->create_topic(b.meta.self, &spec, false, msg, sizeof msg, NULL) != 0) {
-				fprintf(stderr, "sluice-broker: cannot create %s: %s\n", SLUICE_OFFSETS_TOPIC, msg);
-				return 1;
-			}
-		}
 	}
 	for (int s = 0; s < b.store_n; s++) {
 		b.store[s].id = s;
