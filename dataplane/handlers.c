@@ -2064,7 +2064,7 @@ static void group_op_init(struct req *r, struct partop *op, struct kstr group, c
 	op->flex = r->flexible;
 	op->gname = group;
 	op->client_id = r->client_id;
-	op->client_host = r->conn->peer;
+	op->client_host = r->conn->host;
 	op->data = data;
 	op->len = (uint32_t)len;
 }

@@ -311,6 +311,7 @@ static void on_accept(struct netcore *nc, int res)
 		port = ntohs(a->sin6_port);
 	}
 	snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+	snprintf(c->host, sizeof c->host, "/%s", host);
 	ns->conns++;
 	arm_recv(c);
 	arm_accept(nc);

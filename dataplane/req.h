@@ -47,6 +47,7 @@ struct conn {
 	struct req *sending;     /* response being sent */
 	size_t sent;
 	char peer[64];
+	char host[64];      /* "/address", as Kafka shows a client's host */
 };
 
 /* Protocol layer entry points, called by the transport. */
