@@ -45,6 +45,7 @@ struct sluice_topic {
 	int32_t config_n;
 	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
 	struct sluice_topic_limits limits;
+	int refs; /* snapshots holding this (immutable) topic; atomic */
 };
 
 struct sluice_meta_snapshot {

@@ -169,12 +169,18 @@ const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s
 	return NULL;
 }
 
+/* Topics are immutable and shared between snapshots by reference count, so
+ * a new snapshot costs one pointer per topic, not a copy of each topic. */
+static void topic_unref(struct sluice_topic *t)
+{
+	if (t && __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(t);
+}
+
 static void snap_free(struct sluice_meta_snapshot *s)
 {
-	/* Topics are shared between snapshots: owned by the snapshot that
-	 * references them last. Simplest sound rule: each snapshot owns copies. */
 	for (uint32_t i = 0; i < s->topic_n; i++)
-		free(s->topics[i]);
+		topic_unref(s->topics[i]);
 	free(s->topics);
 	free(s);
 }
@@ -208,13 +214,8 @@ static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot
 		return NULL;
 	}
 	for (uint32_t i = 0; i < cur->topic_n; i++) {
-		s->topics[i] = malloc(sizeof **s->topics);
-		if (!s->topics[i]) {
-			s->topic_n = i;
-			snap_free(s);
-			return NULL;
-		}
-		memcpy(s->topics[i], cur->topics[i], sizeof **s->topics);
+		s->topics[i] = cur->topics[i];
+		__atomic_add_fetch(&s->topics[i]->refs, 1, __ATOMIC_ACQ_REL);
 	}
 	s->topic_n = cur->topic_n;
 	s->version = cur->version + 1;
@@ -349,6 +350,7 @@ static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool 
 	}
 	memcpy(t->name, spec->name, spec->name_len);
 	t->partitions = parts;
+	t->refs = 1;
 	if (getrandom(t->id, sizeof t->id, 0) != (ssize_t)sizeof t->id)
 		memset(t->id, 0x5a, sizeof t->id);
 	t->id[6] = (uint8_t)((t->id[6] & 0x0f) | 0x40);
@@ -396,7 +398,7 @@ static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice
 		if (cmp_name(name, len, s->topics[i]->name) == 0) {
 			if (out)
 				*out = *s->topics[i];
-			free(s->topics[i]);
+			topic_unref(s->topics[i]);
 			continue;
 		}
 		s->topics[k++] = s->topics[i];
@@ -463,8 +465,18 @@ static int16_t modify_topic(struct meta_local *m, const char *name, size_t len, 
 		return -1;
 	}
 	for (uint32_t i = 0; i < s->topic_n; i++)
-		if (cmp_name(name, len, s->topics[i]->name) == 0)
-			*s->topics[i] = probe;
+		if (cmp_name(name, len, s->topics[i]->name) == 0) {
+			struct sluice_topic *nt = malloc(sizeof *nt);
+			if (!nt) {
+				snap_free(s);
+				pthread_mutex_unlock(&m->lock);
+				return -1;
+			}
+			*nt = probe;
+			nt->refs = 1;
+			topic_unref(s->topics[i]);
+			s->topics[i] = nt;
+		}
 	if (persist(m, s) < 0) {
 		snap_free(s);
 		pthread_mutex_unlock(&m->lock);
@@ -578,6 +590,7 @@ static int load(struct meta_local *m, struct sluice_meta_snapshot *s, char *err,
 		}
 		snprintf(t->name, sizeof t->name, "%s", name);
 		t->partitions = atoi(parts);
+		t->refs = 1;
 		(void)0;
 		for (char *kv; (kv = strtok_r(NULL, " \n", &save)) && t->config_n < SLUICE_TOPIC_CONFIGS_MAX;) {
 			char *eq = strchr(kv, '=');

@@ -1018,6 +1018,46 @@ static void list_offsets_finish(struct req *r)
 
 /* ---- CreateTopics (19) -------------------------------------------------------------- */
 
+/* Duplicate names in one request: sorted once, so many topics cost n log n. */
+struct name_ref {
+	const char *ptr;
+	int32_t len;
+	int32_t idx;
+};
+
+static int cmp_name_ref(const void *a, const void *b)
+{
+	const struct name_ref *x = a, *y = b;
+	int32_t m = x->len < y->len ? x->len : y->len;
+	int c = m > 0 ? memcmp(x->ptr, y->ptr, (size_t)m) : 0;
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return x->idx - y->idx;
+}
+
+/* Marks dup[i] for every entry whose name an earlier entry already used. */
+static bool find_duplicates(const struct kstr *names, int32_t n, bool *dup)
+{
+	struct name_ref *refs = n > 0 ? malloc((size_t)n * sizeof *refs) : NULL;
+	if (n > 0 && !refs)
+		return false;
+	int32_t k = 0;
+	for (int32_t i = 0; i < n; i++)
+		if (names[i].ptr)
+			refs[k++] = (struct name_ref){names[i].ptr, names[i].len, i};
+	qsort(refs, (size_t)k, sizeof *refs, cmp_name_ref);
+	for (int32_t i = 1; i < k; i++)
+		if (refs[i].len == refs[i - 1].len &&
+		    (refs[i].len == 0 || memcmp(refs[i].ptr, refs[i - 1].ptr, (size_t)refs[i].len) == 0))
+			dup[refs[i].idx] = true;
+	free(refs);
+	return true;
+}
+
+#define CREATE_TOPICS_PER_REQUEST_MAX 100000
+
 static bool create_topics_start(struct req *r, struct krd *rd)
 {
 	bool flex = r->flexible;
@@ -1026,15 +1066,20 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 	/* smallest topic entry: empty name, counts, empty arrays (and tags) */
 	size_t topic_min = flex ? 10 : 16;
 	int32_t n = krd_array(&scan, flex, topic_min);
-	if (scan.err)
+	if (scan.err || n > CREATE_TOPICS_PER_REQUEST_MAX)
 		return *rd = scan, false;
-	/* Decode everything first (the request is all-or-nothing on syntax). */
+	/* Decode everything first (the request is all-or-nothing on syntax).
+	 * Configs stay in the frame and are decoded again per topic. */
 	struct ct {
-		struct sluice_topic_spec spec;
+		struct kstr name;
+		int32_t partitions;
+		int16_t rf;
 		int16_t err;
-		char msg[256];
+		int32_t cfg_n;
+		const uint8_t *cfg_at;
 		uint8_t id[16];
 		int32_t parts;
+		char msg[200];
 	} *cts = n > 0 ? calloc((size_t)n, sizeof *cts) : NULL;
 	if (n > 0 && !cts)
 		return false;
@@ -1042,10 +1087,9 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 	(void)krd_array(rd, flex, topic_min);
 	for (int32_t i = 0; i < n && !rd->err; i++) {
 		struct kstr name = krd_string(rd, flex);
-		cts[i].spec.name = name.ptr ? name.ptr : "";
-		cts[i].spec.name_len = name.ptr ? (size_t)name.len : 0;
-		cts[i].spec.partitions = krd_i32(rd);
-		cts[i].spec.replication_factor = krd_i16(rd);
+		cts[i].name = name;
+		cts[i].partitions = krd_i32(rd);
+		cts[i].rf = krd_i16(rd);
 		int32_t na = krd_array(rd, flex, flex ? 6 : 8);
 		for (int32_t a = 0; a < na && !rd->err; a++) {
 			(void)krd_i32(rd);
@@ -1059,31 +1103,28 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 				krd_tags_skip(rd);
 		}
 		if (na > 0 && !cts[i].err) {
-			if (cts[i].spec.partitions != -1 || cts[i].spec.replication_factor != -1) {
+			if (cts[i].partitions != -1 || cts[i].rf != -1) {
 				cts[i].err = ERR_INVALID_REQUEST;
 				snprintf(cts[i].msg, sizeof cts[i].msg,
 					 "Both numPartitions or replicationFactor and replicasAssignments were set.");
 			}
-			cts[i].spec.partitions = na;
-			cts[i].spec.replication_factor = -1;
+			cts[i].partitions = na;
+			cts[i].rf = -1;
 		}
+		cts[i].cfg_at = rd->p;
 		int32_t nc = krd_array(rd, flex, 3);
+		cts[i].cfg_n = nc;
 		for (int32_t c = 0; c < nc && !rd->err; c++) {
 			struct kstr key = krd_string(rd, flex), val = krd_string(rd, flex);
 			if (flex)
 				krd_tags_skip(rd);
 			if (cts[i].err || !key.ptr)
 				continue;
-			if (cts[i].spec.config_n >= SLUICE_TOPIC_CONFIGS_MAX || key.len >= SLUICE_TOPIC_CONFIG_KEY_MAX ||
+			if (c >= SLUICE_TOPIC_CONFIGS_MAX || key.len >= SLUICE_TOPIC_CONFIG_KEY_MAX ||
 			    (val.ptr && val.len >= SLUICE_TOPIC_CONFIG_VALUE_MAX)) {
 				cts[i].err = ERR_INVALID_CONFIG;
 				snprintf(cts[i].msg, sizeof cts[i].msg, "Too many or too long topic configs.");
-				continue;
 			}
-			struct sluice_topic_config *tc = &cts[i].spec.configs[cts[i].spec.config_n++];
-			memcpy(tc->key, key.ptr, (size_t)key.len);
-			if (val.ptr)
-				memcpy(tc->value, val.ptr, (size_t)val.len);
 		}
 		if (flex)
 			krd_tags_skip(rd);
@@ -1094,32 +1135,69 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
+	struct kstr *names = n > 0 ? malloc((size_t)n * sizeof *names) : NULL;
+	bool *dup = n > 0 ? calloc((size_t)n, sizeof *dup) : NULL;
+	if (n > 0 && (!names || !dup)) {
+		free(names);
+		free(dup);
+		return false;
+	}
+	for (int32_t i = 0; i < n; i++)
+		names[i] = cts[i].name.ptr ? cts[i].name : (struct kstr){"", 0};
+	bool ok = find_duplicates(names, n, dup);
+	free(names);
+	if (!ok) {
+		free(dup);
+		return false;
+	}
+	struct sluice_topic_spec *spec = malloc(sizeof *spec);
+	if (!spec) {
+		free(dup);
+		return false;
+	}
 	for (int32_t i = 0; i < n; i++) {
 		if (cts[i].err)
 			continue;
-		for (int32_t j = 0; j < i; j++)
-			if (cts[j].spec.name_len == cts[i].spec.name_len &&
-			    memcmp(cts[j].spec.name, cts[i].spec.name, cts[i].spec.name_len) == 0) {
-				cts[i].err = ERR_INVALID_REQUEST;
-				snprintf(cts[i].msg, sizeof cts[i].msg, "Create topics request from client contains a duplicate topic.");
-			}
-		if (cts[i].err)
+		if (dup[i]) {
+			cts[i].err = ERR_INVALID_REQUEST;
+			snprintf(cts[i].msg, sizeof cts[i].msg, "Create topics request from client contains a duplicate topic.");
 			continue;
+		}
+		memset(spec, 0, sizeof *spec);
+		spec->name = cts[i].name.ptr ? cts[i].name.ptr : "";
+		spec->name_len = cts[i].name.ptr ? (size_t)cts[i].name.len : 0;
+		spec->partitions = cts[i].partitions;
+		spec->replication_factor = cts[i].rf;
+		struct krd cr;
+		krd_init(&cr, cts[i].cfg_at, (size_t)(rd->end - cts[i].cfg_at));
+		(void)krd_array(&cr, flex, 3);
+		for (int32_t c = 0; c < cts[i].cfg_n && c < SLUICE_TOPIC_CONFIGS_MAX && !cr.err; c++) {
+			struct kstr key = krd_string(&cr, flex), val = krd_string(&cr, flex);
+			if (flex)
+				krd_tags_skip(&cr);
+			if (!key.ptr)
+				continue;
+			struct sluice_topic_config *tc = &spec->configs[spec->config_n++];
+			memcpy(tc->key, key.ptr, (size_t)key.len);
+			if (val.ptr)
+				memcpy(tc->value, val.ptr, (size_t)val.len);
+		}
 		struct sluice_topic out;
-		cts[i].err = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &cts[i].spec, validate_only,
-							      cts[i].msg, sizeof cts[i].msg, &out);
+		cts[i].err = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, spec, validate_only, cts[i].msg,
+							      sizeof cts[i].msg, &out);
 		if (!cts[i].err) {
 			memcpy(cts[i].id, out.id, 16);
 			cts[i].parts = out.partitions;
 		}
 	}
+	free(dup);
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	if (v >= 2)
 		kwr_i32(w, 0);
 	kwr_array(w, flex, n);
 	for (int32_t i = 0; i < n; i++) {
-		kwr_string(w, flex, cts[i].spec.name, (int32_t)cts[i].spec.name_len);
+		kwr_string(w, flex, cts[i].name.ptr ? cts[i].name.ptr : "", cts[i].name.ptr ? cts[i].name.len : 0);
 		if (v >= 7)
 			kwr_uuid(w, cts[i].id);
 		kwr_i16(w, cts[i].err);
@@ -1131,10 +1209,17 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 			if (cts[i].err)
 				kwr_array(w, flex, -1);
 			else {
-				kwr_array(w, flex, cts[i].spec.config_n);
-				for (int32_t c = 0; c < cts[i].spec.config_n; c++) {
-					kwr_cstr(w, flex, cts[i].spec.configs[c].key);
-					kwr_cstr(w, flex, cts[i].spec.configs[c].value);
+				/* echo the configs as given (decoded again from the frame) */
+				struct krd cr;
+				krd_init(&cr, cts[i].cfg_at, (size_t)(rd->end - cts[i].cfg_at));
+				int32_t nc = krd_array(&cr, flex, 3);
+				kwr_array(w, flex, nc > 0 ? nc : 0);
+				for (int32_t c = 0; c < nc && !cr.err; c++) {
+					struct kstr key = krd_string(&cr, flex), val = krd_string(&cr, flex);
+					if (flex)
+						krd_tags_skip(&cr);
+					kwr_string(w, flex, key.ptr ? key.ptr : "", key.ptr ? key.len : 0);
+					kwr_string(w, flex, val.ptr, val.len);
 					kwr_bool(w, false);
 					kwr_i8(w, 1); /* DYNAMIC_TOPIC_CONFIG */
 					kwr_bool(w, false);
@@ -1147,6 +1232,7 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 	}
 	if (flex)
 		kwr_tags_empty(w);
+	free(spec);
 	resp_end(r);
 	return true;
 }
@@ -1161,9 +1247,11 @@ struct dt {
 	char deleted_name[SLUICE_TOPIC_NAME_MAX + 1];
 };
 
+/* One allocation (r->api) holds the whole state, so every exit path,
+ * including a decode error, frees it with the request. */
 struct dt_state {
 	int32_t n;
-	struct dt *topics;
+	struct dt topics[];
 };
 
 static bool delete_topics_start(struct req *r, struct krd *rd)
@@ -1173,14 +1261,12 @@ static bool delete_topics_start(struct req *r, struct krd *rd)
 	int32_t n = krd_array(rd, flex, v >= 6 ? 17 : 1);
 	if (rd->err)
 		return false;
-	struct dt_state *ds = calloc(1, sizeof *ds);
+	int32_t cnt = n > 0 ? n : 0;
+	struct dt_state *ds = calloc(1, sizeof *ds + (size_t)cnt * sizeof ds->topics[0]);
 	if (!ds)
 		return false;
 	r->api = ds;
-	ds->n = n > 0 ? n : 0;
-	ds->topics = ds->n ? calloc((size_t)ds->n, sizeof *ds->topics) : NULL;
-	if (ds->n && !ds->topics)
-		return false;
+	ds->n = cnt;
 	for (int32_t i = 0; i < ds->n && !rd->err; i++) {
 		if (v >= 6) {
 			ds->topics[i].name = krd_string(rd, flex);
@@ -1273,8 +1359,6 @@ static void delete_topics_finish(struct req *r)
 	}
 	if (flex)
 		kwr_tags_empty(w);
-	free(ds->topics);
-	ds->topics = NULL;
 	resp_end(r);
 }
 
@@ -1661,17 +1745,29 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
+	struct kstr *names = n > 0 ? malloc((size_t)n * sizeof *names) : NULL;
+	bool *dup = n > 0 ? calloc((size_t)n, sizeof *dup) : NULL;
+	if (n > 0 && (!names || !dup)) {
+		free(names);
+		free(dup);
+		return false;
+	}
+	for (int32_t i = 0; i < n; i++)
+		names[i] = cps[i].name;
+	bool ok = find_duplicates(names, n, dup);
+	free(names);
+	if (!ok) {
+		free(dup);
+		return false;
+	}
 	for (int32_t i = 0; i < n; i++) {
 		if (cps[i].err)
 			continue;
-		for (int32_t j = 0; j < i; j++)
-			if (cps[j].name.len == cps[i].name.len && cps[i].name.ptr && cps[j].name.ptr &&
-			    memcmp(cps[j].name.ptr, cps[i].name.ptr, (size_t)cps[i].name.len) == 0) {
-				cps[i].err = ERR_INVALID_REQUEST;
-				snprintf(cps[i].msg, sizeof cps[i].msg, "Duplicate topic in request.");
-			}
-		if (cps[i].err)
+		if (dup[i]) {
+			cps[i].err = ERR_INVALID_REQUEST;
+			snprintf(cps[i].msg, sizeof cps[i].msg, "Duplicate topic in request.");
 			continue;
+		}
 		if (!cps[i].name.ptr) {
 			cps[i].err = ERR_INVALID_REQUEST;
 			continue;
@@ -1682,6 +1778,7 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 			snprintf(cps[i].msg, sizeof cps[i].msg, "The topic '%.*s' does not exist.",
 				 cps[i].name.len > 200 ? 200 : cps[i].name.len, cps[i].name.ptr);
 	}
+	free(dup);
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	kwr_i32(w, 0);
