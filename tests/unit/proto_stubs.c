@@ -1,0 +1,454 @@
+/* Transport, storage and group-coordinator test doubles for driving the
+ * protocol layer directly (see proto_stubs.h). Shared by tests/unit/
+ * test_handlers.c and tests/fuzz/fuzz_request.c. */
+#include "proto_stubs.h"
+#include "common/kafka/batch.h"
+#include "control/meta.h"
+#include "dataplane/group.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int stub_response_ready_calls, stub_close_calls;
+
+static struct broker B;
+static struct proto_state PS;
+static bool broker_open;
+
+/* ---- broker ------------------------------------------------------------------- */
+
+struct broker *stub_broker_open(const char *dir, const char *const *extra)
+{
+	char err[512] = "";
+	memset(&B, 0, sizeof B);
+	memset(&PS, 0, sizeof PS);
+	sluice_config_defaults(&B.cfg);
+	const char *base[] = {
+		"log.dirs", dir,
+		"listeners", "PLAINTEXT://127.0.0.1:9092",
+		"advertised.listeners", "PLAINTEXT://127.0.0.1:9092",
+		NULL,
+	};
+	for (int pass = 0; pass < 2; pass++) {
+		const char *const *kv = pass == 0 ? base : extra;
+		for (; kv && kv[0]; kv += 2)
+			if (sluice_config_set(&B.cfg, kv[0], kv[1], err, sizeof err) < 0) {
+				fprintf(stderr, "stub broker: %s\n", err);
+				return NULL;
+			}
+	}
+	if (sluice_config_finish(&B.cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "stub broker: %s\n", err);
+		return NULL;
+	}
+	B.net_n = 1;
+	B.store_n = 1;
+	B.net[0].id = 0;
+	B.net[0].b = &B;
+	B.net[0].state = &PS;
+	B.store[0].id = 0;
+	B.store[0].b = &B;
+	B.clean_start = true;
+	if (sluice_meta_local_open(&B.meta, dir, B.cfg.num_partitions, err, sizeof err) < 0) {
+		fprintf(stderr, "stub broker: metadata: %s\n", err);
+		return NULL;
+	}
+	broker_open = true;
+	stub_store_reset();
+	return &B;
+}
+
+void stub_broker_close(void)
+{
+	if (!broker_open)
+		return;
+	sluice_meta_local_close(&B.meta);
+	stub_store_reset();
+	broker_open = false;
+}
+
+struct netcore *stub_netcore(void) { return &B.net[0]; }
+
+/* ---- connection and transport ---------------------------------------------------- */
+
+struct conn *stub_conn_new(void)
+{
+	struct conn *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->nc = &B.net[0];
+	c->fd = -1;
+	c->refs = 1;
+	snprintf(c->peer, sizeof c->peer, "127.0.0.1:40000");
+	return c;
+}
+
+static void unlink_free(struct conn *c, struct req **pp)
+{
+	struct req *r = *pp;
+	*pp = r->next;
+	c->inflight--;
+	c->refs--;
+	sluice_req_free(r);
+}
+
+static void fix_tail(struct conn *c)
+{
+	c->tail = NULL;
+	for (struct req *r = c->head; r; r = r->next)
+		c->tail = r;
+}
+
+/* As net_uring.c: once closing, finished requests are dropped. */
+static void reap_closing(struct conn *c)
+{
+	struct req **pp = &c->head;
+	while (*pp) {
+		if ((*pp)->done && !(*pp)->parked)
+			unlink_free(c, pp);
+		else
+			pp = &(*pp)->next;
+	}
+	fix_tail(c);
+}
+
+void sluice_conn_response_ready(struct conn *c)
+{
+	stub_response_ready_calls++;
+	if (c->closing)
+		reap_closing(c);
+}
+
+void sluice_conn_close(struct conn *c)
+{
+	stub_close_calls++;
+	if (c->closing)
+		return;
+	c->closing = true;
+	struct req **pp = &c->head;
+	while (*pp) {
+		struct req *r = *pp;
+		if ((r->done || r->pending == 0) && !r->parked)
+			unlink_free(c, pp);
+		else
+			pp = &r->next;
+	}
+	fix_tail(c);
+}
+
+void stub_conn_free(struct conn *c)
+{
+	if (!c)
+		return;
+	/* Parked fetches of this connection answer now (expired). */
+	stub_drain();
+	for (int guard = 0; PS.parked_head && guard < 1000; guard++)
+		stub_retry_parked(true);
+	while (c->head)
+		unlink_free(c, &c->head);
+	free(c);
+}
+
+bool stub_frame(struct conn *c, const void *bytes, size_t len)
+{
+	uint8_t *frame = malloc(len ? len : 1);
+	if (!frame)
+		return false;
+	if (len)
+		memcpy(frame, bytes, len);
+	bool ok = sluice_proto_on_frame(c, frame, (uint32_t)len);
+	if (!ok)
+		sluice_conn_close(c);
+	stub_drain();
+	return ok;
+}
+
+bool stub_take_response(struct conn *c, uint8_t **buf, size_t *len)
+{
+	while (c->head && c->head->done && c->head->no_response)
+		unlink_free(c, &c->head);
+	fix_tail(c);
+	struct req *r = c->head;
+	if (!r || !r->done || r->parked)
+		return false;
+	*len = r->out.len;
+	*buf = malloc(r->out.len ? r->out.len : 1);
+	if (!*buf)
+		return false;
+	memcpy(*buf, r->out.buf, r->out.len);
+	unlink_free(c, &c->head);
+	fix_tail(c);
+	return true;
+}
+
+int stub_queued(const struct conn *c)
+{
+	int n = 0;
+	for (const struct req *r = c->head; r; r = r->next)
+		n++;
+	return n;
+}
+
+/* ---- fake storage -------------------------------------------------------------------- */
+
+struct fpart {
+	bool used;
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+	int32_t partition;
+	int64_t log_start, hw;
+	uint8_t *data; /* stored batches, offsets assigned */
+	size_t len, cap;
+};
+
+/* Ops wait here until stub_drain, as they would sit in a storage core's ring:
+ * completing them inside sluice_net_submit would run a request's finish()
+ * in the middle of its own dispatch loop, which no real transport does. */
+static struct partop **queue;
+static size_t queue_head, queue_len, queue_cap;
+
+static struct fpart parts[STUB_PARTITIONS_MAX];
+static int64_t ops_seen;
+
+void stub_store_reset(void)
+{
+	free(queue);
+	queue = NULL;
+	queue_head = queue_len = queue_cap = 0;
+	for (int i = 0; i < STUB_PARTITIONS_MAX; i++)
+		free(parts[i].data);
+	memset(parts, 0, sizeof parts);
+	ops_seen = 0;
+}
+
+int64_t stub_store_ops(void) { return ops_seen; }
+
+static struct fpart *part_find(const char *topic, int32_t partition, bool create)
+{
+	struct fpart *free_slot = NULL;
+	for (int i = 0; i < STUB_PARTITIONS_MAX; i++) {
+		if (!parts[i].used) {
+			if (!free_slot)
+				free_slot = &parts[i];
+			continue;
+		}
+		if (parts[i].partition == partition && strcmp(parts[i].topic, topic) == 0)
+			return &parts[i];
+	}
+	if (!create || !free_slot)
+		return NULL;
+	memset(free_slot, 0, sizeof *free_slot);
+	free_slot->used = true;
+	snprintf(free_slot->topic, sizeof free_slot->topic, "%s", topic);
+	free_slot->partition = partition;
+	return free_slot;
+}
+
+int64_t stub_store_hw(const char *topic, int32_t partition)
+{
+	struct fpart *p = part_find(topic, partition, false);
+	return p ? p->hw : -1;
+}
+
+int64_t stub_store_log_start(const char *topic, int32_t partition)
+{
+	struct fpart *p = part_find(topic, partition, false);
+	return p ? p->log_start : -1;
+}
+
+/* Header fields of the stored batch at pos. */
+static void stored_batch(const struct fpart *p, size_t pos, int64_t *base, int64_t *last, int64_t *max_ts,
+			 size_t *total)
+{
+	struct sluice_batch b;
+	(void)sluice_batch_parse(p->data + pos, p->len - pos, &b);
+	*base = b.base_offset;
+	*last = b.base_offset + b.last_offset_delta;
+	*max_ts = b.max_timestamp;
+	*total = (size_t)sluice_batch_total_bytes(&b);
+}
+
+static void fake_append(struct fpart *p, struct partop *op)
+{
+	struct sluice_batch b;
+	if (sluice_batch_parse(op->data, op->len, &b) != SLUICE_BATCH_OK ||
+	    p->len + op->len > STUB_PARTITION_BYTES_MAX) {
+		op->error = 56; /* KAFKA_STORAGE_ERROR */
+		return;
+	}
+	if (p->len + op->len > p->cap) {
+		size_t cap = p->cap ? p->cap : 4096;
+		while (cap < p->len + op->len)
+			cap *= 2;
+		uint8_t *n = realloc(p->data, cap);
+		if (!n) {
+			op->error = 56;
+			return;
+		}
+		p->data = n;
+		p->cap = cap;
+	}
+	memcpy(p->data + p->len, op->data, op->len);
+	sluice_batch_set_base_offset(p->data + p->len, p->hw, 0);
+	p->len += op->len;
+	op->base_offset = p->hw;
+	op->last_offset = p->hw + b.last_offset_delta;
+	p->hw = op->last_offset + 1;
+}
+
+static void fake_read(struct fpart *p, struct partop *op)
+{
+	if (op->offset < p->log_start || op->offset > p->hw) {
+		op->error = 1; /* OFFSET_OUT_OF_RANGE */
+		return;
+	}
+	size_t pos = 0, start = SIZE_MAX, end = 0;
+	while (pos < p->len) {
+		int64_t base, last, max_ts;
+		size_t total;
+		stored_batch(p, pos, &base, &last, &max_ts, &total);
+		if (start == SIZE_MAX && last >= op->offset)
+			start = pos;
+		if (start != SIZE_MAX) {
+			bool first = pos == start;
+			if (pos + total - start > (size_t)(op->max_bytes > 0 ? op->max_bytes : 0) && !(first && op->min_one))
+				break;
+			end = pos + total;
+		}
+		pos += total;
+	}
+	if (start == SIZE_MAX || end <= start)
+		return;
+	op->rdata = malloc(end - start);
+	if (!op->rdata) {
+		op->error = 56;
+		return;
+	}
+	memcpy(op->rdata, p->data + start, end - start);
+	op->rlen = (int32_t)(end - start);
+}
+
+static void fake_list_offsets(struct fpart *p, struct partop *op)
+{
+	int64_t ts = op->offset;
+	op->timestamp = -1;
+	if (ts == -1) {
+		op->base_offset = p->hw;
+		return;
+	}
+	if (ts == -2) {
+		op->base_offset = p->log_start;
+		return;
+	}
+	op->base_offset = -1;
+	if (ts < 0)
+		return;
+	for (size_t pos = 0; pos < p->len;) {
+		int64_t base, last, max_ts;
+		size_t total;
+		stored_batch(p, pos, &base, &last, &max_ts, &total);
+		if (max_ts >= ts && last >= p->log_start) {
+			op->base_offset = base > p->log_start ? base : p->log_start;
+			op->timestamp = max_ts;
+			return;
+		}
+		pos += total;
+	}
+}
+
+void sluice_net_submit(struct netcore *nc, struct partop *op)
+{
+	(void)nc;
+	if (queue_len == queue_cap) {
+		size_t cap = queue_cap ? queue_cap * 2 : 256;
+		struct partop **n = realloc(queue, cap * sizeof *n);
+		if (!n)
+			abort(); /* test double: no way to report it */
+		queue = n;
+		queue_cap = cap;
+	}
+	queue[queue_len++] = op;
+}
+
+static void fake_storage(struct netcore *nc, struct partop *op)
+{
+	ops_seen++;
+	op->error = 0;
+	switch (op->kind) {
+	case PARTOP_DELETE:
+		for (int i = 0; i < STUB_PARTITIONS_MAX; i++)
+			if (parts[i].used && strcmp(parts[i].topic, op->topic) == 0) {
+				free(parts[i].data);
+				memset(&parts[i], 0, sizeof parts[i]);
+			}
+		break;
+	case PARTOP_GROUP:
+		break; /* no coordinator here: gout stays empty */
+	case PARTOP_APPEND:
+	case PARTOP_READ:
+	case PARTOP_LIST_OFFSETS:
+	case PARTOP_DELETE_RECORDS: {
+		struct fpart *p = part_find(op->topic, op->partition, true);
+		if (!p) {
+			op->error = 56;
+			break;
+		}
+		if (op->kind == PARTOP_APPEND)
+			fake_append(p, op);
+		else if (op->kind == PARTOP_READ)
+			fake_read(p, op);
+		else if (op->kind == PARTOP_LIST_OFFSETS)
+			fake_list_offsets(p, op);
+		else {
+			int64_t to = op->offset == -1 ? p->hw : op->offset;
+			if (to > p->hw || to < 0)
+				op->error = 1;
+			else if (to > p->log_start)
+				p->log_start = to;
+		}
+		op->high_watermark = p->hw;
+		op->log_start = p->log_start;
+		break;
+	}
+	default:
+		op->error = -1;
+		break;
+	}
+	sluice_proto_on_partop(nc, op);
+}
+
+void stub_drain(void)
+{
+	while (queue_head < queue_len) {
+		struct partop *op = queue[queue_head++];
+		fake_storage(&B.net[0], op);
+	}
+	queue_head = queue_len = 0;
+}
+
+void stub_retry_parked(bool expire)
+{
+	sluice_proto_retry_parked(&B.net[0], expire ? INT64_MAX : sluice_now_ms(), true);
+	stub_drain();
+}
+
+int stub_parked(void) { return PS.parked_n; }
+
+/* ---- group coordinator placement ------------------------------------------------------- */
+
+int32_t sluice_group_partition(const char *group, size_t len, int32_t partitions)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)group[i]) * 16777619u;
+	return partitions > 0 ? (int32_t)(h % (uint32_t)partitions) : 0;
+}
+
+/* Data directories belong to storage_core.c; the stub broker has no offline
+ * directory, so the protocol layer never needs a real answer. */
+int sluice_partition_dir(struct broker *b, const char *topic, int32_t partition, bool create, char *out, size_t len)
+{
+	(void)b; (void)topic; (void)partition; (void)create;
+	if (len)
+		out[0] = '\0';
+	return -1;
+}

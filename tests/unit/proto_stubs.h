@@ -1,0 +1,71 @@
+/* Test doubles for everything the protocol layer (dataplane/handlers.c)
+ * calls outside itself, so that sluice_proto_on_frame can be driven directly
+ * by unit tests and by the libFuzzer target without sockets, rings, storage
+ * threads or a group coordinator:
+ *   - the transport services sluice_conn_response_ready / sluice_conn_close,
+ *     implemented like net_uring.c's bookkeeping but leaving responses on the
+ *     connection's queue for the test to take in order;
+ *   - sluice_net_submit, queued and answered (stub_drain, called after
+ *     every frame) by a small in-memory fake storage (appends stored with
+ *     offsets assigned, reads of whole batches, list offsets, deletes) that
+ *     then calls sluice_proto_on_partop, as a storage core handing the op
+ *     back would;
+ *   - sluice_group_partition (group.c is not linked: group ops get no
+ *     answer, which the handlers treat as a coordinator failure).
+ * A broker with the default configuration (sluice_config_defaults +
+ * sluice_config_finish) and a local metadata store in a caller-chosen
+ * directory completes the picture. Single-threaded; not for production. */
+#ifndef SLUICE_TEST_PROTO_STUBS_H
+#define SLUICE_TEST_PROTO_STUBS_H
+#include "dataplane/req.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STUB_PARTITIONS_MAX 64
+#define STUB_PARTITION_BYTES_MAX (8u << 20)
+
+/* Create the broker (config defaults, node.id 1, advertised 127.0.0.1:9092,
+ * log.dirs = dir) and open local metadata in dir. extra_overrides is a
+ * NULL-terminated list of key, value pairs (or NULL). Returns the broker,
+ * or NULL with a message on stderr. */
+struct broker *stub_broker_open(const char *dir, const char *const *extra_overrides);
+void stub_broker_close(void);
+struct netcore *stub_netcore(void);
+
+/* A connection on network core 0. */
+struct conn *stub_conn_new(void);
+/* Expire parked fetches, drop every request still queued, free the conn. */
+void stub_conn_free(struct conn *c);
+
+/* Hand a copy of bytes to sluice_proto_on_frame as one frame; on false,
+ * close the connection as the transport would. Returns on_frame's result. */
+bool stub_frame(struct conn *c, const void *bytes, size_t len);
+/* Take the next finished response (size prefix included) from the head of
+ * the connection's queue, in request order. Requests that finished without
+ * a response (acks=0) are dropped on the way. Returns false when the head is
+ * missing or not finished. Caller frees *buf. */
+bool stub_take_response(struct conn *c, uint8_t **buf, size_t *len);
+/* Requests still queued on the connection (finished or not). */
+int stub_queued(const struct conn *c);
+
+/* Complete every partop handed to sluice_net_submit so far (and any they
+ * lead to), in order, as storage cores answering would. stub_frame does this
+ * after each frame. */
+void stub_drain(void);
+/* Retry parked fetches now (expire: as if their deadline had passed). */
+void stub_retry_parked(bool expire);
+int stub_parked(void);
+
+/* Fake storage. */
+void stub_store_reset(void);
+/* High watermark and log start of a partition (-1 when never touched). */
+int64_t stub_store_hw(const char *topic, int32_t partition);
+int64_t stub_store_log_start(const char *topic, int32_t partition);
+/* Appends (and partops of any kind) seen since the last reset. */
+int64_t stub_store_ops(void);
+
+/* Counters of transport calls. */
+extern int stub_response_ready_calls, stub_close_calls;
+
+#endif
