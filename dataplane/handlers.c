@@ -1047,7 +1047,8 @@ static bool find_duplicates(const struct kstr *names, int32_t n, bool *dup)
 	for (int32_t i = 0; i < n; i++)
 		if (names[i].ptr)
 			refs[k++] = (struct name_ref){names[i].ptr, names[i].len, i};
-	qsort(refs, (size_t)k, sizeof *refs, cmp_name_ref);
+	if (k > 1)
+		qsort(refs, (size_t)k, sizeof *refs, cmp_name_ref);
 	for (int32_t i = 1; i < k; i++)
 		if (refs[i].len == refs[i - 1].len &&
 		    (refs[i].len == 0 || memcmp(refs[i].ptr, refs[i - 1].ptr, (size_t)refs[i].len) == 0))
