@@ -48,6 +48,8 @@ struct sluice_config {
 	int32_t group_max_session_timeout_ms;
 	int32_t offset_metadata_max_bytes;
 	int32_t group_max_size;
+	int32_t offsets_retention_minutes;
+	int64_t offsets_retention_check_interval_ms;
 	int64_t log_retention_check_interval_ms;
 	int64_t log_roll_ms; /* -1: from log.roll.hours */
 	bool log_preallocate;

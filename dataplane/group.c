@@ -80,6 +80,7 @@ struct group {
 	struct member *members;
 	int32_t nmembers;
 	int64_t rebalance_deadline_ms;
+	int64_t empty_since_ms; /* monotonic; when the group last became Empty */
 	bool initial_delay;
 	char *pending_ids[PENDING_IDS_MAX]; /* handed out with MEMBER_ID_REQUIRED */
 	int32_t npending;
@@ -94,6 +95,7 @@ struct gcoord {
 	uint8_t *loaded;      /* per offsets partition */
 	int32_t partitions;
 	int64_t last_tick_ms;
+	int64_t next_expiry_ms;
 	struct kwr scratch;
 };
 
@@ -176,6 +178,7 @@ static struct group *group_get(struct gcoord *gc, const char *id, size_t len, in
 	g->id[len] = '\0';
 	g->partition = partition;
 	g->state = G_EMPTY;
+	g->empty_since_ms = sluice_now_ms();
 	uint32_t b = hash_str(id, len) & (gc->cap - 1);
 	g->next = gc->table[b];
 	gc->table[b] = g;
@@ -702,6 +705,7 @@ static void complete_join(struct storecore *sc, struct group *g)
 	g->initial_delay = false;
 	if (!g->members) {
 		g->state = G_EMPTY;
+		g->empty_since_ms = sluice_now_ms();
 		free(g->leader);
 		g->leader = NULL;
 		(void)write_group(sc, g, false, NULL);
@@ -747,12 +751,35 @@ static void maybe_complete_join(struct storecore *sc, struct group *g, int64_t n
 		complete_join(sc, g);
 }
 
+static void delete_group_records(struct storecore *sc, struct group *g);
+
+/* Groups that stayed Empty for offsets.retention.minutes lose their
+ * offsets and metadata (tombstones written), as in Kafka since KIP-211. */
+static void expire_groups(struct storecore *sc, struct gcoord *gc, int64_t now)
+{
+	int64_t keep_ms = (int64_t)sc->b->cfg.offsets_retention_minutes * 60000;
+	for (uint32_t b = 0; b < gc->cap; b++)
+		for (struct group *g = gc->table[b], *next; g; g = next) {
+			next = g->next;
+			if (g->state != G_EMPTY || g->members || now - g->empty_since_ms < keep_ms)
+				continue;
+			SLOG_INFO("group", "group %s expired after %d minutes empty", g->id,
+				  sc->b->cfg.offsets_retention_minutes);
+			delete_group_records(sc, g);
+			group_remove(gc, g);
+		}
+}
+
 void sluice_group_tick(struct storecore *sc, int64_t now)
 {
 	struct gcoord *gc = sc->groups;
 	if (!gc || now - gc->last_tick_ms < 50)
 		return;
 	gc->last_tick_ms = now;
+	if (now >= gc->next_expiry_ms) {
+		gc->next_expiry_ms = now + sc->b->cfg.offsets_retention_check_interval_ms;
+		expire_groups(sc, gc, now);
+	}
 	for (uint32_t b = 0; b < gc->cap; b++)
 		for (struct group *g = gc->table[b]; g; g = g->next) {
 			/* Session expiry: a member silent past its timeout leaves. */
@@ -770,6 +797,7 @@ void sluice_group_tick(struct storecore *sc, int64_t now)
 					prepare_rebalance(sc, g, now);
 				else {
 					g->state = G_EMPTY;
+					g->empty_since_ms = sluice_now_ms();
 					fail_pending_syncs(sc, g, E_REBALANCE_IN_PROGRESS);
 				}
 			}
@@ -1180,6 +1208,7 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 		else {
 			fail_pending_syncs(sc, g, E_REBALANCE_IN_PROGRESS);
 			g->state = G_EMPTY;
+			g->empty_since_ms = sluice_now_ms();
 			g->generation++;
 			free(g->leader);
 			g->leader = NULL;
@@ -1460,6 +1489,49 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 
 /* ---- DescribeGroups (15), DeleteGroups (42), ListGroups (16) --------------------- */
 
+/* Tombstones for every offset of the group and the group itself; wait_op
+ * (if any) is answered once they are committed. Returns whether it waits. */
+static bool delete_group_records_wait(struct storecore *sc, struct group *g, struct partop *wait_op)
+{
+	struct kwr kv;
+	kwr_init(&kv, 1024, 64u << 20);
+	uint32_t n = g->off_n + 1, i = 0;
+	size_t *koff = calloc(n, sizeof *koff), *klen = calloc(n, sizeof *klen), *voff = calloc(n, sizeof *voff);
+	int64_t *vlen = calloc(n, sizeof *vlen);
+	bool waiting = false;
+	if (koff && klen && voff && vlen) {
+		for (uint32_t k = 0; k < g->off_cap; k++) {
+			struct offset_entry *e = &g->offsets[k];
+			if (!e->topic || i >= n - 1)
+				continue;
+			koff[i] = kv.len;
+			key_offset(&kv, g->id, e->topic, e->partition);
+			klen[i] = kv.len - koff[i];
+			voff[i] = kv.len;
+			vlen[i] = -1;
+			i++;
+		}
+		koff[i] = kv.len;
+		key_group(&kv, g->id);
+		klen[i] = kv.len - koff[i];
+		voff[i] = kv.len;
+		vlen[i] = -1;
+		i++;
+		waiting = !kv.err && write_records(sc, g, &kv, koff, klen, voff, vlen, (int32_t)i, wait_op) == 0 && wait_op;
+	}
+	free(koff);
+	free(klen);
+	free(voff);
+	free(vlen);
+	kwr_free(&kv);
+	return waiting;
+}
+
+static void delete_group_records(struct storecore *sc, struct group *g)
+{
+	(void)delete_group_records_wait(sc, g, NULL);
+}
+
 static void describe_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	bool flex = op->flex;
@@ -1515,38 +1587,7 @@ static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop 
 		reply(sc, op);
 		return;
 	}
-	/* Tombstones for every offset and the group itself. */
-	struct kwr kv;
-	kwr_init(&kv, 1024, 64u << 20);
-	uint32_t n = g->off_n + 1, i = 0;
-	size_t *koff = calloc(n, sizeof *koff), *klen = calloc(n, sizeof *klen), *voff = calloc(n, sizeof *voff);
-	int64_t *vlen = calloc(n, sizeof *vlen);
-	bool waiting = false;
-	if (koff && klen && voff && vlen) {
-		for (uint32_t k = 0; k < g->off_cap; k++) {
-			struct offset_entry *e = &g->offsets[k];
-			if (!e->topic || i >= n - 1)
-				continue;
-			koff[i] = kv.len;
-			key_offset(&kv, g->id, e->topic, e->partition);
-			klen[i] = kv.len - koff[i];
-			voff[i] = kv.len;
-			vlen[i] = -1;
-			i++;
-		}
-		koff[i] = kv.len;
-		key_group(&kv, g->id);
-		klen[i] = kv.len - koff[i];
-		voff[i] = kv.len;
-		vlen[i] = -1;
-		i++;
-		waiting = !kv.err && write_records(sc, g, &kv, koff, klen, voff, vlen, (int32_t)i, op) == 0;
-	}
-	free(koff);
-	free(klen);
-	free(voff);
-	free(vlen);
-	kwr_free(&kv);
+	bool waiting = delete_group_records_wait(sc, g, op);
 	group_remove(gc, g);
 	if (!waiting)
 		reply(sc, op);
