@@ -828,8 +828,11 @@ static int chunk_make_room(struct sluice_plog *l, size_t len)
 	int64_t start = align_down(l->submitted_end);
 	size_t carry = (size_t)(s->size - start);
 	size_t cap = l->cfg.chunk_bytes;
+	/* Room for twice what must be held: appends that pile up while a write
+	 * is in flight then move to a new chunk a logarithmic number of times,
+	 * not once per append. */
 	if (carry + len + SLUICE_PLOG_BLOCK > cap)
-		cap = (size_t)align_up((int64_t)(carry + len + SLUICE_PLOG_BLOCK));
+		cap = (size_t)align_up((int64_t)(2 * (carry + len) + SLUICE_PLOG_BLOCK));
 	struct chunk *n = chunk_new(cap, start);
 	if (!n)
 		return -ENOMEM;

@@ -76,6 +76,7 @@ static inline int64_t tb_records(struct kwr *w, const struct tb_rec *recs, int n
 static inline uint8_t *tb_wrap(const struct tb_hdr *h, const void *recs, size_t recs_len, size_t *len)
 {
 	size_t n = 61 + recs_len;
+	*len = 0;
 	uint8_t *b = malloc(n);
 	if (!b)
 		return NULL;

@@ -49,7 +49,7 @@ static uint8_t *three_records(size_t *len)
  * its documented offset. */
 Test(batch, valid_batch_fields)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	struct sluice_batch sb;
 	cr_assert_eq(check_guarded(b, len, &sb), SLUICE_BATCH_OK);
@@ -75,7 +75,7 @@ Test(batch, valid_batch_fields)
  * caller decides what trailing bytes mean). */
 Test(batch, trailing_bytes_ignored)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	uint8_t *two = malloc(len + 10);
 	memcpy(two, b, len);
@@ -91,7 +91,7 @@ Test(batch, trailing_bytes_ignored)
  * range) or in the CRC itself is reported as BAD_CRC. */
 Test(batch, bad_crc_every_byte)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	struct sluice_batch sb;
 	for (size_t i = 17; i < len; i++) {
@@ -107,7 +107,7 @@ Test(batch, bad_crc_every_byte)
 /* Proves magic 0, 1 and 3 are rejected as BAD_MAGIC before the CRC is looked at. */
 Test(batch, bad_magic)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	const int8_t magics[] = {0, 1, 3, -1};
 	for (size_t i = 0; i < sizeof magics; i++) {
@@ -122,7 +122,7 @@ Test(batch, bad_magic)
  * with a correct CRC. */
 Test(batch, bad_count)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	const struct { int32_t count, delta; } cases[] = {
 		{2, 2}, {4, 2}, {3, 3}, {0, -1}, {-1, -2}, {INT32_MIN, INT32_MAX}, {INT32_MAX, INT32_MAX},
@@ -143,7 +143,7 @@ Test(batch, bad_count)
  * (including zero and negative) is BAD_LENGTH, never a read. */
 Test(batch, length_below_header)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	const int32_t lens[] = {0, 1, 48, -1, INT32_MIN, -49};
 	for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
@@ -161,7 +161,7 @@ Test(batch, header_only_batch)
 	struct tb_hdr h = tb_hdr_default(1, 1000);
 	h.records_count = 0;
 	h.last_offset_delta = -1;
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = tb_wrap(&h, NULL, 0, &len);
 	cr_assert_eq(len, 61);
 	struct sluice_batch sb;
@@ -174,7 +174,7 @@ Test(batch, header_only_batch)
  * never reads past the available bytes. */
 Test(batch, truncated_everywhere)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	for (size_t n = 0; n < len; n++) {
 		struct sluice_batch sb;
@@ -192,7 +192,7 @@ Test(batch, truncated_everywhere)
  * leaves every other byte alone, and keeps the CRC valid. */
 Test(batch, set_base_offset_keeps_crc)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	uint8_t *orig = malloc(len);
 	memcpy(orig, b, len);
@@ -216,7 +216,7 @@ Test(batch, set_base_offset_keeps_crc)
  * is what the header-only scans rely on, while check rejects it. */
 Test(batch, parse_skips_crc)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	b[len - 1] ^= 1;
 	struct sluice_batch sb;
@@ -232,7 +232,7 @@ Test(batch, parse_skips_crc)
  * exactly Attributes..end. */
 Test(batch, large_batch)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = tb_simple(1000, 5000, 100, &len);
 	struct sluice_batch sb;
 	cr_expect_eq(check_guarded(b, len, &sb), SLUICE_BATCH_OK);
@@ -257,7 +257,7 @@ Test(batch, result_names)
  * rejects more records than the offset range or negative counts. */
 Test(batch_crc, compacted_counts)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	struct sluice_batch sb;
 	kput32(b + 23, 9); /* LastOffsetDelta 9, 3 records: compacted */
@@ -292,7 +292,7 @@ Test(batch_crc, compacted_counts)
  * wrong answer in an optimised build). */
 Test(batch_crc, delta_int32_max)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	kput32(b + 23, INT32_MAX);
 	tb_fix_crc(b, len);
@@ -337,7 +337,7 @@ static bool collect(const struct sluice_record *rec, void *arg)
  * records section exactly, and stops when the callback says so. */
 Test(batch_records, plain)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	struct seen s = {0};
 	cr_assert_eq(sluice_batch_records(b, len, 1 << 20, collect, &s), 3);
@@ -361,7 +361,7 @@ Test(batch_records, plain)
  * not decompress. Every variant sits at a page end. */
 Test(batch_records, malformed)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = three_records(&len);
 	struct seen s;
 	struct guarded g = {0};

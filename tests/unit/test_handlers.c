@@ -782,7 +782,7 @@ Test(produce, every_version, .init = setup, .fini = teardown)
 Test(produce, v0_to_v2_refused_per_partition, .init = setup, .fini = teardown)
 {
 	create_topic("pt-old", 1);
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = now_batch(1, &len);
 	for (int16_t v = 0; v <= 2; v++) {
 		struct ptopic_req t = {"pt-old", 1, {{0, b, (int32_t)len}}};
@@ -807,7 +807,7 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 {
 	create_topic("pe", 1);
 	create_topic("pe-ok", 1);
-	size_t len;
+	size_t len = 0;
 	uint8_t *good = now_batch(3, &len);
 	uint8_t *badcrc = malloc(len);
 	memcpy(badcrc, good, len);
@@ -883,7 +883,7 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 Test(produce, acks0_no_response, .init = setup, .fini = teardown)
 {
 	create_topic("p0", 1);
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = now_batch(2, &len);
 	for (int16_t v = 3; v <= 11; v += 4) {
 		struct ptopic_req t = {"p0", 1, {{0, b, (int32_t)len}}};
@@ -1044,7 +1044,7 @@ static void fetch_roundtrip(int16_t v, int32_t max_wait, int32_t min_bytes, cons
 
 static void produce_simple(const char *topic, int32_t partition, int nrec)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = now_batch(nrec, &len);
 	struct ptopic_req t = {topic, 1, {{partition, b, (int32_t)len}}};
 	struct pr o;
@@ -1130,7 +1130,7 @@ Test(fetch, long_poll_and_order, .init = setup, .fini = teardown)
 	cr_assert(rq_send(&fq));
 	cr_expect_eq(stub_parked(), 1);
 	uint8_t *buf;
-	size_t len;
+	size_t len = 0;
 	cr_expect(!stub_take_response(C, &buf, &len), "parked fetch must not answer yet");
 	/* a produce behind it: its response must wait for the fetch's */
 	size_t bl;
@@ -1447,6 +1447,46 @@ Test(create_topics, many_one_char_names_flexible, .init = setup, .fini = teardow
 	cr_expect_eq(m, 8);
 	for (int i = 0; i < m; i++)
 		cr_expect_eq(o[i].err, 0);
+}
+
+/* Proves an admin request naming no topics at all (CreateTopics v2-v7,
+ * CreatePartitions v0-v3, DeleteTopics v1-v6) is answered with an empty
+ * result list, and nothing undefined happens on the way (UBSan). Regression
+ * for a fuzzer finding: the sorted duplicate check once handed qsort a NULL
+ * array (tests/fuzz/crashes/ubsan-create-topics-empty-qsort). */
+struct dt_res;
+static int delete_topics_roundtrip(int16_t v, const char *const *names, const uint8_t (*ids)[16], int n,
+				   struct dt_res *out);
+Test(create_topics, no_topics, .init = setup, .fini = teardown)
+{
+	for (int16_t v = 2; v <= 7; v++) {
+		struct ct_res o[1];
+		cr_expect_eq(create_topics_roundtrip(v, NULL, 0, false, o, NULL), 0, "CreateTopics v%d", v);
+	}
+	for (int16_t v = 0; v <= 3; v++) {
+		bool flex = v >= 2;
+		struct kwr w;
+		kwr_init(&w, 64, 1 << 20);
+		kwr_i16(&w, 37);
+		kwr_i16(&w, v);
+		kwr_i32(&w, 9);
+		kwr_cstr(&w, false, "sluice-unit");
+		if (flex)
+			kwr_tags_empty(&w);
+		kwr_array(&w, flex, 0);
+		kwr_i32(&w, 1000);
+		kwr_bool(&w, false);
+		if (flex)
+			kwr_tags_empty(&w);
+		cr_expect(stub_frame(C, w.buf, w.len), "CreatePartitions v%d", v);
+		kwr_free(&w);
+		uint8_t *buf = NULL;
+		size_t len = 0;
+		cr_expect(stub_take_response(C, &buf, &len));
+		free(buf);
+	}
+	for (int16_t v = 1; v <= 6; v++)
+		cr_expect_eq(delete_topics_roundtrip(v, NULL, NULL, 0, NULL), 0, "DeleteTopics v%d", v);
 }
 
 /* A CreateTopics v4 (or CreatePartitions v0) frame naming n topics that all
@@ -1958,7 +1998,7 @@ Test(create_partitions, null_then_empty_name, .init = setup, .fini = teardown)
 	};
 	cr_assert(stub_frame(C, frame, sizeof frame));
 	uint8_t *buf;
-	size_t len;
+	size_t len = 0;
 	cr_assert(stub_take_response(C, &buf, &len));
 	free(buf);
 }
@@ -1981,7 +2021,7 @@ static bool refused(int16_t key, int16_t ver)
 	frame[9] = 0xff;
 	bool ok = stub_frame(C, frame, sizeof frame);
 	uint8_t *buf;
-	size_t len;
+	size_t len = 0;
 	bool answered = stub_take_response(C, &buf, &len);
 	if (answered)
 		free(buf);
@@ -2066,7 +2106,7 @@ Test(framing, trailing_garbage, .init = setup, .fini = teardown)
 	kwr_raw(&q.w, "\x00\x01\x02\x03", 4);
 	(void)rq_send(&q);
 	uint8_t *buf;
-	size_t len;
+	size_t len = 0;
 	int n = 0;
 	while (stub_take_response(C, &buf, &len)) {
 		free(buf);

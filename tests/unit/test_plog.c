@@ -176,7 +176,7 @@ static uint8_t first_value_tag(const uint8_t *batch, size_t len)
 
 static int64_t append_batch(struct sluice_plog *l, int n, int64_t base_ts, size_t value_len, uint8_t tag)
 {
-	size_t len;
+	size_t len = 0;
 	uint8_t *b = mk_batch(n, base_ts, value_len, tag, &len);
 	int64_t base, last;
 	int rc = sluice_plog_append(l, b, len, 3, &base, &last);
@@ -500,7 +500,7 @@ Test(plog, offset_for_time, .init = setup, .fini = teardown)
 	struct kwr w;
 	kwr_init(&w, 256, 1 << 20);
 	(void)tb_records(&w, recs, 5);
-	size_t zlen, len;
+	size_t zlen = 0, len = 0;
 	uint8_t *z = gzip_records(w.buf, w.len, &zlen);
 	struct tb_hdr h = tb_hdr_default(5, 2000);
 	h.max_timestamp = 2040;
