@@ -342,6 +342,8 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 	kwr_i16(w, error);
 	if (t)
 		kwr_cstr(w, flex, t->name);
+	else if (!name.ptr && v < 12)
+		kwr_string(w, flex, "", 0); /* Name is nullable only from v12 */
 	else
 		kwr_string(w, flex, name.ptr, name.len);
 	if (v >= 10) {
@@ -1882,11 +1884,15 @@ static int16_t logger_apply(const char *value, char *msg, size_t msglen)
 	return 0;
 }
 
+#define ALTER_CONFIGS_RESOURCES_MAX 10000
+
 static bool alter_configs_start(struct req *r, struct krd *rd)
 {
 	bool flex = r->flexible, incremental = r->api_key == 44;
 	int32_t n = krd_array(rd, flex, 4);
-	if (rd->err)
+	/* Each resource gets a working copy of up to 32 overrides (10 KB):
+	 * bound how many one request may name. */
+	if (rd->err || n > ALTER_CONFIGS_RESOURCES_MAX)
 		return false;
 	struct ar {
 		int8_t type;

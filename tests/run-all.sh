@@ -31,7 +31,7 @@ if command -v clang >/dev/null; then
 fi
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 meson test -C build --suite unit --print-errorlogs --num-processes 2 || fail=1
 meson test -C build-asan --suite unit --print-errorlogs --num-processes 2 || fail=1
 meson test -C build --suite integration --print-errorlogs --num-processes 1 || fail=1

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "control/meta.h"
 #include "proto_stubs.h"
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,23 @@ static void open_broker(void)
 	make_topic(b, "t", 3);
 }
 
+/* The metadata directory goes when the fuzzer exits normally (a crash
+ * leaves it for the post-mortem). */
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void remove_dir(void)
+{
+	stub_broker_close();
+	if (dir[0])
+		nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 static uint32_t topic_count(void)
 {
 	struct broker *b = stub_netcore()->b;
@@ -74,6 +92,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	open_broker();
+	atexit(remove_dir);
 	return 0;
 }
 
