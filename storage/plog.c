@@ -199,6 +199,9 @@ static int seg_fd_read(struct sluice_plog *l, struct segment *s)
 		char p[PATH_BYTES];
 		seg_path(l, s->base_offset, ".log", p);
 		s->fd_read = open(p, O_RDONLY | O_CLOEXEC);
+		/* consumers read segments front to back: ask for readahead */
+		if (s->fd_read >= 0)
+			(void)posix_fadvise(s->fd_read, 0, 0, POSIX_FADV_SEQUENTIAL);
 	}
 	return s->fd_read;
 }
@@ -1173,28 +1176,44 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 			return -2;
 		if (pos < 0)
 			continue; /* offset lies past this segment (e.g. removed records) */
-		/* Walk whole batches up to max_bytes. */
-		int64_t end = pos;
-		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
-		while (end + SLUICE_BATCH_HEADER_BYTES <= limit) {
-			if (seg_read_bytes(l, s, end, sizeof hdr, hdr) < 0)
-				return -2;
-			int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
-			if (len < SLUICE_BATCH_HEADER_BYTES || end + len > limit)
-				break;
-			if (end + len - pos > max_bytes && !(min_one && end == pos))
-				break;
-			end += len;
-		}
-		if (end == pos)
+		/* One read of up to max_bytes (a single pread for cold data), then
+		 * whole batches are cut from it in memory. */
+		int64_t avail = limit - pos;
+		size_t want = (size_t)(max_bytes < avail ? max_bytes : avail);
+		if (want < SLUICE_BATCH_HEADER_BYTES)
+			want = (size_t)(avail < SLUICE_BATCH_HEADER_BYTES ? avail : SLUICE_BATCH_HEADER_BYTES);
+		if (want == 0)
 			return 0;
-		size_t n = (size_t)(end - pos);
-		uint8_t *buf = malloc(n);
+		uint8_t *buf = malloc(want);
 		if (!buf)
 			return -2;
-		if (seg_read_bytes(l, s, pos, n, buf) < 0) {
+		if (seg_read_bytes(l, s, pos, want, buf) < 0) {
 			free(buf);
 			return -2;
+		}
+		size_t n = 0;
+		while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
+			int64_t len = (int64_t)(int32_t)kbe32(buf + n + SLUICE_BATCH_OFF_LENGTH) + 12;
+			if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit)
+				break;
+			if (n + (size_t)len > want) {
+				if (n == 0 && min_one) {
+					/* The first batch is larger than max_bytes: whole, as Kafka does. */
+					uint8_t *nb = realloc(buf, (size_t)len);
+					if (!nb || seg_read_bytes(l, s, pos + (int64_t)want, (size_t)len - want, nb + want) < 0) {
+						free(nb ? nb : buf);
+						return -2;
+					}
+					buf = nb;
+					n = (size_t)len;
+				}
+				break;
+			}
+			n += (size_t)len;
+		}
+		if (n == 0) {
+			free(buf);
+			return 0;
 		}
 		/* Never serve a batch whose CRC fails (a disk that rotted after a
 		 * clean shutdown, which recovery does not rescan): serve what comes
