@@ -533,6 +533,11 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	}
 	struct sluice_plog *l = p->log;
 	p->last_used_ms = sluice_now_ms();
+	/* This op may reopen descriptors the partition gave back: make room
+	 * first, and count what it opens. */
+	if (st->fds_est + 4 > st->fds_max)
+		fd_budget(sc);
+	int fds_before = sluice_plog_open_fds(l);
 	op->log_start = sluice_plog_log_start(l);
 	op->high_watermark = sluice_plog_high_watermark(l);
 	if (sluice_plog_failed(l) || dir_offline(sc->b, p->dir)) {
@@ -580,6 +585,11 @@ static void handle_op(struct storecore *sc, struct partop *op)
 			return;
 		}
 		int rc = sluice_plog_append(l, op->data, op->len, 0, &op->base_offset, &op->last_offset);
+		if (rc == -EMFILE || rc == -ENFILE) {
+			fd_budget(sc);
+			rc = sluice_plog_append(l, op->data, op->len, 0, &op->base_offset, &op->last_offset);
+		}
+		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		if (rc < 0) {
 			op->error = 56;
 			op_done(sc, op);
@@ -606,6 +616,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	}
 	case PARTOP_READ: {
 		int32_t n = sluice_plog_read(l, op->offset, op->max_bytes, op->min_one, &op->rdata);
+		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		if (n == -1)
 			op->error = 1; /* OFFSET_OUT_OF_RANGE */
 		else if (n == -3)

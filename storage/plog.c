@@ -863,7 +863,10 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	if (l->failed)
 		return -EIO;
 	if (fd_write_open(l) < 0) {
-		SLOG_ERR("storage", "%s: cannot open the active segment: %s", l->dir, strerror(errno));
+		int e = errno;
+		if (e == EMFILE || e == ENFILE)
+			return -e; /* the process's limit, not the disk: the caller frees some and retries */
+		SLOG_ERR("storage", "%s: cannot open the active segment: %s", l->dir, strerror(e));
 		l->failed = true;
 		return -EIO;
 	}
