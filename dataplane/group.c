@@ -898,13 +898,24 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 		new_member_id(op->client_id, idbuf, sizeof idbuf);
 		if (bi) {
 			/* Static member back under a new id: the old id is fenced. */
-			if (g->leader && !strcmp(g->leader, bi->id)) {
+			bool was_leader = g->leader && !strcmp(g->leader, bi->id);
+			if (was_leader) {
 				free(g->leader);
 				g->leader = strdup(idbuf);
 			}
 			free(bi->id);
 			bi->id = strdup(idbuf);
 			m = bi;
+			/* KIP-345: a follower coming back to a stable group keeps its
+			 * assignment, no rebalance; its SyncGroup returns what it had. */
+			if (g->state == G_STABLE && !was_leader && !m->join_op && !m->sync_op) {
+				m->last_seen_ms = sluice_now_ms();
+				m->session_timeout_ms = session;
+				m->rebalance_timeout_ms = rebalance;
+				join_response(op, E_NONE, g, m, false);
+				reply(sc, op);
+				return;
+			}
 		} else if (v >= 4 && !inst.ptr) {
 			/* KIP-394: hand out an id and ask the member to come back with it. */
 			if (g->npending < PENDING_IDS_MAX)
