@@ -1,19 +1,27 @@
 /*
  * sluice-perf: a load generator and latency meter for any Kafka-compatible broker
  * (Sluice, Apache Kafka, Redpanda ...), built on librdkafka so that what it measures is
- * what an ordinary client sees. It has three modes: `produce` sends records and measures
- * the time from send (or, at a fixed --rate, from the intended send time, so a stalled
- * broker cannot hide its stall through coordinated omission) to the delivery report;
- * `consume` reads records from the beginning of every partition without a consumer group
- * and measures throughput; `e2e` does both at once and measures end-to-end latency from
- * a timestamp embedded in each value. Latencies go into a fixed-size log-linear
- * histogram (perf-histogram.c) and are reported as p50/p99/p99.9/p99.99/max along with
- * records/s, MB/s (10^6 bytes) and errors, both as a human-readable summary and as
- * JSON. The hot loop allocates nothing: one payload buffer is rewritten in place for
- * every record and librdkafka copies it (RD_KAFKA_MSG_F_COPY); a record's send
- * timestamp travels as its opaque pointer rather than in a per-record allocation.
+ * what an ordinary client sees. Its workload knobs follow the OpenMessaging Benchmark's:
+ * topics, partitions, record size, keys, producers, consumers per group and groups, a
+ * fixed or maximum rate, warmup, duration, acks, compression, linger and batch size.
+ *
+ * Modes: `produce` sends records and measures the time from send (or, at a fixed --rate,
+ * from the intended send time, so that a stalled broker cannot hide its stall through
+ * coordinated omission) to the delivery report; `consume` reads every partition from the
+ * beginning and measures throughput; `e2e` does both at once and measures end-to-end
+ * latency from the stamp at the head of each value. Every producer and consumer is a
+ * thread with its own librdkafka client. A consumer group is N independent readers of
+ * each topic: each group's partitions are divided among its consumers by direct
+ * assignment, because Sluice has no group membership (JoinGroup/SyncGroup) yet; real
+ * membership can replace the assignment once it does, without changing the figures'
+ * meaning. Latencies go into fixed-size histograms (perf-histogram.c), gathered per
+ * thread and merged per interval and at the end (perf-report.c). The hot loops allocate
+ * nothing: one payload buffer per producer is rewritten in place and librdkafka copies
+ * it (RD_KAFKA_MSG_F_COPY), and a record's intended send time travels as its opaque.
  */
+#include "perf-common.h"
 #include "perf-histogram.h"
+#include "perf-report.h"
 
 #include <librdkafka/rdkafka.h>
 
@@ -21,9 +29,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,36 +41,45 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The first PERF_HEADER_BYTES of every value: magic, run id, intended send time (ns,
- * CLOCK_MONOTONIC, which is shared by all processes on one machine). */
-#define PERF_HEADER_BYTES 16
-#define PERF_MAGIC UINT32_C(0x53504c46) /* "FLPS" on the wire, little-endian */
 #define PERF_KEY_BYTES 8
 #define PERF_RECORD_SIZE_MAX (UINT64_C(64) << 20)
 #define PERF_CONF_EXTRA_MAX 64
-#define PERF_INTERVALS_MAX 8192
-#define PERF_PARTITIONS_MAX 65536
+#define PERF_TOPICS_MAX 4096
+#define PERF_TOPIC_NAME_BYTES 250  /* Kafka's limit is 249 characters */
+#define PERF_TOPPARS_MAX 65536     /* partitions over all topics */
+#define PERF_PRODUCERS_MAX 64
+#define PERF_GROUPS_MAX 64
+#define PERF_CONSUMERS_PER_GROUP_MAX 64
+#define PERF_CREATE_BATCH 100      /* topics per CreateTopics request */
 #define PERF_CONSUME_BATCH 1024
 #define PERF_POLL_EVERY 32         /* produce calls between two rd_kafka_poll(0) */
 #define PERF_ERRORS_LOGGED 5       /* first errors printed in full, the rest counted */
-#define PERF_METADATA_WAIT_S 60.0  /* for the topic to exist with leaders everywhere */
+#define PERF_METADATA_WAIT_S 60.0  /* for the topics to exist with leaders everywhere */
+#define PERF_JOIN_WAIT_S 60.0      /* for every group to have all its partitions assigned */
+#define PERF_PURGE_WAIT_S 5.0      /* for the reports of purged records */
+#define PERF_REPORT_TICK_US 100000 /* how often the main thread prints due rows */
 #define PERF_DEFAULT_RECORDS UINT64_C(1000000)
 #define PERF_DEFAULT_TIMEOUT_S 30.0
-#define NS_PER_S UINT64_C(1000000000)
 
-_Static_assert(PERF_HEADER_BYTES == 4 + 4 + 8, "header layout");
 _Static_assert(PERF_POLL_EVERY > 0, "poll cadence");
+_Static_assert(PERF_KEY_BYTES == 8, "keys are one u64");
+_Static_assert(PERF_TOPICS_MAX <= PERF_TOPPARS_MAX, "every topic has a partition");
+_Static_assert(PERF_TOPPARS_MAX < INT32_MAX, "toppar indexes are int32_t");
 
 enum perf_mode { MODE_PRODUCE, MODE_CONSUME, MODE_E2E };
 enum perf_key { KEY_NONE, KEY_ROUND_ROBIN, KEY_RANDOM };
+/* How a group's members get their partitions: by direct assignment (any broker), or as
+ * real members of a consumer group (JoinGroup/SyncGroup, offsets committed). */
+enum perf_membership { MEMBERSHIP_ASSIGN, MEMBERSHIP_GROUP };
 
 struct perf_config {
     enum perf_mode mode;
     const char *bootstrap;
-    const char *topic;
-    int32_t partitions;     /* expected count (0 = whatever the broker has) */
+    const char *topic;      /* the topic, or with --topics > 1 the prefix of NAME-i */
+    int topics;
+    int32_t partitions;     /* expected count per topic (0 = whatever the broker has) */
     bool create;            /* CreateTopics before starting; falls back to auto-create */
-    uint64_t records;       /* measured records (0 when --duration is used) */
+    uint64_t records;       /* measured records over all producers (0 with --duration) */
     bool records_set;
     double duration_s;
     uint64_t record_size;
@@ -71,49 +88,50 @@ struct perf_config {
     const char *compression;
     int linger_ms;          /* -1 = librdkafka default */
     long batch_size;        /* -1 = librdkafka default */
-    double rate;            /* records/s, 0 = as fast as possible */
+    double rate;            /* records/s over all producers, 0 = as fast as possible */
     double warmup_s;
-    double interval_s;      /* 0 = no periodic report */
+    double interval_s;      /* 0 = progress lines on stderr only */
     double timeout_s;       /* consumers give up after this long without a record */
+    double tail_s;          /* e2e consumers stop this long after the producers at most */
+    int producers;
+    int consumers;          /* per group */
+    double groups;          /* groups per topic on average: 5.5 = half the topics have 6 */
+    enum perf_membership membership;
     const char *json_path;
     const char *extra[PERF_CONF_EXTRA_MAX]; /* -X key=value, passed to librdkafka */
     int extra_count;
 };
 
-/* One interval row of the periodic report, also kept for the JSON output. */
-struct perf_interval {
-    double t_s;
-    bool warmup;
-    double records_per_s;
-    double mb_per_s;
-    uint64_t p50_ns, p99_ns, max_ns;
+/* The run's topics as the broker reported them: the partitions of topic t are the
+ * toppar indexes base[t] .. base[t] + partitions[t] - 1. */
+struct perf_topics {
+    int count;
+    char (*names)[PERF_TOPIC_NAME_BYTES];
+    int32_t *partitions;
+    int32_t *base;
+    int32_t *topic_of;       /* toppar index -> topic */
+    int32_t toppars;
+    int64_t *start_offsets;  /* per toppar: where consumers begin */
 };
 
-/* One measured stream (produce, consume or e2e): totals, latencies, interval rows. It
- * belongs to exactly one thread while the run lasts and is read by main afterwards. */
-struct perf_series {
-    const char *name;
-    bool has_latency;
-    uint64_t records, bytes, errors;
-    uint64_t start_ns, last_ns;           /* measurement window (after the warmup) */
-    struct perf_hist hist;
-    struct perf_hist ihist;               /* current interval, warmup included */
-    uint64_t irecords, ibytes, istart_ns, interval_ns, next_report_ns;
-    struct perf_interval intervals[PERF_INTERVALS_MAX];
-    size_t interval_count;
-};
+struct perf_run;
 
 struct perf_producer {
     const struct perf_config *cfg;
+    const struct perf_topics *topics;
+    struct perf_run *run;
+    int index;
     rd_kafka_t *rk;
-    rd_kafka_topic_t *rkt;
-    int32_t partitions;
+    rd_kafka_topic_t **rkts;              /* per topic; opaque = topic index */
     uint32_t run_id;
-    uint64_t measure_start_ns;
+    uint64_t t0, measure_start_ns;
+    double rate;                          /* this producer's share of --rate */
+    uint64_t records;                     /* this producer's share of --records */
     struct perf_series *series;
-    uint64_t delivered_all;               /* successful deliveries, warmup included */
-    uint64_t sent_all;
-    uint64_t queue_full;
+    uint64_t *delivered;                  /* per toppar, warmup included */
+    uint64_t delivered_all, queue_full;
+    uint64_t unsent;                      /* fixed rate: scheduled records never sent */
+    uint64_t abandoned;                   /* unacknowledged when --tail ran out */
     unsigned errors_logged;
     uint64_t rng;
     unsigned char key[PERF_KEY_BYTES];
@@ -122,23 +140,46 @@ struct perf_producer {
 
 struct perf_consumer {
     const struct perf_config *cfg;
+    const struct perf_topics *topics;
+    struct perf_run *run;
+    int group, index;
     rd_kafka_t *rk;
-    rd_kafka_topic_t *rkt;
+    rd_kafka_topic_t **rkts;              /* per topic, NULL where nothing is assigned */
     rd_kafka_queue_t *queue;
-    int32_t partitions;
-    int64_t *start_offsets;               /* per partition */
-    bool *at_eof;
+    int32_t *assigned;                    /* toppar indexes (direct assignment) */
+    int32_t assigned_count;               /* group membership: as the group assigned */
+    _Atomic int assignments;              /* group membership: assignments received */
+    bool *at_eof;                         /* per toppar index */
     int32_t eof_count;
-    bool e2e;
-    uint32_t run_id;
-    uint64_t measure_start_ns;
-    struct perf_series *series;
     uint64_t received_all;                /* this run's records, warmup included */
     uint64_t foreign;                     /* e2e: records not written by this run */
-    _Atomic uint64_t expected;            /* e2e: set by the producer when it is done */
-    _Atomic bool producer_done;
+    rd_kafka_topic_partition_list_t *subscription; /* group membership: the group's topics */
+    struct perf_series *series;
     unsigned errors_logged;
     rd_kafka_message_t *batch[PERF_CONSUME_BATCH];
+};
+
+/* Everything one run shares between its threads. */
+struct perf_run {
+    const struct perf_config *cfg;
+    struct perf_topics topics;
+    uint32_t run_id;
+    uint64_t t0, measure_start_ns;
+    struct perf_stream *produce_stream, *consume_stream; /* consume_stream is e2e's too */
+    struct perf_producer *producers;
+    int producer_count;
+    struct perf_consumer *consumers;
+    int consumer_count;
+    int group_count;
+    _Atomic uint64_t group_consumed[PERF_GROUPS_MAX]; /* consume -n: records per group */
+    _Atomic uint64_t group_received[PERF_GROUPS_MAX]; /* e2e: this run's records per group */
+    _Atomic uint64_t group_expected[PERF_GROUPS_MAX]; /* e2e: set once producers are done */
+    _Atomic int32_t assigned_total;       /* group membership: partitions held by members */
+    int32_t assignments_needed;           /* every group's partitions, summed */
+    _Atomic bool started;                 /* members past the first assignment */
+    _Atomic int producers_running, consumers_running;
+    _Atomic bool producers_done;          /* and every group_expected is set */
+    _Atomic uint64_t producers_done_ns;
 };
 
 static volatile sig_atomic_t g_stop;
@@ -149,67 +190,6 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("sluice-perf: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(2);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t seconds_to_ns(double s)
-{
-    return s <= 0 ? 0 : (uint64_t)(s * 1e9);
-}
-
-static uint64_t xorshift64(uint64_t *state)
-{
-    uint64_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    return x;
-}
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* ---------------------------------------------------------------- options */
 
 static void usage(FILE *out)
@@ -217,58 +197,46 @@ static void usage(FILE *out)
     fputs(
 "usage: sluice-perf produce|consume|e2e [options]\n"
 "  -b, --bootstrap HOST:PORT   brokers (default 127.0.0.1:9092)\n"
-"  -t, --topic NAME            topic (default sluice-perf); auto-created by the broker\n"
-"                              (auto.create.topics.enable, num.partitions) unless --create\n"
-"  -p, --partitions P          expected partition count, and the count for --create\n"
-"      --create                create the topic with CreateTopics first (replication 1);\n"
+"  -t, --topic NAME            topic, or with --topics N the prefix of NAME-0..NAME-(N-1)\n"
+"                              (default sluice-perf); auto-created by the broker unless --create\n"
+"      --topics N              number of topics (default 1)\n"
+"  -p, --partitions P          expected partitions per topic, and the count for --create\n"
+"      --create                create the topics with CreateTopics first (replication 1);\n"
 "                              if the broker refuses, fall back to auto-creation\n"
-"  -n, --records N             measured records (k/M/G suffixes; default 1M); consume:\n"
-"                              stop after N records (default: at the end of every partition)\n"
+"  -n, --records N             measured records over all producers (k/M/G suffixes;\n"
+"                              default 1M); consume: stop each group after N records\n"
+"                              (default: at the end of every partition)\n"
 "  -d, --duration S            measure for S seconds instead of N records\n"
 "  -s, --record-size B         value size in bytes (default 100; e2e needs >= 16)\n"
 "      --key MODE              none (default): no key, librdkafka's partitioner;\n"
-"                              round-robin: 8-byte sequence key, partition = seq % P;\n"
+"                              round-robin: 8-byte sequence key, partitions in turn;\n"
 "                              random: 8-byte random key, murmur2 partitioner\n"
 "      --acks 0|1|all          (default 1)\n"
 "      --compression C         none|gzip|snappy|lz4|zstd (default none)\n"
 "      --linger-ms MS          linger.ms (default: librdkafka's)\n"
 "      --batch-size B          batch.size in bytes (default: librdkafka's)\n"
-"      --rate R                records/s, 0 = as fast as possible (default 0); at a fixed\n"
-"                              rate latency counts from the intended send time\n"
+"      --rate R                records/s over all producers, 0 = as fast as possible\n"
+"                              (default 0); at a fixed rate latency counts from the\n"
+"                              intended send time\n"
+"      --producers N           producer threads, each its own client (default 1)\n"
+"      --consumers N           consumer threads per group (default 1)\n"
+"      --groups G              consumer groups per topic, fractions allowed: 5.5 = half\n"
+"                              the topics are read by 6 groups, half by 5 (default 1)\n"
+"      --membership M          assign (default): each group's partitions divided among its\n"
+"                              consumers by direct assignment, with any broker;\n"
+"                              group: the consumers are real consumer-group members\n"
+"                              (subscribe, the group's assignor, auto-commit)\n"
 "      --warmup S              run S seconds of load first, not measured (default 0)\n"
-"      --interval S            periodic report every S seconds (default 0 = none)\n"
+"      --interval S            report every S seconds (default: a progress line on stderr\n"
+"                              every 10 s)\n"
 "      --timeout S             consumers stop after S s without records (default 30)\n"
+"      --tail S                at the end, producers wait at most S s for outstanding\n"
+"                              acknowledgements (the rest is abandoned and counted), and\n"
+"                              e2e consumers stop at most S s after the producers (what\n"
+"                              they have not read counts as unconsumed); default 30\n"
 "      --json FILE             write the results as JSON\n"
-"  -X key=value                any librdkafka property, for producer and consumer\n",
+"  -X key=value                any librdkafka property, for producers and consumers\n",
         out);
-}
-
-/* Parses a count with an optional decimal k/M/G suffix: "10M" = 10000000. */
-static uint64_t parse_count(const char *s, const char *what)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    double mult = 1;
-    if (*end == 'k' || *end == 'K')
-        mult = 1e3, end++;
-    else if (*end == 'm' || *end == 'M')
-        mult = 1e6, end++;
-    else if (*end == 'g' || *end == 'G')
-        mult = 1e9, end++;
-    if (errno || end == s || *end != '\0' || v < 0 || v * mult > 1e18)
-        die("bad %s: '%s'", what, s);
-    return (uint64_t)(v * mult + 0.5);
-}
-
-static double parse_seconds(const char *s, const char *what)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || v < 0 || v > 1e7)
-        die("bad %s: '%s'", what, s);
-    return v;
 }
 
 static enum perf_key parse_key(const char *s)
@@ -279,7 +247,7 @@ static enum perf_key parse_key(const char *s)
         return KEY_ROUND_ROBIN;
     if (strcmp(s, "random") == 0)
         return KEY_RANDOM;
-    die("bad --key '%s' (none|round-robin|random)", s);
+    perf_die("bad --key '%s' (none|round-robin|random)", s);
 }
 
 static const char *key_name(enum perf_key k)
@@ -293,11 +261,13 @@ static const char *mode_name(enum perf_mode m)
 }
 
 enum { OPT_CREATE = 256, OPT_KEY, OPT_ACKS, OPT_COMPRESSION, OPT_LINGER, OPT_BATCH,
-       OPT_RATE, OPT_WARMUP, OPT_INTERVAL, OPT_TIMEOUT, OPT_JSON };
+       OPT_RATE, OPT_WARMUP, OPT_INTERVAL, OPT_TIMEOUT, OPT_JSON, OPT_TOPICS,
+       OPT_PRODUCERS, OPT_CONSUMERS, OPT_GROUPS, OPT_TAIL, OPT_MEMBERSHIP };
 
 static const struct option long_options[] = {
     {"bootstrap", required_argument, NULL, 'b'},
     {"topic", required_argument, NULL, 't'},
+    {"topics", required_argument, NULL, OPT_TOPICS},
     {"partitions", required_argument, NULL, 'p'},
     {"create", no_argument, NULL, OPT_CREATE},
     {"records", required_argument, NULL, 'n'},
@@ -309,9 +279,14 @@ static const struct option long_options[] = {
     {"linger-ms", required_argument, NULL, OPT_LINGER},
     {"batch-size", required_argument, NULL, OPT_BATCH},
     {"rate", required_argument, NULL, OPT_RATE},
+    {"producers", required_argument, NULL, OPT_PRODUCERS},
+    {"consumers", required_argument, NULL, OPT_CONSUMERS},
+    {"groups", required_argument, NULL, OPT_GROUPS},
+    {"membership", required_argument, NULL, OPT_MEMBERSHIP},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"interval", required_argument, NULL, OPT_INTERVAL},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"tail", required_argument, NULL, OPT_TAIL},
     {"json", required_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -322,26 +297,39 @@ static void parse_option(struct perf_config *cfg, int c, const char *arg)
     switch (c) {
     case 'b': cfg->bootstrap = arg; break;
     case 't': cfg->topic = arg; break;
-    case 'p': cfg->partitions = (int32_t)parse_count(arg, "--partitions"); break;
+    case OPT_TOPICS: cfg->topics = (int)perf_parse_count(arg, "--topics"); break;
+    case 'p': cfg->partitions = (int32_t)perf_parse_count(arg, "--partitions"); break;
     case OPT_CREATE: cfg->create = true; break;
-    case 'n': cfg->records = parse_count(arg, "--records"); cfg->records_set = true; break;
-    case 'd': cfg->duration_s = parse_seconds(arg, "--duration"); break;
-    case 's': cfg->record_size = parse_count(arg, "--record-size"); break;
+    case 'n':
+        cfg->records = perf_parse_count(arg, "--records");
+        cfg->records_set = true;
+        break;
+    case 'd': cfg->duration_s = perf_parse_seconds(arg, "--duration"); break;
+    case 's': cfg->record_size = perf_parse_count(arg, "--record-size"); break;
     case OPT_KEY: cfg->key = parse_key(arg); break;
     case OPT_ACKS: cfg->acks = arg; break;
     case OPT_COMPRESSION: cfg->compression = arg; break;
-    case OPT_LINGER: cfg->linger_ms = (int)parse_count(arg, "--linger-ms"); break;
-    case OPT_BATCH: cfg->batch_size = (long)parse_count(arg, "--batch-size"); break;
-    case OPT_RATE: cfg->rate = (double)parse_count(arg, "--rate"); break;
-    case OPT_WARMUP: cfg->warmup_s = parse_seconds(arg, "--warmup"); break;
-    case OPT_INTERVAL: cfg->interval_s = parse_seconds(arg, "--interval"); break;
-    case OPT_TIMEOUT: cfg->timeout_s = parse_seconds(arg, "--timeout"); break;
+    case OPT_LINGER: cfg->linger_ms = (int)perf_parse_count(arg, "--linger-ms"); break;
+    case OPT_BATCH: cfg->batch_size = (long)perf_parse_count(arg, "--batch-size"); break;
+    case OPT_RATE: cfg->rate = (double)perf_parse_count(arg, "--rate"); break;
+    case OPT_PRODUCERS: cfg->producers = (int)perf_parse_count(arg, "--producers"); break;
+    case OPT_CONSUMERS: cfg->consumers = (int)perf_parse_count(arg, "--consumers"); break;
+    case OPT_GROUPS: cfg->groups = perf_parse_real(arg, "--groups"); break;
+    case OPT_MEMBERSHIP:
+        if (strcmp(arg, "assign") && strcmp(arg, "group"))
+            perf_die("bad --membership '%s' (assign|group)", arg);
+        cfg->membership = strcmp(arg, "group") ? MEMBERSHIP_ASSIGN : MEMBERSHIP_GROUP;
+        break;
+    case OPT_WARMUP: cfg->warmup_s = perf_parse_seconds(arg, "--warmup"); break;
+    case OPT_INTERVAL: cfg->interval_s = perf_parse_seconds(arg, "--interval"); break;
+    case OPT_TIMEOUT: cfg->timeout_s = perf_parse_seconds(arg, "--timeout"); break;
+    case OPT_TAIL: cfg->tail_s = perf_parse_seconds(arg, "--tail"); break;
     case OPT_JSON: cfg->json_path = arg; break;
     case 'X':
         if (cfg->extra_count == PERF_CONF_EXTRA_MAX)
-            die("too many -X options (max %d)", PERF_CONF_EXTRA_MAX);
+            perf_die("too many -X options (max %d)", PERF_CONF_EXTRA_MAX);
         if (!strchr(arg, '='))
-            die("-X needs key=value, got '%s'", arg);
+            perf_die("-X needs key=value, got '%s'", arg);
         cfg->extra[cfg->extra_count++] = arg;
         break;
     case 'h': usage(stdout); exit(0);
@@ -349,31 +337,48 @@ static void parse_option(struct perf_config *cfg, int c, const char *arg)
     }
 }
 
+static void check_counts(const struct perf_config *cfg)
+{
+    if (cfg->topics < 1 || cfg->topics > PERF_TOPICS_MAX)
+        perf_die("--topics must be 1..%d", PERF_TOPICS_MAX);
+    if (cfg->partitions < 0 || cfg->partitions > PERF_TOPPARS_MAX)
+        perf_die("--partitions out of range");
+    if (cfg->producers < 1 || cfg->producers > PERF_PRODUCERS_MAX)
+        perf_die("--producers must be 1..%d", PERF_PRODUCERS_MAX);
+    if (cfg->consumers < 1 || cfg->consumers > PERF_CONSUMERS_PER_GROUP_MAX)
+        perf_die("--consumers must be 1..%d", PERF_CONSUMERS_PER_GROUP_MAX);
+    if (cfg->groups <= 0 || ceil(cfg->groups) > PERF_GROUPS_MAX)
+        perf_die("--groups must be above 0 and at most %d", PERF_GROUPS_MAX);
+    if (strlen(cfg->topic) + 6 >= PERF_TOPIC_NAME_BYTES)
+        perf_die("--topic too long");
+}
+
 static void check_config(struct perf_config *cfg)
 {
     if (cfg->records_set && cfg->duration_s > 0)
-        die("--records and --duration are exclusive");
+        perf_die("--records and --duration are exclusive");
     if (!cfg->records_set && cfg->duration_s <= 0 && cfg->mode != MODE_CONSUME)
         cfg->records = PERF_DEFAULT_RECORDS;
     if (cfg->record_size > PERF_RECORD_SIZE_MAX)
-        die("--record-size above %" PRIu64, PERF_RECORD_SIZE_MAX);
-    if (cfg->mode == MODE_E2E && cfg->record_size < PERF_HEADER_BYTES)
-        die("e2e needs --record-size >= %d to carry the send timestamp", PERF_HEADER_BYTES);
-    if (cfg->partitions < 0 || cfg->partitions > PERF_PARTITIONS_MAX)
-        die("--partitions out of range");
+        perf_die("--record-size above %" PRIu64, PERF_RECORD_SIZE_MAX);
+    if (cfg->mode == MODE_E2E && cfg->record_size < PERF_STAMP_BYTES)
+        perf_die("e2e needs --record-size >= %d to carry the send timestamp", PERF_STAMP_BYTES);
     if (strcmp(cfg->acks, "0") && strcmp(cfg->acks, "1") && strcmp(cfg->acks, "all") &&
         strcmp(cfg->acks, "-1"))
-        die("bad --acks '%s' (0|1|all)", cfg->acks);
-    if (cfg->interval_s > 0 && cfg->interval_s < 0.1)
-        die("--interval below 0.1 s");
+        perf_die("bad --acks '%s' (0|1|all)", cfg->acks);
+    if (cfg->interval_s > 0 && cfg->interval_s < PERF_INTERVAL_MIN_S)
+        perf_die("--interval below %.1f s", PERF_INTERVAL_MIN_S);
+    check_counts(cfg);
 }
 
 static void parse_args(struct perf_config *cfg, int argc, char **argv)
 {
     *cfg = (struct perf_config){
-        .bootstrap = "127.0.0.1:9092", .topic = "sluice-perf", .record_size = 100,
-        .key = KEY_NONE, .acks = "1", .compression = "none", .linger_ms = -1,
-        .batch_size = -1, .timeout_s = PERF_DEFAULT_TIMEOUT_S,
+        .bootstrap = "127.0.0.1:9092", .topic = "sluice-perf", .topics = 1,
+        .record_size = 100, .key = KEY_NONE, .acks = "1", .compression = "none",
+        .linger_ms = -1, .batch_size = -1, .timeout_s = PERF_DEFAULT_TIMEOUT_S,
+        .tail_s = PERF_DEFAULT_TIMEOUT_S,
+        .producers = 1, .consumers = 1, .groups = 1,
     };
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
@@ -390,202 +395,14 @@ static void parse_args(struct perf_config *cfg, int argc, char **argv)
     else if (!strcmp(argv[1], "e2e"))
         cfg->mode = MODE_E2E;
     else
-        die("unknown mode '%s' (produce|consume|e2e)", argv[1]);
+        perf_die("unknown mode '%s' (produce|consume|e2e)", argv[1]);
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "b:t:p:n:d:s:X:h", long_options, NULL)) != -1)
         parse_option(cfg, c, optarg);
     if (optind != argc)
-        die("unexpected argument '%s'", argv[optind]);
+        perf_die("unexpected argument '%s'", argv[optind]);
     check_config(cfg);
-}
-
-/* ---------------------------------------------------------------- series and reports */
-
-static struct perf_series *series_new(const char *name, bool has_latency)
-{
-    struct perf_series *s = calloc(1, sizeof *s);
-    if (!s)
-        die("out of memory");
-    s->name = name;
-    s->has_latency = has_latency;
-    perf_hist_reset(&s->hist);
-    perf_hist_reset(&s->ihist);
-    return s;
-}
-
-/* Starts the interval clock at `origin` and the measurement window at `measure_start`
- * (later than `origin` by the warmup). */
-static void series_start(struct perf_series *s, uint64_t origin, uint64_t measure_start,
-                         const struct perf_config *cfg)
-{
-    assert(measure_start >= origin);
-    s->start_ns = measure_start;
-    s->last_ns = measure_start;
-    s->istart_ns = origin;
-    s->interval_ns = seconds_to_ns(cfg->interval_s);
-    s->next_report_ns = s->interval_ns ? origin + s->interval_ns : UINT64_MAX;
-}
-
-/* Counts one record in the current interval and, when `measured` (not warmup), in the
- * totals; `t` is when it completed. */
-static void series_add(struct perf_series *s, uint64_t bytes, uint64_t latency_ns, uint64_t t,
-                       bool measured)
-{
-    s->irecords++;
-    s->ibytes += bytes;
-    if (s->has_latency)
-        perf_hist_record(&s->ihist, latency_ns);
-    if (!measured)
-        return;
-    s->records++;
-    s->bytes += bytes;
-    s->last_ns = t;
-    if (s->has_latency)
-        perf_hist_record(&s->hist, latency_ns);
-}
-
-static double ms(uint64_t ns)
-{
-    return (double)ns / 1e6;
-}
-
-/* Prints and stores one interval row if the interval has elapsed. `origin` is the time
- * shown as t=0 (the start of the run, warmup included); a row that began before the
- * measurement window is marked as warmup. */
-static void series_tick(struct perf_series *s, uint64_t now, uint64_t origin)
-{
-    if (now < s->next_report_ns)
-        return;
-    bool warmup = s->istart_ns < s->start_ns; /* the interval holds warmup records */
-    double secs = (double)(now - s->istart_ns) / 1e9;
-    struct perf_interval row = {
-        .t_s = (double)(now - origin) / 1e9, .warmup = warmup,
-        .records_per_s = secs > 0 ? (double)s->irecords / secs : 0,
-        .mb_per_s = secs > 0 ? (double)s->ibytes / secs / 1e6 : 0,
-    };
-    static const double pct[3] = {50, 99, 100};
-    uint64_t q[3] = {0, 0, 0};
-    if (s->has_latency)
-        perf_hist_quantiles(&s->ihist, pct, 3, q);
-    row.p50_ns = q[0], row.p99_ns = q[1], row.max_ns = q[2];
-    if (s->has_latency)
-        printf("[%8.1fs] %-8s %10.0f rec/s %8.2f MB/s  p50 %8.3f ms  p99 %8.3f ms  max %8.3f ms%s\n",
-               row.t_s, s->name, row.records_per_s, row.mb_per_s, ms(q[0]), ms(q[1]),
-               ms(q[2]), warmup ? "  (warmup)" : "");
-    else
-        printf("[%8.1fs] %-8s %10.0f rec/s %8.2f MB/s%s\n", row.t_s, s->name,
-               row.records_per_s, row.mb_per_s, warmup ? "  (warmup)" : "");
-    fflush(stdout);
-    if (s->interval_count < PERF_INTERVALS_MAX)
-        s->intervals[s->interval_count++] = row;
-    perf_hist_reset(&s->ihist);
-    s->irecords = s->ibytes = 0;
-    s->istart_ns = now;
-    while (s->next_report_ns <= now)
-        s->next_report_ns += s->interval_ns;
-}
-
-static double series_elapsed_s(const struct perf_series *s)
-{
-    return s->last_ns > s->start_ns ? (double)(s->last_ns - s->start_ns) / 1e9 : 0;
-}
-
-static const double summary_pct[5] = {50, 99, 99.9, 99.99, 100};
-
-static void series_print(const struct perf_series *s)
-{
-    double secs = series_elapsed_s(s);
-    printf("%s: %" PRIu64 " records, %.1f MB in %.3f s: %.0f records/s, %.2f MB/s; errors %" PRIu64 "\n",
-           s->name, s->records, (double)s->bytes / 1e6, secs,
-           secs > 0 ? (double)s->records / secs : 0, secs > 0 ? (double)s->bytes / secs / 1e6 : 0,
-           s->errors);
-    if (!s->has_latency)
-        return;
-    uint64_t q[5];
-    if (!perf_hist_quantiles(&s->hist, summary_pct, 5, q)) {
-        printf("%s latency: no samples\n", s->name);
-        return;
-    }
-    printf("%s latency ms: p50 %.3f  p99 %.3f  p99.9 %.3f  p99.99 %.3f  max %.3f  "
-           "mean %.3f  min %.3f\n",
-           s->name, ms(q[0]), ms(q[1]), ms(q[2]), ms(q[3]), ms(q[4]),
-           perf_hist_mean(&s->hist) / 1e6, ms(s->hist.min));
-}
-
-/* ---------------------------------------------------------------- JSON */
-
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static void json_series(FILE *f, const struct perf_series *s)
-{
-    double secs = series_elapsed_s(s);
-    fprintf(f, "  \"%s\": {\"records\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-            ", \"elapsed_s\": %.6f, \"records_per_s\": %.1f, \"mb_per_s\": %.3f",
-            s->name, s->records, s->bytes, s->errors, secs,
-            secs > 0 ? (double)s->records / secs : 0, secs > 0 ? (double)s->bytes / secs / 1e6 : 0);
-    uint64_t q[5];
-    if (s->has_latency && perf_hist_quantiles(&s->hist, summary_pct, 5, q))
-        fprintf(f, ",\n    \"latency_us\": {\"count\": %" PRIu64 ", \"min\": %.3f, \"mean\": %.3f, "
-                "\"p50\": %.3f, \"p99\": %.3f, \"p99_9\": %.3f, \"p99_99\": %.3f, \"max\": %.3f}",
-                s->hist.total, (double)s->hist.min / 1e3, perf_hist_mean(&s->hist) / 1e3,
-                (double)q[0] / 1e3, (double)q[1] / 1e3, (double)q[2] / 1e3, (double)q[3] / 1e3,
-                (double)q[4] / 1e3);
-    fprintf(f, ",\n    \"intervals\": [");
-    for (size_t i = 0; i < s->interval_count; i++) {
-        const struct perf_interval *r = &s->intervals[i];
-        fprintf(f, "%s\n      {\"t_s\": %.3f, \"warmup\": %s, \"records_per_s\": %.1f, "
-                "\"mb_per_s\": %.3f", i ? "," : "", r->t_s, r->warmup ? "true" : "false",
-                r->records_per_s, r->mb_per_s);
-        if (s->has_latency)
-            fprintf(f, ", \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f",
-                    (double)r->p50_ns / 1e3, (double)r->p99_ns / 1e3, (double)r->max_ns / 1e3);
-        fputc('}', f);
-    }
-    fprintf(f, "]}");
-}
-
-static void json_write(const struct perf_config *cfg, int32_t partitions,
-                       struct perf_series *const *series, size_t n)
-{
-    FILE *f = fopen(cfg->json_path, "w");
-    if (!f)
-        die("cannot write %s: %s", cfg->json_path, strerror(errno));
-    fprintf(f, "{\n  \"tool\": \"sluice-perf\", \"librdkafka\": ");
-    json_string(f, rd_kafka_version_str());
-    fprintf(f, ", \"mode\": \"%s\",\n  \"config\": {\"bootstrap\": ", mode_name(cfg->mode));
-    json_string(f, cfg->bootstrap);
-    fprintf(f, ", \"topic\": ");
-    json_string(f, cfg->topic);
-    fprintf(f, ", \"partitions\": %d, \"records\": %" PRIu64 ", \"duration_s\": %.3f, "
-            "\"record_size\": %" PRIu64 ", \"key\": \"%s\", \"acks\": ",
-            partitions, cfg->records, cfg->duration_s, cfg->record_size, key_name(cfg->key));
-    json_string(f, cfg->acks);
-    fprintf(f, ", \"compression\": ");
-    json_string(f, cfg->compression);
-    fprintf(f, ", \"linger_ms\": %d, \"batch_size\": %ld, \"rate\": %.0f, \"warmup_s\": %.3f, "
-            "\"interval_s\": %.3f}", cfg->linger_ms, cfg->batch_size, cfg->rate, cfg->warmup_s,
-            cfg->interval_s);
-    for (size_t i = 0; i < n; i++) {
-        fprintf(f, ",\n");
-        json_series(f, series[i]);
-    }
-    fprintf(f, "\n}\n");
-    if (fclose(f) != 0)
-        die("cannot write %s: %s", cfg->json_path, strerror(errno));
 }
 
 /* ---------------------------------------------------------------- librdkafka setup */
@@ -594,7 +411,7 @@ static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
 {
     char err[512];
     if (rd_kafka_conf_set(conf, name, value, err, sizeof err) != RD_KAFKA_CONF_OK)
-        die("librdkafka %s=%s: %s", name, value, err);
+        perf_die("librdkafka %s=%s: %s", name, value, err);
 }
 
 static void conf_extra(rd_kafka_conf_t *conf, const struct perf_config *cfg)
@@ -604,7 +421,7 @@ static void conf_extra(rd_kafka_conf_t *conf, const struct perf_config *cfg)
         const char *eq = strchr(cfg->extra[i], '=');
         size_t klen = (size_t)(eq - cfg->extra[i]);
         if (klen >= sizeof buf)
-            die("-X key too long");
+            perf_die("-X key too long");
         memcpy(buf, cfg->extra[i], klen);
         buf[klen] = '\0';
         conf_set(conf, buf, eq + 1);
@@ -616,22 +433,54 @@ static rd_kafka_t *client_new(rd_kafka_type_t type, rd_kafka_conf_t *conf)
     char err[512];
     rd_kafka_t *rk = rd_kafka_new(type, conf, err, sizeof err);
     if (!rk)
-        die("rd_kafka_new: %s", err);
+        perf_die("rd_kafka_new: %s", err);
     return rk;
 }
 
-/* Creates the topic with `partitions` partitions; an existing topic is fine, and so is a
- * broker without CreateTopics (auto-creation then has to do it). */
-static void topic_create(rd_kafka_t *rk, const char *topic, int32_t partitions)
+/* A topic handle whose opaque is the topic's index, read back in delivery reports. */
+static rd_kafka_topic_t *topic_handle(rd_kafka_t *rk, const char *name, int index)
+{
+    rd_kafka_topic_conf_t *tconf = rd_kafka_topic_conf_new();
+    rd_kafka_topic_conf_set_opaque(tconf, (void *)(intptr_t)index);
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, name, tconf);
+    if (!rkt)
+        perf_die("topic %s: %s", name, rd_kafka_err2str(rd_kafka_last_error()));
+    return rkt;
+}
+
+/* ---------------------------------------------------------------- topics */
+
+static void topics_name(struct perf_topics *tp, const struct perf_config *cfg)
+{
+    tp->count = cfg->topics;
+    tp->names = calloc((size_t)tp->count, sizeof *tp->names);
+    tp->partitions = calloc((size_t)tp->count, sizeof *tp->partitions);
+    tp->base = calloc((size_t)tp->count, sizeof *tp->base);
+    if (!tp->names || !tp->partitions || !tp->base)
+        perf_die("out of memory");
+    for (int t = 0; t < tp->count; t++) {
+        if (tp->count == 1)
+            snprintf(tp->names[t], PERF_TOPIC_NAME_BYTES, "%s", cfg->topic);
+        else
+            snprintf(tp->names[t], PERF_TOPIC_NAME_BYTES, "%s-%d", cfg->topic, t);
+    }
+}
+
+/* Creates the topics with CreateTopics, PERF_CREATE_BATCH per request; an existing
+ * topic is fine, and so is a broker without CreateTopics (auto-creation then does it). */
+static void topics_create_batch(rd_kafka_t *rk, struct perf_topics *tp, int first, int n,
+                                int32_t partitions)
 {
     char err[512];
-    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, 1, err, sizeof err);
-    if (!nt)
-        die("NewTopic: %s", err);
+    rd_kafka_NewTopic_t *nt[PERF_CREATE_BATCH];
+    assert(n > 0 && n <= PERF_CREATE_BATCH);
+    for (int i = 0; i < n; i++)
+        if (!(nt[i] = rd_kafka_NewTopic_new(tp->names[first + i], partitions, 1, err, sizeof err)))
+            perf_die("NewTopic: %s", err);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_AdminOptions_t *opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
     rd_kafka_AdminOptions_set_operation_timeout(opts, 30000, err, sizeof err);
-    rd_kafka_CreateTopics(rk, &nt, 1, opts, q);
+    rd_kafka_CreateTopics(rk, nt, (size_t)n, opts, q);
     rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 60000);
     if (!ev) {
         fprintf(stderr, "sluice-perf: CreateTopics timed out; relying on auto-creation\n");
@@ -642,64 +491,161 @@ static void topic_create(rd_kafka_t *rk, const char *topic, int32_t partitions)
         size_t cnt = 0;
         const rd_kafka_topic_result_t **res =
             rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &cnt);
-        rd_kafka_resp_err_t terr = cnt ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR_NO_ERROR;
-        if (terr && terr != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-            fprintf(stderr, "sluice-perf: CreateTopics %s: %s; relying on auto-creation\n",
-                    topic, rd_kafka_err2str(terr));
+        for (size_t i = 0; i < cnt; i++) {
+            rd_kafka_resp_err_t terr = rd_kafka_topic_result_error(res[i]);
+            if (terr && terr != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+                fprintf(stderr, "sluice-perf: CreateTopics %s: %s; relying on auto-creation\n",
+                        rd_kafka_topic_result_name(res[i]), rd_kafka_err2str(terr));
+        }
     }
     if (ev)
         rd_kafka_event_destroy(ev);
     rd_kafka_AdminOptions_destroy(opts);
     rd_kafka_queue_destroy(q);
-    rd_kafka_NewTopic_destroy(nt);
+    for (int i = 0; i < n; i++)
+        rd_kafka_NewTopic_destroy(nt[i]);
 }
 
-/* One metadata round: the partition count if the topic exists and every partition has a
- * leader, else 0. A metadata request for an unknown topic is also what makes a broker
- * with auto.create.topics.enable create it. */
-static int32_t topic_ready_partitions(rd_kafka_t *rk, rd_kafka_topic_t *rkt, char *why,
-                                      size_t why_len)
+/* One metadata round over the locally known topics (those with a handle on `rk`): the
+ * number of the run's topics that exist with a leader for every partition; their
+ * partition counts go into tp->partitions. A metadata request for an unknown topic is
+ * also what makes a broker with auto.create.topics.enable create it. */
+static int topics_ready(rd_kafka_t *rk, struct perf_topics *tp, char *why, size_t why_len)
 {
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
-    int32_t count = 0;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
     if (err) {
         snprintf(why, why_len, "%s", rd_kafka_err2str(err));
         return 0;
     }
-    if (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt == 0) {
-        snprintf(why, why_len, "%s", md->topic_cnt != 1 ? "topic missing from metadata"
-                 : rd_kafka_err2str(md->topics[0].err));
-    } else {
-        count = md->topics[0].partition_cnt;
-        for (int i = 0; i < md->topics[0].partition_cnt; i++)
-            if (md->topics[0].partitions[i].leader < 0) {
-                snprintf(why, why_len, "partition %d has no leader", i);
-                count = 0;
-            }
+    int ready = 0;
+    for (int t = 0; t < tp->count; t++) {
+        tp->partitions[t] = 0;
+        for (int i = 0; i < md->topic_cnt; i++) {
+            const rd_kafka_metadata_topic_t *mt = &md->topics[i];
+            if (strcmp(mt->topic, tp->names[t]) != 0)
+                continue;
+            bool led = !mt->err && mt->partition_cnt > 0;
+            for (int p = 0; led && p < mt->partition_cnt; p++)
+                led = mt->partitions[p].leader >= 0;
+            if (led)
+                tp->partitions[t] = mt->partition_cnt, ready++;
+            else
+                snprintf(why, why_len, "%s: %s", tp->names[t],
+                         mt->err ? rd_kafka_err2str(mt->err) : "a partition has no leader");
+        }
+        if (!tp->partitions[t] && !why[0])
+            snprintf(why, why_len, "%s missing from metadata", tp->names[t]);
     }
     rd_kafka_metadata_destroy(md);
-    return count;
+    return ready;
 }
 
-static int32_t topic_wait(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const struct perf_config *cfg)
+/* Lays out the toppar index space once every topic's partition count is known. */
+static void topics_index(struct perf_topics *tp, const struct perf_config *cfg)
 {
-    uint64_t deadline = now_ns() + seconds_to_ns(PERF_METADATA_WAIT_S);
-    char why[256] = "no answer";
-    for (;;) {
-        int32_t count = topic_ready_partitions(rk, rkt, why, sizeof why);
-        if (count > 0) {
-            if (cfg->partitions && count != cfg->partitions)
-                fprintf(stderr, "sluice-perf: warning: topic %s has %d partitions, expected %d "
-                        "(check the broker's num.partitions)\n", cfg->topic, count, cfg->partitions);
-            if (count > PERF_PARTITIONS_MAX)
-                die("topic has %d partitions, above %d", count, PERF_PARTITIONS_MAX);
-            return count;
+    int64_t total = 0;
+    for (int t = 0; t < tp->count; t++) {
+        if (cfg->partitions && tp->partitions[t] != cfg->partitions)
+            fprintf(stderr, "sluice-perf: warning: topic %s has %d partitions, expected %d "
+                    "(check the broker's num.partitions)\n", tp->names[t], tp->partitions[t],
+                    cfg->partitions);
+        tp->base[t] = (int32_t)total;
+        total += tp->partitions[t];
+        if (total > PERF_TOPPARS_MAX)
+            perf_die("more than %d partitions over all topics", PERF_TOPPARS_MAX);
+    }
+    tp->toppars = (int32_t)total;
+    tp->topic_of = calloc((size_t)total, sizeof *tp->topic_of);
+    tp->start_offsets = calloc((size_t)total, sizeof *tp->start_offsets);
+    if (!tp->topic_of || !tp->start_offsets)
+        perf_die("out of memory");
+    for (int t = 0; t < tp->count; t++)
+        for (int32_t p = 0; p < tp->partitions[t]; p++) {
+            tp->topic_of[tp->base[t] + p] = t;
+            tp->start_offsets[tp->base[t] + p] = RD_KAFKA_OFFSET_BEGINNING;
         }
-        if (g_stop || now_ns() > deadline)
-            die("topic %s not ready after %.0f s: %s", cfg->topic, PERF_METADATA_WAIT_S, why);
+}
+
+/* Creates (or lets the broker auto-create) the topics and waits until every partition
+ * has a leader, through a short-lived admin client. */
+static void topics_setup(struct perf_topics *tp, const struct perf_config *cfg)
+{
+    topics_name(tp, cfg);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", cfg->bootstrap);
+    conf_set(conf, "client.id", "sluice-perf-admin");
+    conf_extra(conf, cfg);
+    rd_kafka_t *rk = client_new(RD_KAFKA_PRODUCER, conf);
+    if (cfg->create && cfg->partitions > 0)
+        for (int t = 0; t < tp->count; t += PERF_CREATE_BATCH)
+            topics_create_batch(rk, tp, t, tp->count - t < PERF_CREATE_BATCH
+                                ? tp->count - t : PERF_CREATE_BATCH, cfg->partitions);
+    rd_kafka_topic_t **rkts = calloc((size_t)tp->count, sizeof *rkts);
+    if (!rkts)
+        perf_die("out of memory");
+    for (int t = 0; t < tp->count; t++)
+        rkts[t] = topic_handle(rk, tp->names[t], t);
+    uint64_t deadline = perf_now_ns() + perf_seconds_to_ns(PERF_METADATA_WAIT_S);
+    char why[512] = "";
+    while (topics_ready(rk, tp, why, sizeof why) < tp->count) {
+        if (g_stop || perf_now_ns() > deadline)
+            perf_die("topics not ready after %.0f s: %s", PERF_METADATA_WAIT_S, why);
+        why[0] = '\0';
         usleep(200 * 1000);
     }
+    topics_index(tp, cfg);
+    for (int t = 0; t < tp->count; t++)
+        rd_kafka_topic_destroy(rkts[t]);
+    free(rkts);
+    rd_kafka_destroy(rk);
+}
+
+static bool watermark_retriable(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+           err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+           err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+           err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION ||
+           err == RD_KAFKA_RESP_ERR__TIMED_OUT || err == RD_KAFKA_RESP_ERR__TRANSPORT;
+}
+
+/* e2e: every consumer starts at the high watermark each partition has now, so that
+ * nothing produced after this call is missed (a logical "end" would be resolved later,
+ * when records may already have arrived). */
+static void topics_query_ends(struct perf_topics *tp, const struct perf_config *cfg)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", cfg->bootstrap);
+    conf_set(conf, "client.id", "sluice-perf-admin");
+    conf_extra(conf, cfg);
+    rd_kafka_t *rk = client_new(RD_KAFKA_CONSUMER, conf);
+    uint64_t deadline = perf_now_ns() + perf_seconds_to_ns(PERF_METADATA_WAIT_S);
+    for (int32_t i = 0; i < tp->toppars; i++) {
+        int t = tp->topic_of[i];
+        int64_t lo = 0, hi = 0;
+        rd_kafka_resp_err_t err;
+        /* A partition just created can be listed with its leader before that broker has
+         * taken the leadership (Kafka: NOT_LEADER_OR_FOLLOWER for a moment): retry. */
+        while ((err = rd_kafka_query_watermark_offsets(rk, tp->names[t], i - tp->base[t], &lo,
+                                                       &hi, 10000)) != 0 &&
+               watermark_retriable(err) && !g_stop && perf_now_ns() < deadline)
+            usleep(100 * 1000);
+        if (err)
+            perf_die("watermarks of %s[%d]: %s", tp->names[t], i - tp->base[t],
+                     rd_kafka_err2str(err));
+        tp->start_offsets[i] = hi;
+    }
+    rd_kafka_destroy(rk);
+}
+
+static void topics_free(struct perf_topics *tp)
+{
+    free(tp->names);
+    free(tp->partitions);
+    free(tp->base);
+    free(tp->topic_of);
+    free(tp->start_offsets);
 }
 
 /* ---------------------------------------------------------------- producer */
@@ -708,26 +654,34 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     struct perf_producer *p = opaque;
-    uint64_t now = now_ns();
+    uint64_t now = perf_now_ns();
     uint64_t sent = (uint64_t)(uintptr_t)m->_private;
+    bool measured = now >= p->measure_start_ns; /* completed after the warmup */
+    if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+        p->abandoned++;
+        return;
+    }
     if (m->err) {
-        if (sent >= p->measure_start_ns)
-            p->series->errors++;
+        perf_series_error(p->series, measured);
         if (p->errors_logged++ < PERF_ERRORS_LOGGED)
             fprintf(stderr, "sluice-perf: delivery failed: %s\n", rd_kafka_err2str(m->err));
         return;
     }
+    intptr_t t = (intptr_t)rd_kafka_topic_opaque(m->rkt);
+    assert(t >= 0 && t < p->topics->count);
+    if (m->partition >= 0 && m->partition < p->topics->partitions[t])
+        p->delivered[p->topics->base[t] + m->partition]++;
     p->delivered_all++;
-    series_add(p->series, m->len + m->key_len, now > sent ? now - sent : 0, now,
-               sent >= p->measure_start_ns);
+    perf_series_add(p->series, m->len + m->key_len, now > sent ? now - sent : 0, now, measured);
 }
 
-static rd_kafka_t *producer_new(struct perf_producer *p, const struct perf_config *cfg)
+static rd_kafka_t *producer_client(struct perf_producer *p, const struct perf_config *cfg)
 {
     char buf[64];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     conf_set(conf, "bootstrap.servers", cfg->bootstrap);
-    conf_set(conf, "client.id", "sluice-perf");
+    snprintf(buf, sizeof buf, "sluice-perf-producer-%d", p->index);
+    conf_set(conf, "client.id", buf);
     conf_set(conf, "acks", cfg->acks);
     conf_set(conf, "compression.codec", cfg->compression);
     conf_set(conf, "message.timeout.ms", "30000");
@@ -747,28 +701,29 @@ static rd_kafka_t *producer_new(struct perf_producer *p, const struct perf_confi
     return client_new(RD_KAFKA_PRODUCER, conf);
 }
 
-/* Fills the one payload buffer with pseudo-random capital letters (compressible about
- * as much as Kafka's own perf tool's payload). */
-static void producer_init(struct perf_producer *p, const struct perf_config *cfg,
-                          struct perf_series *series)
+/* Producer `index` of `count` gets an even share of --rate and --records. */
+static void producer_init(struct perf_producer *p, struct perf_run *run, int index)
 {
+    const struct perf_config *cfg = run->cfg;
     memset(p, 0, sizeof *p);
     p->cfg = cfg;
-    p->series = series;
-    p->rng = now_ns() ^ ((uint64_t)getpid() << 32) ^ UINT64_C(0x9e3779b97f4a7c15);
-    p->run_id = (uint32_t)xorshift64(&p->rng);
+    p->topics = &run->topics;
+    p->run = run;
+    p->index = index;
+    p->run_id = run->run_id;
+    p->rng = perf_seed() + (uint64_t)index * UINT64_C(0x2545f4914f6cdd1d);
+    p->rate = cfg->rate / run->producer_count;
+    p->records = cfg->records / (uint64_t)run->producer_count +
+                 ((uint64_t)index < cfg->records % (uint64_t)run->producer_count);
     p->value = malloc(cfg->record_size ? cfg->record_size : 1);
-    if (!p->value)
-        die("out of memory");
-    for (uint64_t i = 0; i < cfg->record_size; i++)
-        p->value[i] = (unsigned char)('A' + xorshift64(&p->rng) % 26);
-    p->rk = producer_new(p, cfg);
-    /* Before the topic handle exists: its first metadata request would already make a
-     * broker with auto.create.topics.enable create the topic with num.partitions. */
-    if (cfg->create && cfg->partitions > 0)
-        topic_create(p->rk, cfg->topic, cfg->partitions);
-    p->rkt = rd_kafka_topic_new(p->rk, cfg->topic, NULL);
-    p->partitions = topic_wait(p->rk, p->rkt, cfg);
+    p->delivered = calloc((size_t)run->topics.toppars, sizeof *p->delivered);
+    p->rkts = calloc((size_t)run->topics.count, sizeof *p->rkts);
+    if (!p->value || !p->delivered || !p->rkts)
+        perf_die("out of memory");
+    perf_fill_payload(p->value, cfg->record_size, &p->rng);
+    p->rk = producer_client(p, cfg);
+    for (int t = 0; t < run->topics.count; t++)
+        p->rkts[t] = topic_handle(p->rk, run->topics.names[t], t);
 }
 
 /* Sends record `seq` stamped with `stamp` (its intended send time); retries while the
@@ -776,42 +731,42 @@ static void producer_init(struct perf_producer *p, const struct perf_config *cfg
 static bool producer_send(struct perf_producer *p, uint64_t seq, uint64_t stamp)
 {
     const struct perf_config *cfg = p->cfg;
+    const struct perf_topics *tp = p->topics;
+    int t = (int)((seq + (uint64_t)p->index) % (uint64_t)tp->count);
     int32_t partition = RD_KAFKA_PARTITION_UA;
     const void *key = NULL;
     size_t key_len = 0;
-    if (cfg->record_size >= PERF_HEADER_BYTES) {
-        put_u32(p->value, PERF_MAGIC);
-        put_u32(p->value + 4, p->run_id);
-        put_u64(p->value + 8, stamp);
-    }
+    if (cfg->record_size >= PERF_STAMP_BYTES)
+        perf_stamp_put(p->value, p->run_id, stamp);
     if (cfg->key == KEY_ROUND_ROBIN) {
-        put_u64(p->key, seq);
+        perf_put_u64(p->key, seq);
         key = p->key, key_len = PERF_KEY_BYTES;
-        partition = (int32_t)(seq % (uint64_t)p->partitions);
+        partition = (int32_t)((seq / (uint64_t)tp->count) % (uint64_t)tp->partitions[t]);
     } else if (cfg->key == KEY_RANDOM) {
-        put_u64(p->key, xorshift64(&p->rng));
+        perf_put_u64(p->key, perf_xorshift64(&p->rng));
         key = p->key, key_len = PERF_KEY_BYTES;
     }
     for (;;) {
-        if (rd_kafka_produce(p->rkt, partition, RD_KAFKA_MSG_F_COPY, p->value,
+        if (rd_kafka_produce(p->rkts[t], partition, RD_KAFKA_MSG_F_COPY, p->value,
                              (size_t)cfg->record_size, key, key_len,
                              (void *)(uintptr_t)stamp) == 0)
             return true;
         rd_kafka_resp_err_t err = rd_kafka_last_error();
-        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || g_stop) {
             if (p->errors_logged++ < PERF_ERRORS_LOGGED)
                 fprintf(stderr, "sluice-perf: produce failed: %s\n", rd_kafka_err2str(err));
             return false;
         }
         p->queue_full++;
         rd_kafka_poll(p->rk, 1);
+        perf_series_tick(p->series, perf_now_ns());
     }
 }
 
 /* Waits until `target`, serving delivery reports meanwhile. */
 static void producer_wait_until(struct perf_producer *p, uint64_t target)
 {
-    uint64_t now = now_ns();
+    uint64_t now = perf_now_ns();
     if (now >= target)
         return;
     uint64_t left = target - now;
@@ -824,180 +779,391 @@ static void producer_wait_until(struct perf_producer *p, uint64_t target)
     }
 }
 
+/* With --duration the run also ends by the wall clock: a producer that fell behind a
+ * fixed rate stops with the rest of its schedule unsent (counted, not hidden) rather than
+ * making the run as long as the broker's backlog. */
 static bool producer_finished(const struct perf_producer *p, uint64_t measured, uint64_t stamp)
 {
     const struct perf_config *cfg = p->cfg;
     if (g_stop)
         return true;
+    if (cfg->duration_s > 0) {
+        uint64_t end = p->measure_start_ns + perf_seconds_to_ns(cfg->duration_s);
+        return stamp >= end || perf_now_ns() >= end;
+    }
     if (stamp < p->measure_start_ns)
         return false;
-    if (cfg->duration_s > 0)
-        return stamp - p->measure_start_ns >= seconds_to_ns(cfg->duration_s);
-    return measured >= cfg->records;
+    return measured >= p->records;
 }
 
-/* The produce loop: paced by --rate or as fast as librdkafka accepts records. */
-static void producer_run(struct perf_producer *p, uint64_t t0)
+/* Fixed rate with --duration: records whose intended send time fell in the run but that
+ * were never sent because the producer could not keep up. */
+static uint64_t producer_unsent(const struct perf_producer *p, uint64_t sent, double period_ns,
+                                double phase)
 {
-    const struct perf_config *cfg = p->cfg;
-    double period_ns = cfg->rate > 0 ? 1e9 / cfg->rate : 0;
-    uint64_t measured = 0;
-    p->measure_start_ns = t0 + seconds_to_ns(cfg->warmup_s);
-    series_start(p->series, t0, p->measure_start_ns, cfg);
-    for (uint64_t seq = 0;; seq++) {
-        uint64_t stamp = cfg->rate > 0 ? t0 + (uint64_t)((double)seq * period_ns) : now_ns();
-        while (cfg->rate > 0 && !g_stop && now_ns() < stamp) {
+    if (p->rate <= 0 || p->cfg->duration_s <= 0 || g_stop)
+        return 0;
+    uint64_t end = p->measure_start_ns + perf_seconds_to_ns(p->cfg->duration_s);
+    double span = (double)(end - p->t0) - phase;
+    uint64_t scheduled = span > 0 ? (uint64_t)ceil(span / period_ns) : 0;
+    return scheduled > sent ? scheduled - sent : 0;
+}
+
+/* The produce loop: paced by this producer's share of --rate (its stamps offset by a
+ * fraction of a period from the other producers'), or as fast as librdkafka accepts. */
+static void producer_run(struct perf_producer *p, int producer_count)
+{
+    double period_ns = p->rate > 0 ? 1e9 / p->rate : 0;
+    double phase = period_ns * p->index / producer_count;
+    uint64_t measured = 0, seq;
+    for (seq = 0;; seq++) {
+        uint64_t stamp = p->rate > 0 ? p->t0 + (uint64_t)((double)seq * period_ns + phase)
+                                     : perf_now_ns();
+        while (p->rate > 0 && !g_stop && perf_now_ns() < stamp) {
             producer_wait_until(p, stamp);
-            series_tick(p->series, now_ns(), t0);
+            perf_series_tick(p->series, perf_now_ns());
         }
         bool counted = stamp >= p->measure_start_ns;
         if (producer_finished(p, measured, stamp))
             break;
         measured += counted; /* a failed send counts too, so the loop always ends */
         if (!producer_send(p, seq, stamp)) {
-            p->series->errors += counted;
+            perf_series_error(p->series, counted);
             continue;
         }
-        p->sent_all++;
         if (seq % PERF_POLL_EVERY == 0) {
             rd_kafka_poll(p->rk, 0);
-            series_tick(p->series, now_ns(), t0);
+            perf_series_tick(p->series, perf_now_ns());
         }
     }
+    p->unsent = producer_unsent(p, seq, period_ns, phase);
 }
 
-/* Waits for every outstanding delivery report, still printing interval rows. */
-static void producer_drain(struct perf_producer *p, uint64_t t0)
+/* Waits up to --tail for every outstanding delivery report, still handing over interval
+ * rows; then purges what is left (a broker far behind would otherwise make the run as
+ * long as its backlog), and those records count as abandoned, not as errors. */
+static void producer_drain(struct perf_producer *p)
 {
-    uint64_t deadline = now_ns() + seconds_to_ns(60);
-    while (rd_kafka_outq_len(p->rk) > 0 && now_ns() < deadline) {
+    uint64_t deadline = perf_now_ns() + perf_seconds_to_ns(p->cfg->tail_s);
+    while (rd_kafka_outq_len(p->rk) > 0 && perf_now_ns() < deadline) {
         rd_kafka_poll(p->rk, 50);
-        series_tick(p->series, now_ns(), t0);
+        perf_series_tick(p->series, perf_now_ns());
     }
-    if (rd_kafka_outq_len(p->rk) > 0)
-        fprintf(stderr, "sluice-perf: %d records still undelivered after 60 s\n",
-                rd_kafka_outq_len(p->rk));
+    if (rd_kafka_outq_len(p->rk) == 0)
+        return;
+    fprintf(stderr, "sluice-perf: producer %d: %d records unacknowledged %.0f s after the end; "
+            "abandoning them\n", p->index, rd_kafka_outq_len(p->rk), p->cfg->tail_s);
+    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    deadline = perf_now_ns() + perf_seconds_to_ns(PERF_PURGE_WAIT_S);
+    while (rd_kafka_outq_len(p->rk) > 0 && perf_now_ns() < deadline)
+        rd_kafka_poll(p->rk, 50);
 }
 
 static void producer_destroy(struct perf_producer *p)
 {
-    rd_kafka_topic_destroy(p->rkt);
+    for (int t = 0; t < p->topics->count; t++)
+        rd_kafka_topic_destroy(p->rkts[t]);
     rd_kafka_destroy(p->rk);
+    free(p->rkts);
+    free(p->delivered);
     free(p->value);
+    perf_series_free(p->series);
 }
 
 /* ---------------------------------------------------------------- consumer */
 
-static rd_kafka_t *consumer_new(const struct perf_config *cfg, bool eof)
+/* The index of a topic of this run from its name ("NAME" or "NAME-i"), or -1. */
+static int topics_find(const struct perf_topics *tp, const char *name)
 {
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    conf_set(conf, "bootstrap.servers", cfg->bootstrap);
-    conf_set(conf, "client.id", "sluice-perf-consumer");
-    conf_set(conf, "enable.partition.eof", eof ? "true" : "false");
-    /* Metadata for an unknown topic should let the broker auto-create it. */
-    conf_set(conf, "allow.auto.create.topics", "true");
-    conf_extra(conf, cfg);
-    return client_new(RD_KAFKA_CONSUMER, conf);
+    if (tp->count == 1)
+        return strcmp(name, tp->names[0]) ? -1 : 0;
+    const char *dash = strrchr(name, '-');
+    if (!dash)
+        return -1;
+    char *end;
+    long t = strtol(dash + 1, &end, 10);
+    if (*end || t < 0 || t >= tp->count || strcmp(name, tp->names[t]))
+        return -1;
+    return (int)t;
 }
 
-/* Sets up a consumer without a group: the legacy per-partition API started on one
- * queue, from `start` (RD_KAFKA_OFFSET_BEGINNING) or, with start == RD_KAFKA_OFFSET_END,
- * from each partition's high watermark as queried now, so that nothing produced after
- * this call is missed. */
-static void consumer_init(struct perf_consumer *c, const struct perf_config *cfg,
-                          struct perf_series *series, int64_t start)
+static bool membership_group(const struct perf_config *cfg)
 {
+    return cfg->membership == MEMBERSHIP_GROUP;
+}
+
+/* Group membership: before the run starts, partitions assigned to this member start where
+ * the run wants them (the high watermark taken at set-up for e2e, the beginning for
+ * consume) and stay paused, so that nothing is read before every member of every group
+ * has its share. A rebalance after the start resumes from the committed offsets, as for
+ * any group member. Revocation gives the partitions back (and forgets their EOFs: they
+ * come again once a partition is read to its end after the next assignment). */
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    struct perf_consumer *c = opaque;
+    const struct perf_topics *tp = c->topics;
+    bool started = atomic_load(&c->run->started);
+    if (err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        atomic_fetch_sub(&c->run->assigned_total, c->assigned_count);
+        c->assigned_count = 0;
+        memset(c->at_eof, 0, (size_t)tp->toppars * sizeof *c->at_eof);
+        c->eof_count = 0;
+        rd_kafka_assign(rk, NULL);
+        return;
+    }
+    for (int i = 0; i < parts->cnt && !started; i++) {
+        rd_kafka_topic_partition_t *e = &parts->elems[i];
+        int t = topics_find(tp, e->topic);
+        e->offset = RD_KAFKA_OFFSET_BEGINNING;
+        if (t >= 0 && e->partition >= 0 && e->partition < tp->partitions[t])
+            e->offset = tp->start_offsets[tp->base[t] + e->partition];
+    }
+    rd_kafka_assign(rk, parts);
+    if (!started)
+        rd_kafka_pause_partitions(rk, parts);
+    c->assigned_count += parts->cnt;
+    atomic_fetch_add(&c->run->assigned_total, parts->cnt);
+    atomic_fetch_add(&c->assignments, 1);
+}
+
+static rd_kafka_t *consumer_client(struct perf_consumer *c, bool eof)
+{
+    const struct perf_config *cfg = c->cfg;
+    char buf[64];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", cfg->bootstrap);
+    snprintf(buf, sizeof buf, "sluice-perf-consumer-g%d-%d", c->group, c->index);
+    conf_set(conf, "client.id", buf);
+    conf_set(conf, "enable.partition.eof", eof ? "true" : "false");
+    if (membership_group(cfg)) {
+        snprintf(buf, sizeof buf, "sluice-perf-%08x-g%d", c->run->run_id, c->group);
+        conf_set(conf, "group.id", buf);
+        conf_set(conf, "auto.offset.reset", cfg->mode == MODE_E2E ? "latest" : "earliest");
+        rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+        rd_kafka_conf_set_opaque(conf, c);
+    }
+    conf_extra(conf, cfg);
+    rd_kafka_t *rk = client_new(RD_KAFKA_CONSUMER, conf);
+    if (membership_group(cfg))
+        rd_kafka_poll_set_consumer(rk);
+    return rk;
+}
+
+/* Group membership: the member subscribes to its group's topics and the group's assignor
+ * divides them. Returns false when the group reads no topic. */
+static bool consumer_init_member(struct perf_consumer *c)
+{
+    const struct perf_topics *tp = c->topics;
+    c->subscription = rd_kafka_topic_partition_list_new(tp->count);
+    int32_t toppars = 0;
+    for (int t = 0; t < tp->count; t++)
+        if (c->group < perf_groups_of_topic(c->cfg->groups, t)) {
+            rd_kafka_topic_partition_list_add(c->subscription, tp->names[t],
+                                              RD_KAFKA_PARTITION_UA);
+            toppars += tp->partitions[t];
+        }
+    if (c->subscription->cnt == 0)
+        return false;
+    if (c->index == 0)
+        c->run->assignments_needed += toppars;
+    bool eof = c->cfg->mode == MODE_CONSUME && !c->cfg->records_set && c->cfg->duration_s <= 0;
+    c->rk = consumer_client(c, eof);
+    return true;
+}
+
+/* Direct assignment: consumer `index` of group `group` takes every consumers-th partition
+ * of the group's topics, in toppar order, standing in for a group's partition assignor.
+ * Returns false when it was left without partitions. */
+static bool consumer_init(struct perf_consumer *c, struct perf_run *run, int group, int index)
+{
+    const struct perf_config *cfg = run->cfg;
+    const struct perf_topics *tp = &run->topics;
     memset(c, 0, sizeof *c);
     c->cfg = cfg;
-    c->series = series;
-    c->e2e = cfg->mode == MODE_E2E;
-    c->rk = consumer_new(cfg, !c->e2e && !cfg->records_set);
-    c->rkt = rd_kafka_topic_new(c->rk, cfg->topic, NULL);
-    c->partitions = topic_wait(c->rk, c->rkt, cfg);
-    c->start_offsets = calloc((size_t)c->partitions, sizeof *c->start_offsets);
-    c->at_eof = calloc((size_t)c->partitions, sizeof *c->at_eof);
-    if (!c->start_offsets || !c->at_eof)
-        die("out of memory");
-    for (int32_t i = 0; i < c->partitions; i++) {
-        int64_t lo = 0, hi = 0;
-        c->start_offsets[i] = start;
-        if (start != RD_KAFKA_OFFSET_END)
+    c->topics = tp;
+    c->run = run;
+    c->group = group;
+    c->index = index;
+    c->assigned = calloc((size_t)tp->toppars, sizeof *c->assigned);
+    c->at_eof = calloc((size_t)tp->toppars, sizeof *c->at_eof);
+    c->rkts = calloc((size_t)tp->count, sizeof *c->rkts);
+    if (!c->assigned || !c->at_eof || !c->rkts)
+        perf_die("out of memory");
+    if (membership_group(cfg))
+        return consumer_init_member(c);
+    int32_t nth = 0;
+    for (int32_t i = 0; i < tp->toppars; i++) {
+        if (group >= perf_groups_of_topic(cfg->groups, tp->topic_of[i]))
             continue;
-        rd_kafka_resp_err_t err =
-            rd_kafka_query_watermark_offsets(c->rk, cfg->topic, i, &lo, &hi, 10000);
-        if (err)
-            die("watermarks of %s[%d]: %s", cfg->topic, i, rd_kafka_err2str(err));
-        c->start_offsets[i] = hi;
+        if (nth++ % cfg->consumers == index)
+            c->assigned[c->assigned_count++] = i;
+    }
+    if (c->assigned_count == 0)
+        return false;
+    bool eof = cfg->mode == MODE_CONSUME && !cfg->records_set && cfg->duration_s <= 0;
+    c->rk = consumer_client(c, eof);
+    for (int32_t j = 0; j < c->assigned_count; j++) {
+        int t = tp->topic_of[c->assigned[j]];
+        if (!c->rkts[t])
+            c->rkts[t] = topic_handle(c->rk, tp->names[t], t);
     }
     c->queue = rd_kafka_queue_new(c->rk);
+    return true;
 }
 
 static void consumer_start(struct perf_consumer *c)
 {
-    for (int32_t i = 0; i < c->partitions; i++)
-        if (rd_kafka_consume_start_queue(c->rkt, i, c->start_offsets[i], c->queue) != 0)
-            die("consume_start %s[%d]: %s", c->cfg->topic, i,
-                rd_kafka_err2str(rd_kafka_last_error()));
+    const struct perf_topics *tp = c->topics;
+    if (membership_group(c->cfg)) {
+        rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, c->subscription);
+        if (err)
+            perf_die("subscribe (group %d): %s", c->group, rd_kafka_err2str(err));
+        return;
+    }
+    for (int32_t j = 0; j < c->assigned_count; j++) {
+        int32_t i = c->assigned[j];
+        int t = tp->topic_of[i];
+        if (rd_kafka_consume_start_queue(c->rkts[t], i - tp->base[t], tp->start_offsets[i],
+                                         c->queue) != 0)
+            perf_die("consume_start %s[%d]: %s", tp->names[t], i - tp->base[t],
+                     rd_kafka_err2str(rd_kafka_last_error()));
+    }
 }
 
-/* Handles one message or event from the queue. */
-static void consumer_handle(struct perf_consumer *c, const rd_kafka_message_t *m, uint64_t now)
+/* Every member has had an assignment and every group's partitions are held: members
+ * joining one after another cause one rebalance each, and the first assignment of the
+ * last of them belongs to the final generation. */
+static bool consumers_settled(struct perf_run *run)
+{
+    for (int i = 0; i < run->consumer_count; i++)
+        if (atomic_load(&run->consumers[i].assignments) == 0)
+            return false;
+    return atomic_load(&run->assigned_total) == run->assignments_needed;
+}
+
+/* Group membership, before the clock starts: serves the rebalances (from this thread)
+ * until the groups have settled, then lets the members fetch. */
+static void consumers_wait_assigned(struct perf_run *run)
+{
+    uint64_t deadline = perf_now_ns() + perf_seconds_to_ns(PERF_JOIN_WAIT_S);
+    while (!consumers_settled(run)) {
+        if (g_stop || perf_now_ns() > deadline)
+            perf_die("groups not assigned after %.0f s: %d of %d partitions", PERF_JOIN_WAIT_S,
+                     (int)atomic_load(&run->assigned_total), run->assignments_needed);
+        for (int i = 0; i < run->consumer_count; i++) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(run->consumers[i].rk, 10);
+            if (m && !m->err)
+                fprintf(stderr, "sluice-perf: a record arrived before the start; not counted\n");
+            if (m)
+                rd_kafka_message_destroy(m);
+        }
+    }
+    atomic_store(&run->started, true);
+    for (int i = 0; i < run->consumer_count; i++) {
+        rd_kafka_topic_partition_list_t *held = NULL;
+        if (rd_kafka_assignment(run->consumers[i].rk, &held) == 0 && held) {
+            rd_kafka_resume_partitions(run->consumers[i].rk, held);
+            rd_kafka_topic_partition_list_destroy(held);
+        }
+    }
+}
+
+static int32_t consumer_toppar(const struct perf_consumer *c, const rd_kafka_message_t *m)
+{
+    int t = membership_group(c->cfg) ? topics_find(c->topics, rd_kafka_topic_name(m->rkt))
+                                     : (int)(intptr_t)rd_kafka_topic_opaque(m->rkt);
+    if (t < 0 || t >= c->topics->count || m->partition < 0 ||
+        m->partition >= c->topics->partitions[t])
+        return -1;
+    return c->topics->base[t] + m->partition;
+}
+
+/* consume -n: counts `n` records against the group's total and returns how many of them
+ * are within the records asked for. */
+static uint64_t consumer_claim(struct perf_consumer *c, uint64_t n)
+{
+    if (!c->cfg->records_set)
+        return n;
+    uint64_t before = atomic_fetch_add(&c->run->group_consumed[c->group], n);
+    if (before >= c->cfg->records)
+        return 0;
+    return before + n <= c->cfg->records ? n : c->cfg->records - before;
+}
+
+/* Handles one message or event; returns whether it was one of this run's records. */
+static bool consumer_handle(struct perf_consumer *c, const rd_kafka_message_t *m, uint64_t now)
 {
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-        if (m->partition >= 0 && m->partition < c->partitions && !c->at_eof[m->partition]) {
-            c->at_eof[m->partition] = true;
+        int32_t i = consumer_toppar(c, m);
+        if (i >= 0 && !c->at_eof[i]) {
+            c->at_eof[i] = true;
             c->eof_count++;
         }
-        return;
+        return false;
     }
     if (m->err) {
-        c->series->errors++;
+        perf_series_error(c->series, true);
         if (c->errors_logged++ < PERF_ERRORS_LOGGED)
-            fprintf(stderr, "sluice-perf: consume error on %s[%d]: %s\n", c->cfg->topic,
-                    m->partition, rd_kafka_message_errstr(m));
-        return;
+            fprintf(stderr, "sluice-perf: consume error on %s[%d]: %s\n",
+                    m->rkt ? rd_kafka_topic_name(m->rkt) : "-", m->partition,
+                    rd_kafka_message_errstr(m));
+        return false;
     }
-    if (!c->e2e) {
-        if (c->cfg->records_set && c->received_all >= c->cfg->records)
-            return; /* the rest of the last batch: beyond the records asked for */
+    if (c->cfg->mode == MODE_CONSUME) {
+        if (consumer_claim(c, 1) == 0)
+            return false; /* the rest of the last batch: beyond the records asked for */
         c->received_all++;
-        series_add(c->series, m->len + m->key_len, 0, now, true);
-        return;
+        perf_series_add(c->series, m->len + m->key_len, 0, now, true);
+        return true;
     }
-    const unsigned char *v = m->payload;
-    if (m->len < PERF_HEADER_BYTES || get_u32(v) != PERF_MAGIC || get_u32(v + 4) != c->run_id) {
+    uint64_t stamp;
+    if (!perf_stamp_get(m->payload, m->len, c->run->run_id, &stamp)) {
         c->foreign++;
-        return;
+        return false;
     }
     c->received_all++;
-    uint64_t stamp = get_u64(v + 8);
-    series_add(c->series, m->len + m->key_len, now > stamp ? now - stamp : 0, now,
-               stamp >= c->measure_start_ns);
+    perf_series_add(c->series, m->len + m->key_len, now > stamp ? now - stamp : 0, now,
+                    now >= c->run->measure_start_ns);
+    return true;
 }
 
 static bool consumer_finished(struct perf_consumer *c, uint64_t now, uint64_t idle_since)
 {
     const struct perf_config *cfg = c->cfg;
-    bool idle = now - idle_since > seconds_to_ns(cfg->timeout_s);
-    if (c->e2e) {
-        if (!atomic_load(&c->producer_done))
-            return false;
-        return c->received_all >= atomic_load(&c->expected) || idle || g_stop;
+    struct perf_run *run = c->run;
+    bool idle = now - idle_since > perf_seconds_to_ns(cfg->timeout_s);
+    if (cfg->mode == MODE_E2E) {
+        if (!atomic_load(&run->producers_done))
+            return g_stop;
+        uint64_t done_ns = atomic_load(&run->producers_done_ns);
+        bool tail_over = now > done_ns && now - done_ns > perf_seconds_to_ns(cfg->tail_s);
+        return atomic_load(&run->group_received[c->group]) >=
+                   atomic_load(&run->group_expected[c->group]) ||
+               idle || tail_over || g_stop;
     }
     if (g_stop || idle)
         return true;
     if (cfg->records_set)
-        return c->received_all >= cfg->records;
+        return atomic_load(&run->group_consumed[c->group]) >= cfg->records;
     if (cfg->duration_s > 0)
-        return now - c->series->start_ns >= seconds_to_ns(cfg->duration_s);
-    return c->eof_count == c->partitions;
+        return now - run->measure_start_ns >= perf_seconds_to_ns(cfg->duration_s);
+    return c->assigned_count > 0 && c->eof_count >= c->assigned_count;
 }
 
 /* Takes whatever the queue holds, up to a batch, without waiting; if it is empty, waits
  * up to 100 ms for one message. (A batch call with a timeout waits for the batch to
- * fill, which would add up to the timeout to every end-to-end latency.) */
+ * fill, which would add up to the timeout to every end-to-end latency.) A group member
+ * polls its consumer queue, which also serves its rebalances. */
 static ssize_t consumer_fetch(struct perf_consumer *c)
 {
+    if (membership_group(c->cfg)) {
+        ssize_t n = 0;
+        rd_kafka_message_t *m;
+        while (n < PERF_CONSUME_BATCH && (m = rd_kafka_consumer_poll(c->rk, n ? 0 : 100)))
+            c->batch[n++] = m;
+        return n;
+    }
     ssize_t n = rd_kafka_consume_batch_queue(c->queue, 0, c->batch, PERF_CONSUME_BATCH);
     if (n != 0)
         return n;
@@ -1005,56 +1171,229 @@ static ssize_t consumer_fetch(struct perf_consumer *c)
     return c->batch[0] ? 1 : 0;
 }
 
-static void consumer_run(struct perf_consumer *c, uint64_t t0)
+static void consumer_run(struct perf_consumer *c)
 {
-    uint64_t idle_since = now_ns();
+    uint64_t idle_since = perf_now_ns();
     for (;;) {
         ssize_t n = consumer_fetch(c);
-        uint64_t now = now_ns();
+        uint64_t now = perf_now_ns();
         if (n < 0)
-            die("consume: %s", rd_kafka_err2str(rd_kafka_last_error()));
+            perf_die("consume: %s", rd_kafka_err2str(rd_kafka_last_error()));
+        uint64_t ours = 0;
         for (ssize_t i = 0; i < n; i++) {
-            consumer_handle(c, c->batch[i], now);
+            ours += consumer_handle(c, c->batch[i], now);
             rd_kafka_message_destroy(c->batch[i]);
         }
+        if (ours)
+            atomic_fetch_add(&c->run->group_received[c->group], ours);
         if (n > 0)
             idle_since = now;
-        series_tick(c->series, now, t0);
+        perf_series_tick(c->series, now);
         if (consumer_finished(c, now, idle_since))
             break;
     }
-    if (c->e2e && c->received_all < atomic_load(&c->expected))
-        fprintf(stderr, "sluice-perf: e2e: received %" PRIu64 " of %" PRIu64 " records\n",
-                c->received_all, atomic_load(&c->expected));
 }
 
 static void consumer_destroy(struct perf_consumer *c)
 {
-    for (int32_t i = 0; i < c->partitions; i++)
-        rd_kafka_consume_stop(c->rkt, i);
-    rd_kafka_queue_destroy(c->queue);
-    rd_kafka_topic_destroy(c->rkt);
-    rd_kafka_destroy(c->rk);
-    free(c->start_offsets);
+    const struct perf_topics *tp = c->topics;
+    if (c->rk && membership_group(c->cfg)) {
+        rd_kafka_consumer_close(c->rk); /* leaves the group */
+        rd_kafka_destroy(c->rk);
+    } else if (c->rk) {
+        for (int32_t j = 0; j < c->assigned_count; j++) {
+            int32_t i = c->assigned[j];
+            rd_kafka_consume_stop(c->rkts[tp->topic_of[i]], i - tp->base[tp->topic_of[i]]);
+        }
+        rd_kafka_queue_destroy(c->queue);
+        for (int t = 0; t < tp->count; t++)
+            if (c->rkts[t])
+                rd_kafka_topic_destroy(c->rkts[t]);
+        rd_kafka_destroy(c->rk);
+    }
+    if (c->subscription)
+        rd_kafka_topic_partition_list_destroy(c->subscription);
+    free(c->rkts);
+    free(c->assigned);
     free(c->at_eof);
+    perf_series_free(c->series);
 }
 
-struct e2e_thread_arg {
-    struct perf_consumer *consumer;
-    uint64_t t0;
-};
+/* ---------------------------------------------------------------- threads */
 
-static void *consumer_thread(void *arg)
+static void *producer_thread(void *arg)
 {
-    struct e2e_thread_arg *a = arg;
-    consumer_run(a->consumer, a->t0);
+    struct perf_producer *p = arg;
+    producer_run(p, p->run->producer_count);
+    producer_drain(p);
+    perf_series_finish(p->series, perf_now_ns());
+    atomic_fetch_sub(&p->run->producers_running, 1);
     return NULL;
 }
 
-/* ---------------------------------------------------------------- modes */
-
-static void print_header(const struct perf_config *cfg, int32_t partitions)
+static void *consumer_thread(void *arg)
 {
+    struct perf_consumer *c = arg;
+    consumer_run(c);
+    perf_series_finish(c->series, perf_now_ns());
+    atomic_fetch_sub(&c->run->consumers_running, 1);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- a run */
+
+static void run_setup_consumers(struct perf_run *run)
+{
+    const struct perf_config *cfg = run->cfg;
+    run->group_count = (int)ceil(cfg->groups - 1e-9);
+    size_t slots = (size_t)run->group_count * (size_t)cfg->consumers;
+    run->consumers = calloc(slots, sizeof *run->consumers);
+    if (!run->consumers)
+        perf_die("out of memory");
+    for (int g = 0; g < run->group_count; g++)
+        for (int i = 0; i < cfg->consumers; i++) {
+            struct perf_consumer *c = &run->consumers[run->consumer_count];
+            if (consumer_init(c, run, g, i)) {
+                run->consumer_count++;
+                continue;
+            }
+            fprintf(stderr, "sluice-perf: consumer %d of group %d has no partition to read\n",
+                    i, g);
+            consumer_destroy(c);
+        }
+    if (run->consumer_count == 0)
+        perf_die("no consumer has a partition to read");
+}
+
+/* Finds the topics and makes every client before the clock starts, so that connection
+ * and metadata set-up are not measured. */
+static void run_setup(struct perf_run *run, const struct perf_config *cfg)
+{
+    memset(run, 0, sizeof *run);
+    run->cfg = cfg;
+    uint64_t seed = perf_seed();
+    run->run_id = (uint32_t)perf_xorshift64(&seed);
+    topics_setup(&run->topics, cfg);
+    if (cfg->mode == MODE_E2E)
+        topics_query_ends(&run->topics, cfg);
+    if (cfg->mode != MODE_CONSUME) {
+        run->producer_count = cfg->producers;
+        run->producers = calloc((size_t)run->producer_count, sizeof *run->producers);
+        if (!run->producers)
+            perf_die("out of memory");
+        for (int i = 0; i < run->producer_count; i++)
+            producer_init(&run->producers[i], run, i);
+    }
+    if (cfg->mode != MODE_PRODUCE)
+        run_setup_consumers(run);
+}
+
+static void run_start(struct perf_run *run, pthread_t *threads)
+{
+    const struct perf_config *cfg = run->cfg;
+    for (int i = 0; i < run->consumer_count; i++)
+        consumer_start(&run->consumers[i]);
+    if (membership_group(cfg) && run->consumer_count)
+        consumers_wait_assigned(run);
+    run->t0 = perf_now_ns();
+    run->measure_start_ns = run->t0 + (cfg->mode == MODE_CONSUME
+                                       ? 0 : perf_seconds_to_ns(cfg->warmup_s));
+    if (run->producer_count)
+        run->produce_stream = perf_stream_new("produce", true, run->t0, run->measure_start_ns,
+                                              cfg->interval_s);
+    if (run->consumer_count)
+        run->consume_stream = perf_stream_new(cfg->mode == MODE_E2E ? "e2e" : "consume",
+                                              cfg->mode == MODE_E2E, run->t0,
+                                              run->measure_start_ns, cfg->interval_s);
+    atomic_store(&run->producers_running, run->producer_count);
+    atomic_store(&run->consumers_running, run->consumer_count);
+    atomic_store(&run->producers_done, run->producer_count == 0);
+    for (int i = 0; i < run->consumer_count; i++) {
+        struct perf_consumer *c = &run->consumers[i];
+        c->series = perf_series_new(run->consume_stream);
+        if (pthread_create(&threads[i], NULL, consumer_thread, c) != 0)
+            perf_die("pthread_create failed");
+    }
+    for (int i = 0; i < run->producer_count; i++) {
+        struct perf_producer *p = &run->producers[i];
+        p->t0 = run->t0;
+        p->measure_start_ns = run->measure_start_ns;
+        p->series = perf_series_new(run->produce_stream);
+        if (pthread_create(&threads[run->consumer_count + i], NULL, producer_thread, p) != 0)
+            perf_die("pthread_create failed");
+    }
+}
+
+/* Once every producer is done, tells each group how many of this run's records its
+ * topics received, so that its consumers know when they have them all. */
+static void run_producers_done(struct perf_run *run)
+{
+    const struct perf_topics *tp = &run->topics;
+    for (int g = 0; g < run->group_count; g++) {
+        uint64_t expected = 0;
+        for (int32_t i = 0; i < tp->toppars; i++) {
+            if (g >= perf_groups_of_topic(run->cfg->groups, tp->topic_of[i]))
+                continue;
+            for (int k = 0; k < run->producer_count; k++)
+                expected += run->producers[k].delivered[i];
+        }
+        atomic_store(&run->group_expected[g], expected);
+    }
+    atomic_store(&run->producers_done_ns, perf_now_ns());
+    atomic_store(&run->producers_done, true);
+}
+
+static void run_report(struct perf_run *run, bool final)
+{
+    uint64_t now = perf_now_ns();
+    if (run->produce_stream)
+        perf_stream_report(run->produce_stream, now, final);
+    if (run->consume_stream)
+        perf_stream_report(run->consume_stream, now, final);
+}
+
+/* The main thread prints interval rows until every thread is done. */
+static void run_wait(struct perf_run *run, pthread_t *threads)
+{
+    for (;;) {
+        usleep(PERF_REPORT_TICK_US);
+        run_report(run, false);
+        if (!atomic_load(&run->producers_done) && atomic_load(&run->producers_running) == 0)
+            run_producers_done(run);
+        if (atomic_load(&run->producers_done) && atomic_load(&run->consumers_running) == 0)
+            break;
+    }
+    for (int i = 0; i < run->consumer_count + run->producer_count; i++)
+        pthread_join(threads[i], NULL);
+    run_report(run, true);
+}
+
+static void run_free(struct perf_run *run)
+{
+    for (int i = 0; i < run->consumer_count; i++)
+        consumer_destroy(&run->consumers[i]);
+    for (int i = 0; i < run->producer_count; i++)
+        producer_destroy(&run->producers[i]);
+    free(run->consumers);
+    free(run->producers);
+    perf_stream_free(run->produce_stream);
+    perf_stream_free(run->consume_stream);
+    topics_free(&run->topics);
+}
+
+/* ---------------------------------------------------------------- output */
+
+static double groups_per_topic(const struct perf_config *cfg)
+{
+    double sum = 0;
+    for (int t = 0; t < cfg->topics; t++)
+        sum += perf_groups_of_topic(cfg->groups, t);
+    return sum / cfg->topics;
+}
+
+static void print_header(const struct perf_run *run)
+{
+    const struct perf_config *cfg = run->cfg;
     char amount[64];
     if (cfg->duration_s > 0)
         snprintf(amount, sizeof amount, "%.1f s", cfg->duration_s);
@@ -1062,16 +1401,16 @@ static void print_header(const struct perf_config *cfg, int32_t partitions)
         snprintf(amount, sizeof amount, "%" PRIu64 " records", cfg->records);
     else
         snprintf(amount, sizeof amount, "to end of partitions");
-    printf("sluice-perf %s: bootstrap %s, topic %s (%d partitions), %s, librdkafka %s\n",
-           mode_name(cfg->mode), cfg->bootstrap, cfg->topic, partitions, amount,
-           rd_kafka_version_str());
+    printf("sluice-perf %s: bootstrap %s, %d topic(s) %s%s (%d partitions in all), %s, "
+           "librdkafka %s\n", mode_name(cfg->mode), cfg->bootstrap, cfg->topics, cfg->topic,
+           cfg->topics > 1 ? "-*" : "", run->topics.toppars, amount, rd_kafka_version_str());
+    printf("  %d producer(s), %d consumer(s) per group, %.2f group(s) per topic (%d readers, %s)\n",
+           run->producer_count, cfg->consumers, groups_per_topic(cfg), run->consumer_count,
+           membership_group(cfg) ? "group members" : "direct assignment");
     if (cfg->mode != MODE_CONSUME) {
-        char rate[32];
+        char rate[32] = "max", linger[32] = "default", batch[32] = "default";
         if (cfg->rate > 0)
             snprintf(rate, sizeof rate, "%.0f rec/s", cfg->rate);
-        else
-            snprintf(rate, sizeof rate, "max");
-        char linger[32] = "default", batch[32] = "default";
         if (cfg->linger_ms >= 0)
             snprintf(linger, sizeof linger, "%d", cfg->linger_ms);
         if (cfg->batch_size >= 0)
@@ -1083,92 +1422,117 @@ static void print_header(const struct perf_config *cfg, int32_t partitions)
     fflush(stdout);
 }
 
-static int run_produce(const struct perf_config *cfg)
+static void json_config(FILE *f, const struct perf_run *run)
 {
-    struct perf_series *ps = series_new("produce", true);
-    struct perf_producer p;
-    producer_init(&p, cfg, ps);
-    print_header(cfg, p.partitions);
-    uint64_t t0 = now_ns();
-    producer_run(&p, t0);
-    producer_drain(&p, t0);
-    series_print(ps);
-    if (p.queue_full)
-        printf("produce: local queue full %" PRIu64 " times (librdkafka back-pressure)\n",
-               p.queue_full);
-    if (cfg->json_path)
-        json_write(cfg, p.partitions, &ps, 1);
-    int rc = ps->errors || ps->records == 0 ? 1 : 0;
-    producer_destroy(&p);
-    free(ps);
-    return rc;
+    const struct perf_config *cfg = run->cfg;
+    fprintf(f, "  \"config\": {\"bootstrap\": ");
+    perf_json_string(f, cfg->bootstrap);
+    fprintf(f, ", \"topic\": ");
+    perf_json_string(f, cfg->topic);
+    fprintf(f, ", \"topics\": %d, \"partitions\": %d, \"toppars\": %d, \"records\": %" PRIu64
+            ", \"duration_s\": %.3f, \"record_size\": %" PRIu64 ", \"key\": \"%s\", \"acks\": ",
+            cfg->topics, run->topics.partitions[0], run->topics.toppars, cfg->records,
+            cfg->duration_s, cfg->record_size, key_name(cfg->key));
+    perf_json_string(f, cfg->acks);
+    fprintf(f, ", \"compression\": ");
+    perf_json_string(f, cfg->compression);
+    fprintf(f, ", \"linger_ms\": %d, \"batch_size\": %ld, \"rate\": %.0f, \"warmup_s\": %.3f, "
+            "\"interval_s\": %.3f, \"tail_s\": %.3f, \"producers\": %d, "
+            "\"consumers_per_group\": %d, "
+            "\"groups\": %.3f, \"groups_per_topic\": %.4f, \"consumers_total\": %d, "
+            "\"group_membership\": \"%s\"}", cfg->linger_ms, cfg->batch_size,
+            cfg->rate, cfg->warmup_s, cfg->interval_s, cfg->tail_s, run->producer_count,
+            cfg->consumers,
+            cfg->groups, groups_per_topic(cfg), run->consumer_count,
+            membership_group(cfg) ? "consumer groups (subscribe)" : "direct assignment");
 }
 
-static int run_consume(const struct perf_config *cfg)
+static void json_write(const struct perf_run *run, uint64_t lost, uint64_t queue_full,
+                       uint64_t unsent)
 {
-    struct perf_series *cs = series_new("consume", false);
-    struct perf_consumer c;
-    consumer_init(&c, cfg, cs, RD_KAFKA_OFFSET_BEGINNING);
-    print_header(cfg, c.partitions);
-    uint64_t t0 = now_ns();
-    series_start(cs, t0, t0, cfg);
-    consumer_start(&c);
-    consumer_run(&c, t0);
-    series_print(cs);
-    if (cfg->records_set && cs->records < cfg->records)
-        fprintf(stderr, "sluice-perf: consumed %" PRIu64 " of %" PRIu64 " records before the "
-                "%.0f s idle timeout\n", cs->records, cfg->records, cfg->timeout_s);
-    if (cfg->json_path)
-        json_write(cfg, c.partitions, &cs, 1);
-    int rc = cs->errors || cs->records == 0 ||
-             (cfg->records_set && cs->records < cfg->records) ? 1 : 0;
-    consumer_destroy(&c);
-    free(cs);
-    return rc;
-}
-
-static int run_e2e(const struct perf_config *cfg)
-{
-    struct perf_series *ps = series_new("produce", true);
-    struct perf_series *es = series_new("e2e", true);
-    struct perf_consumer c;
-    struct perf_producer p;
-    producer_init(&p, cfg, ps);
-    consumer_init(&c, cfg, es, RD_KAFKA_OFFSET_END);
-    c.run_id = p.run_id;
-    print_header(cfg, p.partitions);
-    consumer_start(&c);
-    uint64_t t0 = now_ns();
-    c.measure_start_ns = t0 + seconds_to_ns(cfg->warmup_s);
-    series_start(es, t0, c.measure_start_ns, cfg);
-    struct e2e_thread_arg arg = {&c, t0};
-    pthread_t tid;
-    if (pthread_create(&tid, NULL, consumer_thread, &arg) != 0)
-        die("pthread_create failed");
-    producer_run(&p, t0);
-    producer_drain(&p, t0);
-    atomic_store(&c.expected, p.delivered_all);
-    atomic_store(&c.producer_done, true);
-    pthread_join(tid, NULL);
-    series_print(ps);
-    series_print(es);
-    uint64_t lost = c.received_all < p.delivered_all ? p.delivered_all - c.received_all : 0;
-    if (lost)
-        printf("e2e: %" PRIu64 " delivered records never consumed\n", lost);
-    if (cfg->json_path) {
-        struct perf_series *both[2] = {ps, es};
-        json_write(cfg, p.partitions, both, 2);
+    const struct perf_config *cfg = run->cfg;
+    FILE *f = fopen(cfg->json_path, "w");
+    if (!f)
+        perf_die("cannot write %s: %s", cfg->json_path, strerror(errno));
+    fprintf(f, "{\n  \"tool\": \"sluice-perf\", \"client\": ");
+    char client[64];
+    snprintf(client, sizeof client, "librdkafka %s", rd_kafka_version_str());
+    perf_json_string(f, client);
+    fprintf(f, ", \"librdkafka\": ");
+    perf_json_string(f, rd_kafka_version_str());
+    uint64_t delivered = 0;
+    for (int i = 0; i < run->producer_count; i++)
+        delivered += run->producers[i].delivered_all;
+    fprintf(f, ", \"mode\": \"%s\", \"delivered\": %" PRIu64 ", \"lost\": %" PRIu64
+            ", \"unsent\": %" PRIu64 ", \"queue_full\": %" PRIu64 ",\n", mode_name(cfg->mode),
+            delivered, lost, unsent, queue_full);
+    json_config(f, run);
+    if (run->produce_stream) {
+        fprintf(f, ",\n");
+        perf_stream_json(run->produce_stream, f);
     }
-    int rc = ps->errors || es->errors || lost || es->records == 0 ? 1 : 0;
-    consumer_destroy(&c);
-    producer_destroy(&p);
-    free(ps);
-    free(es);
-    return rc;
+    if (run->consume_stream) {
+        fprintf(f, ",\n");
+        perf_stream_json(run->consume_stream, f);
+    }
+    fprintf(f, "\n}\n");
+    if (fclose(f) != 0)
+        perf_die("cannot write %s: %s", cfg->json_path, strerror(errno));
+}
+
+/* Prints the summary and writes the JSON; returns the exit status. */
+static int run_summarize(const struct perf_run *run)
+{
+    const struct perf_config *cfg = run->cfg;
+    uint64_t lost = 0, foreign = 0, queue_full = 0, unsent = 0;
+    for (int i = 0; i < run->producer_count; i++) {
+        queue_full += run->producers[i].queue_full;
+        unsent += run->producers[i].unsent + run->producers[i].abandoned;
+    }
+    for (int g = 0; cfg->mode == MODE_E2E && g < run->group_count; g++) {
+        uint64_t expected = atomic_load(&run->group_expected[g]);
+        uint64_t received = atomic_load(&run->group_received[g]);
+        lost += received < expected ? expected - received : 0;
+    }
+    for (int i = 0; i < run->consumer_count; i++)
+        foreign += run->consumers[i].foreign;
+    int rc = 0;
+    if (run->produce_stream) {
+        perf_stream_print(run->produce_stream, stdout);
+        rc |= run->produce_stream->errors || run->produce_stream->records == 0;
+    }
+    if (run->consume_stream) {
+        perf_stream_print(run->consume_stream, stdout);
+        rc |= run->consume_stream->errors || run->consume_stream->records == 0;
+    }
+    if (queue_full)
+        printf("produce: local queue full %" PRIu64 " times (librdkafka back-pressure)\n",
+               queue_full);
+    if (unsent)
+        printf("produce: %" PRIu64 " records never sent or never acknowledged (fixed-rate "
+               "schedule not kept, or abandoned after --tail)\n", unsent);
+    if (lost)
+        printf("e2e: %" PRIu64 " delivered records not consumed by every group reading them "
+               "within %.0f s of the producers' end\n", lost, cfg->tail_s);
+    if (foreign)
+        printf("e2e: %" PRIu64 " records from other runs skipped\n", foreign);
+    if (cfg->mode == MODE_CONSUME && cfg->records_set)
+        for (int g = 0; g < run->group_count; g++)
+            if (atomic_load(&run->group_consumed[g]) < cfg->records) {
+                fprintf(stderr, "sluice-perf: group %d consumed %" PRIu64 " of %" PRIu64
+                        " records before the %.0f s idle timeout\n", g,
+                        (uint64_t)atomic_load(&run->group_consumed[g]), cfg->records,
+                        cfg->timeout_s);
+                rc = 1;
+            }
+    if (cfg->json_path)
+        json_write(run, lost, queue_full, unsent);
+    return rc || lost ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
+    perf_program = "sluice-perf";
     struct perf_config cfg;
     parse_args(&cfg, argc, argv);
     struct sigaction sa = {.sa_handler = on_signal};
@@ -1176,11 +1540,17 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    switch (cfg.mode) {
-    case MODE_PRODUCE: return run_produce(&cfg);
-    case MODE_CONSUME: return run_consume(&cfg);
-    case MODE_E2E: return run_e2e(&cfg);
-    }
-    assert(0 && "unreachable");
-    return 2;
+    static struct perf_run run;
+    run_setup(&run, &cfg);
+    print_header(&run);
+    pthread_t *threads = calloc((size_t)(run.consumer_count + run.producer_count),
+                                sizeof *threads);
+    if (!threads)
+        perf_die("out of memory");
+    run_start(&run, threads);
+    run_wait(&run, threads);
+    int rc = run_summarize(&run);
+    free(threads);
+    run_free(&run);
+    return rc;
 }
