@@ -491,6 +491,22 @@ static bool metadata_start(struct req *r, struct krd *rd)
 	return true;
 }
 
+/* Responses of per-partition APIs: ops are in request order, grouped by the
+ * topic's index in the request. Writes topic t's name and partition count and
+ * returns the first op of the topic; *k moves past its last. */
+static int32_t topic_ops_begin(struct req *r, struct kwr *w, int32_t t, int32_t *k)
+{
+	int32_t start = *k;
+	while (*k < r->nops && r->ops[*k].tindex == t)
+		(*k)++;
+	if (start < r->nops && r->ops[start].tindex == t)
+		kwr_string(w, r->flexible, r->ops[start].name_ptr, r->ops[start].name_len);
+	else
+		kwr_string(w, r->flexible, "", 0);
+	kwr_array(w, r->flexible, *k - start);
+	return start;
+}
+
 /* ---- Produce (0) ------------------------------------------------------------ */
 
 struct produce_state {
@@ -654,15 +670,7 @@ static void produce_finish(struct req *r)
 	kwr_array(w, flex, ps->ntopics);
 	int32_t k = 0;
 	for (int32_t t = 0; t < ps->ntopics; t++) {
-		int32_t start = k;
-		while (k < r->nops && r->ops[k].tindex == t)
-			k++;
-		struct partop *first = start < r->nops ? &r->ops[start] : NULL;
-		if (first && first->tindex == t)
-			kwr_string(w, flex, first->name_ptr, first->name_len);
-		else
-			kwr_string(w, flex, "", 0);
-		kwr_array(w, flex, k - start);
+		int32_t start = topic_ops_begin(r, w, t, &k);
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			kwr_i32(w, op->partition);
@@ -877,14 +885,7 @@ static void fetch_finish(struct req *r)
 	bool any = false;
 	int32_t k = 0;
 	for (int32_t t = 0; t < fs->ntopics; t++) {
-		int32_t start = k;
-		while (k < r->nops && r->ops[k].tindex == t)
-			k++;
-		if (start < r->nops && r->ops[start].tindex == t)
-			kwr_string(w, flex, r->ops[start].name_ptr, r->ops[start].name_len);
-		else
-			kwr_string(w, flex, "", 0);
-		kwr_array(w, flex, k - start);
+		int32_t start = topic_ops_begin(r, w, t, &k);
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			int32_t n = op->rlen;
@@ -991,14 +992,7 @@ static void list_offsets_finish(struct req *r)
 	kwr_array(w, flex, ntopics);
 	int32_t k = 0;
 	for (int32_t t = 0; t < ntopics; t++) {
-		int32_t start = k;
-		while (k < r->nops && r->ops[k].tindex == t)
-			k++;
-		if (start < r->nops && r->ops[start].tindex == t)
-			kwr_string(w, flex, r->ops[start].name_ptr, r->ops[start].name_len);
-		else
-			kwr_string(w, flex, "", 0);
-		kwr_array(w, flex, k - start);
+		int32_t start = topic_ops_begin(r, w, t, &k);
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			kwr_i32(w, op->partition);
@@ -2081,14 +2075,7 @@ static void delete_records_finish(struct req *r)
 	kwr_array(w, flex, ntopics);
 	int32_t k = 0;
 	for (int32_t t = 0; t < ntopics; t++) {
-		int32_t start = k;
-		while (k < r->nops && r->ops[k].tindex == t)
-			k++;
-		if (start < r->nops && r->ops[start].tindex == t)
-			kwr_string(w, flex, r->ops[start].name_ptr, r->ops[start].name_len);
-		else
-			kwr_string(w, flex, "", 0);
-		kwr_array(w, flex, k - start);
+		int32_t start = topic_ops_begin(r, w, t, &k);
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			kwr_i32(w, op->partition);
