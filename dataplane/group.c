@@ -386,27 +386,104 @@ static void value_group(struct kwr *w, const struct group *g, int64_t now)
 	}
 }
 
-/* Build one batch from keys/values encoded back to back in kv, and append.
- * vals[i] < 0 marks a tombstone. */
-static int write_records(struct storecore *sc, struct group *g, struct kwr *kv, const size_t *koff, const size_t *klen,
-			 const size_t *voff, const int64_t *vlen, int32_t n, struct partop *wait_op)
+/* Records for __consumer_offsets, keys and values encoded back to back in
+ * one buffer; every writer (commits, deletions, group metadata) fills one
+ * and appends it as a single batch. A failed allocation latches err. */
+struct recspan {
+	size_t koff, klen, voff;
+	int64_t vlen; /* -1: tombstone */
+};
+
+struct recset {
+	struct kwr kv;
+	struct recspan *s;
+	int32_t n, cap;
+	bool err;
+};
+
+static void recset_init(struct recset *rs)
 {
-	if (n == 0)
-		return 0;
-	struct sluice_record_kv *recs = calloc((size_t)n, sizeof *recs);
+	memset(rs, 0, sizeof *rs);
+	kwr_init(&rs->kv, 1024, 64u << 20);
+}
+
+static void recset_free(struct recset *rs)
+{
+	kwr_free(&rs->kv);
+	free(rs->s);
+}
+
+static struct recspan *recset_next(struct recset *rs)
+{
+	if (rs->n == rs->cap) {
+		int32_t cap = rs->cap ? rs->cap * 2 : 16;
+		struct recspan *n = realloc(rs->s, (size_t)cap * sizeof *n);
+		if (!n) {
+			rs->err = true;
+			return NULL;
+		}
+		rs->s = n;
+		rs->cap = cap;
+	}
+	return &rs->s[rs->n++];
+}
+
+/* An offset record; e NULL-valued (tombstone) when value is false. */
+static void recset_offset(struct recset *rs, const struct group *g, const struct offset_entry *e, bool value)
+{
+	struct recspan *sp = recset_next(rs);
+	if (!sp)
+		return;
+	sp->koff = rs->kv.len;
+	key_offset(&rs->kv, g->id, e->topic, e->partition);
+	sp->klen = rs->kv.len - sp->koff;
+	sp->voff = rs->kv.len;
+	sp->vlen = -1;
+	if (value) {
+		value_offset(&rs->kv, e);
+		sp->vlen = (int64_t)(rs->kv.len - sp->voff);
+	}
+}
+
+static void recset_group(struct recset *rs, const struct group *g, bool value)
+{
+	struct recspan *sp = recset_next(rs);
+	if (!sp)
+		return;
+	sp->koff = rs->kv.len;
+	key_group(&rs->kv, g->id);
+	sp->klen = rs->kv.len - sp->koff;
+	sp->voff = rs->kv.len;
+	sp->vlen = -1;
+	if (value) {
+		value_group(&rs->kv, g, sluice_now_ms());
+		sp->vlen = (int64_t)(rs->kv.len - sp->voff);
+	}
+}
+
+/* Append the set as one batch to the group's partition. wait_op, when
+ * given, is answered once it is committed. Returns 0, or -1 (nothing
+ * written, wait_op not taken). */
+static int recset_write(struct storecore *sc, struct group *g, struct recset *rs, struct partop *wait_op)
+{
+	if (rs->n == 0)
+		return wait_op ? -1 : 0;
+	if (rs->err || rs->kv.err)
+		return -1;
+	struct sluice_record_kv *recs = calloc((size_t)rs->n, sizeof *recs);
 	if (!recs)
 		return -1;
-	for (int32_t i = 0; i < n; i++) {
-		recs[i].key = kv->buf + koff[i];
-		recs[i].key_len = (int32_t)klen[i];
-		recs[i].value = vlen[i] < 0 ? NULL : kv->buf + voff[i];
-		recs[i].value_len = vlen[i] < 0 ? -1 : (int32_t)vlen[i];
+	for (int32_t i = 0; i < rs->n; i++) {
+		recs[i].key = rs->kv.buf + rs->s[i].koff;
+		recs[i].key_len = (int32_t)rs->s[i].klen;
+		recs[i].value = rs->s[i].vlen < 0 ? NULL : rs->kv.buf + rs->s[i].voff;
+		recs[i].value_len = rs->s[i].vlen < 0 ? -1 : (int32_t)rs->s[i].vlen;
 	}
 	struct kwr batch;
 	kwr_init(&batch, 256, 64u << 20);
 	int rc = -1;
 	int16_t err = 0;
-	if (sluice_batch_build(&batch, recs, n, sluice_now_ms()) >= 0) {
+	if (sluice_batch_build(&batch, recs, rs->n, sluice_now_ms()) >= 0) {
 		struct spart *p = sluice_store_partition(sc, SLUICE_OFFSETS_TOPIC, g->partition, &err);
 		if (p)
 			rc = sluice_store_append(sc, p, batch.buf, batch.len, wait_op);
@@ -419,19 +496,11 @@ static int write_records(struct storecore *sc, struct group *g, struct kwr *kv, 
 /* Persist the group's current generation (or its deletion). */
 static int write_group(struct storecore *sc, struct group *g, bool tombstone, struct partop *wait_op)
 {
-	struct kwr kv;
-	kwr_init(&kv, 256, 16u << 20);
-	size_t koff = 0, voff, klen;
-	int64_t vlen = -1;
-	key_group(&kv, g->id);
-	klen = kv.len;
-	voff = kv.len;
-	if (!tombstone) {
-		value_group(&kv, g, sluice_now_ms());
-		vlen = (int64_t)(kv.len - voff);
-	}
-	int rc = kv.err ? -1 : write_records(sc, g, &kv, &koff, &klen, &voff, &vlen, 1, wait_op);
-	kwr_free(&kv);
+	struct recset rs;
+	recset_init(&rs);
+	recset_group(&rs, g, !tombstone);
+	int rc = recset_write(sc, g, &rs, wait_op);
+	recset_free(&rs);
 	return rc;
 }
 
@@ -1271,11 +1340,8 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 	/* Walk the topics: answer per partition, gather the records to write. */
 	struct kwr *w = &op->gout;
 	kwr_init(w, 256, 64u << 20);
-	struct kwr kv;
-	kwr_init(&kv, 1024, 64u << 20);
-	size_t cap = 64, n = 0;
-	size_t *koff = malloc(cap * sizeof *koff), *klen = malloc(cap * sizeof *klen), *voff = malloc(cap * sizeof *voff);
-	int64_t *vlen = malloc(cap * sizeof *vlen);
+	struct recset rs;
+	recset_init(&rs);
 	if (v >= 3)
 		kwr_i32(w, 0);
 	int32_t nt = krd_array(&rd, flex, 2);
@@ -1314,22 +1380,7 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 				free(oe->metadata);
 				oe->metadata = meta.ptr ? kstrdup(meta) : strdup("");
 				oe->commit_ts = now_wall;
-				if (n == cap) {
-					cap *= 2;
-					koff = realloc(koff, cap * sizeof *koff);
-					klen = realloc(klen, cap * sizeof *klen);
-					voff = realloc(voff, cap * sizeof *voff);
-					vlen = realloc(vlen, cap * sizeof *vlen);
-				}
-				if (koff && klen && voff && vlen) {
-					koff[n] = kv.len;
-					key_offset(&kv, g->id, oe->topic, part);
-					klen[n] = kv.len - koff[n];
-					voff[n] = kv.len;
-					value_offset(&kv, oe);
-					vlen[n] = (int64_t)(kv.len - voff[n]);
-					n++;
-				}
+				recset_offset(&rs, g, oe, true);
 			}
 			kwr_i32(w, part);
 			kwr_i16(w, e);
@@ -1343,14 +1394,11 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 	}
 	if (flex)
 		kwr_tags_empty(w);
-	bool waiting = false;
-	if (n && koff && klen && voff && vlen && !kv.err)
-		waiting = write_records(sc, g, &kv, koff, klen, voff, vlen, (int32_t)n, op) == 0;
-	kwr_free(&kv);
-	free(koff);
-	free(klen);
-	free(voff);
-	free(vlen);
+	bool waiting = rs.n > 0 && recset_write(sc, g, &rs, op) == 0;
+	if (rs.n > 0 && !waiting)
+		SLOG_ERR("group", "group %s: offset commit could not be written to %s-%d", g->id, SLUICE_OFFSETS_TOPIC,
+			 g->partition);
+	recset_free(&rs);
 	if (!waiting)
 		reply(sc, op);
 }
@@ -1463,11 +1511,8 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 	kwr_init(w, 128, 64u << 20);
 	kwr_i16(w, gerr);
 	kwr_i32(w, 0);
-	struct kwr kv;
-	kwr_init(&kv, 256, 16u << 20);
-	size_t koff[256], klen[256], voff[256];
-	int64_t vlen[256];
-	int32_t n = 0;
+	struct recset rs;
+	recset_init(&rs);
 	int32_t nt = krd_array(&rd, false, 2);
 	kwr_array(w, false, gerr || nt < 0 ? 0 : nt);
 	for (int32_t t = 0; !gerr && t < nt && !rd.err; t++) {
@@ -1479,21 +1524,16 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 			int32_t part = krd_i32(&rd);
 			int16_t e = g->members ? E_GROUP_SUBSCRIBED_TO_TOPIC : E_NONE;
 			struct offset_entry *oe = !e && topic.ptr ? offset_slot(g, topic.ptr, (size_t)topic.len, part, false) : NULL;
-			if (oe && n < 256) {
-				koff[n] = kv.len;
-				key_offset(&kv, g->id, oe->topic, part);
-				klen[n] = kv.len - koff[n];
-				voff[n] = kv.len;
-				vlen[n] = -1;
-				n++;
+			if (oe) {
+				recset_offset(&rs, g, oe, false);
 				offset_delete(g, oe);
 			}
 			kwr_i32(w, part);
 			kwr_i16(w, e);
 		}
 	}
-	bool waiting = n && !kv.err && write_records(sc, g, &kv, koff, klen, voff, vlen, n, op) == 0;
-	kwr_free(&kv);
+	bool waiting = rs.n > 0 && recset_write(sc, g, &rs, op) == 0;
+	recset_free(&rs);
 	if (!waiting)
 		reply(sc, op);
 }
@@ -1504,37 +1544,14 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
  * (if any) is answered once they are committed. Returns whether it waits. */
 static bool delete_group_records_wait(struct storecore *sc, struct group *g, struct partop *wait_op)
 {
-	struct kwr kv;
-	kwr_init(&kv, 1024, 64u << 20);
-	uint32_t n = g->off_n + 1, i = 0;
-	size_t *koff = calloc(n, sizeof *koff), *klen = calloc(n, sizeof *klen), *voff = calloc(n, sizeof *voff);
-	int64_t *vlen = calloc(n, sizeof *vlen);
-	bool waiting = false;
-	if (koff && klen && voff && vlen) {
-		for (uint32_t k = 0; k < g->off_cap; k++) {
-			struct offset_entry *e = &g->offsets[k];
-			if (!e->topic || i >= n - 1)
-				continue;
-			koff[i] = kv.len;
-			key_offset(&kv, g->id, e->topic, e->partition);
-			klen[i] = kv.len - koff[i];
-			voff[i] = kv.len;
-			vlen[i] = -1;
-			i++;
-		}
-		koff[i] = kv.len;
-		key_group(&kv, g->id);
-		klen[i] = kv.len - koff[i];
-		voff[i] = kv.len;
-		vlen[i] = -1;
-		i++;
-		waiting = !kv.err && write_records(sc, g, &kv, koff, klen, voff, vlen, (int32_t)i, wait_op) == 0 && wait_op;
-	}
-	free(koff);
-	free(klen);
-	free(voff);
-	free(vlen);
-	kwr_free(&kv);
+	struct recset rs;
+	recset_init(&rs);
+	for (uint32_t k = 0; k < g->off_cap; k++)
+		if (g->offsets[k].topic)
+			recset_offset(&rs, g, &g->offsets[k], false);
+	recset_group(&rs, g, false);
+	bool waiting = recset_write(sc, g, &rs, wait_op) == 0 && wait_op;
+	recset_free(&rs);
 	return waiting;
 }
 
