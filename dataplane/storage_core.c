@@ -7,6 +7,7 @@
 #include "dataplane/core.h"
 #include "common/kafka/batch.h"
 #include "dataplane/group.h"
+#include "storage/extent.h"
 #include "storage/plog.h"
 #include <assert.h>
 #include <errno.h>
@@ -74,6 +75,8 @@ struct sstate {
 	int32_t fds_max;
 	int64_t fds_est; /* open descriptors, exact after fd_budget, estimated between */
 	struct sluice_plog_cfg plog_cfg;
+	struct sluice_pool *pool; /* extents: the partitions' tails and the read cache */
+	int64_t next_stats_ms;
 };
 
 static uint64_t hash_tp(const char *t, int32_t p)
@@ -686,7 +689,7 @@ static void submit_writes(struct storecore *sc)
 	while (*pp) {
 		struct spart *p = *pp;
 		if (sluice_plog_write_pending(p->log)) {
-			if (io_uring_sq_space_left(&sc->ring) < 2)
+			if (io_uring_sq_space_left(&sc->ring) < SLUICE_PLOG_WRITE_SQES_MAX + 1)
 				io_uring_submit(&sc->ring);
 			if (sluice_plog_submit_write(p->log, &sc->ring) < 0) {
 				pp = &p->dirty_next;
@@ -718,21 +721,22 @@ static int cmp_last_used(const void *a, const void *b)
 	return x->last_used_ms < y->last_used_ms ? -1 : x->last_used_ms > y->last_used_ms;
 }
 
-/* Keep open descriptors under this core's budget: the partitions idle the
- * longest give theirs back (reopened on their next use). */
-/* Keep descriptors and tail-cache memory within this core's budgets. */
+/* Keep open descriptors under this core's budget, and extent memory within
+ * sluice.cache.bytes.max: the partitions idle the longest give back their
+ * descriptors (reopened on their next use) and, when the pool had to
+ * allocate past its budget, hand their tails to the cache, which then
+ * evicts least recently used extents. */
 static void fd_budget(struct storecore *sc)
 {
 	struct sstate *st = sc->state;
-	int64_t open_fds = 0, cache = 0;
-	int64_t cache_max = sc->b->cfg.cache_bytes_max / sc->b->store_n;
+	struct sluice_pool *pool = st->pool;
+	int64_t open_fds = 0;
 	for (uint32_t i = 0; i < st->table_cap; i++)
-		if (st->table[i]) {
+		if (st->table[i])
 			open_fds += sluice_plog_open_fds(st->table[i]->log);
-			cache += (int64_t)sluice_plog_cache_bytes(st->table[i]->log);
-		}
 	st->fds_est = open_fds;
-	if (open_fds <= st->fds_max && cache <= cache_max)
+	bool over = sluice_pool_over_budget(pool);
+	if (open_fds <= st->fds_max && !over)
 		return;
 	struct spart **idle = malloc(st->count * sizeof *idle);
 	if (!idle)
@@ -743,14 +747,14 @@ static void fd_budget(struct storecore *sc)
 		if (p && !p->dirty && !p->wait_head)
 			idle[n++] = p;
 	}
-	/* Least recently used first: descriptors, then tail-cache memory. */
+	/* Least recently used first. */
 	qsort(idle, n, sizeof *idle, cmp_last_used);
 	if (open_fds > st->fds_max)
 		for (uint32_t i = 0; i < n && open_fds > st->fds_max * 3 / 4; i++)
 			open_fds -= sluice_plog_release_fds(idle[i]->log);
-	if (cache > cache_max)
-		for (uint32_t i = 0; i < n && cache > cache_max * 3 / 4; i++)
-			cache -= (int64_t)sluice_plog_release_cache(idle[i]->log);
+	for (uint32_t i = 0; i < n && sluice_pool_over_budget(pool); i++)
+		if (sluice_plog_release_cache(idle[i]->log))
+			sluice_pool_trim(pool);
 	st->fds_est = open_fds;
 	free(idle);
 }
@@ -762,6 +766,17 @@ static void housekeeping(struct storecore *sc, int64_t now)
 	if (now >= st->next_fd_check_ms) {
 		st->next_fd_check_ms = now + 200;
 		fd_budget(sc);
+	}
+	if (now >= st->next_stats_ms) {
+		st->next_stats_ms = now + 60000;
+		struct sluice_pool_stats ps;
+		sluice_pool_get_stats(st->pool, &ps);
+		if (ps.hits + ps.misses)
+			SLOG_DEBUG("storage", "storage core %d extents: %zu of %zu bytes allocated (%u registered), "
+					      "%zu cached; reads %" PRIu64 " hits %" PRIu64 " misses, %" PRIu64
+					      " evictions, %" PRIu64 " past budget",
+				   sc->id, ps.bytes_allocated, ps.bytes_budget, ps.registered, ps.bytes_cached, ps.hits,
+				   ps.misses, ps.evictions, ps.unbudgeted);
 	}
 	if (cfg->log_flush_interval_ms >= 0 && now >= st->next_flush_ms) {
 		int64_t step = cfg->log_flush_interval_ms > 0 ? cfg->log_flush_interval_ms : 10;
@@ -923,6 +938,8 @@ static void *storage_main(void *arg)
 		sluice_plog_close(p->log);
 		p->log = NULL;
 	}
+	sluice_pool_destroy(st->pool);
+	st->pool = NULL;
 	return NULL;
 }
 
@@ -957,6 +974,13 @@ int sluice_storage_core_start(struct storecore *sc)
 	sc->efd = eventfd(0, EFD_CLOEXEC);
 	if (sc->efd < 0 || io_uring_queue_init(SLUICE_URING_ENTRIES, &sc->ring, 0) < 0)
 		return -1;
+	/* The extent pool: the tail write buffers and read cache of this core's
+	 * partitions, registered with its ring. */
+	st->pool = sluice_pool_new(SLUICE_PLOG_CHUNK_BYTES_DEFAULT, (size_t)(cfg->cache_bytes_max / sc->b->store_n),
+				   &sc->ring);
+	if (!st->pool)
+		return -1;
+	st->plog_cfg.pool = st->pool;
 	if (pthread_create(&sc->thread, NULL, storage_main, sc) != 0)
 		return -1;
 	sluice_core_pin(sc->b, sc->thread, sc->b->net_n + sc->id);

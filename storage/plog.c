@@ -1,7 +1,8 @@
 /* Partition log implementation (see plog.h): segments, sparse offset and
- * time indexes, the O_DIRECT write path with its aligned tail chunk, reads,
- * and crash recovery by scanning and truncating. */
+ * time indexes, the O_DIRECT write path from the tail extents, reads through
+ * the extent cache, and crash recovery by scanning and truncating. */
 #include "storage/plog.h"
+#include "storage/extent.h"
 #include "common/crc32c.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
@@ -17,9 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#define PREALLOC_STEP_MIN (1ll << 20)
+#define PREALLOC_STEP_MAX (64ll << 20)
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
 #define SCAN_BUF_BYTES (4u << 20)
 #define PLOG_DECOMPRESS_MAX (64u << 20) /* a batch inflating past this is not searched */
@@ -38,7 +42,8 @@ struct segment {
 	int64_t size;        /* logical bytes (appended, whether written or not) */
 	int64_t next_offset; /* offset after the last batch */
 	int64_t max_ts;
-	int fd_read;         /* buffered, opened on demand */
+	int fd_read;         /* buffered, opened on demand (scans, compaction) */
+	int fd_direct;       /* O_DIRECT, opened on demand for cold reads into the cache */
 	struct idx_entry *idx;
 	uint32_t idx_n, idx_cap;
 	struct tidx_entry *tidx;
@@ -48,14 +53,6 @@ struct segment {
 	int64_t max_ts_offset; /* last offset of the batch holding max_ts, -1: none */
 };
 
-/* An aligned buffer mirroring file bytes [file_off, file_off + cap). */
-struct chunk {
-	uint8_t *buf;
-	size_t cap;
-	int64_t file_off;
-	int refs; /* one as cur/prev, one per write in flight */
-};
-
 struct sluice_plog {
 	char dir[PATH_BYTES - 64];
 	struct sluice_plog_cfg cfg;
@@ -63,17 +60,31 @@ struct sluice_plog {
 	struct segment *segs;
 	uint32_t seg_n, seg_cap;
 	int fd_write; /* active segment, O_DIRECT where allowed */
-	struct chunk *cur, *prev;
+	int fd_slot;  /* fd_write's slot among the ring's registered files, -1: none */
+	struct sluice_pool *pool; /* the storage core's, or this log's own */
+	bool pool_owned;
+	int64_t ext_bytes;
+	/* The active segment's tail: consecutive extents from the one holding
+	 * align_down(submitted_end) to the one holding size, so everything not
+	 * yet written is in memory (at most segment.bytes / ext_bytes + 1). */
+	struct sluice_extent **tail;
+	uint32_t tail_n, tail_cap;
+	struct iovec *iov; /* a write spanning more extents than SQEs allowed */
+	uint32_t iov_cap;
 	int64_t leo;          /* next offset to assign */
 	int64_t hw;           /* next offset after committed data */
 	int64_t committed_pos; /* byte position in the active segment matching hw */
 	int64_t log_start;
 	int64_t submitted_end; /* active segment position covered by submitted writes */
 	bool write_inflight, fsync_inflight, fsync_linked;
-	struct chunk *inflight_chunk;
+	int inflight_parts;    /* write SQEs of the group commit not yet completed */
+	int inflight_err;      /* first error among them */
+	int64_t inflight_done; /* bytes they completed */
 	int64_t inflight_end_pos, inflight_end_offset;
-	int inflight_len; /* bytes the write in flight must complete */
+	int64_t inflight_len; /* bytes the write in flight must complete */
 	int64_t unflushed_messages;
+	int64_t prealloc_end; /* the active segment file's size (ahead of the data) */
+	bool prealloc_refused;
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
 	bool failed;
@@ -99,31 +110,35 @@ static void seg_path(const struct sluice_plog *l, int64_t base, const char *ext,
 static int64_t align_down(int64_t v) { return v & ~(int64_t)(SLUICE_PLOG_BLOCK - 1); }
 static int64_t align_up(int64_t v) { return align_down(v + SLUICE_PLOG_BLOCK - 1); }
 
-static struct chunk *chunk_new(size_t cap, int64_t file_off)
+static int64_t ext_floor(const struct sluice_plog *l, int64_t pos) { return pos - pos % l->ext_bytes; }
+
+/* The tail extent mirroring the extent that starts at file_off, or NULL. */
+static struct sluice_extent *tail_at(const struct sluice_plog *l, int64_t file_off)
 {
-	assert(cap % SLUICE_PLOG_BLOCK == 0 && file_off % SLUICE_PLOG_BLOCK == 0);
-	struct chunk *c = calloc(1, sizeof *c);
-	if (!c)
+	if (!l->tail_n || file_off < l->tail[0]->file_off)
 		return NULL;
-	if (posix_memalign((void **)&c->buf, SLUICE_PLOG_BLOCK, cap) != 0) {
-		free(c);
-		return NULL;
-	}
-	c->cap = cap;
-	c->file_off = file_off;
-	c->refs = 1;
-	return c;
+	uint64_t i = (uint64_t)(file_off - l->tail[0]->file_off) / (uint64_t)l->ext_bytes;
+	return i < l->tail_n ? l->tail[i] : NULL;
 }
 
-static void chunk_put(struct chunk *c)
+/* Hand a tail extent of segment seg_base to the read cache (its bytes
+ * [lo, hi) are final) and drop the tail's reference. */
+static void extent_retire(struct sluice_plog *l, struct sluice_extent *e, int64_t seg_base, bool cache)
 {
-	if (!c)
-		return;
-	assert(c->refs > 0);
-	if (--c->refs == 0) {
-		free(c->buf);
-		free(c);
+	if (cache && e->hi > e->lo) {
+		e->owner = l;
+		e->seg_base = seg_base;
+		sluice_cache_insert(l->pool, e);
 	}
+	sluice_extent_put(e);
+}
+
+/* Let go of the whole tail (nothing may be unwritten or in flight). */
+static void tail_release(struct sluice_plog *l, int64_t seg_base, bool cache)
+{
+	for (uint32_t i = 0; i < l->tail_n; i++)
+		extent_retire(l, l->tail[i], seg_base, cache);
+	l->tail_n = 0;
 }
 
 static bool seg_add_index(struct segment *s, int64_t offset, int64_t position)
@@ -187,10 +202,12 @@ static void seg_free(struct segment *s)
 {
 	if (s->fd_read >= 0)
 		close(s->fd_read);
+	if (s->fd_direct >= 0)
+		close(s->fd_direct);
 	free(s->idx);
 	free(s->tidx);
 	memset(s, 0, sizeof *s);
-	s->fd_read = -1;
+	s->fd_read = s->fd_direct = -1;
 }
 
 static int seg_fd_read(struct sluice_plog *l, struct segment *s)
@@ -204,6 +221,23 @@ static int seg_fd_read(struct sluice_plog *l, struct segment *s)
 			(void)posix_fadvise(s->fd_read, 0, 0, POSIX_FADV_SEQUENTIAL);
 	}
 	return s->fd_read;
+}
+
+/* An O_DIRECT descriptor for cold reads into the cache: the active
+ * segment's write descriptor, or one opened on demand; -1 where the
+ * filesystem refuses O_DIRECT (reads then go through the page cache). */
+static int seg_fd_direct(struct sluice_plog *l, struct segment *s)
+{
+	if (!l->cfg.direct_io)
+		return -1;
+	if (s == &l->segs[l->seg_n - 1] && l->fd_write >= 0)
+		return l->fd_write;
+	if (s->fd_direct < 0) {
+		char p[PATH_BYTES];
+		seg_path(l, s->base_offset, ".log", p);
+		s->fd_direct = open(p, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	}
+	return s->fd_direct;
 }
 
 /* Write the in-memory indexes in Kafka's format (big-endian, relative offsets). */
@@ -345,6 +379,32 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 	free(buf);
 	s->size = pos;
 	return pos;
+}
+
+/* Whether file bytes [pos, size) are all zeros: the written part checked
+ * byte by byte (at most ZERO_CHECK_BYTES of it), the rest a hole or
+ * preallocated, unwritten space (which reads as zeros). */
+#define ZERO_CHECK_BYTES (64 << 20)
+static bool preallocated_zeros(int fd, int64_t pos, int64_t size)
+{
+	off_t hole = lseek(fd, pos, SEEK_HOLE);
+	int64_t written_end = hole < 0 || hole > size ? size : (int64_t)hole;
+	if (written_end < size && lseek(fd, written_end, SEEK_DATA) >= 0)
+		return false; /* written data after the hole */
+	if (written_end - pos > ZERO_CHECK_BYTES)
+		return false;
+	uint8_t buf[65536];
+	while (pos < written_end) {
+		size_t want = (size_t)(written_end - pos < (int64_t)sizeof buf ? written_end - pos : (int64_t)sizeof buf);
+		ssize_t got = pread(fd, buf, want, pos);
+		if (got <= 0)
+			return false;
+		for (ssize_t i = 0; i < got; i++)
+			if (buf[i])
+				return false;
+		pos += got;
+	}
+	return true;
 }
 
 /* Load a closed segment's offset index from disk when it looks sane. */
@@ -510,20 +570,40 @@ static int fd_write_open(struct sluice_plog *l)
 		l->cfg.direct_io = false;
 		l->fd_write = open(p, flags, 0644);
 	}
-	return l->fd_write < 0 ? -1 : 0;
+	if (l->fd_write < 0)
+		return -1;
+	l->fd_slot = sluice_pool_file_register(l->pool, l->fd_write);
+	return 0;
+}
+
+static void fd_write_close(struct sluice_plog *l)
+{
+	sluice_pool_file_unregister(l->pool, l->fd_slot);
+	l->fd_slot = -1;
+	close(l->fd_write);
+	l->fd_write = -1;
+}
+
+/* The descriptor an SQE names: the registered slot where there is one. */
+static void sqe_set_file(const struct sluice_plog *l, struct io_uring_sqe *sqe)
+{
+	if (l->fd_slot >= 0) {
+		sqe->fd = l->fd_slot;
+		sqe->flags |= IOSQE_FIXED_FILE;
+	}
 }
 
 int sluice_plog_open_fds(const struct sluice_plog *l)
 {
 	int n = l->fd_write >= 0;
 	for (uint32_t i = 0; i < l->seg_n; i++)
-		n += l->segs[i].fd_read >= 0;
+		n += (l->segs[i].fd_read >= 0) + (l->segs[i].fd_direct >= 0);
 	return n;
 }
 
 size_t sluice_plog_cache_bytes(const struct sluice_plog *l)
 {
-	return (l->cur ? l->cur->cap : 0) + (l->prev ? l->prev->cap : 0);
+	return (size_t)l->tail_n * (size_t)l->ext_bytes;
 }
 
 size_t sluice_plog_release_cache(struct sluice_plog *l)
@@ -531,9 +611,7 @@ size_t sluice_plog_release_cache(struct sluice_plog *l)
 	if (l->write_inflight || l->fsync_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
 	size_t n = sluice_plog_cache_bytes(l);
-	chunk_put(l->cur);
-	chunk_put(l->prev);
-	l->cur = l->prev = NULL;
+	tail_release(l, l->segs[l->seg_n - 1].base_offset, true);
 	return n;
 }
 
@@ -544,21 +622,27 @@ int sluice_plog_release_fds(struct sluice_plog *l)
 	int n = 0;
 	if (l->fd_write >= 0) {
 		/* No sync needed: fdatasync on a later descriptor covers the file. */
-		close(l->fd_write);
-		l->fd_write = -1;
+		fd_write_close(l);
 		n++;
 	}
-	for (uint32_t i = 0; i < l->seg_n; i++)
-		if (l->segs[i].fd_read >= 0) {
-			close(l->segs[i].fd_read);
-			l->segs[i].fd_read = -1;
+	for (uint32_t i = 0; i < l->seg_n; i++) {
+		struct segment *s = &l->segs[i];
+		if (s->fd_read >= 0) {
+			close(s->fd_read);
+			s->fd_read = -1;
 			n++;
 		}
+		if (s->fd_direct >= 0) {
+			close(s->fd_direct);
+			s->fd_direct = -1;
+			n++;
+		}
+	}
 	return n;
 }
 
 /* Open the active segment for direct writes; its partial tail block is
- * loaded into a chunk on the first append. */
+ * loaded into a tail extent on the first append. */
 static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 {
 	struct segment *s = active(l);
@@ -579,13 +663,16 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 		snprintf(err, errlen, "truncate %s: %s", p, strerror(errno));
 		return -1;
 	}
-	/* Reserve the segment's extent up front (the size stays the true
-	 * length, so recovery is unaffected); refusal is not an error. */
-	if (l->cfg.preallocate && l->cfg.segment_bytes > s->size)
-		(void)fallocate(l->fd_write, FALLOC_FL_KEEP_SIZE, 0, l->cfg.segment_bytes);
-	/* The tail chunk is allocated on the first append, so an idle
-	 * partition costs no chunk memory. */
-	l->cur = NULL;
+	/* log.preallocate: the whole segment up front, as Kafka does (the file
+	 * is cut to its true length when it closes); otherwise preallocation
+	 * follows the writes (prealloc_ahead). Refusal is not an error. */
+	l->prealloc_end = s->size;
+	if (l->cfg.preallocate && l->cfg.segment_bytes > s->size &&
+	    fallocate(l->fd_write, 0, s->size, l->cfg.segment_bytes - s->size) == 0)
+		l->prealloc_end = l->cfg.segment_bytes;
+	/* Tail extents are taken on the first append, so an idle partition
+	 * holds no buffer. */
+	assert(l->tail_n == 0);
 	l->submitted_end = s->size;
 	l->committed_pos = s->size;
 	return 0;
@@ -597,7 +684,7 @@ static int create_segment(struct sluice_plog *l, int64_t base)
 		return -ENOMEM;
 	struct segment *s = &l->segs[l->seg_n++];
 	memset(s, 0, sizeof *s);
-	s->fd_read = -1;
+	s->fd_read = s->fd_direct = -1;
 	s->base_offset = base;
 	s->next_offset = base;
 	s->max_ts = -1;
@@ -642,14 +729,28 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	if (l->cfg.chunk_bytes < SLUICE_PLOG_BLOCK * 4)
 		l->cfg.chunk_bytes = SLUICE_PLOG_CHUNK_BYTES_DEFAULT;
 	l->cfg.chunk_bytes = (size_t)align_up((int64_t)l->cfg.chunk_bytes);
+	l->pool = cfg->pool;
+	if (!l->pool) {
+		/* No storage core to share one with (tools, tests): a small private
+		 * pool; appends past it still get buffers, freed after use. */
+		l->pool = sluice_pool_new(l->cfg.chunk_bytes, 4 * l->cfg.chunk_bytes, NULL);
+		l->pool_owned = true;
+		if (!l->pool) {
+			snprintf(err, errlen, "out of memory");
+			free(l);
+			return -1;
+		}
+	}
+	l->ext_bytes = (int64_t)sluice_pool_extent_bytes(l->pool);
 	l->hooks = *hooks;
 	l->fd_write = -1;
+	l->fd_slot = -1;
 	l->recovery_point = read_recovery_point(dir);
 	int64_t *bases = NULL;
 	uint32_t nbase = 0;
 	if (list_segments(dir, &bases, &nbase) < 0) {
 		snprintf(err, errlen, "list %s: %s", dir, strerror(errno));
-		free(l);
+		sluice_plog_close(l);
 		return -1;
 	}
 	struct sluice_plog_recovery dummy;
@@ -695,7 +796,13 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 			}
 			if (valid < st.st_size) {
 				rec->bytes_truncated += st.st_size - valid;
-				if (need_crc || !clean)
+				if (preallocated_zeros(fd, valid, st.st_size))
+					/* Space preallocated past the data (a stop before the
+					 * segment was closed): nothing was lost. */
+					SLOG_INFO("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes: "
+							     "only zeros (preallocated space) past the last batch",
+						  dir, bases[i], (long long)st.st_size, (long long)valid);
+				else if (need_crc || !clean)
 					SLOG_WARN("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes",
 						  dir, bases[i], (long long)st.st_size, (long long)valid);
 				char p[PATH_BYTES];
@@ -710,7 +817,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	free(bases);
 	if (l->seg_n == 0 && create_segment(l, 0) < 0) {
 		snprintf(err, errlen, "out of memory");
-		free(l);
+		sluice_plog_close(l);
 		return -1;
 	}
 	l->log_start = l->segs[0].base_offset;
@@ -745,32 +852,47 @@ static void advance_commit(struct sluice_plog *l, int64_t end_pos, int64_t end_o
 		l->hooks.committed(l, l->hooks.arg);
 }
 
+/* Zero the padding of the last block of a write ending at end (an O_DIRECT
+ * write is whole blocks; recovery reads zeros past the last batch). */
+static void tail_pad(struct sluice_plog *l, int64_t size, int64_t end)
+{
+	if (end <= size)
+		return;
+	struct sluice_extent *e = tail_at(l, ext_floor(l, size - 1 < 0 ? 0 : size - 1));
+	if (size % l->ext_bytes == 0)
+		return; /* the write ends at an extent boundary: nothing to pad */
+	assert(e && end <= e->file_off + l->ext_bytes);
+	memset(e->buf + (size - e->file_off), 0, (size_t)(end - size));
+}
+
 /* Synchronously write [align_down(submitted_end), size) and mark it
  * committed. Used only at segment roll and close, with no write in flight. */
 static int write_sync(struct sluice_plog *l)
 {
 	struct segment *s = active(l);
 	assert(!l->write_inflight);
-	if (s->size > l->submitted_end || l->committed_pos < s->size) {
-		int64_t start = align_down(l->committed_pos < l->submitted_end ? l->committed_pos : l->submitted_end);
-		int64_t end = align_up(s->size);
-		assert(start >= l->cur->file_off && end <= l->cur->file_off + (int64_t)l->cur->cap);
-		memset(l->cur->buf + (s->size - l->cur->file_off), 0, (size_t)(end - s->size));
-		int64_t done = 0;
-		while (start + done < end) {
-			ssize_t w = pwrite(l->fd_write, l->cur->buf + (start - l->cur->file_off) + done,
-					   (size_t)(end - start - done), start + done);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				SLOG_ERR("storage", "%s: write failed: %s", l->dir, strerror(errno));
-				l->failed = true;
-				return -EIO;
-			}
-			done += w;
+	/* Bytes submitted earlier were written (only an fdatasync may have been
+	 * missing, and the caller syncs next). */
+	if (s->size <= l->submitted_end)
+		return 0;
+	int64_t start = align_down(l->submitted_end);
+	int64_t end = l->cfg.direct_io ? align_up(s->size) : s->size;
+	tail_pad(l, s->size, end);
+	for (int64_t pos = start; pos < end;) {
+		struct sluice_extent *e = tail_at(l, ext_floor(l, pos));
+		assert(e && e->lo <= pos); /* the tail holds everything not yet written */
+		int64_t stop = e->file_off + l->ext_bytes < end ? e->file_off + l->ext_bytes : end;
+		ssize_t w = pwrite(l->fd_write, e->buf + (pos - e->file_off), (size_t)(stop - pos), pos);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			SLOG_ERR("storage", "%s: write failed: %s", l->dir, strerror(w < 0 ? errno : EIO));
+			l->failed = true;
+			return -EIO;
 		}
-		l->submitted_end = s->size;
+		pos += w;
 	}
+	l->submitted_end = s->size;
 	return 0;
 }
 
@@ -799,16 +921,13 @@ static int roll(struct sluice_plog *l)
 	if (l->committed_pos < s->size || l->hw < l->leo)
 		advance_commit(l, s->size, l->leo);
 	seg_write_indexes(l, s);
-	close(l->fd_write);
-	l->fd_write = -1;
+	fd_write_close(l);
 	l->unflushed_messages = 0;
 	write_recovery_point(l, l->leo);
+	/* The closed segment's tail stays readable from the cache. */
+	tail_release(l, s->base_offset, true);
 	if (create_segment(l, l->leo) < 0)
 		return -ENOMEM;
-	chunk_put(l->prev);
-	l->prev = NULL;
-	chunk_put(l->cur);
-	l->cur = NULL;
 	char err[256];
 	if (open_active(l, err, sizeof err) < 0) {
 		SLOG_ERR("storage", "%s: roll failed: %s", l->dir, err);
@@ -820,40 +939,72 @@ static int roll(struct sluice_plog *l)
 	return 0;
 }
 
-/* Make room in the tail chunk for len more bytes: move to a new chunk that
- * starts at the first block not yet submitted for writing. */
-static int chunk_make_room(struct sluice_plog *l, size_t len)
+/* The tail extent for file position pos, the next byte appended; a new one
+ * from the pool when pos enters the next extent. The first extent after
+ * open (or after the tail went to the cache) starts with the bytes before
+ * pos: from the cache when it holds them, the partial block from disk
+ * otherwise. NULL: out of memory or the read failed. */
+static struct sluice_extent *tail_extent_for(struct sluice_plog *l, struct segment *s, int64_t pos)
 {
-	struct segment *s = active(l);
-	struct chunk *c = l->cur;
-	if (c && s->size + (int64_t)len <= c->file_off + (int64_t)c->cap)
-		return 0;
-	int64_t start = align_down(l->submitted_end);
-	size_t carry = (size_t)(s->size - start);
-	size_t cap = l->cfg.chunk_bytes;
-	/* Room for twice what must be held: appends that pile up while a write
-	 * is in flight then move to a new chunk a logarithmic number of times,
-	 * not once per append. */
-	if (carry + len + SLUICE_PLOG_BLOCK > cap)
-		cap = (size_t)align_up((int64_t)(2 * (carry + len) + SLUICE_PLOG_BLOCK));
-	struct chunk *n = chunk_new(cap, start);
-	if (!n)
-		return -ENOMEM;
-	if (c) {
-		assert(start >= c->file_off);
-		memcpy(n->buf, c->buf + (start - c->file_off), carry);
-	} else if (carry) {
-		/* First append since open: the partial tail block comes from disk. */
-		int fd = seg_fd_read(l, s);
-		if (fd < 0 || pread(fd, n->buf, carry, start) != (ssize_t)carry) {
-			chunk_put(n);
-			l->failed = true;
-			return -EIO;
+	int64_t k = ext_floor(l, pos);
+	if (l->tail_n) {
+		struct sluice_extent *last = l->tail[l->tail_n - 1];
+		if (last->file_off == k)
+			return last;
+		assert(last->file_off + l->ext_bytes == k);
+	}
+	if (l->tail_n == l->tail_cap) {
+		uint32_t cap = l->tail_cap ? 2 * l->tail_cap : 4;
+		struct sluice_extent **n = realloc(l->tail, cap * sizeof *n);
+		if (!n)
+			return NULL;
+		l->tail = n;
+		l->tail_cap = cap;
+	}
+	struct sluice_extent *e = sluice_pool_get(l->pool);
+	if (!e)
+		return NULL;
+	e->file_off = k;
+	e->lo = e->hi = pos;
+	if (!l->tail_n && pos > k) {
+		int64_t from = align_down(pos);
+		struct sluice_extent *c = sluice_cache_lookup(l->pool, l, s->base_offset, k);
+		if (c && c->lo <= from && c->hi >= pos) {
+			memcpy(e->buf + (c->lo - k), c->buf + (c->lo - k), (size_t)(pos - c->lo));
+			e->lo = c->lo;
+		} else if (from < pos) {
+			int fd = seg_fd_read(l, s);
+			if (fd < 0 || pread(fd, e->buf + (from - k), (size_t)(pos - from), from) != pos - from) {
+				sluice_extent_put(e);
+				return NULL;
+			}
+			e->lo = from;
 		}
 	}
-	chunk_put(l->prev);
-	l->prev = c;
-	l->cur = n;
+	l->tail[l->tail_n++] = e;
+	return e;
+}
+
+/* Copy len bytes to file position pos of the tail: appended bytes (append:
+ * pos is the end) or a patch of bytes already copied in. */
+static int tail_copy(struct sluice_plog *l, struct segment *s, int64_t pos, const uint8_t *src, size_t len,
+		     bool append)
+{
+	while (len) {
+		struct sluice_extent *e = append ? tail_extent_for(l, s, pos) : tail_at(l, ext_floor(l, pos));
+		if (!e)
+			return -1;
+		assert(pos >= e->lo && pos <= e->hi);
+		size_t n = (size_t)(e->file_off + l->ext_bytes - pos);
+		if (n > len)
+			n = len;
+		memcpy(e->buf + (pos - e->file_off), src, n);
+		if (pos + (int64_t)n > e->hi)
+			e->hi = pos + (int64_t)n;
+		pos += (int64_t)n;
+		src += n;
+		len -= n;
+	}
 	return 0;
 }
 
@@ -879,19 +1030,25 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 			return rc;
 		s = active(l);
 	}
-	int rc = chunk_make_room(l, len);
-	if (rc < 0)
-		return rc;
-	uint8_t *dst = l->cur->buf + (s->size - l->cur->file_off);
-	memcpy(dst, data, len);
+	if (tail_copy(l, s, s->size, data, len, true) < 0) {
+		SLOG_ERR("storage", "%s: no memory for the tail or its partial block unreadable", l->dir);
+		l->failed = true;
+		return -EIO;
+	}
 	*base_offset = l->leo;
 	size_t off = 0;
 	while (off < len) {
+		/* Parse the caller's copy; patch offsets into the log's. */
 		struct sluice_batch b;
-		enum sluice_batch_result r = sluice_batch_parse(dst + off, len - off, &b);
+		enum sluice_batch_result r = sluice_batch_parse(data + off, len - off, &b);
 		assert(r == SLUICE_BATCH_OK); /* the caller validated every batch */
 		(void)r;
-		sluice_batch_set_base_offset(dst + off, l->leo, leader_epoch);
+		uint8_t hdr[SLUICE_BATCH_OFF_EPOCH + 4];
+		memcpy(hdr, data + off, sizeof hdr);
+		sluice_batch_set_base_offset(hdr, l->leo, leader_epoch);
+		int rc = tail_copy(l, s, s->size + (int64_t)off, hdr, sizeof hdr, false);
+		assert(rc == 0); /* those bytes are in the tail already */
+		(void)rc;
 		b.base_offset = l->leo;
 		seg_note_batch(l, s, &b, s->size + (int64_t)off);
 		l->leo += (int64_t)b.last_offset_delta + 1;
@@ -917,38 +1074,114 @@ bool sluice_plog_write_inflight(const struct sluice_plog *l)
 	return l->write_inflight || l->fsync_inflight;
 }
 
+/* One SQE per extent the group commit touches, so a large commit goes to
+ * the device as several writes at once (a fixed-buffer write when the
+ * extent is registered); past SLUICE_PLOG_WRITE_SQES_MAX extents, one
+ * vectored write. With an fdatasync they are linked in order before it. */
+static int prep_writes(struct sluice_plog *l, struct io_uring *ring, int64_t start, int64_t end, bool link)
+{
+	uint32_t parts = (uint32_t)((ext_floor(l, end - 1) - ext_floor(l, start)) / l->ext_bytes + 1);
+	if (parts > SLUICE_PLOG_WRITE_SQES_MAX) {
+		if (parts > l->iov_cap) {
+			struct iovec *n = realloc(l->iov, parts * sizeof *n);
+			if (!n)
+				return -ENOMEM;
+			l->iov = n;
+			l->iov_cap = parts;
+		}
+	}
+	uint32_t i = 0;
+	for (int64_t pos = start; pos < end; i++) {
+		struct sluice_extent *e = tail_at(l, ext_floor(l, pos));
+		assert(e && e->lo <= pos && i < parts);
+		int64_t stop = e->file_off + l->ext_bytes < end ? e->file_off + l->ext_bytes : end;
+		uint8_t *src = e->buf + (pos - e->file_off);
+		if (parts > SLUICE_PLOG_WRITE_SQES_MAX) {
+			l->iov[i] = (struct iovec){src, (size_t)(stop - pos)};
+		} else {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+			assert(sqe); /* space was checked */
+			if (e->buf_index >= 0)
+				io_uring_prep_write_fixed(sqe, l->fd_write, src, (unsigned)(stop - pos), (uint64_t)pos,
+							  e->buf_index);
+			else
+				io_uring_prep_write(sqe, l->fd_write, src, (unsigned)(stop - pos), (uint64_t)pos);
+			sqe_set_file(l, sqe);
+			io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | 1);
+			if (link)
+				sqe->flags |= IOSQE_IO_LINK;
+		}
+		pos = stop;
+	}
+	if (parts > SLUICE_PLOG_WRITE_SQES_MAX) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+		assert(sqe);
+		io_uring_prep_writev(sqe, l->fd_write, l->iov, parts, (uint64_t)start);
+		sqe_set_file(l, sqe);
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | 1);
+		if (link)
+			sqe->flags |= IOSQE_IO_LINK;
+		parts = 1;
+	}
+	return (int)parts;
+}
+
+/* Keep the active segment's file size ahead of the writes. io_uring issues
+ * an O_DIRECT write inside the file's size over preallocated blocks at once
+ * and runs several in parallel, while one that extends the file goes to a
+ * worker thread, serialized with the file's other writes: ahead by twice
+ * the write (1-64 MiB, at most to segment.bytes), the writes run about 30 %
+ * faster on ext4. The zeros past the data are cut off when the segment
+ * closes, and by recovery after a crash. */
+static void prealloc_ahead(struct sluice_plog *l, int64_t start, int64_t end)
+{
+	if (!l->cfg.direct_io || l->prealloc_refused || end <= l->prealloc_end)
+		return;
+	int64_t step = 2 * (end - start);
+	step = step < PREALLOC_STEP_MIN ? PREALLOC_STEP_MIN : step > PREALLOC_STEP_MAX ? PREALLOC_STEP_MAX : step;
+	int64_t target = (end + step + PREALLOC_STEP_MIN - 1) / PREALLOC_STEP_MIN * PREALLOC_STEP_MIN;
+	if (target > l->cfg.segment_bytes)
+		target = l->cfg.segment_bytes;
+	if (target <= end)
+		return;
+	if (fallocate(l->fd_write, 0, l->prealloc_end, target - l->prealloc_end) < 0) {
+		SLOG_DEBUG("storage", "%s: fallocate refused (%s); writes extend the file", l->dir, strerror(errno));
+		l->prealloc_refused = true;
+		return;
+	}
+	l->prealloc_end = target;
+}
+
 int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
 {
 	assert(sluice_plog_write_pending(l));
 	struct segment *s = active(l);
-	struct chunk *c = l->cur;
 	int64_t start = align_down(l->submitted_end);
 	int64_t end = l->cfg.direct_io ? align_up(s->size) : s->size;
-	assert(start >= c->file_off && end <= c->file_off + (int64_t)c->cap);
+	uint32_t parts = (uint32_t)((ext_floor(l, end - 1) - ext_floor(l, start)) / l->ext_bytes + 1);
 	bool want_fsync = l->unflushed_messages >= l->cfg.flush_interval_messages;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-	if (!sqe || (want_fsync && io_uring_sq_space_left(ring) < 1)) {
-		if (sqe) /* leave it as a harmless no-op */
-			io_uring_prep_nop(sqe), io_uring_sqe_set_data64(sqe, 0);
+	unsigned need = (parts > SLUICE_PLOG_WRITE_SQES_MAX ? 1 : parts) + (want_fsync ? 1 : 0);
+	if (io_uring_sq_space_left(ring) < need)
 		return -EBUSY;
-	}
-	if (end > s->size)
-		memset(c->buf + (s->size - c->file_off), 0, (size_t)(end - s->size));
-	io_uring_prep_write(sqe, l->fd_write, c->buf + (start - c->file_off), (unsigned)(end - start), (uint64_t)start);
-	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | 1);
+	tail_pad(l, s->size, end);
+	prealloc_ahead(l, start, end);
+	int n = prep_writes(l, ring, start, end, want_fsync);
+	if (n < 0)
+		return n;
 	l->write_inflight = true;
-	l->inflight_chunk = c;
-	c->refs++;
+	l->inflight_parts = n;
+	l->inflight_err = 0;
+	l->inflight_done = 0;
 	l->inflight_end_pos = s->size;
 	l->inflight_end_offset = l->leo;
-	l->inflight_len = (int)(end - start);
+	l->inflight_len = end - start;
 	l->submitted_end = s->size;
 	l->fsync_linked = false;
 	if (want_fsync) {
-		sqe->flags |= IOSQE_IO_LINK;
 		struct io_uring_sqe *f = io_uring_get_sqe(ring);
 		assert(f);
 		io_uring_prep_fsync(f, l->fd_write, IORING_FSYNC_DATASYNC);
+		sqe_set_file(l, f);
 		io_uring_sqe_set_data64(f, (uint64_t)(uintptr_t)l | 2);
 		l->fsync_inflight = true;
 		l->fsync_linked = true;
@@ -957,19 +1190,38 @@ int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
 	return 0;
 }
 
+/* After a group commit's writes: extents wholly below where the next write
+ * starts are no longer needed for writing and go to the read cache. */
+static void tail_trim(struct sluice_plog *l)
+{
+	int64_t next_start = align_down(l->submitted_end);
+	int64_t seg_base = active(l)->base_offset;
+	uint32_t n = 0;
+	while (n < l->tail_n && l->tail[n]->file_off + l->ext_bytes <= next_start)
+		extent_retire(l, l->tail[n++], seg_base, true);
+	if (n) {
+		memmove(l->tail, l->tail + n, (l->tail_n - n) * sizeof *l->tail);
+		l->tail_n -= n;
+	}
+}
+
 void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 {
 	if (kind == 1) {
-		assert(l->write_inflight);
-		int64_t start = align_down(l->committed_pos < l->inflight_end_pos ? l->committed_pos : l->inflight_end_pos);
-		(void)start;
+		assert(l->write_inflight && l->inflight_parts > 0);
+		if (res < 0 && !l->inflight_err)
+			l->inflight_err = res;
+		else if (res > 0)
+			l->inflight_done += res;
+		if (--l->inflight_parts > 0)
+			return;
 		l->write_inflight = false;
-		chunk_put(l->inflight_chunk);
-		l->inflight_chunk = NULL;
-		if (res >= 0 && res != l->inflight_len) {
+		res = l->inflight_err;
+		if (res == 0 && l->inflight_done != l->inflight_len) {
 			/* O_DIRECT writes of whole blocks do not come back short unless
 			 * the device is full or failing: treat it as a failure. */
-			SLOG_ERR("storage", "%s: short write (%d of %d bytes)", l->dir, res, l->inflight_len);
+			SLOG_ERR("storage", "%s: short write (%lld of %lld bytes)", l->dir, (long long)l->inflight_done,
+				 (long long)l->inflight_len);
 			res = -EIO;
 		}
 		if (res < 0) {
@@ -979,6 +1231,7 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 				l->hooks.committed(l, l->hooks.arg);
 			return;
 		}
+		tail_trim(l);
 		if (!l->fsync_linked)
 			advance_commit(l, l->inflight_end_pos, l->inflight_end_offset);
 		return;
@@ -1061,6 +1314,7 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 		int64_t base = s->base_offset;
 		total -= s->size;
 		seg_free(s);
+		sluice_cache_forget(l->pool, l, base);
 		segment_delete_files(l, base);
 		memmove(l->segs, l->segs + 1, (l->seg_n - 1) * sizeof *l->segs);
 		l->seg_n--;
@@ -1087,28 +1341,16 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l)
 
 /* ---- reads -------------------------------------------------------------- */
 
-/* Copy len bytes at position pos of segment s: from the tail chunks when
- * they hold them, otherwise from the file. */
-static int seg_read_bytes(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst)
+/* The end of what can be read from segment s: committed bytes only. */
+static int64_t seg_limit(const struct sluice_plog *l, const struct segment *s)
 {
-	if (s == active(l)) {
-		struct chunk *cs[2] = {l->cur, l->prev};
-		for (int i = 0; i < 2; i++) {
-			struct chunk *c = cs[i];
-			if (c && pos >= c->file_off && pos + (int64_t)len <= c->file_off + (int64_t)c->cap &&
-			    (i == 0 || pos + (int64_t)len <= l->cur->file_off + (int64_t)l->cur->cap)) {
-				if (i == 0 || pos + (int64_t)len <= l->cur->file_off) {
-					memcpy(dst, c->buf + (pos - c->file_off), len);
-					return 0;
-				}
-			}
-		}
-	}
-	int fd = seg_fd_read(l, s);
-	if (fd < 0)
-		return -1;
+	return s == &l->segs[l->seg_n - 1] ? l->committed_pos : s->size;
+}
+
+static int pread_full(int fd, uint8_t *dst, size_t len, int64_t pos)
+{
 	size_t done = 0;
-	while (done < len) {
+	while (fd >= 0 && done < len) {
 		ssize_t r = pread(fd, dst + done, len - done, pos + (int64_t)done);
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -1116,7 +1358,92 @@ static int seg_read_bytes(struct sluice_plog *l, struct segment *s, int64_t pos,
 			return -1;
 		done += (size_t)r;
 	}
+	return fd >= 0 ? 0 : -1;
+}
+
+/* A cold read: the extent of segment s starting at k, read with O_DIRECT
+ * (bypassing the page cache: the pool is the cache) into a pool buffer and
+ * cached, valid up to the committed end. The result stays valid until the
+ * pool is next used. NULL on an I/O error or no memory. */
+static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *s, int64_t k)
+{
+	int64_t limit = seg_limit(l, s);
+	int64_t want_end = k + l->ext_bytes < limit ? k + l->ext_bytes : limit;
+	if (want_end <= k)
+		return NULL;
+	int fd = seg_fd_direct(l, s);
+	bool direct = fd >= 0;
+	if (!direct && (fd = seg_fd_read(l, s)) < 0)
+		return NULL;
+	struct sluice_extent *e = sluice_pool_get(l->pool);
+	if (!e)
+		return NULL;
+	size_t want = (size_t)(direct ? align_up(want_end - k) : want_end - k), done = 0;
+	while (done < want) {
+		/* An O_DIRECT read stops short at the end of the file. */
+		ssize_t r = pread(fd, e->buf + done, want - done, k + (int64_t)done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		done += (size_t)r;
+	}
+	if ((int64_t)done < want_end - k) {
+		SLOG_ERR("storage", "%s: read of segment %020" PRId64 " at %lld failed: %s", l->dir, s->base_offset,
+			 (long long)k, done ? "short read" : strerror(errno));
+		sluice_extent_put(e);
+		return NULL;
+	}
+	e->owner = l;
+	e->seg_base = s->base_offset;
+	e->file_off = e->lo = k;
+	e->hi = want_end;
+	sluice_cache_insert(l->pool, e);
+	sluice_extent_put(e); /* the cache's reference remains */
+	return e;
+}
+
+/* Copy len bytes at position pos of segment s, extent by extent: from the
+ * tail, then the cache; on a miss, fill loads the extent into the cache
+ * (fetches: consumers read on from there), otherwise the bytes are read
+ * straight from the file (scans that would only flush the cache). */
+static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst,
+			     bool fill)
+{
+	bool act = s == active(l);
+	while (len) {
+		int64_t k = ext_floor(l, pos);
+		size_t n = (size_t)(k + l->ext_bytes - pos);
+		if (n > len)
+			n = len;
+		int64_t end = pos + (int64_t)n;
+		const struct sluice_extent *e = act ? tail_at(l, k) : NULL;
+		if (!e || e->lo > pos || e->hi < end) {
+			e = sluice_cache_lookup(l->pool, l, s->base_offset, k);
+			if (e && (e->lo > pos || e->hi < end))
+				e = NULL;
+			if (fill) {
+				sluice_pool_count(l->pool, e != NULL);
+				if (!e && (e = extent_load(l, s, k)) && e->hi < end)
+					e = NULL;
+			}
+		} else if (fill) {
+			sluice_pool_count(l->pool, true);
+		}
+		if (e)
+			memcpy(dst, e->buf + (pos - e->file_off), n);
+		else if (pread_full(seg_fd_read(l, s), dst, n, pos) < 0)
+			return -1;
+		pos = end;
+		dst += n;
+		len -= n;
+	}
 	return 0;
+}
+
+static int seg_read_bytes(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst)
+{
+	return seg_read_bytes_ex(l, s, pos, len, dst, false);
 }
 
 static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
@@ -1149,7 +1476,7 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 		pos = s->idx[lo - 1].position;
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 	while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
-		if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
+		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true) < 0)
 			return -2;
 		int64_t base = (int64_t)kbe64(hdr);
 		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
@@ -1190,7 +1517,7 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		uint8_t *buf = malloc(want);
 		if (!buf)
 			return -2;
-		if (seg_read_bytes(l, s, pos, want, buf) < 0) {
+		if (seg_read_bytes_ex(l, s, pos, want, buf, true) < 0) {
 			free(buf);
 			return -2;
 		}
@@ -1203,7 +1530,7 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 				if (n == 0 && min_one) {
 					/* The first batch is larger than max_bytes: whole, as Kafka does. */
 					uint8_t *nb = realloc(buf, (size_t)len);
-					if (!nb || seg_read_bytes(l, s, pos + (int64_t)want, (size_t)len - want, nb + want) < 0) {
+					if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, (size_t)len - want, nb + want, true) < 0) {
 						free(nb ? nb : buf);
 						return -2;
 					}
@@ -1283,6 +1610,7 @@ int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
 	for (uint32_t i = 0; i < drop; i++) {
 		int64_t base = l->segs[i].base_offset;
 		seg_free(&l->segs[i]);
+		sluice_cache_forget(l->pool, l, base);
 		remove_segment_files(l, base);
 	}
 	if (drop) {
@@ -1416,10 +1744,17 @@ void sluice_plog_close(struct sluice_plog *l)
 				write_recovery_point(l, l->leo);
 			}
 		}
-		close(l->fd_write);
+		fd_write_close(l);
 	}
-	chunk_put(l->cur);
-	chunk_put(l->prev);
+	assert(!l->write_inflight || l->failed); /* the hook waited for it */
+	if (!l->write_inflight) {
+		tail_release(l, -1, false);
+		sluice_cache_forget(l->pool, l, -1);
+		if (l->pool_owned)
+			sluice_pool_destroy(l->pool);
+	} /* else a failed log whose buffers a write still holds: leaked, not freed under the kernel */
+	free(l->tail);
+	free(l->iov);
 	for (uint32_t i = 0; i < l->seg_n; i++)
 		seg_free(&l->segs[i]);
 	free(l->segs);
@@ -1666,10 +2001,14 @@ int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delet
 			unlink(tmp);
 			break;
 		}
-		/* Re-read the new file for its indexes and sizes. */
+		/* Re-read the new file for its indexes and sizes; what the cache
+		 * held of the old one is gone. */
+		sluice_cache_forget(l->pool, l, s->base_offset);
 		if (s->fd_read >= 0)
 			close(s->fd_read);
-		s->fd_read = -1;
+		if (s->fd_direct >= 0)
+			close(s->fd_direct);
+		s->fd_read = s->fd_direct = -1;
 		int fd = seg_fd_read(l, s);
 		if (fd < 0 || seg_scan(l, s, fd, false, -1, NULL) < 0) {
 			l->failed = true;

@@ -1,14 +1,17 @@
 /* A partition log: Kafka's on-disk layout (<base offset>.log, .index,
  * .timeindex in the partition directory), appended through io_uring with
- * O_DIRECT from aligned in-memory chunks. The chunk holding the tail of the
- * active segment doubles as the cache that recent fetches are served from.
+ * O_DIRECT from aligned in-memory extents (storage/extent.h). The extents
+ * holding the active segment's tail are written from and, once written,
+ * stay behind in the storage core's extent cache, which also takes cold
+ * reads (O_DIRECT) so fetches of recent or re-read data come from memory.
  *
  * Threading: a plog belongs to exactly one storage core and is touched only
- * by it. Appends copy validated batches into the chunk and assign offsets;
- * data becomes visible to readers (the high watermark advances) once the
- * write that carries it has completed. One write per partition is in flight
- * at a time, covering everything appended since the previous one (a group
- * commit); the partial tail block is rewritten by the next write. */
+ * by it. Appends copy validated batches into the tail extents and assign
+ * offsets; data becomes visible to readers (the high watermark advances)
+ * once the write that carries it has completed. One group commit per
+ * partition is in flight at a time, covering everything appended since the
+ * previous one (one SQE per extent it touches, so large commits reach the
+ * device in parallel); the partial tail block is rewritten by the next. */
 #ifndef SLUICE_PLOG_H
 #define SLUICE_PLOG_H
 #include <stdbool.h>
@@ -16,8 +19,13 @@
 #include <stdint.h>
 
 struct io_uring;
+struct sluice_pool;
 
 #define SLUICE_PLOG_BLOCK 4096
+/* SQEs one group commit may take (one per extent written, more become one
+ * vectored write), plus one for its fdatasync: the caller keeps this much
+ * room in the ring. */
+#define SLUICE_PLOG_WRITE_SQES_MAX 8
 #define SLUICE_PLOG_SEGMENTS_MAX 65536
 #define SLUICE_PLOG_CHUNK_BYTES_DEFAULT (1u << 20)
 
@@ -25,7 +33,8 @@ struct sluice_plog_cfg {
 	int64_t segment_bytes;
 	int32_t index_interval_bytes;
 	int64_t flush_interval_messages; /* fdatasync once this many messages are unflushed */
-	size_t chunk_bytes;
+	size_t chunk_bytes;              /* extent size when the log has no pool of its own */
+	struct sluice_pool *pool;        /* the storage core's extent pool and cache, or NULL */
 	bool direct_io;                  /* false only where O_DIRECT is refused */
 	int64_t segment_ms;              /* roll once a segment spans this much time; <= 0 never */
 	bool preallocate;                /* fallocate segment_bytes for each new segment */
@@ -94,8 +103,9 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 int sluice_plog_open_fds(const struct sluice_plog *l);
 int sluice_plog_release_fds(struct sluice_plog *l);
 
-/* Memory held by the tail chunks (the in-memory cache of recent data), and
- * freeing them while idle; the next append reloads the partial tail block. */
+/* Memory held by the tail extents, and handing them to the cache (where the
+ * pool may evict them) while the log is idle; the next append takes the
+ * partial tail block back from the cache, or from disk. */
 size_t sluice_plog_cache_bytes(const struct sluice_plog *l);
 size_t sluice_plog_release_cache(struct sluice_plog *l);
 
