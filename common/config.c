@@ -64,6 +64,7 @@ static const struct cfg_key keys[] = {
 	{"log.cleaner.backoff.ms", CFG_LONG, F(log_cleaner_backoff_ms), 0, INT64_MAX, "15000"},
 	{"log.cleaner.delete.retention.ms", CFG_LONG, F(log_cleaner_delete_retention_ms), 0, INT64_MAX, "86400000"},
 	{"sluice.cleaner.pass.bytes.max", CFG_LONG, F(cleaner_pass_bytes_max), 1048576, INT64_MAX, "268435456"},
+	{"log.cleaner.io.max.bytes.per.second", CFG_LONG, F(log_cleaner_io_bytes_per_sec), 1, INT64_MAX, "9223372036854775807"},
 	{"sluice.open.files.max", CFG_INT, F(open_files_max), 0, INT32_MAX, "0"},
 	{"sluice.cache.bytes.max", CFG_LONG, F(cache_bytes_max), 1048576, INT64_MAX, "1073741824"},
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},

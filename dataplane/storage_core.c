@@ -55,6 +55,27 @@ struct spart {
 	struct producer *prods; /* open addressing by pid */
 	uint32_t prod_cap, prod_n;
 	struct storecore *sc;
+	struct clean_item *cleaning; /* compaction job out on the cleaner thread */
+};
+
+/* The cleaner: a thread per storage core runs its compaction jobs, so
+ * reading and rewriting segments never stalls the core's appends and
+ * fetches. Jobs go out on a mutex-protected queue and come back on a done
+ * list, the core woken through its eventfd; only the core touches the
+ * logs (prepare and finish), the thread only the job's snapshot. */
+struct clean_item {
+	struct sluice_plog_clean_job *job;
+	struct spart *part; /* NULL once the partition went away */
+	struct clean_item *next;
+};
+
+struct cleaner {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct clean_item *todo, *running, *done;
+	bool stop, started;
+	int done_ready; /* atomic: the done list is not empty */
 };
 
 struct backlog_item {
@@ -76,6 +97,7 @@ struct sstate {
 	int64_t fds_est; /* open descriptors, exact after fd_budget, estimated between */
 	struct sluice_plog_cfg plog_cfg;
 	struct sluice_pool *pool; /* extents: the partitions' tails and the read cache */
+	struct cleaner cleaner;
 	int64_t next_stats_ms;
 };
 
@@ -491,6 +513,13 @@ static void part_delete(struct storecore *sc, const char *topic, int32_t partiti
 				*d = p->dirty_next;
 				break;
 			}
+		if (p->cleaning) {
+			/* its job comes back later and is thrown away */
+			pthread_mutex_lock(&st->cleaner.mu);
+			sluice_plog_clean_cancel(p->cleaning->job);
+			p->cleaning->part = NULL;
+			pthread_mutex_unlock(&st->cleaner.mu);
+		}
 		sluice_plog_close(p->log);
 		free(p->prods);
 		free(p->topic);
@@ -759,6 +788,125 @@ static void fd_budget(struct storecore *sc)
 	free(idle);
 }
 
+static void *cleaner_main(void *arg)
+{
+	struct storecore *sc = arg;
+	struct cleaner *c = &((struct sstate *)sc->state)->cleaner;
+	char name[16];
+	snprintf(name, sizeof name, "sluice-clean%d", sc->id);
+	pthread_setname_np(pthread_self(), name);
+	pthread_mutex_lock(&c->mu);
+	while (!c->stop) {
+		struct clean_item *it = c->todo;
+		if (!it) {
+			pthread_cond_wait(&c->cv, &c->mu);
+			continue;
+		}
+		c->todo = it->next;
+		c->running = it;
+		pthread_mutex_unlock(&c->mu);
+		sluice_plog_clean_run(it->job);
+		pthread_mutex_lock(&c->mu);
+		c->running = NULL;
+		it->next = c->done;
+		c->done = it;
+		__atomic_store_n(&c->done_ready, 1, __ATOMIC_RELEASE);
+		sluice_core_wake(&sc->sleeping, sc->efd);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/* Snapshot a compaction pass of p and hand it to the cleaner thread (run
+ * here when the thread could not be started). */
+static void cleaner_submit(struct storecore *sc, struct spart *p, int64_t wall_ms, int64_t delete_retention_ms)
+{
+	struct sstate *st = sc->state;
+	const struct sluice_config *cfg = &sc->b->cfg;
+	struct sluice_plog_clean_job *j =
+		sluice_plog_clean_prepare(p->log, wall_ms, delete_retention_ms, cfg->cleaner_pass_bytes_max);
+	if (!j)
+		return;
+	sluice_plog_clean_set_io_limit(j, cfg->log_cleaner_io_bytes_per_sec);
+	struct clean_item *it = st->cleaner.started ? calloc(1, sizeof *it) : NULL;
+	if (!it) {
+		sluice_plog_clean_run(j);
+		int64_t gone = sluice_plog_clean_finish(p->log, j);
+		if (gone > 0)
+			SLOG_INFO("storage", "%s-%d: compaction removed %" PRId64 " bytes", p->topic, p->partition, gone);
+		return;
+	}
+	it->job = j;
+	it->part = p;
+	p->cleaning = it;
+	pthread_mutex_lock(&st->cleaner.mu);
+	struct clean_item **tail = &st->cleaner.todo;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = it;
+	pthread_cond_signal(&st->cleaner.cv);
+	pthread_mutex_unlock(&st->cleaner.mu);
+}
+
+/* Swap in what the cleaner finished. */
+static void cleaner_collect(struct storecore *sc)
+{
+	struct cleaner *c = &((struct sstate *)sc->state)->cleaner;
+	if (!__atomic_load_n(&c->done_ready, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&c->mu);
+	struct clean_item *it = c->done;
+	c->done = NULL;
+	__atomic_store_n(&c->done_ready, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&c->mu);
+	while (it) {
+		struct clean_item *next = it->next;
+		struct spart *p = it->part;
+		if (p) {
+			p->cleaning = NULL;
+			int64_t gone = sluice_plog_clean_finish(p->log, it->job);
+			if (gone > 0)
+				SLOG_INFO("storage", "%s-%d: compaction removed %" PRId64 " bytes", p->topic, p->partition,
+					  gone);
+			else if (gone < 0)
+				SLOG_WARN("storage", "%s-%d: compaction pass failed", p->topic, p->partition);
+		} else {
+			sluice_plog_clean_discard(it->job);
+		}
+		free(it);
+		it = next;
+	}
+}
+
+/* At shutdown: stop the thread (a running job is cancelled) and throw away
+ * every job not swapped in; the logs are closed after. */
+static void cleaner_stop(struct storecore *sc)
+{
+	struct cleaner *c = &((struct sstate *)sc->state)->cleaner;
+	if (!c->started)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	if (c->running)
+		sluice_plog_clean_cancel(c->running->job);
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	c->started = false;
+	struct clean_item *lists[2] = {c->todo, c->done};
+	c->todo = c->done = NULL;
+	for (int k = 0; k < 2; k++)
+		for (struct clean_item *it = lists[k], *next; it; it = next) {
+			next = it->next;
+			if (it->part)
+				it->part->cleaning = NULL;
+			sluice_plog_clean_discard(it->job);
+			free(it);
+		}
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+}
+
 static void housekeeping(struct storecore *sc, int64_t now)
 {
 	struct sstate *st = sc->state;
@@ -804,9 +952,8 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		if (cleaner_due && t->limits.cleanup_compact == 1) {
 			int64_t drm = t->limits.delete_retention_ms != SLUICE_LIMIT_UNSET ? t->limits.delete_retention_ms
 											  : cfg->log_cleaner_delete_retention_ms;
-			int64_t gone = sluice_plog_compact(p->log, wall, drm, cfg->cleaner_pass_bytes_max);
-			if (gone > 0)
-				SLOG_INFO("storage", "%s-%d: compaction removed %" PRId64 " bytes", p->topic, p->partition, gone);
+			if (!p->cleaning)
+				cleaner_submit(sc, p, wall, drm);
 		}
 		if (!retention_due || !t->limits.cleanup_delete)
 			continue;
@@ -889,6 +1036,7 @@ static void *storage_main(void *arg)
 	for (;;) {
 		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
 		drain_rings(sc);
+		cleaner_collect(sc);
 		sluice_group_tick(sc, sluice_now_ms());
 		housekeeping(sc, sluice_now_ms());
 		submit_writes(sc);
@@ -906,7 +1054,7 @@ static void *storage_main(void *arg)
 			st->efd_armed = true;
 		}
 		__atomic_store_n(&sc->sleeping, 1, __ATOMIC_SEQ_CST);
-		bool more = false;
+		bool more = __atomic_load_n(&st->cleaner.done_ready, __ATOMIC_ACQUIRE) != 0;
 		for (int n = 0; n < sc->b->net_n && !more; n++)
 			more = sc->in[n].head != __atomic_load_n(&sc->in[n].tail, __ATOMIC_ACQUIRE) ||
 			       __atomic_load_n(&sc->in[n].head, __ATOMIC_ACQUIRE) != sc->in[n].tail;
@@ -930,7 +1078,9 @@ static void *storage_main(void *arg)
 			dispatch_cqe(sc, cqe);
 		}
 	}
-	/* Shutdown: wait for writes in flight, then close every log cleanly. */
+	/* Shutdown: stop the cleaner, wait for writes in flight, then close
+	 * every log cleanly. */
+	cleaner_stop(sc);
 	for (uint32_t i = 0; i < st->table_cap; i++) {
 		struct spart *p = st->table[i];
 		if (!p)
@@ -981,6 +1131,11 @@ int sluice_storage_core_start(struct storecore *sc)
 	if (!st->pool)
 		return -1;
 	st->plog_cfg.pool = st->pool;
+	if (pthread_mutex_init(&st->cleaner.mu, NULL) == 0 && pthread_cond_init(&st->cleaner.cv, NULL) == 0 &&
+	    pthread_create(&st->cleaner.thread, NULL, cleaner_main, sc) == 0)
+		st->cleaner.started = true;
+	else
+		SLOG_WARN("storage", "no cleaner thread: compaction runs on storage core %d", sc->id);
 	if (pthread_create(&sc->thread, NULL, storage_main, sc) != 0)
 		return -1;
 	sluice_core_pin(sc->b, sc->thread, sc->b->net_n + sc->id);

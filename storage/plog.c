@@ -84,6 +84,9 @@ struct sluice_plog {
 	int64_t inflight_len; /* bytes the write in flight must complete */
 	int64_t unflushed_messages;
 	int64_t prealloc_end; /* the active segment file's size (ahead of the data) */
+	uint64_t compact_sig;      /* the closed segments as the last compaction pass left them */
+	int64_t compact_due_ms;    /* a pass is due by then anyway (kept tombstones expire; 0: retry) */
+	int64_t compact_next_base; /* where the next pass starts (0: the oldest segment) */
 	bool prealloc_refused;
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
@@ -241,14 +244,18 @@ static int seg_fd_direct(struct sluice_plog *l, struct segment *s)
 }
 
 /* Write the in-memory indexes in Kafka's format (big-endian, relative offsets). */
-static void seg_write_indexes(struct sluice_plog *l, struct segment *s)
+static void seg_write_indexes_as(struct sluice_plog *l, struct segment *s, const char *suffix);
+static void seg_write_indexes(struct sluice_plog *l, struct segment *s) { seg_write_indexes_as(l, s, ""); }
+
+static void seg_write_indexes_as(struct sluice_plog *l, struct segment *s, const char *suffix)
 {
 	/* As Kafka does when a segment closes: the time index ends with the
 	 * segment's largest timestamp. */
 	if (s->max_ts >= 0 && s->max_ts_offset >= 0 && (s->tidx_n == 0 || s->max_ts > s->tidx[s->tidx_n - 1].timestamp))
 		(void)seg_add_tindex(s, s->max_ts, s->max_ts_offset);
-	char p[PATH_BYTES];
-	seg_path(l, s->base_offset, ".index", p);
+	char p[PATH_BYTES], ext[32];
+	snprintf(ext, sizeof ext, ".index%s", suffix);
+	seg_path(l, s->base_offset, ext, p);
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd >= 0) {
 		uint8_t *buf = malloc((size_t)s->idx_n * 8 + 1);
@@ -263,7 +270,8 @@ static void seg_write_indexes(struct sluice_plog *l, struct segment *s)
 		}
 		close(fd);
 	}
-	seg_path(l, s->base_offset, ".timeindex", p);
+	snprintf(ext, sizeof ext, ".timeindex%s", suffix);
+	seg_path(l, s->base_offset, ext, p);
 	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd >= 0) {
 		uint8_t *buf = malloc((size_t)s->tidx_n * 12 + 1);
@@ -492,6 +500,24 @@ static int cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
 	return x < y ? -1 : x > y;
+}
+
+/* Files a compaction pass left behind unfinished (stopped before its swap). */
+static void remove_stray_cleaned(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len > 8 && strcmp(e->d_name + len - 8, ".cleaned") == 0) {
+			char p[PATH_BYTES];
+			snprintf(p, sizeof p, "%.*s/%s", PATH_BYTES - 300, dir, e->d_name);
+			(void)unlink(p);
+		}
+	}
+	closedir(d);
 }
 
 static int list_segments(const char *dir, int64_t **out, uint32_t *n)
@@ -748,6 +774,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	l->recovery_point = read_recovery_point(dir);
 	int64_t *bases = NULL;
 	uint32_t nbase = 0;
+	remove_stray_cleaned(dir);
 	if (list_segments(dir, &bases, &nbase) < 0) {
 		snprintf(err, errlen, "list %s: %s", dir, strerror(errno));
 		sluice_plog_close(l);
@@ -1410,6 +1437,8 @@ static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *
 static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst,
 			     bool fill)
 {
+	if (!l->pool) /* a cleaner's view of closed segments: files only */
+		return pread_full(seg_fd_read(l, s), dst, len, pos);
 	bool act = s == active(l);
 	while (len) {
 		int64_t k = ext_floor(l, pos);
@@ -1872,9 +1901,20 @@ fail:
 	return -1;
 }
 
+struct map_ctx {
+	struct keymap map;
+	struct sluice_plog_clean_job *job;
+};
+
+static void clean_throttle(struct sluice_plog_clean_job *j, size_t bytes);
+static bool clean_cancelled(const struct sluice_plog_clean_job *j);
+
 static bool map_batch(const uint8_t *batch, size_t len, void *arg)
 {
-	return sluice_batch_records(batch, len, COMPACT_DECOMPRESS_MAX, map_record, arg) >= 0 || true;
+	struct map_ctx *m = arg;
+	clean_throttle(m->job, len);
+	(void)sluice_batch_records(batch, len, COMPACT_DECOMPRESS_MAX, map_record, &m->map);
+	return !clean_cancelled(m->job);
 }
 
 struct clean_ctx {
@@ -1886,6 +1926,8 @@ struct clean_ctx {
 	int32_t kept;
 	int64_t batch_max_ts;
 	bool failed;
+	int64_t tombstone_due_ms; /* when the first tombstone kept may go, INT64_MAX: none kept */
+	struct sluice_plog_clean_job *job;
 };
 
 static bool keep_record(const struct sluice_record *rec, void *arg)
@@ -1898,6 +1940,8 @@ static bool keep_record(const struct sluice_record *rec, void *arg)
 			keep = false; /* a newer record has this key */
 		else if (!rec->value && c->now_ms - c->batch_max_ts > c->delete_retention_ms)
 			keep = false; /* a tombstone past delete.retention.ms */
+		else if (!rec->value && c->batch_max_ts + c->delete_retention_ms < c->tombstone_due_ms)
+			c->tombstone_due_ms = c->batch_max_ts + c->delete_retention_ms + 1;
 	}
 	if (keep) {
 		kwr_raw(&c->out, rec->raw, rec->raw_len);
@@ -1909,6 +1953,11 @@ static bool keep_record(const struct sluice_record *rec, void *arg)
 static bool clean_batch(const uint8_t *batch, size_t len, void *arg)
 {
 	struct clean_ctx *c = arg;
+	if (clean_cancelled(c->job)) {
+		c->failed = true;
+		return false;
+	}
+	clean_throttle(c->job, 2 * len); /* read, and written (at most) */
 	struct sluice_batch b;
 	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK)
 		return false;
@@ -1952,73 +2001,257 @@ static bool clean_batch(const uint8_t *batch, size_t len, void *arg)
 	return true;
 }
 
-int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes)
+/* A compaction job: a snapshot of closed segments taken on the owning core
+ * (a shadow log naming only them, no pool, so nothing it touches is shared),
+ * cleaned on any thread into "<base>.log.cleaned" files with their indexes
+ * beside them, and swapped in on the owning core. */
+struct sluice_plog_clean_job {
+	struct sluice_plog shadow;
+	int64_t now_ms, delete_retention_ms;
+	int64_t io_bytes_per_sec; /* read + written; <= 0: unlimited */
+	int64_t io_bytes;
+	double io_start_s;
+	int64_t next_base;       /* where the next pass starts (0: from the oldest) */
+	struct segment *result;  /* per shadow segment: the cleaned one, when removed[i] > 0 */
+	int64_t *removed;
+	int64_t tombstone_due_ms; /* INT64_MAX: no tombstone kept for later */
+	bool failed;
+	_Atomic bool cancelled;
+};
+
+/* Signature of the closed segments: a pass is due only when it changed. */
+static uint64_t closed_signature(const struct sluice_plog *l)
+{
+	uint64_t h = l->seg_n;
+	for (uint32_t i = 0; i + 1 < l->seg_n; i++)
+		h = (h ^ (uint64_t)l->segs[i].base_offset) * 1099511628211ull ^ (uint64_t)l->segs[i].size;
+	return h;
+}
+
+struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
+							 int64_t delete_retention_ms, int64_t budget_bytes)
 {
 	if (l->failed || l->seg_n < 2)
-		return 0;
-	/* The oldest closed segments that fit the budget (at least one). Keys
-	 * superseded only in later segments are simply kept this pass. */
-	uint32_t nclosed = 0;
+		return NULL;
+	uint64_t sig = closed_signature(l);
+	if (sig == l->compact_sig && now_ms < l->compact_due_ms && l->compact_next_base == 0)
+		return NULL; /* nothing closed or deleted since the last pass, no tombstone due */
+	/* From where the last pass stopped, the closed segments that fit the
+	 * budget (at least one). Keys superseded only in later segments are
+	 * kept this pass. */
+	uint32_t first = 0;
+	while (first + 1 < l->seg_n && l->segs[first].base_offset < l->compact_next_base)
+		first++;
+	if (first + 1 >= l->seg_n)
+		first = 0;
+	uint32_t n = 0;
 	int64_t bytes = 0;
-	while (nclosed < l->seg_n - 1 && (nclosed == 0 || bytes + l->segs[nclosed].size <= budget_bytes))
-		bytes += l->segs[nclosed++].size;
-	struct keymap map = {0};
-	for (uint32_t i = 0; i < nclosed && !map.full; i++)
-		if (seg_each_batch(l, &l->segs[i], map_batch, &map) < 0) {
-			free(map.hash);
-			free(map.offset);
-			return -1;
-		}
-	if (map.full) {
-		free(map.hash);
-		free(map.offset);
-		return 0;
+	while (first + n + 1 < l->seg_n && (n == 0 || bytes + l->segs[first + n].size <= budget_bytes))
+		bytes += l->segs[first + n++].size;
+	struct sluice_plog_clean_job *j = calloc(1, sizeof *j);
+	if (!j)
+		return NULL;
+	j->shadow.segs = calloc(n, sizeof *j->shadow.segs);
+	j->result = calloc(n, sizeof *j->result);
+	j->removed = calloc(n, sizeof *j->removed);
+	if (!j->shadow.segs || !j->result || !j->removed) {
+		sluice_plog_clean_discard(j);
+		return NULL;
 	}
-	int64_t removed = 0;
-	struct clean_ctx c = {.map = &map, .now_ms = now_ms, .delete_retention_ms = delete_retention_ms};
+	memcpy(j->shadow.dir, l->dir, sizeof j->shadow.dir);
+	j->shadow.cfg = l->cfg;
+	j->shadow.cfg.pool = NULL;
+	j->shadow.fd_write = j->shadow.fd_slot = -1;
+	for (uint32_t i = 0; i < n; i++) {
+		struct segment *d = &j->shadow.segs[i];
+		d->base_offset = l->segs[first + i].base_offset;
+		d->size = l->segs[first + i].size;
+		d->fd_read = d->fd_direct = -1;
+		j->result[i].fd_read = j->result[i].fd_direct = -1;
+	}
+	j->shadow.seg_n = n;
+	j->now_ms = now_ms;
+	j->delete_retention_ms = delete_retention_ms;
+	j->tombstone_due_ms = INT64_MAX;
+	j->next_base = first + n + 1 < l->seg_n ? l->segs[first + n].base_offset : 0;
+	return j;
+}
+
+/* Write one segment's cleaned copy; its indexes beside it. */
+static void clean_one(struct sluice_plog_clean_job *j, struct keymap *map, uint32_t i)
+{
+	struct sluice_plog *sh = &j->shadow;
+	struct segment *s = &sh->segs[i];
+	char path[PATH_BYTES], tmp[PATH_BYTES + 16];
+	seg_path(sh, s->base_offset, ".log", path);
+	snprintf(tmp, sizeof tmp, "%s.cleaned", path);
+	struct clean_ctx c = {.map = map, .now_ms = j->now_ms, .delete_retention_ms = j->delete_retention_ms, .job = j,
+			      .tombstone_due_ms = INT64_MAX};
 	kwr_init(&c.out, 4096, (size_t)INT32_MAX);
-	for (uint32_t i = 0; i < nclosed; i++) {
-		struct segment *s = &l->segs[i];
-		char path[PATH_BYTES], tmp[PATH_BYTES + 16];
-		seg_path(l, s->base_offset, ".log", path);
-		snprintf(tmp, sizeof tmp, "%s.cleaned", path);
-		c.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (c.fd < 0)
-			break;
-		c.written = c.removed = 0;
-		c.failed = false;
-		if (seg_each_batch(l, s, clean_batch, &c) < 0 || c.failed || fdatasync(c.fd) < 0) {
-			close(c.fd);
-			unlink(tmp);
-			break;
+	c.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (c.fd < 0 || seg_each_batch(sh, s, clean_batch, &c) < 0 || c.failed || fdatasync(c.fd) < 0) {
+		j->failed = true;
+	} else if (c.removed > 0) {
+		struct segment *r = &j->result[i];
+		r->base_offset = s->base_offset;
+		r->max_ts = -1;
+		if (seg_scan(sh, r, c.fd, false, -1, NULL) == c.written) {
+			seg_write_indexes_as(sh, r, ".cleaned");
+			j->removed[i] = c.removed;
+		} else {
+			j->failed = true;
 		}
-		close(c.fd);
-		if (c.removed == 0) {
-			unlink(tmp);
-			continue;
-		}
-		if (rename(tmp, path) < 0) {
-			unlink(tmp);
-			break;
-		}
-		/* Re-read the new file for its indexes and sizes; what the cache
-		 * held of the old one is gone. */
-		sluice_cache_forget(l->pool, l, s->base_offset);
-		if (s->fd_read >= 0)
-			close(s->fd_read);
-		if (s->fd_direct >= 0)
-			close(s->fd_direct);
-		s->fd_read = s->fd_direct = -1;
-		int fd = seg_fd_read(l, s);
-		if (fd < 0 || seg_scan(l, s, fd, false, -1, NULL) < 0) {
-			l->failed = true;
-			break;
-		}
-		seg_write_indexes(l, s);
-		removed += c.removed;
 	}
+	if (c.tombstone_due_ms < j->tombstone_due_ms)
+		j->tombstone_due_ms = c.tombstone_due_ms;
+	if (c.fd >= 0)
+		close(c.fd);
+	if (j->removed[i] == 0)
+		unlink(tmp);
 	kwr_free(&c.out);
+}
+
+static double clean_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool clean_cancelled(const struct sluice_plog_clean_job *j) { return j->cancelled; }
+
+/* log.cleaner.io.max.bytes.per.second: sleep while ahead of the rate (in
+ * steps of at most 100 ms, so a cancel is seen soon). */
+static void clean_throttle(struct sluice_plog_clean_job *j, size_t bytes)
+{
+	j->io_bytes += (int64_t)bytes;
+	if (j->io_bytes_per_sec <= 0)
+		return;
+	for (;;) {
+		double ahead = j->io_start_s + (double)j->io_bytes / (double)j->io_bytes_per_sec - clean_now_s();
+		if (ahead < 0.001 || j->cancelled)
+			return;
+		double step = ahead < 0.1 ? ahead : 0.1;
+		struct timespec ts = {(time_t)step, (long)((step - (double)(time_t)step) * 1e9)};
+		nanosleep(&ts, NULL);
+	}
+}
+
+void sluice_plog_clean_set_io_limit(struct sluice_plog_clean_job *j, int64_t bytes_per_sec)
+{
+	j->io_bytes_per_sec = bytes_per_sec;
+}
+
+void sluice_plog_clean_run(struct sluice_plog_clean_job *j)
+{
+	struct sluice_plog *sh = &j->shadow;
+	struct map_ctx m = {.job = j};
+	j->io_start_s = clean_now_s();
+	for (uint32_t i = 0; i < sh->seg_n && !m.map.full && !j->cancelled; i++)
+		if (seg_each_batch(sh, &sh->segs[i], map_batch, &m) < 0)
+			j->failed = true;
+	struct keymap map = m.map;
+	if (!map.full && !j->failed)
+		for (uint32_t i = 0; i < sh->seg_n && !j->failed && !j->cancelled; i++)
+			clean_one(j, &map, i);
+	for (uint32_t i = 0; i < sh->seg_n; i++) {
+		if (sh->segs[i].fd_read >= 0)
+			close(sh->segs[i].fd_read);
+		sh->segs[i].fd_read = -1;
+	}
 	free(map.hash);
 	free(map.offset);
-	return removed;
+}
+
+void sluice_plog_clean_cancel(struct sluice_plog_clean_job *j) { j->cancelled = true; }
+
+static void clean_unlink(struct sluice_plog_clean_job *j, uint32_t i)
+{
+	static const char *const exts[] = {".log.cleaned", ".index.cleaned", ".timeindex.cleaned"};
+	char p[PATH_BYTES];
+	for (size_t k = 0; k < 3; k++) {
+		seg_path(&j->shadow, j->shadow.segs[i].base_offset, exts[k], p);
+		unlink(p);
+	}
+}
+
+void sluice_plog_clean_discard(struct sluice_plog_clean_job *j)
+{
+	if (!j)
+		return;
+	for (uint32_t i = 0; i < j->shadow.seg_n; i++) {
+		if (j->removed[i] > 0)
+			clean_unlink(j, i);
+		seg_free(&j->result[i]);
+	}
+	free(j->shadow.segs);
+	free(j->result);
+	free(j->removed);
+	free(j);
+}
+
+/* Swap one cleaned segment in: the old indexes go first (a crash then
+ * leaves a segment whose indexes are rebuilt by a scan, never stale ones),
+ * then the data file, then the new indexes. */
+static bool clean_swap(struct sluice_plog *l, struct segment *s, struct sluice_plog_clean_job *j, uint32_t i)
+{
+	char to[PATH_BYTES], from[PATH_BYTES];
+	seg_path(l, s->base_offset, ".index", to);
+	(void)unlink(to);
+	seg_path(l, s->base_offset, ".timeindex", to);
+	(void)unlink(to);
+	seg_path(l, s->base_offset, ".log.cleaned", from);
+	seg_path(l, s->base_offset, ".log", to);
+	if (rename(from, to) < 0)
+		return false;
+	seg_path(l, s->base_offset, ".index.cleaned", from);
+	seg_path(l, s->base_offset, ".index", to);
+	(void)rename(from, to);
+	seg_path(l, s->base_offset, ".timeindex.cleaned", from);
+	seg_path(l, s->base_offset, ".timeindex", to);
+	(void)rename(from, to);
+	sluice_cache_forget(l->pool, l, s->base_offset);
+	struct segment *r = &j->result[i];
+	seg_free(s); /* closes the old file's descriptors */
+	*s = *r;
+	s->fd_read = s->fd_direct = -1;
+	memset(r, 0, sizeof *r);
+	r->fd_read = r->fd_direct = -1;
+	return true;
+}
+
+int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean_job *j)
+{
+	int64_t removed = 0;
+	for (uint32_t i = 0; i < j->shadow.seg_n; i++) {
+		if (j->removed[i] <= 0)
+			continue;
+		/* Only a segment that is still there, closed and unchanged. */
+		struct segment *s = NULL;
+		for (uint32_t k = 0; k + 1 < l->seg_n; k++)
+			if (l->segs[k].base_offset == j->shadow.segs[i].base_offset &&
+			    l->segs[k].size == j->shadow.segs[i].size)
+				s = &l->segs[k];
+		if (!s || l->failed || !clean_swap(l, s, j, i)) {
+			clean_unlink(j, i);
+			continue;
+		}
+		removed += j->removed[i];
+		j->removed[i] = 0;
+	}
+	l->compact_sig = closed_signature(l);
+	l->compact_due_ms = j->failed ? 0 : j->tombstone_due_ms;
+	l->compact_next_base = j->next_base;
+	bool failed = j->failed;
+	sluice_plog_clean_discard(j);
+	return failed && removed == 0 ? -1 : removed;
+}
+
+int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes)
+{
+	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, now_ms, delete_retention_ms, budget_bytes);
+	if (!j)
+		return 0;
+	sluice_plog_clean_run(j);
+	return sluice_plog_clean_finish(l, j);
 }

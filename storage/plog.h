@@ -117,13 +117,31 @@ void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_
  * segment is rolled first so it can go too. Files are renamed to
  * ".deleted" and then removed. Returns the number of segments deleted. */
 int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t retention_ms, int64_t retention_bytes);
-/* Log compaction (cleanup.policy=compact): over the closed segments, keep
- * only the newest record of each key; tombstones (null values) are kept
- * until they are delete_retention_ms old, then removed too. Rewritten
- * batches keep their offsets (and LastOffsetDelta) and are stored
- * uncompressed; each segment is rewritten to "<base>.log.cleaned", synced,
- * and renamed over the original. budget_bytes bounds the bytes read in one
- * call. Returns bytes removed, or -1 on error. */
+/* Log compaction (cleanup.policy=compact): over closed segments, keep only
+ * the newest record of each key; tombstones (null values) are kept until
+ * they are delete_retention_ms old, then removed too. Rewritten batches keep
+ * their offsets (and LastOffsetDelta) and are stored uncompressed.
+ *
+ * A pass is a job in three steps, so the work can run on a cleaner thread:
+ * prepare (owning core) snapshots the closed segments from where the last
+ * pass stopped, as many as budget_bytes allows (at least one), or returns
+ * NULL when nothing closed, was deleted or left tombstones waiting since the
+ * last pass; run (any thread, touching nothing of the log) writes each
+ * segment that loses records to "<base>.log.cleaned" (synced) with its
+ * indexes; finish (owning core) swaps in those whose segment is still there
+ * unchanged, and frees the job. cancel makes a running job stop early;
+ * discard frees an unfinished one and removes its files. */
+struct sluice_plog_clean_job;
+struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
+							 int64_t delete_retention_ms, int64_t budget_bytes);
+void sluice_plog_clean_run(struct sluice_plog_clean_job *j);
+/* Bytes per second a job may read and write (log.cleaner.io.max.bytes.per.second). */
+void sluice_plog_clean_set_io_limit(struct sluice_plog_clean_job *j, int64_t bytes_per_sec);
+void sluice_plog_clean_cancel(struct sluice_plog_clean_job *j);
+/* Returns bytes removed, or -1 when the pass failed and removed nothing. */
+int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean_job *j);
+void sluice_plog_clean_discard(struct sluice_plog_clean_job *j);
+/* All three steps at once. */
 int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes);
 
 /* fdatasync when data has waited unflushed for at least interval_ms. */
