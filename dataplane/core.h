@@ -76,6 +76,7 @@ struct partop {
 	const char *client_host;
 	struct kwr gout;
 	int32_t gcount;
+	void *gpending;          /* group.c: what to apply once the op's records are written */
 	/* network-core-only fields: how the request named it */
 	const char *name_ptr;
 	int32_t name_len;

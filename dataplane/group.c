@@ -38,6 +38,7 @@ static const char *const state_names[] = {"Empty", "PreparingRebalance", "Comple
 
 enum {
 	E_NONE = 0, E_UNKNOWN_TOPIC_OR_PARTITION = 3, E_OFFSET_METADATA_TOO_LARGE = 12, E_COORDINATOR_NOT_AVAILABLE = 15,
+	E_NOT_COORDINATOR = 16,
 	E_ILLEGAL_GENERATION = 22, E_INCONSISTENT_GROUP_PROTOCOL = 23, E_INVALID_GROUP_ID = 24, E_UNKNOWN_MEMBER_ID = 25,
 	E_INVALID_SESSION_TIMEOUT = 26, E_REBALANCE_IN_PROGRESS = 27, E_KAFKA_STORAGE_ERROR = 56,
 	E_NON_EMPTY_GROUP = 68, E_GROUP_ID_NOT_FOUND = 69, E_MEMBER_ID_REQUIRED = 79, E_FENCED_INSTANCE_ID = 82,
@@ -1301,6 +1302,67 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 
 /* ---- OffsetCommit (8), OffsetFetch (9), OffsetDelete (47) -------------------------- */
 
+/* An offset commit waiting for its __consumer_offsets write: the offsets
+ * to apply to the group then, and where each partition's ErrorCode sits in
+ * the encoded answer (turned to NOT_COORDINATOR, as Kafka answers a storage
+ * error, when the write fails: the client finds the coordinator again and
+ * retries, and nothing unwritten was ever visible). */
+struct pending_commit {
+	char *group;
+	struct offset_entry *e;
+	size_t *err_pos;
+	int32_t n, cap;
+};
+
+static bool pending_add(struct pending_commit *pc, const struct offset_entry *ne, size_t err_pos)
+{
+	if (pc->n == pc->cap) {
+		int32_t cap = pc->cap ? 2 * pc->cap : 8;
+		struct offset_entry *e = realloc(pc->e, (size_t)cap * sizeof *e);
+		if (e)
+			pc->e = e;
+		size_t *pos = e ? realloc(pc->err_pos, (size_t)cap * sizeof *pos) : NULL;
+		if (pos)
+			pc->err_pos = pos;
+		if (!e || !pos)
+			return false;
+		pc->cap = cap;
+	}
+	struct offset_entry *d = &pc->e[pc->n];
+	*d = *ne;
+	d->topic = strdup(ne->topic);
+	d->metadata = strdup(ne->metadata);
+	if (!d->topic || !d->metadata) {
+		free(d->topic);
+		free(d->metadata);
+		return false;
+	}
+	pc->err_pos[pc->n++] = err_pos;
+	return true;
+}
+
+static void pending_fail(const struct pending_commit *pc, struct kwr *w)
+{
+	for (int32_t i = 0; i < pc->n; i++)
+		if (pc->err_pos[i] + 2 <= w->len)
+		{
+			w->buf[pc->err_pos[i]] = 0;
+			w->buf[pc->err_pos[i] + 1] = (uint8_t)E_NOT_COORDINATOR;
+		}
+}
+
+static void pending_free(struct pending_commit *pc)
+{
+	for (int32_t i = 0; i < pc->n; i++) {
+		free(pc->e[i].topic);
+		free(pc->e[i].metadata);
+	}
+	free(pc->e);
+	free(pc->err_pos);
+	free(pc->group);
+	memset(pc, 0, sizeof *pc);
+}
+
 static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	bool flex = op->flex;
@@ -1342,6 +1404,7 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 	kwr_init(w, 256, 64u << 20);
 	struct recset rs;
 	recset_init(&rs);
+	struct pending_commit pc = {0};
 	if (v >= 3)
 		kwr_i32(w, 0);
 	int32_t nt = krd_array(&rd, flex, 2);
@@ -1372,17 +1435,25 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 			if (!e && !topic.ptr)
 				e = E_UNKNOWN_TOPIC_OR_PARTITION;
 			struct offset_entry *oe = NULL;
-			if (!e && !(oe = offset_slot(g, topic.ptr, (size_t)topic.len, part, true)))
+			if (!e && !(oe = offset_slot(g, topic.ptr, (size_t)topic.len, part, false)) &&
+			    g->off_n >= OFFSETS_PER_GROUP_MAX)
 				e = E_COORDINATOR_NOT_AVAILABLE;
-			if (!e) {
-				oe->offset = off;
-				oe->leader_epoch = epoch;
-				free(oe->metadata);
-				oe->metadata = meta.ptr ? kstrdup(meta) : strdup("");
-				oe->commit_ts = now_wall;
-				recset_offset(&rs, g, oe, true);
-			}
 			kwr_i32(w, part);
+			if (!e) {
+				/* Applied to the group only once the record is written. */
+				struct offset_entry ne = {.topic = oe ? oe->topic : kstrdup(topic), .partition = part,
+							  .offset = off, .leader_epoch = epoch,
+							  .metadata = meta.ptr ? kstrdup(meta) : strdup(""),
+							  .commit_ts = now_wall};
+				if (!ne.topic || !ne.metadata || !pending_add(&pc, &ne, w->len))
+					e = E_COORDINATOR_NOT_AVAILABLE;
+				else
+					recset_offset(&rs, g, &ne, true);
+				if (oe)
+					ne.topic = NULL; /* the group's own string */
+				free(ne.topic);
+				free(ne.metadata);
+			}
 			kwr_i16(w, e);
 			if (flex)
 				kwr_tags_empty(w);
@@ -1394,13 +1465,59 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 	}
 	if (flex)
 		kwr_tags_empty(w);
-	bool waiting = rs.n > 0 && recset_write(sc, g, &rs, op) == 0;
-	if (rs.n > 0 && !waiting)
-		SLOG_ERR("group", "group %s: offset commit could not be written to %s-%d", g->id, SLUICE_OFFSETS_TOPIC,
-			 g->partition);
+	bool waiting = false;
+	if (rs.n > 0) {
+		pc.group = strdup(g->id);
+		struct pending_commit *pp = malloc(sizeof *pp);
+		if (pp && pc.group) {
+			*pp = pc;
+			op->gpending = pp;
+			waiting = recset_write(sc, g, &rs, op) == 0;
+		} else {
+			free(pp);
+			op->gpending = NULL;
+			pending_fail(&pc, w);
+			pending_free(&pc);
+		}
+		if (!waiting) {
+			SLOG_ERR("group", "group %s: offset commit could not be written to %s-%d", g->id,
+				 SLUICE_OFFSETS_TOPIC, g->partition);
+			sluice_group_written(sc, op, false);
+		}
+	} else {
+		pending_free(&pc);
+	}
 	recset_free(&rs);
 	if (!waiting)
 		reply(sc, op);
+}
+
+void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
+{
+	struct pending_commit *pc = op->gpending;
+	if (!pc)
+		return;
+	op->gpending = NULL;
+	struct gcoord *gc = sc->groups;
+	struct group *g = gc ? group_find(gc, pc->group, strlen(pc->group)) : NULL;
+	if (ok && !g)
+		SLOG_WARN("group", "group %s went away before its offset commit was written", pc->group);
+	for (int32_t i = 0; ok && g && i < pc->n; i++) {
+		struct offset_entry *ne = &pc->e[i];
+		struct offset_entry *oe = offset_slot(g, ne->topic, strlen(ne->topic), ne->partition, true);
+		if (!oe)
+			continue; /* full: written, so it is back after a restart */
+		oe->offset = ne->offset;
+		oe->leader_epoch = ne->leader_epoch;
+		free(oe->metadata);
+		oe->metadata = ne->metadata;
+		ne->metadata = NULL;
+		oe->commit_ts = ne->commit_ts;
+	}
+	if (!ok)
+		pending_fail(pc, &op->gout);
+	pending_free(pc);
+	free(pc);
 }
 
 /* Encode the topics part of an OffsetFetch answer for one group. */

@@ -166,6 +166,8 @@ static void on_committed(struct sluice_plog *l, void *arg)
 		op->next = NULL;
 		if (failed && op->last_offset >= hw)
 			op->error = 56; /* KAFKA_STORAGE_ERROR */
+		if (op->kind == PARTOP_GROUP)
+			sluice_group_written(p->sc, op, op->error == 0);
 		op->high_watermark = hw;
 		op->log_start = sluice_plog_log_start(l);
 		op_done(p->sc, op);
@@ -403,6 +405,8 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 {
 	struct sstate *st = sc->state;
 	int64_t base, last;
+	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
+		return -EIO; /* as for clients: the directory's partitions are offline */
 	int rc = sluice_plog_append(p->log, batch, len, 0, &base, &last);
 	if (rc < 0)
 		return rc;
@@ -506,6 +510,8 @@ static void part_delete(struct storecore *sc, const char *topic, int32_t partiti
 			struct partop *op = p->wait_head;
 			p->wait_head = op->next;
 			op->error = 3;
+			if (op->kind == PARTOP_GROUP)
+				sluice_group_written(sc, op, false);
 			op_done(sc, op);
 		}
 		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)

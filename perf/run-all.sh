@@ -38,7 +38,8 @@
 # seen before every phase is kept with the results and printed in latest.md.
 # Every process it starts is stopped on exit (also on ^C); data directories are deleted
 # unless --keep. Needs root for apt-get and for dropping the page cache (without root the
-# backlog drain runs warm and says so).
+# backlog drain runs warm and says so). Sluice is restarted before the drain, so its own
+# extent cache is cold too.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -173,12 +174,14 @@ peer_start() {
     sluice|sluice-fsync)
       local extra=()
       [ "$peer" = sluice-fsync ] && extra=(--override log.flush.interval.messages=1)
-      "$broker" "$root/deploy/single-node.properties" --override "log.dirs=$dir/data" \
-        --override "listeners=PLAINTEXT://127.0.0.1:$port" \
-        --override "advertised.listeners=PLAINTEXT://127.0.0.1:$port" \
-        --override "num.partitions=$parts" --override group.initial.rebalance.delay.ms=0 \
-        "${extra[@]}" >"$dir/server.log" 2>&1 &
+      sluice_cmd=("$broker" "$root/deploy/single-node.properties" --override "log.dirs=$dir/data"
+        --override "listeners=PLAINTEXT://127.0.0.1:$port"
+        --override "advertised.listeners=PLAINTEXT://127.0.0.1:$port"
+        --override "num.partitions=$parts" --override group.initial.rebalance.delay.ms=0
+        "${extra[@]}")
+      "${sluice_cmd[@]}" >>"$dir/server.log" 2>&1 &
       cur_pid=$!
+      cur_port=$port
       wait_port "$port" "$cur_pid" "$dir/server.log" ;;
     kafka)
       # Kafka's documented production JVM settings (heap 6 GB, G1 tuned for short pauses);
@@ -213,6 +216,18 @@ peer_stop() {
   esac
   [ "$keep" = 1 ] || rm -rf "$cur_dir/data"
   cur_peer="" cur_dir="" cur_pid=""
+}
+# Sluice keeps its own cache of segment extents (O_DIRECT bypasses the page cache), which
+# dropping the page cache does not touch: for a cold read it is stopped cleanly and
+# started again on the same data.
+sluice_restart() {
+  kill -TERM "$cur_pid" 2>/dev/null || true
+  local i
+  for i in $(seq 1 300); do kill -0 "$cur_pid" 2>/dev/null || break; sleep 0.1; done
+  wait "$cur_pid" 2>/dev/null || true
+  "${sluice_cmd[@]}" >>"$cur_dir/server.log" 2>&1 &
+  cur_pid=$!
+  wait_port "$cur_port" "$cur_pid" "$cur_dir/server.log"
 }
 trap peer_stop EXIT
 trap 'exit 130' INT TERM
@@ -357,6 +372,7 @@ wl_4() { # backlog drain
   local peer=$1
   phase 4 "$peer" write produce -t backlog -p 8 --create -s 1024 --acks 1 -n "$W4_RECORDS"
   [ "$peer" = null ] && return 0
+  case "$peer" in sluice|sluice-fsync) sluice_restart ;; esac
   local cache; cache=$(drop_caches)
   echo "$cache" >"$raw/4/$peer/cache.txt"
   local n; n=$(json_get "$raw/4/$peer/write.json" 'd["delivered"]') || n=0

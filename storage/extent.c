@@ -7,6 +7,7 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 
 #define POOL_BUCKETS_MIN 64u
@@ -27,7 +28,7 @@ struct sluice_pool {
 	uint32_t unbudgeted_live;
 	struct sluice_pool_stats stats;
 	int32_t *file_free; /* free fixed-file slots */
-	uint32_t file_free_n;
+	uint32_t file_free_n, files_max;
 	bool files_registered;
 };
 
@@ -62,13 +63,19 @@ struct sluice_pool *sluice_pool_new(size_t extent_bytes, size_t budget_bytes, st
 			SLOG_WARN("storage", "io_uring fixed buffers unavailable (%s); writes pin pages per I/O",
 				  strerror(-rc));
 		}
-		p->file_free = malloc(SLUICE_POOL_FILES_MAX * sizeof *p->file_free);
-		if (p->file_free && io_uring_register_files_sparse(ring, SLUICE_POOL_FILES_MAX) == 0) {
+		/* The kernel caps the table at the descriptor limit. */
+		struct rlimit rl;
+		uint32_t nfiles = SLUICE_POOL_FILES_MAX;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < nfiles)
+			nfiles = (uint32_t)rl.rlim_cur;
+		p->file_free = malloc(nfiles * sizeof *p->file_free);
+		if (p->file_free && nfiles && io_uring_register_files_sparse(ring, nfiles) == 0) {
 			p->ring = ring;
 			p->files_registered = true;
-			for (uint32_t i = 0; i < SLUICE_POOL_FILES_MAX; i++)
-				p->file_free[i] = (int32_t)(SLUICE_POOL_FILES_MAX - 1 - i);
-			p->file_free_n = SLUICE_POOL_FILES_MAX;
+			p->files_max = nfiles;
+			for (uint32_t i = 0; i < nfiles; i++)
+				p->file_free[i] = (int32_t)(nfiles - 1 - i);
+			p->file_free_n = nfiles;
 		}
 	}
 	return p;
@@ -256,7 +263,7 @@ void sluice_pool_get_stats(const struct sluice_pool *p, struct sluice_pool_stats
 {
 	*out = p->stats;
 	out->bytes_allocated += (size_t)p->unbudgeted_live * p->extent_bytes;
-	out->files_in_use = p->files_registered ? SLUICE_POOL_FILES_MAX - p->file_free_n : 0;
+	out->files_in_use = p->files_registered ? p->files_max - p->file_free_n : 0;
 }
 
 void sluice_pool_count(struct sluice_pool *p, bool hit)
@@ -323,7 +330,7 @@ void sluice_pool_file_unregister(struct sluice_pool *p, int slot)
 {
 	if (slot < 0)
 		return;
-	assert(p->files_registered && p->file_free_n < SLUICE_POOL_FILES_MAX);
+	assert(p->files_registered && p->file_free_n < p->files_max);
 	int gone = -1;
 	(void)io_uring_register_files_update(p->ring, (unsigned)slot, &gone, 1);
 	p->file_free[p->file_free_n++] = slot;
