@@ -50,6 +50,7 @@ static const struct cfg_key keys[] = {
 	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},
 	{"log.message.timestamp.before.max.ms", CFG_LONG, F(timestamp_before_max_ms), 0, INT64_MAX, "9223372036854775807"},
 	{"log.message.timestamp.after.max.ms", CFG_LONG, F(timestamp_after_max_ms), 0, INT64_MAX, "3600000"},
+	{"log.message.timestamp.type", CFG_STRING, F(message_timestamp_type), 0, 0, "CreateTime"},
 	{"offsets.topic.num.partitions", CFG_INT, F(offsets_topic_partitions), 1, 1000, "50"},
 	{"group.initial.rebalance.delay.ms", CFG_INT, F(group_initial_rebalance_delay_ms), 0, INT32_MAX, "3000"},
 	{"group.min.session.timeout.ms", CFG_INT, F(group_min_session_timeout_ms), 0, INT32_MAX, "6000"},
@@ -86,7 +87,7 @@ static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const c
 	char *base = (char *)cfg + k->offset;
 	if (k->type == CFG_STRING) {
 		size_t n = strlen(value);
-		size_t cap = strcmp(k->name, "log.level") == 0 ? 32 :
+		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ? 32 :
 			     strcmp(k->name, "cluster.id") == 0 ? 64 : SLUICE_CONFIG_STRING_MAX;
 		if (n >= cap) {
 			snprintf(err, errlen, "%s: value is longer than %zu bytes", k->name, cap - 1);
@@ -270,6 +271,13 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 		cfg->log_retention_ms = cfg->log_retention_hours < 0 ? -1 : cfg->log_retention_hours * 3600000;
 	if (cfg->log_roll_ms < 0)
 		cfg->log_roll_ms = cfg->log_roll_hours * 3600000;
+	if (strcmp(cfg->message_timestamp_type, "CreateTime") != 0 &&
+	    strcmp(cfg->message_timestamp_type, "LogAppendTime") != 0) {
+		snprintf(err, errlen, "log.message.timestamp.type: '%s' is not CreateTime or LogAppendTime",
+			 cfg->message_timestamp_type);
+		return -1;
+	}
+	cfg->log_append_time = strcmp(cfg->message_timestamp_type, "LogAppendTime") == 0;
 	int lvl = sluice_log_level_parse(cfg->log_level);
 	if (lvl < 0) {
 		snprintf(err, errlen, "log.level: '%s' is not one of ERROR, WARN, INFO, DEBUG, TRACE", cfg->log_level);

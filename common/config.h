@@ -42,6 +42,8 @@ struct sluice_config {
 	int32_t fetch_max_bytes;
 	int64_t timestamp_before_max_ms;
 	int64_t timestamp_after_max_ms;
+	char message_timestamp_type[32]; /* log.message.timestamp.type: CreateTime or LogAppendTime */
+	bool log_append_time;            /* derived: the broker default is LogAppendTime */
 	int32_t offsets_topic_partitions;
 	int32_t group_initial_rebalance_delay_ms;
 	int32_t group_min_session_timeout_ms;

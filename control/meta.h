@@ -36,6 +36,7 @@ struct sluice_topic_limits {
 	int8_t cleanup_compact; /* -1 default (delete), 0 delete, 1 compact */
 	bool cleanup_delete;    /* retention applies ("delete" or "compact,delete") */
 	int64_t delete_retention_ms;
+	int8_t log_append_time; /* message.timestamp.type: -1 broker default, 0 CreateTime, 1 LogAppendTime */
 };
 
 struct sluice_topic {

@@ -47,7 +47,7 @@ bool sluice_topic_config_known(const char *key)
 /* Value types of the topic configs whose values are checked. */
 static const struct {
 	const char *key;
-	char type; /* 'l' long, 'b' boolean, 'p' cleanup policy list, 's' string */
+	char type; /* 'l' long, 'b' boolean, 'p' cleanup policy list, 't' timestamp type */
 	int64_t min;
 } config_types[] = {
 	{"cleanup.policy", 'p', 0}, {"delete.retention.ms", 'l', 0}, {"file.delete.delay.ms", 'l', 0},
@@ -59,6 +59,7 @@ static const struct {
 	{"segment.jitter.ms", 'l', 0}, {"segment.ms", 'l', 1}, {"unclean.leader.election.enable", 'b', 0},
 	{"message.timestamp.before.max.ms", 'l', 0}, {"message.timestamp.after.max.ms", 'l', 0},
 	{"local.retention.ms", 'l', -2}, {"local.retention.bytes", 'l', -2},
+	{"message.timestamp.type", 't', 0},
 };
 
 int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen)
@@ -81,6 +82,8 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 		} else if (config_types[i].type == 'p') {
 			ok = !strcmp(value, "delete") || !strcmp(value, "compact") || !strcmp(value, "compact,delete") ||
 			     !strcmp(value, "delete,compact") || !strcmp(value, "");
+		} else if (config_types[i].type == 't') {
+			ok = !strcmp(value, "CreateTime") || !strcmp(value, "LogAppendTime");
 		}
 		if (!ok) {
 			snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
@@ -105,6 +108,7 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 	l->cleanup_compact = -1;
 	l->cleanup_delete = true;
 	l->delete_retention_ms = SLUICE_LIMIT_UNSET;
+	l->log_append_time = -1;
 	for (int32_t i = 0; i < t->config_n; i++) {
 		const char *k = t->configs[i].key, *v = t->configs[i].value;
 		if (!strcmp(k, "segment.bytes"))
@@ -126,6 +130,8 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 			l->cleanup_delete = strstr(v, "delete") != NULL;
 		} else if (!strcmp(k, "delete.retention.ms"))
 			l->delete_retention_ms = atoll(v);
+		else if (!strcmp(k, "message.timestamp.type"))
+			l->log_append_time = !strcmp(v, "LogAppendTime");
 	}
 }
 

@@ -494,15 +494,27 @@ static bool metadata_start(struct req *r, struct krd *rd)
 /* Responses of per-partition APIs: ops are in request order, grouped by the
  * topic's index in the request. Writes topic t's name and partition count and
  * returns the first op of the topic; *k moves past its last. */
+/* Topics of the request that have partitions to answer: Kafka builds these
+ * responses from their partitions, so a topic listed with none is left out
+ * (checked against Kafka 4.1 for ListOffsets in bad_input.py). */
+static int32_t topics_answered(const struct req *r)
+{
+	int32_t n = 0;
+	for (int32_t i = 0; i < r->nops; i++)
+		n += i == 0 || r->ops[i].tindex != r->ops[i - 1].tindex;
+	return n;
+}
+
+/* Write topic t's name and partition count; -1 (nothing written) when the
+ * request gave it no partitions. */
 static int32_t topic_ops_begin(struct req *r, struct kwr *w, int32_t t, int32_t *k)
 {
 	int32_t start = *k;
 	while (*k < r->nops && r->ops[*k].tindex == t)
 		(*k)++;
-	if (start < r->nops && r->ops[start].tindex == t)
-		kwr_string(w, r->flexible, r->ops[start].name_ptr, r->ops[start].name_len);
-	else
-		kwr_string(w, r->flexible, "", 0);
+	if (start == *k)
+		return -1;
+	kwr_string(w, r->flexible, r->ops[start].name_ptr, r->ops[start].name_len);
 	kwr_array(w, r->flexible, *k - start);
 	return start;
 }
@@ -525,8 +537,15 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static bool log_append_time(const struct sluice_config *cfg, const struct sluice_topic_limits *lim)
+{
+	return lim->log_append_time >= 0 ? lim->log_append_time : cfg->log_append_time;
+}
+
+/* lat: the topic stamps batches with LogAppendTime (their timestamps are
+ * then not checked, as in Kafka). */
 static int16_t validate_records(const struct sluice_config *cfg, int64_t max_bytes, const uint8_t *p, int32_t len,
-				const char **msg)
+				bool lat, const char **msg)
 {
 	if (!p || len <= 0)
 		return ERR_INVALID_RECORD;
@@ -555,7 +574,7 @@ static int16_t validate_records(const struct sluice_config *cfg, int64_t max_byt
 		return ERR_INVALID_RECORD;
 	}
 	/* CreateTime must lie within the configured window around now. */
-	if (!(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND)) {
+	if (!lat && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND)) {
 		int64_t now = wall_ms();
 		if ((b.max_timestamp > now && b.max_timestamp - now > cfg->timestamp_after_max_ms) ||
 		    (b.base_timestamp >= 0 && now > b.base_timestamp && now - b.base_timestamp > cfg->timestamp_before_max_ms)) {
@@ -631,7 +650,7 @@ static bool produce_start(struct req *r, struct krd *rd)
 			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
 				  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? ERR_INVALID_TOPIC
 				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
-				  : validate_records(cfg, max_bytes, recs, len, &op->error_message);
+				  : validate_records(cfg, max_bytes, recs, len, log_append_time(cfg, lim), &op->error_message);
 			if (!e && acks == -1 && min_isr > 1) {
 				/* One broker: the in-sync replica set is just this one. */
 				e = ERR_NOT_ENOUGH_REPLICAS;
@@ -667,17 +686,19 @@ static void produce_finish(struct req *r)
 	int16_t v = r->api_version;
 	resp_begin(r);
 	struct kwr *w = &r->out;
-	kwr_array(w, flex, ps->ntopics);
+	kwr_array(w, flex, topics_answered(r));
 	int32_t k = 0;
 	for (int32_t t = 0; t < ps->ntopics; t++) {
 		int32_t start = topic_ops_begin(r, w, t, &k);
+		if (start < 0)
+			continue;
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			kwr_i32(w, op->partition);
 			kwr_i16(w, op->error);
 			kwr_i64(w, op->error ? -1 : op->base_offset);
-			if (v >= 2)
-				kwr_i64(w, -1); /* LogAppendTimeMs: CreateTime topics */
+			if (v >= 2) /* LogAppendTimeMs: -1 for CreateTime topics */
+				kwr_i64(w, op->error || op->timestamp <= 0 ? -1 : op->timestamp);
 			if (v >= 5)
 				kwr_i64(w, op->error ? -1 : op->log_start);
 			if (v >= 8) {
@@ -880,12 +901,14 @@ static void fetch_finish(struct req *r)
 		kwr_i16(w, ERR_NONE);
 		kwr_i32(w, 0); /* SessionId: no incremental sessions */
 	}
-	kwr_array(w, flex, fs->ntopics);
+	kwr_array(w, flex, topics_answered(r));
 	int64_t budget = fs->max_bytes;
 	bool any = false;
 	int32_t k = 0;
 	for (int32_t t = 0; t < fs->ntopics; t++) {
 		int32_t start = topic_ops_begin(r, w, t, &k);
+		if (start < 0)
+			continue;
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			int32_t n = op->rlen;
@@ -989,10 +1012,12 @@ static void list_offsets_finish(struct req *r)
 	struct kwr *w = &r->out;
 	if (v >= 2)
 		kwr_i32(w, 0);
-	kwr_array(w, flex, ntopics);
+	kwr_array(w, flex, topics_answered(r));
 	int32_t k = 0;
 	for (int32_t t = 0; t < ntopics; t++) {
 		int32_t start = topic_ops_begin(r, w, t, &k);
+		if (start < 0)
+			continue;
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			kwr_i32(w, op->partition);
@@ -1379,7 +1404,7 @@ static const struct topic_default topic_defaults[] = {
 	{"flush.ms", CT_LONG, NULL},
 	{"index.interval.bytes", CT_INT, NULL},
 	{"max.message.bytes", CT_INT, NULL},
-	{"message.timestamp.type", CT_STRING, "CreateTime"},
+	{"message.timestamp.type", CT_STRING, NULL},
 	{"min.insync.replicas", CT_INT, NULL},
 	{"preallocate", CT_BOOLEAN, "false"},
 	{"retention.bytes", CT_LONG, NULL},
@@ -1391,7 +1416,9 @@ static const struct topic_default topic_defaults[] = {
 
 static void topic_default_value(const struct sluice_config *c, const char *key, char *out, size_t len)
 {
-	if (!strcmp(key, "flush.messages"))
+	if (!strcmp(key, "message.timestamp.type"))
+		snprintf(out, len, "%s", c->message_timestamp_type);
+	else if (!strcmp(key, "flush.messages"))
 		snprintf(out, len, "%" PRId64, c->log_flush_interval_messages);
 	else if (!strcmp(key, "flush.ms"))
 		snprintf(out, len, "%" PRId64, c->log_flush_interval_ms < 0 ? INT64_MAX : c->log_flush_interval_ms);
@@ -2072,10 +2099,12 @@ static void delete_records_finish(struct req *r)
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	kwr_i32(w, 0);
-	kwr_array(w, flex, ntopics);
+	kwr_array(w, flex, topics_answered(r));
 	int32_t k = 0;
 	for (int32_t t = 0; t < ntopics; t++) {
 		int32_t start = topic_ops_begin(r, w, t, &k);
+		if (start < 0)
+			continue;
 		for (int32_t i = start; i < k; i++) {
 			struct partop *op = &r->ops[i];
 			kwr_i32(w, op->partition);

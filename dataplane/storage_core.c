@@ -389,6 +389,7 @@ static void part_dir(struct broker *b, const char *topic, int32_t partition, cha
 
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
 static void fd_budget(struct storecore *sc);
+static int64_t wall_now_ms(void);
 
 struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
 {
@@ -407,7 +408,7 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	int64_t base, last;
 	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
 		return -EIO; /* as for clients: the directory's partitions are offline */
-	int rc = sluice_plog_append(p->log, batch, len, 0, &base, &last);
+	int rc = sluice_plog_append(p->log, batch, len, 0, -1, &base, &last);
 	if (rc < 0)
 		return rc;
 	if (!p->dirty) {
@@ -622,10 +623,14 @@ static void handle_op(struct storecore *sc, struct partop *op)
 			op_done(sc, op);
 			return;
 		}
-		int rc = sluice_plog_append(l, op->data, op->len, 0, &op->base_offset, &op->last_offset);
+		/* message.timestamp.type=LogAppendTime: the broker's clock, now */
+		int8_t lat = op->tinfo->limits.log_append_time;
+		op->timestamp = (lat >= 0 ? lat : sc->b->cfg.log_append_time) ? wall_now_ms() : -1;
+		int rc = sluice_plog_append(l, op->data, op->len, 0, op->timestamp, &op->base_offset, &op->last_offset);
 		if (rc == -EMFILE || rc == -ENFILE) {
 			fd_budget(sc);
-			rc = sluice_plog_append(l, op->data, op->len, 0, &op->base_offset, &op->last_offset);
+			rc = sluice_plog_append(l, op->data, op->len, 0, op->timestamp, &op->base_offset,
+						&op->last_offset);
 		}
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		if (rc < 0) {

@@ -1035,8 +1035,30 @@ static int tail_copy(struct sluice_plog *l, struct segment *s, int64_t pos, cons
 	return 0;
 }
 
+/* The header bytes an append rewrites (from BaseOffset through MaxTimestamp),
+ * for the batch at data: offsets and epoch always, and with a LogAppendTime
+ * the timestamp type, MaxTimestamp and so the CRC, which covers everything
+ * from Attributes on. */
+static void batch_header_patch(const uint8_t *data, const struct sluice_batch *b, int64_t base_offset,
+			       int32_t leader_epoch, int64_t log_append_time, uint8_t *hdr)
+{
+	memcpy(hdr, data, SLUICE_BATCH_OFF_MAX_TS + 8);
+	sluice_batch_set_base_offset(hdr, base_offset, leader_epoch);
+	if (log_append_time < 0)
+		return;
+	uint16_t attr = (uint16_t)(b->attributes | SLUICE_BATCH_ATTR_TS_LOG_APPEND);
+	hdr[SLUICE_BATCH_OFF_ATTRIBUTES] = (uint8_t)(attr >> 8);
+	hdr[SLUICE_BATCH_OFF_ATTRIBUTES + 1] = (uint8_t)attr;
+	kput64(hdr + SLUICE_BATCH_OFF_MAX_TS, (uint64_t)log_append_time);
+	size_t total = (size_t)sluice_batch_total_bytes(b);
+	uint32_t crc = sluice_crc32c(0, hdr + SLUICE_BATCH_OFF_ATTRIBUTES,
+				     SLUICE_BATCH_OFF_MAX_TS + 8 - SLUICE_BATCH_OFF_ATTRIBUTES);
+	crc = sluice_crc32c(crc, data + SLUICE_BATCH_OFF_MAX_TS + 8, total - (SLUICE_BATCH_OFF_MAX_TS + 8));
+	kput32(hdr + SLUICE_BATCH_OFF_CRC, crc);
+}
+
 int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
-		       int64_t *base_offset, int64_t *last_offset)
+		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset)
 {
 	if (l->failed)
 		return -EIO;
@@ -1049,7 +1071,8 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 		return -EIO;
 	}
 	struct segment *s = active(l);
-	int64_t batch_max_ts = len >= SLUICE_BATCH_HEADER_BYTES ? (int64_t)kbe64(data + SLUICE_BATCH_OFF_MAX_TS) : -1;
+	int64_t batch_max_ts = log_append_time >= 0 ? log_append_time
+			     : len >= SLUICE_BATCH_HEADER_BYTES ? (int64_t)kbe64(data + SLUICE_BATCH_OFF_MAX_TS) : -1;
 	if (s->size > 0 && (s->size + (int64_t)len > l->cfg.segment_bytes ||
 			    (l->cfg.segment_ms > 0 && s->first_ts >= 0 && batch_max_ts - s->first_ts > l->cfg.segment_ms))) {
 		int rc = roll(l);
@@ -1070,13 +1093,14 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 		enum sluice_batch_result r = sluice_batch_parse(data + off, len - off, &b);
 		assert(r == SLUICE_BATCH_OK); /* the caller validated every batch */
 		(void)r;
-		uint8_t hdr[SLUICE_BATCH_OFF_EPOCH + 4];
-		memcpy(hdr, data + off, sizeof hdr);
-		sluice_batch_set_base_offset(hdr, l->leo, leader_epoch);
+		uint8_t hdr[SLUICE_BATCH_OFF_MAX_TS + 8];
+		batch_header_patch(data + off, &b, l->leo, leader_epoch, log_append_time, hdr);
 		int rc = tail_copy(l, s, s->size + (int64_t)off, hdr, sizeof hdr, false);
 		assert(rc == 0); /* those bytes are in the tail already */
 		(void)rc;
 		b.base_offset = l->leo;
+		if (log_append_time >= 0)
+			b.max_timestamp = log_append_time;
 		seg_note_batch(l, s, &b, s->size + (int64_t)off);
 		l->leo += (int64_t)b.last_offset_delta + 1;
 		l->unflushed_messages += b.records_count;

@@ -69,10 +69,12 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 void sluice_plog_close(struct sluice_plog *l);
 
 /* Append already-validated batches (one or more, contiguous). Offsets are
- * assigned by rewriting each batch's BaseOffset in the log's copy.
- * Returns 0 or a negative errno (the log is then failed). */
+ * assigned by rewriting each batch's BaseOffset in the log's copy. With
+ * log_append_time >= 0 (message.timestamp.type=LogAppendTime) each batch is
+ * also marked LogAppendTime with that MaxTimestamp, its CRC recomputed, as
+ * Kafka does. Returns 0 or a negative errno (the log is then failed). */
 int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
-		       int64_t *base_offset, int64_t *last_offset);
+		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset);
 
 bool sluice_plog_write_pending(const struct sluice_plog *l);
 bool sluice_plog_write_inflight(const struct sluice_plog *l);

@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 			if (sluice_plog_log_end(logs[p]) - sluice_plog_high_watermark(logs[p]) >= unacked_max)
 				continue;
 			int64_t base, last;
-			if (sluice_plog_append(logs[p], w.buf, w.len, 0, &base, &last) < 0) {
+			if (sluice_plog_append(logs[p], w.buf, w.len, 0, -1, &base, &last) < 0) {
 				fprintf(stderr, "bench-storage: append failed\n");
 				return 1;
 			}

@@ -254,6 +254,53 @@ def confluent(broker):
     finally:
         c.close()
     log("confluent consumer: assign/seek/offsets_for_times/watermarks ok")
+    log_append_time(broker, conf, admin, result)
+
+
+def log_append_time(broker, conf, admin, result):
+    """message.timestamp.type=LogAppendTime: the broker stamps each batch with its own
+    clock, whatever the producer set; the producer's delivery report and the consumer
+    both see that time with type LogAppendTime (the same checks pass against Kafka)."""
+    import confluent_kafka as ck
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+    topic = "ck-log-append-time"
+    result(admin.create_topics([NewTopic(topic, 1, 1, config={"message.timestamp.type": "LogAppendTime"})]),
+           "create_topics(LogAppendTime)")
+    wait_until(f"{topic} is listed", lambda: topic in admin.list_topics(timeout=10).topics)
+    p = Producer({**conf, "linger.ms": 5, "compression.type": "lz4"})
+    reports = []
+    before = int(time.time() * 1000)
+    for i in range(50):
+        p.produce(topic, key=b"lat-%d" % i, value=b"v" * 100, timestamp=BASE_TS,
+                  on_delivery=lambda err, msg: reports.append((err, msg.timestamp())))
+    check(p.flush(30) == 0 and len(reports) == 50, f"LogAppendTime producer: {len(reports)} reports")
+    after = int(time.time() * 1000)
+    for err, (ttype, ts) in reports:
+        check(err is None, f"LogAppendTime produce error {err}")
+        check(ttype == ck.TIMESTAMP_LOG_APPEND_TIME and before - 1000 <= ts <= after + 1000,
+              f"delivery report timestamp ({ttype}, {ts}), want LogAppendTime in [{before}, {after}]")
+    c = Consumer({**conf, "group.id": "sluice-ck-lat", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 50:
+            check(time.monotonic() < deadline, f"LogAppendTime consumer: {len(got)} records")
+            for m in c.consume(100, timeout=1):
+                if not m.error():
+                    got.append(m.timestamp())
+        check(all(t == ck.TIMESTAMP_LOG_APPEND_TIME and before - 1000 <= ts <= after + 1000 for t, ts in got),
+              f"consumed timestamps {got[:3]}: want LogAppendTime in [{before}, {after}], not {BASE_TS}")
+        # offsets_for_times follows the broker's time, not the producer's
+        tp = c.offsets_for_times([TopicPartition(topic, 0, before - 1000)], timeout=10)[0]
+        check(tp.offset == 0, f"offsets_for_times(before the appends): {tp.offset}")
+        tp = c.offsets_for_times([TopicPartition(topic, 0, BASE_TS)], timeout=10)[0]
+        check(tp.offset == 0, f"offsets_for_times(producer's old timestamp): {tp.offset}")
+    finally:
+        c.close()
+    log("confluent: LogAppendTime topic stamps batches with the broker's time")
 
 
 # --------------------------------------------------------------------- kafka-python

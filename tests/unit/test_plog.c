@@ -183,7 +183,7 @@ static int64_t append_batch(struct sluice_plog *l, int n, int64_t base_ts, size_
 	size_t len = 0;
 	uint8_t *b = mk_batch(n, base_ts, value_len, tag, &len);
 	int64_t base, last;
-	int rc = sluice_plog_append(l, b, len, 3, &base, &last);
+	int rc = sluice_plog_append(l, b, len, 3, -1, &base, &last);
 	free(b);
 	cr_assert_eq(rc, 0, "append: %d", rc);
 	cr_assert_eq(last, base + n - 1);
@@ -511,7 +511,7 @@ Test(plog, offset_for_time, .init = setup, .fini = teardown)
 	h.attributes = 1; /* gzip */
 	uint8_t *b = tb_wrap(&h, z, zlen, &len);
 	int64_t base, last;
-	cr_assert_eq(sluice_plog_append(l, b, len, 0, &base, &last), 0);
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0);
 	cr_assert_eq(base, 5);
 	free(b);
 	free(z);
@@ -1291,7 +1291,7 @@ static void append_keyed(struct sluice_plog *l, int n, int keys, int first, uint
 	uint8_t *b = tb_wrap(&h, w.buf, w.len, &len);
 	kwr_free(&w);
 	int64_t base, last;
-	cr_assert_eq(sluice_plog_append(l, b, len, 0, &base, &last), 0);
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0);
 	free(b);
 }
 
@@ -1368,4 +1368,40 @@ Test(plog, compaction_job, .init = setup, .fini = teardown)
 	cr_expect_eq(sluice_plog_high_watermark(l), 480);
 	(void)count_records(l);
 	sluice_plog_close(l);
+}
+
+/* Proves a LogAppendTime append stamps each batch in the log's copy: the
+ * timestamp-type bit set, MaxTimestamp the broker's time, a CRC that checks,
+ * offsets as usual; lookups by time and the segment's time index use it;
+ * and the caller's buffer is untouched. */
+Test(plog, log_append_time, .init = setup, .fini = teardown)
+{
+	struct sluice_plog *l = open_log(&BIG, true, NULL);
+	size_t len;
+	uint8_t *b = mk_batch(3, 1000, 50, 'x', &len);
+	uint8_t *orig = malloc(len);
+	memcpy(orig, b, len);
+	int64_t base, last;
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, 1700000000000, &base, &last), 0);
+	cr_expect_eq(memcmp(b, orig, len), 0, "the caller's batch is not modified");
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0); /* CreateTime */
+	flush_log(l);
+	uint8_t *buf = NULL;
+	int32_t n = sluice_plog_read(l, 0, 1 << 20, true, &buf);
+	cr_assert_eq(n, (int32_t)(2 * len));
+	struct sluice_batch s;
+	cr_assert_eq(sluice_batch_check(buf, len, &s), SLUICE_BATCH_OK, "CRC recomputed");
+	cr_expect(s.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND);
+	cr_expect_eq(s.max_timestamp, 1700000000000);
+	cr_expect_eq(s.base_offset, 0);
+	cr_assert_eq(sluice_batch_check(buf + len, len, &s), SLUICE_BATCH_OK);
+	cr_expect(!(s.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND));
+	cr_expect_eq(s.max_timestamp, 1002);
+	cr_expect_eq(s.base_offset, 3);
+	free(buf);
+	int64_t found;
+	cr_expect_eq(sluice_plog_offset_for_time(l, 1500000000000, &found), 0);
+	sluice_plog_close(l);
+	free(b);
+	free(orig);
 }
