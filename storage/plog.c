@@ -91,7 +91,8 @@ struct sluice_plog {
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
 	bool failed;
-	bool opened; /* sluice_plog_open completed */
+	bool opened;   /* sluice_plog_open completed */
+	bool modified; /* appended to (or recovered) since open: close must sync */
 };
 
 static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
@@ -694,8 +695,10 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 	 * follows the writes (prealloc_ahead). Refusal is not an error. */
 	l->prealloc_end = s->size;
 	if (l->cfg.preallocate && l->cfg.segment_bytes > s->size &&
-	    fallocate(l->fd_write, 0, s->size, l->cfg.segment_bytes - s->size) == 0)
+	    fallocate(l->fd_write, 0, s->size, l->cfg.segment_bytes - s->size) == 0) {
 		l->prealloc_end = l->cfg.segment_bytes;
+		l->modified = true; /* the file is longer than its data until closed */
+	}
 	/* Tail extents are taken on the first append, so an idle partition
 	 * holds no buffer. */
 	assert(l->tail_n == 0);
@@ -864,6 +867,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		return -1;
 	}
 	l->opened = true;
+	l->modified |= !clean;
 	*out = l;
 	return 0;
 }
@@ -1108,6 +1112,7 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	}
 	assert(off == len);
 	s->size += (int64_t)len;
+	l->modified = true;
 	*last_offset = l->leo - 1;
 	if (!l->unflushed_since_ms)
 		l->unflushed_since_ms = mono_ms();
@@ -1783,12 +1788,15 @@ void sluice_plog_close(struct sluice_plog *l)
 {
 	if (!l)
 		return;
-	if (l->opened && !l->failed)
+	/* A log untouched since a clean open has nothing to sync or rewrite:
+	 * closing 10,000 idle partitions then costs no I/O. */
+	bool sync = l->opened && !l->failed && l->modified;
+	if (sync)
 		(void)fd_write_open(l);
 	if (l->fd_write >= 0) {
 		if (l->write_inflight && l->hooks.wait_write)
 			l->hooks.wait_write(l, l->hooks.arg);
-		if (!l->failed && write_sync(l) == 0) {
+		if (sync && !l->failed && write_sync(l) == 0) {
 			struct segment *s = active(l);
 			if (ftruncate(l->fd_write, s->size) == 0 && fdatasync(l->fd_write) == 0) {
 				if (l->committed_pos < s->size || l->hw < l->leo)
