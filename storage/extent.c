@@ -20,7 +20,8 @@ struct sluice_pool {
 	struct sluice_extent **slots;
 	struct sluice_extent **free_stack;
 	uint32_t free_n;
-	struct io_uring *ring;
+	struct io_uring *ring;   /* set when something was registered with it */
+	struct io_uring *uring;  /* the ring given, registered or not */
 	uint32_t registered_max; /* slots below this are registered fixed buffers */
 	struct sluice_extent **buckets;
 	uint32_t bucket_mask;
@@ -53,6 +54,7 @@ struct sluice_pool *sluice_pool_new(size_t extent_bytes, size_t budget_bytes, st
 		return NULL;
 	}
 	p->stats.bytes_budget = (size_t)p->slots_max * extent_bytes;
+	p->uring = ring;
 	if (ring) {
 		uint32_t nreg = p->slots_max < SLUICE_POOL_REGISTERED_MAX ? p->slots_max : SLUICE_POOL_REGISTERED_MAX;
 		int rc = io_uring_register_buffers_sparse(ring, nreg);
@@ -266,12 +268,19 @@ void sluice_pool_get_stats(const struct sluice_pool *p, struct sluice_pool_stats
 	out->files_in_use = p->files_registered ? p->files_max - p->file_free_n : 0;
 }
 
+struct io_uring *sluice_pool_ring(const struct sluice_pool *p) { return p->uring; }
+
 void sluice_pool_count(struct sluice_pool *p, bool hit)
 {
 	if (hit)
 		p->stats.hits++;
 	else
 		p->stats.misses++;
+}
+
+void sluice_pool_count_readahead(struct sluice_pool *p)
+{
+	p->stats.readahead++;
 }
 
 struct sluice_extent *sluice_cache_lookup(struct sluice_pool *p, const void *owner, int64_t seg_base,

@@ -51,6 +51,7 @@ struct sluice_extent {
 
 struct sluice_pool_stats {
 	uint64_t hits, misses, evictions, unbudgeted; /* unbudgeted: buffers allocated past the budget */
+	uint64_t readahead;                           /* extents read ahead of a reader */
 	size_t bytes_budget, bytes_allocated, bytes_cached;
 	uint32_t registered;  /* buffers registered with the ring */
 	uint32_t files_in_use; /* registered-file slots holding a descriptor */
@@ -84,6 +85,9 @@ void sluice_cache_insert(struct sluice_pool *p, struct sluice_extent *e);
 /* Drop the cached extents of one segment (seg_base >= 0) or of every
  * segment of owner (seg_base < 0): the file changed or went away. */
 void sluice_cache_forget(struct sluice_pool *p, const void *owner, int64_t seg_base);
+/* The ring the pool was made for (reads ahead go there), or NULL. */
+struct io_uring *sluice_pool_ring(const struct sluice_pool *p);
+void sluice_pool_count_readahead(struct sluice_pool *p);
 /* Count a hit or a miss seen by the caller (for the stats). */
 void sluice_pool_count(struct sluice_pool *p, bool hit);
 

@@ -90,6 +90,13 @@ struct sluice_plog {
 	bool prealloc_refused;
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
+	/* One extent read ahead of a sequential reader at a time (user_data
+	 * kind 3); cache_gen changes whenever cached data is invalidated, so a
+	 * read that raced an invalidation is thrown away. */
+	struct sluice_extent *ra_ext;
+	int64_t ra_seg_base;
+	uint64_t ra_gen, cache_gen;
+	bool ra_inflight;
 	bool failed;
 	bool opened;   /* sluice_plog_open completed */
 	bool modified; /* appended to (or recovered) since open: close must sync */
@@ -136,6 +143,16 @@ static void extent_retire(struct sluice_plog *l, struct sluice_extent *e, int64_
 	}
 	sluice_extent_put(e);
 }
+
+/* Cached data of a segment (seg_base >= 0) or of the whole log is stale. */
+static void cache_forget(struct sluice_plog *l, int64_t seg_base)
+{
+	l->cache_gen++;
+	sluice_cache_forget(l->pool, l, seg_base);
+}
+
+static void readahead_complete(struct sluice_plog *l, int res);
+static void read_ahead(struct sluice_plog *l, struct segment *s, int64_t k);
 
 /* Let go of the whole tail (nothing may be unwritten or in flight). */
 static void tail_release(struct sluice_plog *l, int64_t seg_base, bool cache)
@@ -635,7 +652,7 @@ size_t sluice_plog_cache_bytes(const struct sluice_plog *l)
 
 size_t sluice_plog_release_cache(struct sluice_plog *l)
 {
-	if (l->write_inflight || l->fsync_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
+	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
 	size_t n = sluice_plog_cache_bytes(l);
 	tail_release(l, l->segs[l->seg_n - 1].base_offset, true);
@@ -644,7 +661,7 @@ size_t sluice_plog_release_cache(struct sluice_plog *l)
 
 int sluice_plog_release_fds(struct sluice_plog *l)
 {
-	if (l->write_inflight || l->fsync_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
+	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
 	int n = 0;
 	if (l->fd_write >= 0) {
@@ -1127,7 +1144,7 @@ bool sluice_plog_write_pending(const struct sluice_plog *l)
 
 bool sluice_plog_write_inflight(const struct sluice_plog *l)
 {
-	return l->write_inflight || l->fsync_inflight;
+	return l->write_inflight || l->fsync_inflight || l->ra_inflight;
 }
 
 /* One SQE per extent the group commit touches, so a large commit goes to
@@ -1263,6 +1280,10 @@ static void tail_trim(struct sluice_plog *l)
 
 void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 {
+	if (kind == 3) {
+		readahead_complete(l, res);
+		return;
+	}
 	if (kind == 1) {
 		assert(l->write_inflight && l->inflight_parts > 0);
 		if (res < 0 && !l->inflight_err)
@@ -1370,7 +1391,7 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 		int64_t base = s->base_offset;
 		total -= s->size;
 		seg_free(s);
-		sluice_cache_forget(l->pool, l, base);
+		cache_forget(l, base);
 		segment_delete_files(l, base);
 		memmove(l->segs, l->segs + 1, (l->seg_n - 1) * sizeof *l->segs);
 		l->seg_n--;
@@ -1496,12 +1517,75 @@ static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t p
 		dst += n;
 		len -= n;
 	}
+	if (fill)
+		read_ahead(l, s, ext_floor(l, pos - 1));
 	return 0;
 }
 
 static int seg_read_bytes(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst)
 {
 	return seg_read_bytes_ex(l, s, pos, len, dst, false);
+}
+
+/* After a fetch read from extent k of segment s: read the next extent
+ * ahead, asynchronously, on the pool's ring (O_DIRECT into a pool buffer),
+ * so a consumer reading on finds it cached instead of stalling the core on
+ * a synchronous read. One at a time per log; skipped when it is cached, in
+ * the tail, past the committed end, or there is no ring or SQE to spare. */
+static void read_ahead(struct sluice_plog *l, struct segment *s, int64_t k)
+{
+	struct io_uring *ring = sluice_pool_ring(l->pool);
+	int64_t next = k + l->ext_bytes, limit = seg_limit(l, s);
+	if (!ring || l->ra_inflight || next >= limit || !l->cfg.direct_io)
+		return;
+	if (s == active(l) && tail_at(l, next))
+		return;
+	const struct sluice_extent *c = sluice_cache_lookup(l->pool, l, s->base_offset, next);
+	if (c)
+		return;
+	int fd = seg_fd_direct(l, s);
+	if (fd < 0 || io_uring_sq_space_left(ring) < SLUICE_PLOG_WRITE_SQES_MAX + 2)
+		return; /* leave room for the writes */
+	struct sluice_extent *e = sluice_pool_get(l->pool);
+	if (!e)
+		return;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (!sqe) {
+		sluice_extent_put(e);
+		return;
+	}
+	int64_t end = next + l->ext_bytes < limit ? next + l->ext_bytes : limit;
+	unsigned want = (unsigned)align_up(end - next);
+	if (e->buf_index >= 0)
+		io_uring_prep_read_fixed(sqe, fd, e->buf, want, (uint64_t)next, e->buf_index);
+	else
+		io_uring_prep_read(sqe, fd, e->buf, want, (uint64_t)next);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | 3);
+	e->owner = l;
+	e->seg_base = s->base_offset;
+	e->file_off = e->lo = next;
+	e->hi = end;
+	l->ra_ext = e;
+	l->ra_seg_base = s->base_offset;
+	l->ra_gen = l->cache_gen;
+	l->ra_inflight = true;
+	sluice_pool_count_readahead(l->pool);
+}
+
+/* A read ahead completed: cache it unless it came back short or what it
+ * read was invalidated meanwhile (compaction, retention, DeleteRecords). */
+static void readahead_complete(struct sluice_plog *l, int res)
+{
+	assert(l->ra_inflight && l->ra_ext);
+	struct sluice_extent *e = l->ra_ext;
+	l->ra_inflight = false;
+	l->ra_ext = NULL;
+	bool present = false;
+	for (uint32_t i = 0; i < l->seg_n && !present; i++)
+		present = l->segs[i].base_offset == l->ra_seg_base;
+	if (res >= e->hi - e->lo && l->ra_gen == l->cache_gen && present)
+		sluice_cache_insert(l->pool, e);
+	sluice_extent_put(e);
 }
 
 static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
@@ -1668,7 +1752,7 @@ int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
 	for (uint32_t i = 0; i < drop; i++) {
 		int64_t base = l->segs[i].base_offset;
 		seg_free(&l->segs[i]);
-		sluice_cache_forget(l->pool, l, base);
+		cache_forget(l, base);
 		remove_segment_files(l, base);
 	}
 	if (drop) {
@@ -1807,8 +1891,10 @@ void sluice_plog_close(struct sluice_plog *l)
 		}
 		fd_write_close(l);
 	}
+	if ((l->write_inflight || l->ra_inflight) && l->hooks.wait_write)
+		l->hooks.wait_write(l, l->hooks.arg);
 	assert(!l->write_inflight || l->failed); /* the hook waited for it */
-	if (!l->write_inflight) {
+	if (!l->write_inflight && !l->ra_inflight) {
 		tail_release(l, -1, false);
 		sluice_cache_forget(l->pool, l, -1);
 		if (l->pool_owned)
@@ -2242,7 +2328,7 @@ static bool clean_swap(struct sluice_plog *l, struct segment *s, struct sluice_p
 	seg_path(l, s->base_offset, ".timeindex.cleaned", from);
 	seg_path(l, s->base_offset, ".timeindex", to);
 	(void)rename(from, to);
-	sluice_cache_forget(l->pool, l, s->base_offset);
+	cache_forget(l, s->base_offset);
 	struct segment *r = &j->result[i];
 	seg_free(s); /* closes the old file's descriptors */
 	*s = *r;
