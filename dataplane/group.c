@@ -83,6 +83,7 @@ struct group {
 	int64_t rebalance_deadline_ms;
 	int64_t empty_since_ms; /* monotonic; when the group last became Empty */
 	bool initial_delay;
+	int64_t initial_end_ms; /* the initial delay is extended at most until then */
 	char *pending_ids[PENDING_IDS_MAX]; /* handed out with MEMBER_ID_REQUIRED */
 	int32_t npending;
 	struct offset_entry *offsets; /* open addressing */
@@ -97,6 +98,7 @@ struct gcoord {
 	int32_t partitions;
 	int64_t last_tick_ms;
 	int64_t next_expiry_ms;
+	int64_t next_join_deadline_ms; /* earliest join-phase deadline (may be stale: early) */
 	struct kwr scratch;
 };
 
@@ -153,6 +155,7 @@ static struct gcoord *coord(struct storecore *sc)
 	gc->loaded = calloc((size_t)gc->partitions, 1);
 	assert(gc->table && gc->loaded);
 	kwr_init(&gc->scratch, 4096, 64u << 20);
+	gc->next_join_deadline_ms = INT64_MAX;
 	sc->groups = gc;
 	return gc;
 }
@@ -704,6 +707,47 @@ static void fail_pending_syncs(struct storecore *sc, struct group *g, int16_t er
 		}
 }
 
+/* group.initial.rebalance.delay.ms, but at least GROUP_INITIAL_SETTLE_MS:
+ * with 0, Kafka still takes into the first generation the members whose
+ * joins it is already processing (its join completes from a timer, and
+ * every member added meanwhile re-arms it); members started together by a
+ * client arrive some milliseconds apart, each first asking for a member id
+ * (KIP-394), and would otherwise find the first alone in generation 1 and
+ * wait out a heartbeat interval for the next. */
+#define GROUP_INITIAL_SETTLE_MS 30
+static int32_t initial_delay_ms(const struct storecore *sc)
+{
+	int32_t delay = sc->b->cfg.group_initial_rebalance_delay_ms;
+	return delay > GROUP_INITIAL_SETTLE_MS ? delay : GROUP_INITIAL_SETTLE_MS;
+}
+
+/* A member arrived (or was handed a member id) during the initial delay:
+ * wait another delay for the next, as Kafka does. */
+static void initial_delay_extend(struct storecore *sc, struct group *g, int64_t now)
+{
+	if (g->state != G_PREPARING || !g->initial_delay)
+		return;
+	int64_t until = now + initial_delay_ms(sc);
+	if (until > g->initial_end_ms)
+		until = g->initial_end_ms;
+	if (until > g->rebalance_deadline_ms)
+		g->rebalance_deadline_ms = until;
+}
+
+/* The tick must look again by this time (a join phase ends). */
+static void join_deadline_note(struct storecore *sc, int64_t deadline_ms)
+{
+	struct gcoord *gc = sc->groups;
+	if (gc && deadline_ms < gc->next_join_deadline_ms)
+		gc->next_join_deadline_ms = deadline_ms;
+}
+
+int64_t sluice_group_next_deadline(struct storecore *sc)
+{
+	struct gcoord *gc = sc->groups;
+	return gc ? gc->next_join_deadline_ms : INT64_MAX;
+}
+
 static void prepare_rebalance(struct storecore *sc, struct group *g, int64_t now)
 {
 	if (g->state == G_PREPARING)
@@ -714,17 +758,21 @@ static void prepare_rebalance(struct storecore *sc, struct group *g, int64_t now
 		if (m->rebalance_timeout_ms > timeout)
 			timeout = m->rebalance_timeout_ms;
 	/* A group starting from empty waits a little for more members (Kafka's
-	 * group.initial.rebalance.delay.ms); otherwise up to the rebalance timeout. */
+	 * group.initial.rebalance.delay.ms, extended while members keep
+	 * arriving, up to the rebalance timeout); otherwise up to the rebalance
+	 * timeout. */
 	g->initial_delay = false;
 	if (g->state == G_EMPTY) {
-		int32_t delay = sc->b->cfg.group_initial_rebalance_delay_ms;
-		timeout = delay < timeout || timeout == 0 ? delay : timeout;
+		int32_t delay = initial_delay_ms(sc);
+		g->initial_end_ms = now + (timeout > delay ? timeout : delay);
+		timeout = delay;
 		g->initial_delay = true;
 	}
 	g->state = G_PREPARING;
 	g->rebalance_deadline_ms = now + timeout;
 	if (g->rebalance_deadline_ms <= now && g->state == G_PREPARING)
 		g->rebalance_deadline_ms = now;
+	join_deadline_note(sc, g->rebalance_deadline_ms);
 }
 
 static void remove_member(struct group *g, struct member *m)
@@ -843,9 +891,10 @@ static void expire_groups(struct storecore *sc, struct gcoord *gc, int64_t now)
 void sluice_group_tick(struct storecore *sc, int64_t now)
 {
 	struct gcoord *gc = sc->groups;
-	if (!gc || now - gc->last_tick_ms < 50)
+	if (!gc || (now - gc->last_tick_ms < 50 && now < gc->next_join_deadline_ms))
 		return;
 	gc->last_tick_ms = now;
+	gc->next_join_deadline_ms = INT64_MAX; /* recomputed below */
 	if (now >= gc->next_expiry_ms) {
 		gc->next_expiry_ms = now + sc->b->cfg.offsets_retention_check_interval_ms;
 		expire_groups(sc, gc, now);
@@ -876,6 +925,8 @@ void sluice_group_tick(struct storecore *sc, int64_t now)
 				prepare_rebalance(sc, g, now);
 			}
 			maybe_complete_join(sc, g, now);
+			if (g->state == G_PREPARING || g->state == G_COMPLETING)
+				join_deadline_note(sc, g->rebalance_deadline_ms);
 		}
 }
 
@@ -990,6 +1041,7 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 			/* KIP-394: hand out an id and ask the member to come back with it. */
 			if (g->npending < PENDING_IDS_MAX)
 				g->pending_ids[g->npending++] = strdup(idbuf);
+			initial_delay_extend(sc, g, sluice_now_ms());
 			struct kwr *w = &op->gout;
 			kwr_init(w, 128, 1 << 20);
 			if (v >= 2)
@@ -1040,6 +1092,7 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 			tail = &(*tail)->next;
 		*tail = m;
 		g->nmembers++;
+		initial_delay_extend(sc, g, now);
 	}
 	/* (Re)record what the member supports. */
 	if (m->join_op) { /* a duplicate join replaces the older one */

@@ -22,6 +22,8 @@ int64_t sluice_now_ms(void);
 int32_t sluice_group_partition(const char *group, size_t len, int32_t partitions);
 void sluice_group_handle(struct storecore *sc, struct partop *op);
 void sluice_group_tick(struct storecore *sc, int64_t now_ms);
+/* When the tick must run next at the latest (a join phase ends), or INT64_MAX. */
+int64_t sluice_group_next_deadline(struct storecore *sc);
 /* The records an op waited for were written (ok) or not: called by the
  * storage core just before it answers a group op it held. */
 void sluice_group_written(struct storecore *sc, struct partop *op, bool ok);

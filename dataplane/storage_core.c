@@ -1074,7 +1074,11 @@ static void *storage_main(void *arg)
 			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
 			io_uring_submit(&sc->ring);
 		} else {
-			struct __kernel_timespec ts = {0, 100 * 1000 * 1000};
+			/* At most 100 ms, less when a consumer group's join phase ends
+			 * sooner. */
+			int64_t wait_ms = sluice_group_next_deadline(sc) - sluice_now_ms();
+			wait_ms = wait_ms < 1 ? 1 : wait_ms > 100 ? 100 : wait_ms;
+			struct __kernel_timespec ts = {0, (long long)wait_ms * 1000 * 1000};
 			io_uring_submit_and_wait_timeout(&sc->ring, &cqe, 1, &ts, NULL);
 			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
 		}
