@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SWAP_GROUP_MAX 1024 /* segments merged into one by a compaction pass */
 #define PREALLOC_STEP_MIN (1ll << 20)
 #define PREALLOC_STEP_MAX (64ll << 20)
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
@@ -520,6 +521,8 @@ static int cmp_i64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static void swaps_recover(const char *dir);
+
 /* Files a compaction pass left behind unfinished (stopped before its swap). */
 static void remove_stray_cleaned(const char *dir)
 {
@@ -529,7 +532,8 @@ static void remove_stray_cleaned(const char *dir)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		size_t len = strlen(e->d_name);
-		if (len > 8 && strcmp(e->d_name + len - 8, ".cleaned") == 0) {
+		if ((len > 8 && strcmp(e->d_name + len - 8, ".cleaned") == 0) ||
+		    (len > 9 && strcmp(e->d_name + len - 9, ".swap.tmp") == 0)) {
 			char p[PATH_BYTES];
 			snprintf(p, sizeof p, "%.*s/%s", PATH_BYTES - 300, dir, e->d_name);
 			(void)unlink(p);
@@ -794,6 +798,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	l->recovery_point = read_recovery_point(dir);
 	int64_t *bases = NULL;
 	uint32_t nbase = 0;
+	swaps_recover(dir);
 	remove_stray_cleaned(dir);
 	if (list_segments(dir, &bases, &nbase) < 0) {
 		snprintf(err, errlen, "list %s: %s", dir, strerror(errno));
@@ -2130,8 +2135,14 @@ struct sluice_plog_clean_job {
 	int64_t io_bytes;
 	double io_start_s;
 	int64_t next_base;       /* where the next pass starts (0: from the oldest) */
-	struct segment *result;  /* per shadow segment: the cleaned one, when removed[i] > 0 */
-	int64_t *removed;
+	/* Consecutive input segments are cleaned together into one output
+	 * segment named by the first (as Kafka merges small segments): group g
+	 * holds shadow segments [group_start[g], group_start[g + 1]). */
+	uint32_t ngroups;
+	uint32_t *group_start;
+	struct segment *result;  /* per group: the cleaned segment, when written[g] */
+	int64_t *removed;        /* per group: bytes the cleaning removed */
+	bool *written;           /* per group: a cleaned file is ready to swap in */
 	int64_t tombstone_due_ms; /* INT64_MAX: no tombstone kept for later */
 	bool failed;
 	_Atomic bool cancelled;
@@ -2170,12 +2181,32 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 	if (!j)
 		return NULL;
 	j->shadow.segs = calloc(n, sizeof *j->shadow.segs);
+	j->group_start = calloc(n + 1, sizeof *j->group_start);
 	j->result = calloc(n, sizeof *j->result);
 	j->removed = calloc(n, sizeof *j->removed);
-	if (!j->shadow.segs || !j->result || !j->removed) {
+	j->written = calloc(n, sizeof *j->written);
+	if (!j->shadow.segs || !j->group_start || !j->result || !j->removed || !j->written) {
 		sluice_plog_clean_discard(j);
 		return NULL;
 	}
+	/* Groups: consecutive segments whose sizes add up to at most
+	 * segment.bytes, and whose offsets fit the index's 32-bit relative
+	 * offsets. */
+	int64_t gbytes = 0, gbase = 0;
+	uint32_t gcount = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct segment *sg = &l->segs[first + i];
+		if (i == 0 || gbytes + sg->size > l->cfg.segment_bytes || sg->next_offset - gbase >= INT32_MAX ||
+		    gcount == SWAP_GROUP_MAX) {
+			j->group_start[j->ngroups++] = i;
+			gbytes = 0;
+			gcount = 0;
+			gbase = sg->base_offset;
+		}
+		gbytes += sg->size;
+		gcount++;
+	}
+	j->group_start[j->ngroups] = n;
 	memcpy(j->shadow.dir, l->dir, sizeof j->shadow.dir);
 	j->shadow.cfg = l->cfg;
 	j->shadow.cfg.pool = NULL;
@@ -2186,6 +2217,7 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		d->size = l->segs[first + i].size;
 		d->fd_read = d->fd_direct = -1;
 		j->result[i].fd_read = j->result[i].fd_direct = -1;
+		j->result[i].base_offset = -1;
 	}
 	j->shadow.seg_n = n;
 	j->now_ms = now_ms;
@@ -2195,27 +2227,34 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 	return j;
 }
 
-/* Write one segment's cleaned copy; its indexes beside it. */
-static void clean_one(struct sluice_plog_clean_job *j, struct keymap *map, uint32_t i)
+/* Clean group g's segments, in order, into one file named by the first
+ * ("<base>.log.cleaned", synced), with its indexes beside it. A lone
+ * segment that loses nothing is left alone. */
+static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uint32_t g)
 {
 	struct sluice_plog *sh = &j->shadow;
-	struct segment *s = &sh->segs[i];
-	char path[PATH_BYTES], tmp[PATH_BYTES + 16];
-	seg_path(sh, s->base_offset, ".log", path);
-	snprintf(tmp, sizeof tmp, "%s.cleaned", path);
+	uint32_t i0 = j->group_start[g], i1 = j->group_start[g + 1];
+	int64_t base = sh->segs[i0].base_offset;
+	char tmp[PATH_BYTES];
+	seg_path(sh, base, ".log.cleaned", tmp);
 	struct clean_ctx c = {.map = map, .now_ms = j->now_ms, .delete_retention_ms = j->delete_retention_ms, .job = j,
 			      .tombstone_due_ms = INT64_MAX};
 	kwr_init(&c.out, 4096, (size_t)INT32_MAX);
 	c.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (c.fd < 0 || seg_each_batch(sh, s, clean_batch, &c) < 0 || c.failed || fdatasync(c.fd) < 0) {
-		j->failed = true;
-	} else if (c.removed > 0) {
-		struct segment *r = &j->result[i];
-		r->base_offset = s->base_offset;
+	bool ok = c.fd >= 0;
+	for (uint32_t i = i0; ok && i < i1; i++)
+		ok = seg_each_batch(sh, &sh->segs[i], clean_batch, &c) == 0 && !c.failed;
+	ok = ok && fdatasync(c.fd) == 0;
+	if (!ok) {
+		j->failed = !j->cancelled || j->failed;
+	} else if (c.removed > 0 || i1 - i0 > 1) {
+		struct segment *r = &j->result[g];
+		r->base_offset = base;
 		r->max_ts = -1;
 		if (seg_scan(sh, r, c.fd, false, -1, NULL) == c.written) {
 			seg_write_indexes_as(sh, r, ".cleaned");
-			j->removed[i] = c.removed;
+			j->removed[g] = c.removed;
+			j->written[g] = true;
 		} else {
 			j->failed = true;
 		}
@@ -2224,7 +2263,7 @@ static void clean_one(struct sluice_plog_clean_job *j, struct keymap *map, uint3
 		j->tombstone_due_ms = c.tombstone_due_ms;
 	if (c.fd >= 0)
 		close(c.fd);
-	if (j->removed[i] == 0)
+	if (!j->written[g])
 		unlink(tmp);
 	kwr_free(&c.out);
 }
@@ -2270,8 +2309,8 @@ void sluice_plog_clean_run(struct sluice_plog_clean_job *j)
 			j->failed = true;
 	struct keymap map = m.map;
 	if (!map.full && !j->failed)
-		for (uint32_t i = 0; i < sh->seg_n && !j->failed && !j->cancelled; i++)
-			clean_one(j, &map, i);
+		for (uint32_t g = 0; g < j->ngroups && !j->failed && !j->cancelled; g++)
+			clean_group(j, &map, g);
 	for (uint32_t i = 0; i < sh->seg_n; i++) {
 		if (sh->segs[i].fd_read >= 0)
 			close(sh->segs[i].fd_read);
@@ -2283,12 +2322,12 @@ void sluice_plog_clean_run(struct sluice_plog_clean_job *j)
 
 void sluice_plog_clean_cancel(struct sluice_plog_clean_job *j) { j->cancelled = true; }
 
-static void clean_unlink(struct sluice_plog_clean_job *j, uint32_t i)
+static void clean_unlink(struct sluice_plog_clean_job *j, uint32_t g)
 {
 	static const char *const exts[] = {".log.cleaned", ".index.cleaned", ".timeindex.cleaned"};
 	char p[PATH_BYTES];
 	for (size_t k = 0; k < 3; k++) {
-		seg_path(&j->shadow, j->shadow.segs[i].base_offset, exts[k], p);
+		seg_path(&j->shadow, j->shadow.segs[j->group_start[g]].base_offset, exts[k], p);
 		unlink(p);
 	}
 }
@@ -2297,68 +2336,158 @@ void sluice_plog_clean_discard(struct sluice_plog_clean_job *j)
 {
 	if (!j)
 		return;
-	for (uint32_t i = 0; i < j->shadow.seg_n; i++) {
-		if (j->removed[i] > 0)
-			clean_unlink(j, i);
-		seg_free(&j->result[i]);
+	for (uint32_t g = 0; g < j->ngroups; g++) {
+		if (j->written && j->written[g])
+			clean_unlink(j, g);
+		if (j->result)
+			seg_free(&j->result[g]);
 	}
 	free(j->shadow.segs);
+	free(j->group_start);
 	free(j->result);
 	free(j->removed);
+	free(j->written);
 	free(j);
 }
 
-/* Swap one cleaned segment in: the old indexes go first (a crash then
- * leaves a segment whose indexes are rebuilt by a scan, never stale ones),
- * then the data file, then the new indexes. */
-static bool clean_swap(struct sluice_plog *l, struct segment *s, struct sluice_plog_clean_job *j, uint32_t i)
+/* The swap of a cleaned group for its old segments, safe against a crash
+ * at any step. A manifest "<first>.swap" naming every old segment is made
+ * durable first (the cleaned files already are); then the old indexes and
+ * the old segments after the first are removed, and the cleaned log is
+ * renamed over the first, then its indexes, and the manifest goes.
+ * sluice_plog_open finishes a swap it finds a manifest for (swap_apply is
+ * idempotent) and removes any other *.cleaned file. */
+static bool swap_manifest_write(const char *dir, const int64_t *bases, uint32_t n)
 {
-	char to[PATH_BYTES], from[PATH_BYTES];
-	seg_path(l, s->base_offset, ".index", to);
-	(void)unlink(to);
-	seg_path(l, s->base_offset, ".timeindex", to);
-	(void)unlink(to);
-	seg_path(l, s->base_offset, ".log.cleaned", from);
-	seg_path(l, s->base_offset, ".log", to);
-	if (rename(from, to) < 0)
+	char p[PATH_BYTES], tmp[PATH_BYTES + 8];
+	snprintf(p, sizeof p, "%.*s/%020" PRId64 ".swap", PATH_BYTES - 64, dir, bases[0]);
+	snprintf(tmp, sizeof tmp, "%s.tmp", p);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
 		return false;
-	seg_path(l, s->base_offset, ".index.cleaned", from);
-	seg_path(l, s->base_offset, ".index", to);
-	(void)rename(from, to);
-	seg_path(l, s->base_offset, ".timeindex.cleaned", from);
-	seg_path(l, s->base_offset, ".timeindex", to);
-	(void)rename(from, to);
-	cache_forget(l, s->base_offset);
-	struct segment *r = &j->result[i];
-	seg_free(s); /* closes the old file's descriptors */
-	*s = *r;
-	s->fd_read = s->fd_direct = -1;
+	for (uint32_t i = 0; i < n; i++)
+		fprintf(f, "%" PRId64 "\n", bases[i]);
+	bool ok = fflush(f) == 0 && fdatasync(fileno(f)) == 0;
+	ok = fclose(f) == 0 && ok && rename(tmp, p) == 0;
+	int dfd = ok ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	ok = ok && dfd >= 0 && fsync(dfd) == 0;
+	if (dfd >= 0)
+		close(dfd);
+	if (!ok)
+		unlink(tmp);
+	return ok;
+}
+
+static void swap_apply(const char *dir, const int64_t *bases, uint32_t n)
+{
+	char p[PATH_BYTES], q[PATH_BYTES];
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(p, sizeof p, "%.*s/%020" PRId64 ".index", PATH_BYTES - 64, dir, bases[i]);
+		unlink(p);
+		snprintf(p, sizeof p, "%.*s/%020" PRId64 ".timeindex", PATH_BYTES - 64, dir, bases[i]);
+		unlink(p);
+		if (i > 0) {
+			snprintf(p, sizeof p, "%.*s/%020" PRId64 ".log", PATH_BYTES - 64, dir, bases[i]);
+			unlink(p);
+		}
+	}
+	static const char *const exts[] = {".log", ".index", ".timeindex"};
+	for (size_t k = 0; k < 3; k++) {
+		snprintf(p, sizeof p, "%.*s/%020" PRId64 "%s.cleaned", PATH_BYTES - 64, dir, bases[0], exts[k]);
+		snprintf(q, sizeof q, "%.*s/%020" PRId64 "%s", PATH_BYTES - 64, dir, bases[0], exts[k]);
+		if (rename(p, q) < 0 && k == 0)
+			break; /* renamed already (a finished swap being redone): indexes rebuilt at open if missing */
+	}
+	snprintf(p, sizeof p, "%.*s/%020" PRId64 ".swap", PATH_BYTES - 64, dir, bases[0]);
+	unlink(p);
+}
+
+/* At open: finish the swaps whose manifests survived a stop. */
+static void swaps_recover(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len != 25 || strcmp(e->d_name + 20, ".swap") != 0)
+			continue;
+		char p[PATH_BYTES];
+		snprintf(p, sizeof p, "%.*s/%s", PATH_BYTES - 64, dir, e->d_name);
+		FILE *f = fopen(p, "r");
+		int64_t bases[SWAP_GROUP_MAX];
+		uint32_t n = 0;
+		long long v;
+		while (f && n < SWAP_GROUP_MAX && fscanf(f, "%lld", &v) == 1)
+			bases[n++] = v;
+		if (f)
+			fclose(f);
+		if (n > 0 && bases[0] == strtoll(e->d_name, NULL, 10)) {
+			SLOG_WARN("storage", "%s: finishing a compaction swap of %u segment(s) at %020" PRId64
+					     " interrupted by a stop", dir, n, bases[0]);
+			swap_apply(dir, bases, n);
+		} else {
+			unlink(p); /* unreadable: the swap never started (its old segments are all there) */
+		}
+	}
+	closedir(d);
+}
+
+/* Swap group g in for l's segments [k, k + cnt). */
+static bool clean_swap(struct sluice_plog *l, uint32_t k, uint32_t cnt, struct sluice_plog_clean_job *j, uint32_t g)
+{
+	int64_t bases[SWAP_GROUP_MAX];
+	assert(cnt >= 1 && cnt <= SWAP_GROUP_MAX && k + cnt < l->seg_n);
+	for (uint32_t i = 0; i < cnt; i++)
+		bases[i] = l->segs[k + i].base_offset;
+	if (!swap_manifest_write(l->dir, bases, cnt))
+		return false;
+	swap_apply(l->dir, bases, cnt);
+	for (uint32_t i = 0; i < cnt; i++) {
+		cache_forget(l, bases[i]);
+		seg_free(&l->segs[k + i]); /* closes the old files' descriptors */
+	}
+	struct segment *r = &j->result[g];
+	l->segs[k] = *r;
+	l->segs[k].fd_read = l->segs[k].fd_direct = -1;
 	memset(r, 0, sizeof *r);
 	r->fd_read = r->fd_direct = -1;
+	if (cnt > 1) {
+		memmove(&l->segs[k + 1], &l->segs[k + cnt], (l->seg_n - k - cnt) * sizeof *l->segs);
+		l->seg_n -= cnt - 1;
+	}
 	return true;
 }
 
 int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean_job *j)
 {
 	int64_t removed = 0;
-	for (uint32_t i = 0; i < j->shadow.seg_n; i++) {
-		if (j->removed[i] <= 0)
+	bool merged = false;
+	for (uint32_t g = 0; g < j->ngroups; g++) {
+		if (!j->written[g])
 			continue;
-		/* Only a segment that is still there, closed and unchanged. */
-		struct segment *s = NULL;
-		for (uint32_t k = 0; k + 1 < l->seg_n; k++)
-			if (l->segs[k].base_offset == j->shadow.segs[i].base_offset &&
-			    l->segs[k].size == j->shadow.segs[i].size)
-				s = &l->segs[k];
-		if (!s || l->failed || !clean_swap(l, s, j, i)) {
-			clean_unlink(j, i);
+		/* Only segments still there, closed and unchanged, in order. */
+		uint32_t i0 = j->group_start[g], cnt = j->group_start[g + 1] - i0, k = 0;
+		while (k < l->seg_n && l->segs[k].base_offset != j->shadow.segs[i0].base_offset)
+			k++;
+		bool same = k + cnt < l->seg_n && !l->failed;
+		for (uint32_t i = 0; same && i < cnt; i++)
+			same = l->segs[k + i].base_offset == j->shadow.segs[i0 + i].base_offset &&
+			       l->segs[k + i].size == j->shadow.segs[i0 + i].size;
+		if (!same || !clean_swap(l, k, cnt, j, g)) {
+			clean_unlink(j, g);
+			j->written[g] = false;
 			continue;
 		}
-		removed += j->removed[i];
-		j->removed[i] = 0;
+		removed += j->removed[g];
+		merged |= cnt > 1;
+		j->written[g] = false;
 	}
 	l->compact_sig = closed_signature(l);
-	l->compact_due_ms = j->failed ? 0 : j->tombstone_due_ms;
+	/* A pass that changed segments goes again soon: shrunk neighbours may now
+	 * merge (the passes converge: each merges or removes something, or ends). */
+	l->compact_due_ms = j->failed || removed > 0 || merged ? 0 : j->tombstone_due_ms;
 	l->compact_next_base = j->next_base;
 	bool failed = j->failed;
 	sluice_plog_clean_discard(j);

@@ -128,10 +128,12 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
  * prepare (owning core) snapshots the closed segments from where the last
  * pass stopped, as many as budget_bytes allows (at least one), or returns
  * NULL when nothing closed, was deleted or left tombstones waiting since the
- * last pass; run (any thread, touching nothing of the log) writes each
- * segment that loses records to "<base>.log.cleaned" (synced) with its
- * indexes; finish (owning core) swaps in those whose segment is still there
- * unchanged, and frees the job. cancel makes a running job stop early;
+ * last pass; run (any thread, touching nothing of the log) cleans runs of
+ * neighbouring segments (at most segment.bytes together) into one file each,
+ * "<first base>.log.cleaned" (synced), with its indexes; finish (owning
+ * core) swaps in those whose segments are all still there unchanged, under
+ * a "<first base>.swap" manifest that open uses to finish a swap a stop
+ * interrupted, and frees the job. cancel makes a running job stop early;
  * discard frees an unfinished one and removes its files. */
 struct sluice_plog_clean_job;
 struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
