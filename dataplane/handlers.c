@@ -103,9 +103,16 @@ int64_t sluice_now_ms(void)
 
 /* ---- response framing ----------------------------------------------------- */
 
+#define RESP_SPARE_BYTES_MAX (16u << 20) /* largest response buffer a connection keeps */
+
 static void resp_begin(struct req *r)
 {
-	kwr_init(&r->out, 256, (size_t)INT32_MAX);
+	if (r->conn && r->conn->spare && !r->out.buf) {
+		r->out = (struct kwr){.buf = r->conn->spare, .cap = r->conn->spare_cap, .cap_max = (size_t)INT32_MAX};
+		r->conn->spare = NULL;
+	} else {
+		kwr_init(&r->out, 256, (size_t)INT32_MAX);
+	}
 	kwr_i32(&r->out, 0); /* size, patched in resp_end */
 	kwr_i32(&r->out, r->correlation_id);
 	if (r->flexible && r->api_key != 18) /* ApiVersions answers with header v0 */
@@ -136,6 +143,11 @@ void sluice_req_free(struct req *r)
 	free(r->ops);
 	free(r->frame);
 	free(r->api);
+	if (r->conn && !r->conn->spare && r->out.buf && r->out.cap <= RESP_SPARE_BYTES_MAX) {
+		r->conn->spare = r->out.buf;
+		r->conn->spare_cap = r->out.cap;
+		r->out.buf = NULL;
+	}
 	kwr_free(&r->out);
 	if (r->snap)
 		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
@@ -896,6 +908,12 @@ static void fetch_finish(struct req *r)
 	int16_t v = r->api_version;
 	resp_begin(r);
 	struct kwr *w = &r->out;
+	/* One allocation for the whole answer, not a chain of reallocations
+	 * (each a copy, and page faults on fresh memory, for a response of
+	 * megabytes): the records plus a generous bound on the framing. */
+	size_t at = w->len;
+	if (kwr_reserve(w, (size_t)bytes + (size_t)r->nops * 128 + 256))
+		w->len = at;
 	kwr_i32(w, 0); /* ThrottleTimeMs */
 	if (v >= 7) {
 		kwr_i16(w, ERR_NONE);

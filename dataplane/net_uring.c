@@ -53,6 +53,7 @@ static void conn_put(struct conn *c)
 	struct nstate *ns = c->nc->state;
 	close(c->fd);
 	free(c->in);
+	free(c->spare);
 	free(c);
 	ns->conns--;
 }

@@ -48,6 +48,11 @@ struct conn {
 	size_t sent;
 	char peer[64];
 	char host[64];      /* "/address", as Kafka shows a client's host */
+	/* The last response buffer sent, kept for the next response: a fetch
+	 * answer is megabytes, and a fresh allocation of that size faults in
+	 * every page again (measured: 335,000 page faults reading 1.5 GB). */
+	uint8_t *spare;
+	size_t spare_cap;
 };
 
 /* Protocol layer entry points, called by the transport. */

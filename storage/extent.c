@@ -218,6 +218,7 @@ struct sluice_extent *sluice_pool_get(struct sluice_pool *p)
 	e->owner = NULL;
 	e->seg_base = e->file_off = -1;
 	e->lo = e->hi = 0;
+	e->verified = false;
 	return e;
 }
 

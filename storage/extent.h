@@ -45,6 +45,7 @@ struct sluice_extent {
 	int64_t file_off;
 	int64_t lo, hi;
 	bool cached;
+	bool verified; /* every byte came from appends (CRC-checked batches), none from disk */
 	struct sluice_extent *hnext, *lru_prev, *lru_next;
 	struct sluice_pool *pool;
 };

@@ -1019,7 +1019,9 @@ static struct sluice_extent *tail_extent_for(struct sluice_plog *l, struct segme
 		return NULL;
 	e->file_off = k;
 	e->lo = e->hi = pos;
+	e->verified = true; /* appends are validated batches */
 	if (!l->tail_n && pos > k) {
+		e->verified = false; /* its first bytes come from disk */
 		int64_t from = align_down(pos);
 		struct sluice_extent *c = sluice_cache_lookup(l->pool, l, s->base_offset, k);
 		if (c && c->lo <= from && c->hi >= pos) {
@@ -1490,11 +1492,13 @@ static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *
  * (fetches: consumers read on from there), otherwise the bytes are read
  * straight from the file (scans that would only flush the cache). */
 static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst,
-			     bool fill)
+			     bool fill, bool *verified)
 {
+	if (verified)
+		*verified = false;
 	if (!l->pool) /* a cleaner's view of closed segments: files only */
 		return pread_full(seg_fd_read(l, s), dst, len, pos);
-	bool act = s == active(l);
+	bool act = s == active(l), all_verified = true;
 	while (len) {
 		int64_t k = ext_floor(l, pos);
 		size_t n = (size_t)(k + l->ext_bytes - pos);
@@ -1514,6 +1518,7 @@ static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t p
 		} else if (fill) {
 			sluice_pool_count(l->pool, true);
 		}
+		all_verified &= e && e->verified;
 		if (e)
 			memcpy(dst, e->buf + (pos - e->file_off), n);
 		else if (pread_full(seg_fd_read(l, s), dst, n, pos) < 0)
@@ -1524,12 +1529,14 @@ static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t p
 	}
 	if (fill)
 		read_ahead(l, s, ext_floor(l, pos - 1));
+	if (verified)
+		*verified = all_verified;
 	return 0;
 }
 
 static int seg_read_bytes(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst)
 {
-	return seg_read_bytes_ex(l, s, pos, len, dst, false);
+	return seg_read_bytes_ex(l, s, pos, len, dst, false, NULL);
 }
 
 /* After a fetch read from extent k of segment s: read the next extent
@@ -1623,7 +1630,7 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 		pos = s->idx[lo - 1].position;
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 	while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
-		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true) < 0)
+		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true, NULL) < 0)
 			return -2;
 		int64_t base = (int64_t)kbe64(hdr);
 		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
@@ -1664,7 +1671,8 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		uint8_t *buf = malloc(want);
 		if (!buf)
 			return -2;
-		if (seg_read_bytes_ex(l, s, pos, want, buf, true) < 0) {
+		bool verified = false, verified2 = true;
+		if (seg_read_bytes_ex(l, s, pos, want, buf, true, &verified) < 0) {
 			free(buf);
 			return -2;
 		}
@@ -1677,7 +1685,8 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 				if (n == 0 && min_one) {
 					/* The first batch is larger than max_bytes: whole, as Kafka does. */
 					uint8_t *nb = realloc(buf, (size_t)len);
-					if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, (size_t)len - want, nb + want, true) < 0) {
+					if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, (size_t)len - want, nb + want,
+								     true, &verified2) < 0) {
 						free(nb ? nb : buf);
 						return -2;
 					}
@@ -1694,8 +1703,9 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		}
 		/* Never serve a batch whose CRC fails (a disk that rotted after a
 		 * clean shutdown, which recovery does not rescan): serve what comes
-		 * before it, and report the damage. */
-		size_t good = 0;
+		 * before it, and report the damage. Bytes that never left memory
+		 * since their produce (which checked every CRC) need no check. */
+		size_t good = verified && verified2 ? n : 0;
 		while (good < n) {
 			struct sluice_batch b;
 			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK) {

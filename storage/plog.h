@@ -96,7 +96,9 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * buffer allocated here (caller frees): at most max_bytes, except that the
  * first batch is returned whole when min_one. Returns bytes (0: nothing yet),
  * -1 for an offset out of range, -2 for an I/O error, -3 when the batch at
- * offset fails its CRC (batches are CRC-checked before they are served). */
+ * offset fails its CRC (batches read from disk are CRC-checked before they
+ * are served; bytes still in the extents they were appended to, whose CRCs
+ * the producer's validation checked, are not checked twice). */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
 /* Descriptors this log holds open, and giving them back while it is idle

@@ -146,6 +146,7 @@ void stub_conn_free(struct conn *c)
 		stub_retry_parked(true);
 	while (c->head)
 		unlink_free(c, &c->head);
+	free(c->spare);
 	free(c);
 }
 
