@@ -66,6 +66,8 @@ static const struct cfg_key keys[] = {
 	{"log.cleaner.delete.retention.ms", CFG_LONG, F(log_cleaner_delete_retention_ms), 0, INT64_MAX, "86400000"},
 	{"sluice.cleaner.pass.bytes.max", CFG_LONG, F(cleaner_pass_bytes_max), 1048576, INT64_MAX, "268435456"},
 	{"log.cleaner.io.max.bytes.per.second", CFG_LONG, F(log_cleaner_io_bytes_per_sec), 1, INT64_MAX, "9223372036854775807"},
+	{"log.cleaner.min.compaction.lag.ms", CFG_LONG, F(log_cleaner_min_compaction_lag_ms), 0, INT64_MAX, "0"},
+	{"log.cleaner.min.cleanable.ratio", CFG_STRING, F(log_cleaner_min_cleanable_ratio_s), 0, 0, "0.5"},
 	{"sluice.open.files.max", CFG_INT, F(open_files_max), 0, INT32_MAX, "0"},
 	{"sluice.cache.bytes.max", CFG_LONG, F(cache_bytes_max), 1048576, INT64_MAX, "1073741824"},
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
@@ -87,7 +89,8 @@ static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const c
 	char *base = (char *)cfg + k->offset;
 	if (k->type == CFG_STRING) {
 		size_t n = strlen(value);
-		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ? 32 :
+		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ||
+				     strcmp(k->name, "log.cleaner.min.cleanable.ratio") == 0 ? 32 :
 			     strcmp(k->name, "cluster.id") == 0 ? 64 : SLUICE_CONFIG_STRING_MAX;
 		if (n >= cap) {
 			snprintf(err, errlen, "%s: value is longer than %zu bytes", k->name, cap - 1);
@@ -278,6 +281,16 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	cfg->log_append_time = strcmp(cfg->message_timestamp_type, "LogAppendTime") == 0;
+	{
+		char *end;
+		double r = strtod(cfg->log_cleaner_min_cleanable_ratio_s, &end);
+		if (!cfg->log_cleaner_min_cleanable_ratio_s[0] || *end || !(r >= 0 && r <= 1)) {
+			snprintf(err, errlen, "log.cleaner.min.cleanable.ratio: '%s' is not a number in [0, 1]",
+				 cfg->log_cleaner_min_cleanable_ratio_s);
+			return -1;
+		}
+		cfg->log_cleaner_min_cleanable_ratio = r;
+	}
 	int lvl = sluice_log_level_parse(cfg->log_level);
 	if (lvl < 0) {
 		snprintf(err, errlen, "log.level: '%s' is not one of ERROR, WARN, INFO, DEBUG, TRACE", cfg->log_level);

@@ -59,7 +59,7 @@ static const struct {
 	{"segment.jitter.ms", 'l', 0}, {"segment.ms", 'l', 1}, {"unclean.leader.election.enable", 'b', 0},
 	{"message.timestamp.before.max.ms", 'l', 0}, {"message.timestamp.after.max.ms", 'l', 0},
 	{"local.retention.ms", 'l', -2}, {"local.retention.bytes", 'l', -2},
-	{"message.timestamp.type", 't', 0},
+	{"message.timestamp.type", 't', 0}, {"min.cleanable.dirty.ratio", 'r', 0},
 };
 
 int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen)
@@ -84,6 +84,10 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 			     !strcmp(value, "delete,compact") || !strcmp(value, "");
 		} else if (config_types[i].type == 't') {
 			ok = !strcmp(value, "CreateTime") || !strcmp(value, "LogAppendTime");
+		} else if (config_types[i].type == 'r') {
+			char *end;
+			double d = strtod(value, &end);
+			ok = *value && !*end && d >= 0 && d <= 1;
 		}
 		if (!ok) {
 			snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
@@ -109,6 +113,8 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 	l->cleanup_delete = true;
 	l->delete_retention_ms = SLUICE_LIMIT_UNSET;
 	l->log_append_time = -1;
+	l->min_compaction_lag_ms = SLUICE_LIMIT_UNSET;
+	l->min_cleanable_dirty_ratio = -1;
 	for (int32_t i = 0; i < t->config_n; i++) {
 		const char *k = t->configs[i].key, *v = t->configs[i].value;
 		if (!strcmp(k, "segment.bytes"))
@@ -132,6 +138,10 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 			l->delete_retention_ms = atoll(v);
 		else if (!strcmp(k, "message.timestamp.type"))
 			l->log_append_time = !strcmp(v, "LogAppendTime");
+		else if (!strcmp(k, "min.compaction.lag.ms"))
+			l->min_compaction_lag_ms = atoll(v);
+		else if (!strcmp(k, "min.cleanable.dirty.ratio"))
+			l->min_cleanable_dirty_ratio = strtod(v, NULL);
 	}
 }
 

@@ -1423,6 +1423,8 @@ static const struct topic_default topic_defaults[] = {
 	{"index.interval.bytes", CT_INT, NULL},
 	{"max.message.bytes", CT_INT, NULL},
 	{"message.timestamp.type", CT_STRING, NULL},
+	{"min.cleanable.dirty.ratio", CT_DOUBLE, NULL},
+	{"min.compaction.lag.ms", CT_LONG, NULL},
 	{"min.insync.replicas", CT_INT, NULL},
 	{"preallocate", CT_BOOLEAN, "false"},
 	{"retention.bytes", CT_LONG, NULL},
@@ -1436,6 +1438,10 @@ static void topic_default_value(const struct sluice_config *c, const char *key, 
 {
 	if (!strcmp(key, "message.timestamp.type"))
 		snprintf(out, len, "%s", c->message_timestamp_type);
+	else if (!strcmp(key, "min.cleanable.dirty.ratio"))
+		snprintf(out, len, "%s", c->log_cleaner_min_cleanable_ratio_s);
+	else if (!strcmp(key, "min.compaction.lag.ms"))
+		snprintf(out, len, "%" PRId64, c->log_cleaner_min_compaction_lag_ms);
 	else if (!strcmp(key, "flush.messages"))
 		snprintf(out, len, "%" PRId64, c->log_flush_interval_messages);
 	else if (!strcmp(key, "flush.ms"))

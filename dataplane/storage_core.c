@@ -830,12 +830,19 @@ static void *cleaner_main(void *arg)
 
 /* Snapshot a compaction pass of p and hand it to the cleaner thread (run
  * here when the thread could not be started). */
-static void cleaner_submit(struct storecore *sc, struct spart *p, int64_t wall_ms, int64_t delete_retention_ms)
+static void cleaner_submit(struct storecore *sc, struct spart *p, const struct sluice_topic_limits *lim,
+			   int64_t wall_ms)
 {
 	struct sstate *st = sc->state;
 	const struct sluice_config *cfg = &sc->b->cfg;
+	int64_t drm = lim->delete_retention_ms != SLUICE_LIMIT_UNSET ? lim->delete_retention_ms
+								  : cfg->log_cleaner_delete_retention_ms;
+	int64_t lag = lim->min_compaction_lag_ms != SLUICE_LIMIT_UNSET ? lim->min_compaction_lag_ms
+									 : cfg->log_cleaner_min_compaction_lag_ms;
+	double ratio = lim->min_cleanable_dirty_ratio >= 0 ? lim->min_cleanable_dirty_ratio
+							   : cfg->log_cleaner_min_cleanable_ratio;
 	struct sluice_plog_clean_job *j =
-		sluice_plog_clean_prepare(p->log, wall_ms, delete_retention_ms, cfg->cleaner_pass_bytes_max);
+		sluice_plog_clean_prepare(p->log, wall_ms, drm, cfg->cleaner_pass_bytes_max, lag, ratio);
 	if (!j)
 		return;
 	sluice_plog_clean_set_io_limit(j, cfg->log_cleaner_io_bytes_per_sec);
@@ -961,10 +968,8 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		if (!t)
 			continue;
 		if (cleaner_due && t->limits.cleanup_compact == 1) {
-			int64_t drm = t->limits.delete_retention_ms != SLUICE_LIMIT_UNSET ? t->limits.delete_retention_ms
-											  : cfg->log_cleaner_delete_retention_ms;
 			if (!p->cleaning)
-				cleaner_submit(sc, p, wall, drm);
+				cleaner_submit(sc, p, &t->limits, wall);
 		}
 		if (!retention_due || !t->limits.cleanup_delete)
 			continue;

@@ -88,6 +88,7 @@ struct sluice_plog {
 	uint64_t compact_sig;      /* the closed segments as the last compaction pass left them */
 	int64_t compact_due_ms;    /* a pass is due by then anyway (kept tombstones expire; 0: retry) */
 	int64_t compact_next_base; /* where the next pass starts (0: the oldest segment) */
+	int64_t compact_clean_end; /* segments below this base were cleaned (the rest is dirty) */
 	bool prealloc_refused;
 	int64_t recovery_point;
 	int64_t unflushed_since_ms; /* monotonic time of the oldest unsynced append, 0: none */
@@ -2145,6 +2146,7 @@ struct sluice_plog_clean_job {
 	int64_t io_bytes;
 	double io_start_s;
 	int64_t next_base;       /* where the next pass starts (0: from the oldest) */
+	int64_t end_base;        /* base of the first segment after those this pass covers */
 	/* Consecutive input segments are cleaned together into one output
 	 * segment named by the first (as Kafka merges small segments): group g
 	 * holds shadow segments [group_start[g], group_start[g + 1]). */
@@ -2168,24 +2170,43 @@ static uint64_t closed_signature(const struct sluice_plog *l)
 }
 
 struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
-							 int64_t delete_retention_ms, int64_t budget_bytes)
+							 int64_t delete_retention_ms, int64_t budget_bytes,
+							 int64_t min_lag_ms, double min_dirty_ratio)
 {
 	if (l->failed || l->seg_n < 2)
 		return NULL;
-	uint64_t sig = closed_signature(l);
-	if (sig == l->compact_sig && now_ms < l->compact_due_ms && l->compact_next_base == 0)
-		return NULL; /* nothing closed or deleted since the last pass, no tombstone due */
-	/* From where the last pass stopped, the closed segments that fit the
+	/* Eligible: the closed segments up to the first holding a record newer
+	 * than min.compaction.lag.ms (those stay as written a while longer). */
+	uint32_t eligible = 0;
+	int64_t total = 0, dirty = 0;
+	while (eligible + 1 < l->seg_n) {
+		const struct segment *sg = &l->segs[eligible];
+		if (min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < min_lag_ms)
+			break;
+		total += sg->size;
+		dirty += sg->base_offset >= l->compact_clean_end ? sg->size : 0;
+		eligible++;
+	}
+	if (eligible == 0)
+		return NULL;
+	/* A pass is due when the previous one changed something or stopped at
+	 * its byte limit, or a kept tombstone expires; otherwise only when
+	 * segments closed or went since, and the part not cleaned yet is at
+	 * least min.cleanable.dirty.ratio of the eligible log (as in Kafka). */
+	bool due = now_ms >= l->compact_due_ms || l->compact_next_base != 0;
+	if (!due && (closed_signature(l) == l->compact_sig || (double)dirty < min_dirty_ratio * (double)total))
+		return NULL;
+	/* From where the last pass stopped, the eligible segments that fit the
 	 * budget (at least one). Keys superseded only in later segments are
 	 * kept this pass. */
 	uint32_t first = 0;
-	while (first + 1 < l->seg_n && l->segs[first].base_offset < l->compact_next_base)
+	while (first < eligible && l->segs[first].base_offset < l->compact_next_base)
 		first++;
-	if (first + 1 >= l->seg_n)
+	if (first >= eligible)
 		first = 0;
 	uint32_t n = 0;
 	int64_t bytes = 0;
-	while (first + n + 1 < l->seg_n && (n == 0 || bytes + l->segs[first + n].size <= budget_bytes))
+	while (first + n < eligible && (n == 0 || bytes + l->segs[first + n].size <= budget_bytes))
 		bytes += l->segs[first + n++].size;
 	struct sluice_plog_clean_job *j = calloc(1, sizeof *j);
 	if (!j)
@@ -2233,7 +2254,8 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 	j->now_ms = now_ms;
 	j->delete_retention_ms = delete_retention_ms;
 	j->tombstone_due_ms = INT64_MAX;
-	j->next_base = first + n + 1 < l->seg_n ? l->segs[first + n].base_offset : 0;
+	j->next_base = first + n < eligible ? l->segs[first + n].base_offset : 0;
+	j->end_base = l->segs[first + n].base_offset; /* the first segment after the pass */
 	return j;
 }
 
@@ -2499,6 +2521,8 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 	 * merge (the passes converge: each merges or removes something, or ends). */
 	l->compact_due_ms = j->failed || removed > 0 || merged ? 0 : j->tombstone_due_ms;
 	l->compact_next_base = j->next_base;
+	if (j->next_base == 0 && !j->failed)
+		l->compact_clean_end = j->end_base; /* everything before it has been cleaned */
 	bool failed = j->failed;
 	sluice_plog_clean_discard(j);
 	return failed && removed == 0 ? -1 : removed;
@@ -2506,7 +2530,7 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 
 int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes)
 {
-	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, now_ms, delete_retention_ms, budget_bytes);
+	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, now_ms, delete_retention_ms, budget_bytes, 0, 0);
 	if (!j)
 		return 0;
 	sluice_plog_clean_run(j);
