@@ -67,6 +67,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.cleaner.pass.bytes.max", CFG_LONG, F(cleaner_pass_bytes_max), 1048576, INT64_MAX, "268435456"},
 	{"log.cleaner.io.max.bytes.per.second", CFG_LONG, F(log_cleaner_io_bytes_per_sec), 1, INT64_MAX, "9223372036854775807"},
 	{"log.cleaner.min.compaction.lag.ms", CFG_LONG, F(log_cleaner_min_compaction_lag_ms), 0, INT64_MAX, "0"},
+	{"log.cleaner.max.compaction.lag.ms", CFG_LONG, F(log_cleaner_max_compaction_lag_ms), 1, INT64_MAX, "9223372036854775807"},
 	{"log.cleaner.min.cleanable.ratio", CFG_STRING, F(log_cleaner_min_cleanable_ratio_s), 0, 0, "0.5"},
 	{"sluice.open.files.max", CFG_INT, F(open_files_max), 0, INT32_MAX, "0"},
 	{"sluice.cache.bytes.max", CFG_LONG, F(cache_bytes_max), 1048576, INT64_MAX, "1073741824"},

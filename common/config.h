@@ -60,6 +60,7 @@ struct sluice_config {
 	int64_t cleaner_pass_bytes_max;
 	int64_t log_cleaner_io_bytes_per_sec; /* compaction reads + writes, per cleaner thread */
 	int64_t log_cleaner_min_compaction_lag_ms;
+	int64_t log_cleaner_max_compaction_lag_ms;
 	char log_cleaner_min_cleanable_ratio_s[32]; /* log.cleaner.min.cleanable.ratio as given */
 	double log_cleaner_min_cleanable_ratio;
 	int32_t open_files_max; /* per storage core; 0: derived from RLIMIT_NOFILE */

@@ -38,6 +38,7 @@ struct sluice_topic_limits {
 	int64_t delete_retention_ms;
 	int8_t log_append_time; /* message.timestamp.type: -1 broker default, 0 CreateTime, 1 LogAppendTime */
 	int64_t min_compaction_lag_ms;
+	int64_t max_compaction_lag_ms;
 	double min_cleanable_dirty_ratio; /* < 0: unset */
 };
 

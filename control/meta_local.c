@@ -113,7 +113,7 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 	l->cleanup_delete = true;
 	l->delete_retention_ms = SLUICE_LIMIT_UNSET;
 	l->log_append_time = -1;
-	l->min_compaction_lag_ms = SLUICE_LIMIT_UNSET;
+	l->min_compaction_lag_ms = l->max_compaction_lag_ms = SLUICE_LIMIT_UNSET;
 	l->min_cleanable_dirty_ratio = -1;
 	for (int32_t i = 0; i < t->config_n; i++) {
 		const char *k = t->configs[i].key, *v = t->configs[i].value;
@@ -140,6 +140,8 @@ void sluice_topic_limits_parse(struct sluice_topic *t)
 			l->log_append_time = !strcmp(v, "LogAppendTime");
 		else if (!strcmp(k, "min.compaction.lag.ms"))
 			l->min_compaction_lag_ms = atoll(v);
+		else if (!strcmp(k, "max.compaction.lag.ms"))
+			l->max_compaction_lag_ms = atoll(v);
 		else if (!strcmp(k, "min.cleanable.dirty.ratio"))
 			l->min_cleanable_dirty_ratio = strtod(v, NULL);
 	}

@@ -1421,6 +1421,7 @@ static const struct topic_default topic_defaults[] = {
 	{"flush.messages", CT_LONG, NULL},
 	{"flush.ms", CT_LONG, NULL},
 	{"index.interval.bytes", CT_INT, NULL},
+	{"max.compaction.lag.ms", CT_LONG, NULL},
 	{"max.message.bytes", CT_INT, NULL},
 	{"message.timestamp.type", CT_STRING, NULL},
 	{"min.cleanable.dirty.ratio", CT_DOUBLE, NULL},
@@ -1442,6 +1443,8 @@ static void topic_default_value(const struct sluice_config *c, const char *key, 
 		snprintf(out, len, "%s", c->log_cleaner_min_cleanable_ratio_s);
 	else if (!strcmp(key, "min.compaction.lag.ms"))
 		snprintf(out, len, "%" PRId64, c->log_cleaner_min_compaction_lag_ms);
+	else if (!strcmp(key, "max.compaction.lag.ms"))
+		snprintf(out, len, "%" PRId64, c->log_cleaner_max_compaction_lag_ms);
 	else if (!strcmp(key, "flush.messages"))
 		snprintf(out, len, "%" PRId64, c->log_flush_interval_messages);
 	else if (!strcmp(key, "flush.ms"))

@@ -839,10 +839,16 @@ static void cleaner_submit(struct storecore *sc, struct spart *p, const struct s
 								  : cfg->log_cleaner_delete_retention_ms;
 	int64_t lag = lim->min_compaction_lag_ms != SLUICE_LIMIT_UNSET ? lim->min_compaction_lag_ms
 									 : cfg->log_cleaner_min_compaction_lag_ms;
-	double ratio = lim->min_cleanable_dirty_ratio >= 0 ? lim->min_cleanable_dirty_ratio
-							   : cfg->log_cleaner_min_cleanable_ratio;
-	struct sluice_plog_clean_job *j =
-		sluice_plog_clean_prepare(p->log, wall_ms, drm, cfg->cleaner_pass_bytes_max, lag, ratio);
+	struct sluice_plog_clean_policy pol = {
+		.delete_retention_ms = drm,
+		.budget_bytes = cfg->cleaner_pass_bytes_max,
+		.min_lag_ms = lag,
+		.max_lag_ms = lim->max_compaction_lag_ms != SLUICE_LIMIT_UNSET ? lim->max_compaction_lag_ms
+									: cfg->log_cleaner_max_compaction_lag_ms,
+		.min_dirty_ratio = lim->min_cleanable_dirty_ratio >= 0 ? lim->min_cleanable_dirty_ratio
+								     : cfg->log_cleaner_min_cleanable_ratio,
+	};
+	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(p->log, wall_ms, &pol);
 	if (!j)
 		return;
 	sluice_plog_clean_set_io_limit(j, cfg->log_cleaner_io_bytes_per_sec);

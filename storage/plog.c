@@ -2170,9 +2170,11 @@ static uint64_t closed_signature(const struct sluice_plog *l)
 }
 
 struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
-							 int64_t delete_retention_ms, int64_t budget_bytes,
-							 int64_t min_lag_ms, double min_dirty_ratio)
+							 const struct sluice_plog_clean_policy *pol)
 {
+	int64_t min_lag_ms = pol->min_lag_ms, delete_retention_ms = pol->delete_retention_ms;
+	int64_t budget_bytes = pol->budget_bytes;
+	bool overdue = false; /* dirty data older than max.compaction.lag.ms */
 	if (l->failed || l->seg_n < 2)
 		return NULL;
 	/* Eligible: the closed segments up to the first holding a record newer
@@ -2184,7 +2186,11 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		if (min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < min_lag_ms)
 			break;
 		total += sg->size;
-		dirty += sg->base_offset >= l->compact_clean_end ? sg->size : 0;
+		if (sg->base_offset >= l->compact_clean_end) {
+			int64_t oldest = sg->first_ts >= 0 ? sg->first_ts : sg->max_ts;
+			dirty += sg->size;
+			overdue |= pol->max_lag_ms > 0 && oldest >= 0 && now_ms - oldest > pol->max_lag_ms;
+		}
 		eligible++;
 	}
 	if (eligible == 0)
@@ -2194,7 +2200,8 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 	 * segments closed or went since, and the part not cleaned yet is at
 	 * least min.cleanable.dirty.ratio of the eligible log (as in Kafka). */
 	bool due = now_ms >= l->compact_due_ms || l->compact_next_base != 0;
-	if (!due && (closed_signature(l) == l->compact_sig || (double)dirty < min_dirty_ratio * (double)total))
+	if (!due && (closed_signature(l) == l->compact_sig ||
+		     ((double)dirty < pol->min_dirty_ratio * (double)total && !overdue)))
 		return NULL;
 	/* From where the last pass stopped, the eligible segments that fit the
 	 * budget (at least one). Keys superseded only in later segments are
@@ -2530,7 +2537,8 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 
 int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delete_retention_ms, int64_t budget_bytes)
 {
-	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, now_ms, delete_retention_ms, budget_bytes, 0, 0);
+	struct sluice_plog_clean_policy pol = {.delete_retention_ms = delete_retention_ms, .budget_bytes = budget_bytes};
+	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, now_ms, &pol);
 	if (!j)
 		return 0;
 	sluice_plog_clean_run(j);

@@ -138,13 +138,15 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
  * interrupted, and frees the job. cancel makes a running job stop early;
  * discard frees an unfinished one and removes its files. */
 struct sluice_plog_clean_job;
-/* min_lag_ms: segments holding a record newer than this are left alone
- * (min.compaction.lag.ms); min_dirty_ratio: a pass is only started for new
- * segments when the part not yet cleaned is at least this share of the
- * eligible log (min.cleanable.dirty.ratio). */
+struct sluice_plog_clean_policy {
+	int64_t delete_retention_ms; /* tombstones are kept this long */
+	int64_t budget_bytes;        /* closed-segment bytes one pass reads (at least one segment) */
+	int64_t min_lag_ms;          /* min.compaction.lag.ms: segments with newer records wait */
+	int64_t max_lag_ms;          /* max.compaction.lag.ms: a pass is due once dirty data is this old; <= 0 none */
+	double min_dirty_ratio;      /* min.cleanable.dirty.ratio: share of the log not yet cleaned */
+};
 struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
-							 int64_t delete_retention_ms, int64_t budget_bytes,
-							 int64_t min_lag_ms, double min_dirty_ratio);
+							 const struct sluice_plog_clean_policy *pol);
 void sluice_plog_clean_run(struct sluice_plog_clean_job *j);
 /* Bytes per second a job may read and write (log.cleaner.io.max.bytes.per.second). */
 void sluice_plog_clean_set_io_limit(struct sluice_plog_clean_job *j, int64_t bytes_per_sec);

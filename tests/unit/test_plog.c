@@ -1333,7 +1333,7 @@ Test(plog, compaction_job, .init = setup, .fini = teardown)
 	}
 	int64_t before = count_records(l);
 	cr_assert_eq(before, 400);
-	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 0, 0);
+	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 0, 0, 0});
 	cr_assert_not_null(j);
 	sluice_plog_clean_run(j); /* as the cleaner thread would */
 	int64_t gone = sluice_plog_clean_finish(l, j);
@@ -1345,7 +1345,7 @@ Test(plog, compaction_job, .init = setup, .fini = teardown)
 	/* a pass that changed something is due again (shrunk neighbours merge);
 	 * the passes converge, and then none is due while nothing changes */
 	int passes = 0;
-	while ((j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 0, 0)) && passes < 10) {
+	while ((j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 0, 0, 0})) && passes < 10) {
 		sluice_plog_clean_run(j);
 		(void)sluice_plog_clean_finish(l, j);
 		passes++;
@@ -1359,7 +1359,7 @@ Test(plog, compaction_job, .init = setup, .fini = teardown)
 		append_keyed(l, 10, 20, i * 10, (uint8_t)(100 + i));
 		flush_log(l);
 	}
-	j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 0, 0);
+	j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 0, 0, 0});
 	cr_assert_not_null(j);
 	sluice_plog_clean_run(j);
 	cr_expect_gt(sluice_plog_enforce_retention(l, 0, -1, 1), 0);
@@ -1736,11 +1736,12 @@ Test(plog, pool_pressure, .init = setup, .fini = teardown)
 	sluice_pool_destroy(pool);
 }
 
-/* Proves min.compaction.lag.ms and min.cleanable.dirty.ratio as Kafka
- * applies them: segments holding records younger than the lag are not
- * compacted (no pass at all when that is every closed segment); after a
- * full pass, one new closed segment among many cleaned ones is below a
- * ratio of 0.5 and starts no pass, while ratio 0 does. */
+/* Proves min.compaction.lag.ms, min.cleanable.dirty.ratio and
+ * max.compaction.lag.ms as Kafka applies them: segments holding records
+ * younger than the min lag are not compacted (no pass at all when that is
+ * every closed segment); after a full pass, one new closed segment among
+ * many cleaned ones is below a high ratio and starts no pass, unless its
+ * data is older than the max lag, while ratio 0 always passes. */
 Test(plog, compaction_lag_and_dirty_ratio, .init = setup, .fini = teardown)
 {
 	struct sluice_plog *l = open_log(&SMALL, true, NULL);
@@ -1748,12 +1749,12 @@ Test(plog, compaction_lag_and_dirty_ratio, .init = setup, .fini = teardown)
 		append_keyed(l, 10, 20, i * 10, (uint8_t)i); /* timestamps 1000-1009 */
 		flush_log(l);
 	}
-	cr_expect_null(sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 5000, 0), "every record younger than the lag");
-	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 500, 0.5);
+	cr_expect_null(sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 5000, 0, 0}), "every record younger than the lag");
+	struct sluice_plog_clean_job *j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 500, 0, 0.5});
 	cr_assert_not_null(j, "older than the lag, all dirty");
 	sluice_plog_clean_run(j);
 	(void)sluice_plog_clean_finish(l, j);
-	for (int passes = 0; passes < 10 && (j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 500, 0.5)); passes++) {
+	for (int passes = 0; passes < 10 && (j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 500, 0, 0.5})); passes++) {
 		sluice_plog_clean_run(j);
 		(void)sluice_plog_clean_finish(l, j);
 	}
@@ -1766,10 +1767,13 @@ Test(plog, compaction_lag_and_dirty_ratio, .init = setup, .fini = teardown)
 	int64_t b[64];
 	int nseg = list_logs(b, 64);
 	cr_assert_geq(nseg, 2);
-	j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 500, 0.99);
+	j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 500, 0, 0.99});
 	cr_expect_null(j, "dirty share below the ratio: no pass");
 	sluice_plog_clean_discard(j);
-	j = sluice_plog_clean_prepare(l, 2000, 0, 1 << 30, 500, 0);
+	j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 500, 900, 0.99});
+	cr_expect_not_null(j, "dirty data older than max.compaction.lag.ms: a pass despite the ratio");
+	sluice_plog_clean_discard(j);
+	j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 500, 0, 0});
 	cr_expect_not_null(j, "ratio 0: the new segment is enough");
 	sluice_plog_clean_discard(j);
 	sluice_plog_close(l);
