@@ -166,10 +166,12 @@ int main(int argc, char **argv)
 		char marker[SLUICE_CONFIG_STRING_MAX + 32];
 		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
 		struct stat st;
-		if (stat(marker, &st) < 0)
+		b.dir_partitions[d] = count_partition_dirs(b.cfg.log_dir[d]);
+		/* A directory holding no partition yet (a first start) has nothing
+		 * to recover, marker or not. */
+		if (stat(marker, &st) < 0 && b.dir_partitions[d] > 0)
 			b.clean_start = false;
 		unlink(marker);
-		b.dir_partitions[d] = count_partition_dirs(b.cfg.log_dir[d]);
 	}
 	if (__builtin_popcount(b.offline_dirs) == b.cfg.log_dir_count) {
 		fprintf(stderr, "sluice-broker: log.dirs: no usable data directory\n");
