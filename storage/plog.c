@@ -1159,9 +1159,14 @@ bool sluice_plog_write_inflight(const struct sluice_plog *l)
  * the device as several writes at once (a fixed-buffer write when the
  * extent is registered); past SLUICE_PLOG_WRITE_SQES_MAX extents, one
  * vectored write. With an fdatasync they are linked in order before it. */
+static uint32_t write_parts(const struct sluice_plog *l, int64_t start, int64_t end)
+{
+	return (uint32_t)((ext_floor(l, end - 1) - ext_floor(l, start)) / l->ext_bytes + 1);
+}
+
 static int prep_writes(struct sluice_plog *l, struct io_uring *ring, int64_t start, int64_t end, bool link)
 {
-	uint32_t parts = (uint32_t)((ext_floor(l, end - 1) - ext_floor(l, start)) / l->ext_bytes + 1);
+	uint32_t parts = write_parts(l, start, end);
 	if (parts > SLUICE_PLOG_WRITE_SQES_MAX) {
 		if (parts > l->iov_cap) {
 			struct iovec *n = realloc(l->iov, parts * sizeof *n);
@@ -1239,7 +1244,7 @@ int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
 	struct segment *s = active(l);
 	int64_t start = align_down(l->submitted_end);
 	int64_t end = l->cfg.direct_io ? align_up(s->size) : s->size;
-	uint32_t parts = (uint32_t)((ext_floor(l, end - 1) - ext_floor(l, start)) / l->ext_bytes + 1);
+	uint32_t parts = write_parts(l, start, end);
 	bool want_fsync = l->unflushed_messages >= l->cfg.flush_interval_messages;
 	unsigned need = (parts > SLUICE_PLOG_WRITE_SQES_MAX ? 1 : parts) + (want_fsync ? 1 : 0);
 	if (io_uring_sq_space_left(ring) < need)
