@@ -8,8 +8,9 @@
 #                          real-client integration tests (tests/integration/clients.py):
 #                          Kafka's Java client and tools (jars from Maven Central, a test
 #                          client compiled with javac), confluent-kafka and kafka-python
-#                          (PyPI, into a venv); franz-go needs Go >= 1.26 (not Debian's:
-#                          the test skips without it)
+#                          (PyPI, into a venv); franz-go needs Go >= 1.26, which
+#                          tests/install-go.sh finds or fetches (the toolchain module
+#                          from the Go module proxy; Debian's golang-go bootstraps it)
 # Set SLUICE_SKIP_KAFKA=1 to skip the reference-Kafka part and SLUICE_SKIP_CLIENTS=1 to
 # skip the client-test part (Java/Maven are installed if either needs them). Set
 # SLUICE_FETCH_KAFKA=1 to also download the reference Kafka jars now, and
@@ -18,8 +19,9 @@
 set -euo pipefail
 
 # Build and runtime packages first (deploy/install-deps.sh), then test tools:
-# Criterion for unit tests, clang for the libFuzzer target.
-"$(dirname "$0")/../deploy/install-deps.sh" libcriterion-dev clang
+# Criterion for unit tests, clang with its libFuzzer and sanitizer runtimes
+# (libclang-rt-14-dev: without it a fuzz target does not link) for the fuzzers.
+"$(dirname "$0")/../deploy/install-deps.sh" libcriterion-dev clang libclang-rt-14-dev
 pkgs=(kcat librdkafka-dev python3)
 want_kafka=; [[ -n "${SLUICE_SKIP_KAFKA:-}" ]] || want_kafka=1
 want_clients=; [[ -n "${SLUICE_SKIP_CLIENTS:-}" ]] || want_clients=1
@@ -51,6 +53,11 @@ if (( ${#missing[@]} )); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
     echo "install-deps: all packages present"
+fi
+
+if [[ -n $want_clients ]]; then
+    go=$("$(dirname "$0")/install-go.sh") || { echo "install-deps: no Go >= 1.26 for the franz-go client"; exit 1; }
+    echo "install-deps: Go for franz-go: $go"
 fi
 
 if [[ -n "${SLUICE_FETCH_KAFKA:-}" && -z "${SLUICE_SKIP_KAFKA:-}" ]]; then

@@ -6,8 +6,10 @@
 #   3. runs the Criterion unit tests in both builds, the integration tests
 #      (real kcat / librdkafka clients against the real broker binary) in the
 #      normal build, and the request-decoder fuzzer for a bounded time (clang).
-# Ends with one line "N passed, N failed[, N skipped]" and exits non-zero on
-# any failure. Benchmarks are not run here: see docs/benchmarks.md.
+# Ends with one line "N passed, N failed, N skipped" and exits non-zero on
+# any failure. A suite that does not build or run, and a test that skips (a
+# client that could not be installed, a tool missing), count as failures and
+# are named above that line: nothing is left out silently. Benchmarks are not run here: see docs/benchmarks.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,32 +20,47 @@ setup() { # dir, options...
     local dir=$1; shift
     if [[ ! -f $dir/build.ninja ]]; then
         meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+    else
+        meson configure "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
     fi
     ninja -C "$dir" || return 1
 }
 
-setup build || { echo "run-all: build failed"; echo "0 passed, 1 failed"; exit 1; }
-setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
-    || { echo "run-all: sanitizer build failed"; echo "0 passed, 1 failed"; exit 1; }
-fuzz_ok=
-if command -v clang >/dev/null; then
-    CC=clang setup build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=disabled -Dclients=disabled && fuzz_ok=1
+# Every suite below must build and run: a suite that did not is a failure, named here
+# and counted in the closing line, never a silent gap. Unit tests and test clients are
+# required (not 'auto'), so a missing Criterion or librdkafka stops the build loudly.
+broken=()
+setup build -Dtests=enabled -Dclients=enabled || broken+=("build (warnings as errors)")
+setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dtests=enabled -Dclients=enabled \
+    || broken+=("sanitizer build")
+if ! command -v clang >/dev/null; then
+    broken+=("fuzzer build: clang is not installed")
+elif ! CC=clang setup build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=disabled -Dclients=disabled; then
+    broken+=("fuzzer build (clang with libFuzzer: Debian's clang and libclang-rt-14-dev)")
 fi
+for d in build build-asan build-fuzz; do rm -f "$d/meson-logs/testlog.json"; done
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-meson test -C build --suite unit --print-errorlogs --num-processes 2 || fail=1
-meson test -C build-asan --suite unit --print-errorlogs --num-processes 2 || fail=1
-meson test -C build --suite integration --print-errorlogs --num-processes 1 || fail=1
-if [[ -n $fuzz_ok ]]; then
-    meson test -C build-fuzz --suite fuzz --print-errorlogs || fail=1
-fi
+run_suite() { # dir, suite, options...
+    local dir=$1 suite=$2; shift 2
+    [[ -f $dir/build.ninja ]] || return 0 # its build failure is already counted
+    meson test -C "$dir" --suite "$suite" --print-errorlogs "$@" || fail=1
+    [[ -s $dir/meson-logs/testlog.json ]] || broken+=("$suite tests in $dir: none ran")
+}
+run_suite build unit --num-processes 2
+run_suite build-asan unit --num-processes 2
+run_suite build integration --num-processes 1
+run_suite build-fuzz fuzz
 
 # One closing line over every meson run above.
-python3 - "$ROOT" <<'PY'
+# A skipped test is a check that could not run (a client that could not be installed, a
+# tool missing): it fails the run too, and is listed by name.
+python3 - "$ROOT" "${broken[@]}" <<'PY'
 import json, os, sys
-root = sys.argv[1]
+root, broken = sys.argv[1], sys.argv[2:]
 p = f = s = 0
+skipped = []
 for d in ("build", "build-asan", "build-fuzz"):
     log = os.path.join(root, d, "meson-logs", "testlog.json")
     if not os.path.exists(log):
@@ -52,8 +69,16 @@ for d in ("build", "build-asan", "build-fuzz"):
         r = json.loads(line)
         res = r.get("result")
         if res in ("OK", "EXPECTEDFAIL"): p += 1
-        elif res == "SKIP": s += 1
+        elif res == "SKIP":
+            s += 1
+            skipped.append(f"{d}: {r.get('name')}")
         else: f += 1
-print(f"{p} passed, {f} failed, {s} skipped")
+for b in broken:
+    print(f"run-all: FAILED TO BUILD OR RUN: {b}")
+for k in skipped:
+    print(f"run-all: SKIPPED (counted as a failure: the check did not run): {k}")
+print(f"{p} passed, {f + len(broken) + s} failed, {s} skipped")
+sys.exit(1 if broken or skipped or f else 0)
 PY
-exit $fail
+summary=$?
+(( fail == 0 && summary == 0 ))

@@ -12,7 +12,9 @@ first use and idempotently, in a cache (SLUICE_CACHE, default ~/.cache/sluice):
   franz-go                            Go module proxy; tests/clients/franzgo built with
                                       `go build` into <cache>/franzgo-<hash>/
 
-Whatever cannot be installed makes the calling test skip (exit 77). Standard
+Whatever cannot be installed makes the calling test skip (exit 77), which
+tests/run-all.sh counts as a failure: a client that could not be installed is a check
+that did not run. Standard
 library only; a lock file serialises installs between concurrent test runs.
 """
 import contextlib
@@ -182,10 +184,13 @@ def reexec_in_venv():
 
 def franzgo():
     """Path of sluice-franzgo (tests/clients/franzgo) built against franz-go from the
-    Go module proxy. Skips the test if Go is missing or too old, or the build fails."""
-    go = shutil.which("go")
+    Go module proxy with a Go new enough for it (tests/install-go.sh finds or fetches
+    one). Skips the test (which tests/run-all.sh counts as a failure) if no such Go
+    can be had or the build fails."""
+    r = lib.run([os.path.join(lib.ROOT, "tests", "install-go.sh")], timeout=900)
+    go = r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else None
     if not go:
-        skip("go not installed")
+        skip(f"no Go >= 1.26 could be found or fetched: {r.stderr.strip()[-500:]}")
     srcdir = os.path.join(CLIENTS_SRC, "franzgo")
     src = glob.glob(os.path.join(srcdir, "*.go")) + [os.path.join(srcdir, "go.mod"),
                                                       os.path.join(srcdir, "go.sum")]

@@ -1,7 +1,7 @@
 /* Test helper: a small, independent encoder for Kafka record batches v2
- * (magic 2), written from the format description in
- * shared/kafka-protocol/docs/implementation.html, so the tests do not check
- * the broker's batch code against itself. Records are encoded as the spec
+ * (magic 2), written from Kafka's published record-format description (the
+ * protocol guide), so the tests do not check the broker's batch code against
+ * itself. Records are encoded as the spec
  * says (varint length, attributes, varlong timestamp delta, varint offset
  * delta, varint-length key and value, header count); the CRC-32C covers
  * Attributes to the end. Only the codec writer and sluice_crc32c (both tested

@@ -1,7 +1,7 @@
 /* Kafka protocol handler tests, driving sluice_proto_on_frame directly with
  * the transport, storage and coordinator doubles of proto_stubs.c. Requests
  * are encoded here, per version, from the Apache Kafka message schemas
- * (shared/kafka-protocol/messages/ *.json: compact strings, arrays and tagged
+ * (Apache Kafka's messages/ *.json: compact strings, arrays and tagged
  * fields with request header v2 in flexible versions, ApiVersions answering
  * with response header v0), and every response is decoded strictly for its
  * version: each field at its version, nullable only where the schema allows,
