@@ -149,7 +149,8 @@ def offset_delete_leak(broker, c):
     rounds(50)  # warm up the allocator
     grew = rss_after(broker, lambda: rounds(ROUNDS))
     log(f"{ROUNDS} OffsetDelete+OffsetCommit rounds: RSS grew {grew} kB")
-    check(grew < RSS_GROWTH_MAX_KB, f"RSS grew {grew} kB over {ROUNDS} OffsetDelete rounds")
+    # (Sluice's bound: a JVM's heap grows by its own rules)
+    check(grew < RSS_GROWTH_MAX_KB or lib.TARGET != "sluice", f"RSS grew {grew} kB over {ROUNDS} OffsetDelete rounds")
     got = fetch(c, group, None)
     check(len(got) == PARTS, f"the group holds {len(got)} offsets, want {PARTS}")
 
@@ -170,7 +171,7 @@ def test():
             # The first request for a group loads its __consumer_offsets partition.
             grew = rss_after(broker, lambda: fetch(c, "gleak", {LONG_TOPIC: [0]}))
             log(f"replaying the OffsetDelete rounds at a restart: RSS grew {grew} kB")
-            check(grew < RSS_GROWTH_MAX_KB, f"replay grew RSS by {grew} kB")
+            check(grew < RSS_GROWTH_MAX_KB or lib.TARGET != "sluice", f"replay grew RSS by {grew} kB")
             check(len(fetch(c, "gleak", None)) == PARTS, "offsets lost at the restart")
             got = fetch(c, b"g\x00nul", {"ex": [0]})[(b"ex", 0)]
             check(got[:2] == (42, b"Hello\x00world!"), f"after a restart group g\\0nul fetched {got}")
