@@ -2210,7 +2210,10 @@ static void group_op_init(struct req *r, struct partop *op, struct kstr group, c
 	op->api_version = r->api_version;
 	op->flex = r->flexible;
 	op->gname = group;
-	op->gsnap = snap(r); /* held by the request until it is freed, after the op */
+	/* OffsetCommit checks its topics against the request's snapshot, held
+	 * until the request is freed. Only a one-op request gets it: a later
+	 * ensure_offsets_topic of a multi-group request may replace it. */
+	op->gsnap = r->api_key == 8 ? snap(r) : NULL;
 	op->client_id = r->client_id;
 	op->client_host = r->conn->host;
 	op->data = data;
