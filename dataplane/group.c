@@ -1401,6 +1401,58 @@ static bool member_update(struct member *m, const struct partop *op, const struc
 	return true;
 }
 
+/* The member a JoinGroup is for, by member id or static instance id: an
+ * existing one, or one added now (*added). NULL with *err set: answer that;
+ * NULL with no error: op was answered here. */
+static struct member *join_member(struct storecore *sc, struct group *g, struct partop *op, const struct join_req *q,
+				  bool *added, int16_t *err)
+{
+	*added = false;
+	*err = E_NONE;
+	if (q->mid.len > 0) {
+		struct member *m = member_find(g, q->mid);
+		if (m)
+			return m;
+		if (!idtab_find(&g->pending, q->mid)) {
+			*err = member_by_instance(g, q->inst) ? E_FENCED_INSTANCE_ID : E_UNKNOWN_MEMBER_ID;
+			return NULL;
+		}
+		m = member_add(sc, g, q->mid, q->inst, err);
+		(void)pending_take(g, q->mid); /* the id is used now, or refused (group full) */
+		*added = m != NULL;
+		return m;
+	}
+	struct member *bi = member_by_instance(g, q->inst);
+	if (!bi && op->api_version >= 4 && !q->inst.ptr) {
+		join_member_id_required(sc, g, op, q);
+		return NULL;
+	}
+	char idbuf[MEMBER_ID_MAX];
+	struct kstr id = {idbuf, new_member_id(op->client_id, idbuf)};
+	if (!bi) {
+		struct member *m = member_add(sc, g, id, q->inst, err);
+		*added = m != NULL;
+		return m;
+	}
+	/* Static member back under a new id: the old id is fenced. */
+	bool was_leader = gstr_same(g->leader, bi->id);
+	if (!member_set_id(g, bi, id) || (was_leader && !gstr_replace(&g->leader, id))) {
+		*err = E_COORDINATOR_NOT_AVAILABLE;
+		return NULL;
+	}
+	/* KIP-345: a follower coming back to a stable group keeps its
+	 * assignment, no rebalance; its SyncGroup returns what it had. */
+	if (g->state == G_STABLE && !was_leader && !bi->join_op && !bi->sync_op) {
+		bi->last_seen_ms = sluice_now_ms();
+		bi->session_timeout_ms = q->session;
+		bi->rebalance_timeout_ms = q->rebalance;
+		join_response(op, E_NONE, g, bi, false);
+		reply(sc, op);
+		return NULL;
+	}
+	return bi;
+}
+
 static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	struct krd rd;
@@ -1420,59 +1472,8 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	}
 	if (!err && g->members && g->protocol_type.ptr && !kstr_same(q.ptype, gk(g->protocol_type)))
 		err = E_INCONSISTENT_GROUP_PROTOCOL;
-	if (err) {
-		join_response(op, err, g, NULL, false);
-		reply(sc, op);
-		return;
-	}
-	int64_t now = sluice_now_ms();
-	struct member *m = NULL;
 	bool added = false;
-	if (q.mid.len == 0) {
-		struct member *bi = member_by_instance(g, q.inst);
-		if (!bi && op->api_version >= 4 && !q.inst.ptr) {
-			join_member_id_required(sc, g, op, &q);
-			return;
-		}
-		char idbuf[MEMBER_ID_MAX];
-		struct kstr id = {idbuf, new_member_id(op->client_id, idbuf)};
-		if (bi) {
-			/* Static member back under a new id: the old id is fenced. */
-			bool was_leader = gstr_same(g->leader, bi->id);
-			if (!member_set_id(g, bi, id) || (was_leader && !gstr_replace(&g->leader, id))) {
-				join_response(op, E_COORDINATOR_NOT_AVAILABLE, g, NULL, false);
-				reply(sc, op);
-				return;
-			}
-			m = bi;
-			/* KIP-345: a follower coming back to a stable group keeps its
-			 * assignment, no rebalance; its SyncGroup returns what it had. */
-			if (g->state == G_STABLE && !was_leader && !m->join_op && !m->sync_op) {
-				m->last_seen_ms = now;
-				m->session_timeout_ms = q.session;
-				m->rebalance_timeout_ms = q.rebalance;
-				join_response(op, E_NONE, g, m, false);
-				reply(sc, op);
-				return;
-			}
-		} else {
-			m = member_add(sc, g, id, q.inst, &err);
-			added = m != NULL;
-		}
-	} else {
-		m = member_find(g, q.mid);
-		if (!m && !idtab_find(&g->pending, q.mid)) {
-			struct member *bi = member_by_instance(g, q.inst);
-			join_response(op, bi ? E_FENCED_INSTANCE_ID : E_UNKNOWN_MEMBER_ID, g, NULL, false);
-			reply(sc, op);
-			return;
-		}
-		if (!m) { /* the id is used now, or refused (group full) */
-			m = member_add(sc, g, q.mid, q.inst, &err);
-			(void)pending_take(g, q.mid);
-			added = m != NULL;
-		}
-	}
+	struct member *m = err ? NULL : join_member(sc, g, op, &q, &added, &err);
 	if (m && !member_update(m, op, &q))
 		err = E_COORDINATOR_NOT_AVAILABLE;
 	if (err) {
@@ -1480,6 +1481,9 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 		reply(sc, op);
 		return;
 	}
+	if (!m)
+		return; /* answered */
+	int64_t now = sluice_now_ms();
 	if (added)
 		initial_delay_extend(sc, g, now);
 	if (m->join_op) { /* a duplicate join replaces the older one */
@@ -1519,47 +1523,57 @@ static void sync_apply_assignments(struct group *g, struct krd *ar, int32_t na, 
 	assert(!ar->err);
 }
 
+struct sync_req {
+	struct kstr gid, mid, inst;
+	int32_t gen, na;
+	struct krd assignments; /* the leader's Assignments, na of them */
+};
+
+/* Decode the whole SyncGroup body; false when it does not decode. */
+static bool sync_decode(struct krd *rd, bool flex, int16_t v, struct sync_req *q)
+{
+	q->gid = krd_string(rd, flex);
+	q->gen = krd_i32(rd);
+	q->mid = krd_string(rd, flex);
+	q->inst = v >= 3 ? krd_string(rd, flex) : (struct kstr){NULL, 0};
+	if (v >= 5) {
+		(void)krd_string(rd, flex); /* ProtocolType */
+		(void)krd_string(rd, flex); /* ProtocolName */
+	}
+	q->na = krd_array(rd, flex, 2);
+	const uint8_t *start = rd->p;
+	for (int32_t i = 0; i < q->na && !rd->err; i++) {
+		(void)krd_string(rd, flex);
+		const uint8_t *b;
+		(void)krd_bytes(rd, flex, &b);
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	krd_init(&q->assignments, start, rd->err ? 0 : (size_t)(rd->p - start));
+	if (flex)
+		krd_tags_skip(rd);
+	return !rd->err;
+}
+
 static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	bool flex = op->flex;
-	int16_t v = op->api_version;
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	int32_t gen = krd_i32(&rd);
-	struct kstr mid = krd_string(&rd, flex);
-	struct kstr inst = {NULL, 0};
-	if (v >= 3)
-		inst = krd_string(&rd, flex);
-	if (v >= 5) {
-		(void)krd_string(&rd, flex);
-		(void)krd_string(&rd, flex);
-	}
-	int32_t na = krd_array(&rd, flex, 2);
-	const uint8_t *assign_start = rd.p;
-	for (int32_t i = 0; i < na && !rd.err; i++) {
-		(void)krd_string(&rd, flex);
-		const uint8_t *b;
-		(void)krd_bytes(&rd, flex, &b);
-		if (flex)
-			krd_tags_skip(&rd);
-	}
-	const uint8_t *assign_end = rd.p;
-	if (flex)
-		krd_tags_skip(&rd);
-	if (rd.err) {
+	struct sync_req q;
+	if (!sync_decode(&rd, flex, op->api_version, &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
 	struct group *g = NULL;
 	struct member *m = NULL;
-	int16_t err = !gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
+	int16_t err = !q.gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
 	if (!err) {
 		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid);
-		err = g ? member_check(g, mid, inst, &m) : E_UNKNOWN_MEMBER_ID;
+		g = group_find(gc, q.gid);
+		err = g ? member_check(g, q.mid, q.inst, &m) : E_UNKNOWN_MEMBER_ID;
 	}
-	if (!err && gen != g->generation)
+	if (!err && q.gen != g->generation)
 		err = E_ILLEGAL_GENERATION;
 	if (!err && g->state == G_PREPARING)
 		err = E_REBALANCE_IN_PROGRESS;
@@ -1584,9 +1598,7 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	m->sync_op = op;
 	if (!gstr_same(m->id, g->leader))
 		return; /* followers wait for the leader's assignment */
-	struct krd ar;
-	krd_init(&ar, assign_start, (size_t)(assign_end - assign_start));
-	sync_apply_assignments(g, &ar, na, flex);
+	sync_apply_assignments(g, &q.assignments, q.na, flex);
 	g->state = G_STABLE;
 	/* Followers get their assignment now; the leader once the new
 	 * generation is durable. */
