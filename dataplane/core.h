@@ -72,6 +72,7 @@ struct partop {
 	bool flex;
 	int16_t core_plus1;      /* > 0: send to storage core core_plus1 - 1 (ListGroups) */
 	struct kstr gname;       /* group id for multi-group requests */
+	const struct sluice_meta_snapshot *gsnap; /* OffsetCommit: the request's snapshot (which topics exist) */
 	struct kstr client_id;
 	const char *client_host;
 	struct kwr gout;

@@ -14,7 +14,16 @@
  * key v1 / value v3, group key v2 / value v3, null values for deletions) and
  * answered once committed. On first use of a partition its records are read
  * back: offsets resume; groups come back Empty at their last generation, and
- * their members rejoin. */
+ * their members rejoin.
+ *
+ * Strings: every string the coordinator keeps (group, member and instance
+ * ids, client ids, protocol type and names, topic names, commit metadata) is
+ * Kafka's string, bytes with a length that may contain NULs, and is kept,
+ * compared, answered and written as such (struct gstr), never as a C string.
+ *
+ * Requests: each handler decodes its whole body before it changes anything;
+ * a body that does not decode is answered with nothing, and the network core
+ * closes the connection, as Kafka does with a request it cannot parse. */
 #include "dataplane/group.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
@@ -31,7 +40,13 @@
 #define GROUPS_PER_CORE_MAX 100000
 #define OFFSETS_PER_GROUP_MAX 1000000
 #define PROTOCOLS_MAX 32
-#define PENDING_IDS_MAX 1024
+/* Kafka's record schemas for __consumer_offsets give strings an int16
+ * length: longer group ids, protocol names or metadata cannot be written. */
+#define GROUP_STRING_MAX INT16_MAX
+/* A generated member id: up to this much of the client id, '-', a UUID. */
+#define MEMBER_ID_CLIENT_MAX 100
+#define MEMBER_ID_MAX (MEMBER_ID_CLIENT_MAX + 1 + 36)
+#define ID_TABLE_MIN 16
 
 enum { G_EMPTY, G_PREPARING, G_COMPLETING, G_STABLE, G_DEAD };
 static const char *const state_names[] = {"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"};
@@ -40,19 +55,27 @@ enum {
 	E_NONE = 0, E_UNKNOWN_TOPIC_OR_PARTITION = 3, E_OFFSET_METADATA_TOO_LARGE = 12, E_COORDINATOR_NOT_AVAILABLE = 15,
 	E_NOT_COORDINATOR = 16,
 	E_ILLEGAL_GENERATION = 22, E_INCONSISTENT_GROUP_PROTOCOL = 23, E_INVALID_GROUP_ID = 24, E_UNKNOWN_MEMBER_ID = 25,
-	E_INVALID_SESSION_TIMEOUT = 26, E_REBALANCE_IN_PROGRESS = 27, E_KAFKA_STORAGE_ERROR = 56,
+	E_INVALID_SESSION_TIMEOUT = 26, E_REBALANCE_IN_PROGRESS = 27, E_INVALID_REQUEST = 42, E_KAFKA_STORAGE_ERROR = 56,
 	E_NON_EMPTY_GROUP = 68, E_GROUP_ID_NOT_FOUND = 69, E_MEMBER_ID_REQUIRED = 79, E_FENCED_INSTANCE_ID = 82,
 	E_GROUP_MAX_SIZE_REACHED = 81, E_GROUP_SUBSCRIBED_TO_TOPIC = 86, E_UNKNOWN_SERVER_ERROR = -1,
 };
 
+/* A Kafka string (or bytes) owned by the struct holding it: len bytes at
+ * ptr, NULs allowed (a NUL is kept after them for log lines only); ptr NULL
+ * is Kafka's null. */
+struct gstr {
+	char *ptr;
+	int32_t len;
+};
+
 struct protocol {
-	char *name;
+	struct gstr name;
 	uint8_t *meta;
 	int32_t meta_len;
 };
 
 struct member {
-	char *id, *instance_id, *client_id, *client_host;
+	struct gstr id, instance_id, client_id, client_host;
 	int32_t session_timeout_ms, rebalance_timeout_ms;
 	int32_t nprot;
 	struct protocol prot[PROTOCOLS_MAX];
@@ -63,30 +86,50 @@ struct member {
 	struct member *next;
 };
 
+/* An index of ids: open addressing, linear probing, backward-shift
+ * deletion (no tombstones, no rebuild). The members index borrows each
+ * member's id; the pending-ids table owns its ids. */
+struct idslot {
+	struct gstr id; /* ptr NULL: free slot */
+	uint32_t hash;
+	struct member *m;  /* members index */
+	int64_t expire_ms; /* pending ids: forgotten then (monotonic) */
+};
+
+struct idtab {
+	struct idslot *s;
+	uint32_t cap, n;
+};
+
 struct offset_entry {
-	char *topic; /* NULL: free slot */
+	struct gstr topic; /* ptr NULL: free slot */
+	uint32_t hash;
 	int32_t partition;
 	int64_t offset;
 	int32_t leader_epoch;
-	char *metadata;
+	struct gstr metadata;
 	int64_t commit_ts;
 };
 
 struct group {
-	char *id;
+	struct gstr id;
 	int32_t partition; /* of __consumer_offsets */
 	int state;
 	int32_t generation;
-	char *protocol_type, *protocol, *leader;
-	struct member *members;
+	struct gstr protocol_type, protocol, leader;
+	struct member *members, *members_tail;
 	int32_t nmembers;
+	struct idtab member_ix;
+	/* Member ids handed out with MEMBER_ID_REQUIRED (KIP-394) and not yet
+	 * used: at most group.max.size, each forgotten after the session
+	 * timeout its JoinGroup asked for, as Kafka expires a pending member. */
+	struct idtab pending;
+	int64_t pending_next_expiry_ms; /* earliest expire_ms in pending, or INT64_MAX */
 	int64_t rebalance_deadline_ms;
 	int64_t empty_since_ms; /* monotonic; when the group last became Empty */
 	bool initial_delay;
 	int64_t initial_end_ms; /* the initial delay is extended at most until then */
-	char *pending_ids[PENDING_IDS_MAX]; /* handed out with MEMBER_ID_REQUIRED */
-	int32_t npending;
-	struct offset_entry *offsets; /* open addressing */
+	struct offset_entry *offsets; /* open addressing, backward-shift deletion */
 	uint32_t off_cap, off_n;
 	struct group *next;
 };
@@ -104,24 +147,58 @@ struct gcoord {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static char *kstrdup(struct kstr s)
+static struct kstr gk(struct gstr s) { return (struct kstr){s.ptr, s.len}; }
+
+/* d = a copy of s (null stays null). False when memory runs out (d null). */
+static bool gstr_copy(struct gstr *d, struct kstr s)
 {
+	d->ptr = NULL;
+	d->len = 0;
 	if (!s.ptr)
-		return NULL;
-	char *d = malloc((size_t)s.len + 1);
-	if (d) {
-		memcpy(d, s.ptr, (size_t)s.len);
-		d[s.len] = '\0';
-	}
-	return d;
+		return true;
+	assert(s.len >= 0);
+	char *p = malloc((size_t)s.len + 1);
+	if (!p)
+		return false;
+	memcpy(p, s.ptr, (size_t)s.len);
+	p[s.len] = '\0';
+	d->ptr = p;
+	d->len = s.len;
+	return true;
 }
 
-static bool kstr_is(struct kstr s, const char *c)
+static void gstr_free(struct gstr *s)
 {
-	if (!c)
-		return !s.ptr;
-	return kstr_eq(s, c);
+	free(s->ptr);
+	s->ptr = NULL;
+	s->len = 0;
 }
+
+/* Replace d by a copy of s; d is left as it was when memory runs out. */
+static bool gstr_replace(struct gstr *d, struct kstr s)
+{
+	struct gstr n;
+	if (!gstr_copy(&n, s))
+		return false;
+	gstr_free(d);
+	*d = n;
+	return true;
+}
+
+/* Equal as Kafka strings: same bytes and length, or both null. */
+static bool kstr_same(struct kstr a, struct kstr b)
+{
+	if (!a.ptr || !b.ptr)
+		return !a.ptr && !b.ptr;
+	return a.len == b.len && memcmp(a.ptr, b.ptr, (size_t)a.len) == 0;
+}
+
+static bool gstr_same(struct gstr a, struct gstr b) { return kstr_same(gk(a), gk(b)); }
+
+static void kwr_gstr(struct kwr *w, bool flex, struct gstr s) { kwr_string(w, flex, s.ptr, s.len); }
+
+/* A non-nullable string field: null is written as "". */
+static void kwr_gstr_nn(struct kwr *w, bool flex, struct gstr s) { kwr_string(w, flex, s.ptr ? s.ptr : "", s.len); }
 
 static uint32_t hash_str(const char *p, size_t n)
 {
@@ -142,6 +219,86 @@ int32_t sluice_group_partition(const char *group, size_t len, int32_t partitions
 	return a % partitions;
 }
 
+/* ---- id tables -------------------------------------------------------------- */
+
+static struct idslot *idtab_find(const struct idtab *t, struct kstr id)
+{
+	if (!t->cap || !id.ptr)
+		return NULL;
+	uint32_t mask = t->cap - 1, h = hash_str(id.ptr, (size_t)id.len);
+	for (uint32_t i = h & mask;; i = (i + 1) & mask) {
+		struct idslot *s = &t->s[i];
+		if (!s->id.ptr)
+			return NULL;
+		if (s->hash == h && kstr_same(gk(s->id), id))
+			return s;
+	}
+}
+
+static bool idtab_grow(struct idtab *t)
+{
+	uint32_t cap = t->cap ? t->cap * 2 : ID_TABLE_MIN;
+	struct idslot *s = calloc(cap, sizeof *s);
+	if (!s)
+		return false;
+	for (uint32_t i = 0; i < t->cap; i++) {
+		if (!t->s[i].id.ptr)
+			continue;
+		uint32_t j = t->s[i].hash & (cap - 1);
+		while (s[j].id.ptr)
+			j = (j + 1) & (cap - 1);
+		s[j] = t->s[i];
+	}
+	free(t->s);
+	t->s = s;
+	t->cap = cap;
+	return true;
+}
+
+/* A slot holding id (not yet present; owned or borrowed as the table
+ * says). NULL when memory runs out. */
+static struct idslot *idtab_add(struct idtab *t, struct gstr id)
+{
+	assert(id.ptr && !idtab_find(t, gk(id)));
+	if ((t->n + 1) * 2 > t->cap && !idtab_grow(t))
+		return NULL;
+	uint32_t mask = t->cap - 1, h = hash_str(id.ptr, (size_t)id.len), i = h & mask;
+	while (t->s[i].id.ptr)
+		i = (i + 1) & mask;
+	t->s[i] = (struct idslot){.id = id, .hash = h};
+	t->n++;
+	return &t->s[i];
+}
+
+/* Remove slot s (its id is not freed here) and shift the rest of its
+ * probe run back so every entry stays reachable from its home slot. */
+static void idtab_del(struct idtab *t, struct idslot *s)
+{
+	uint32_t mask = t->cap - 1, i = (uint32_t)(s - t->s);
+	assert(i < t->cap && s->id.ptr && t->n > 0);
+	for (uint32_t j = (i + 1) & mask; t->s[j].id.ptr; j = (j + 1) & mask) {
+		uint32_t k = t->s[j].hash & mask;
+		bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+		if (stays)
+			continue;
+		t->s[i] = t->s[j];
+		i = j;
+	}
+	t->s[i] = (struct idslot){0};
+	t->n--;
+}
+
+static void idtab_free(struct idtab *t, bool owned)
+{
+	for (uint32_t i = 0; owned && i < t->cap; i++)
+		gstr_free(&t->s[i].id);
+	free(t->s);
+	t->s = NULL;
+	t->cap = t->n = 0;
+}
+
+/* ---- groups, members, offsets ------------------------------------------------- */
+
 static struct gcoord *coord(struct storecore *sc)
 {
 	struct gcoord *gc = sc->groups;
@@ -160,30 +317,32 @@ static struct gcoord *coord(struct storecore *sc)
 	return gc;
 }
 
-static struct group *group_find(struct gcoord *gc, const char *id, size_t len)
+static struct group *group_find(struct gcoord *gc, struct kstr id)
 {
-	for (struct group *g = gc->table[hash_str(id, len) & (gc->cap - 1)]; g; g = g->next)
-		if (strlen(g->id) == len && memcmp(g->id, id, len) == 0)
+	if (!id.ptr)
+		return NULL;
+	for (struct group *g = gc->table[hash_str(id.ptr, (size_t)id.len) & (gc->cap - 1)]; g; g = g->next)
+		if (kstr_same(gk(g->id), id))
 			return g;
 	return NULL;
 }
 
-static struct group *group_get(struct gcoord *gc, const char *id, size_t len, int32_t partition)
+static struct group *group_get(struct gcoord *gc, struct kstr id, int32_t partition)
 {
-	struct group *g = group_find(gc, id, len);
+	assert(id.ptr);
+	struct group *g = group_find(gc, id);
 	if (g || gc->count >= GROUPS_PER_CORE_MAX)
 		return g;
 	g = calloc(1, sizeof *g);
-	if (!g || !(g->id = malloc(len + 1))) {
+	if (!g || !gstr_copy(&g->id, id)) {
 		free(g);
 		return NULL;
 	}
-	memcpy(g->id, id, len);
-	g->id[len] = '\0';
 	g->partition = partition;
 	g->state = G_EMPTY;
 	g->empty_since_ms = sluice_now_ms();
-	uint32_t b = hash_str(id, len) & (gc->cap - 1);
+	g->pending_next_expiry_ms = INT64_MAX;
+	uint32_t b = hash_str(id.ptr, (size_t)id.len) & (gc->cap - 1);
 	g->next = gc->table[b];
 	gc->table[b] = g;
 	gc->count++;
@@ -192,12 +351,12 @@ static struct group *group_get(struct gcoord *gc, const char *id, size_t len, in
 
 static void member_free(struct member *m)
 {
-	free(m->id);
-	free(m->instance_id);
-	free(m->client_id);
-	free(m->client_host);
+	gstr_free(&m->id);
+	gstr_free(&m->instance_id);
+	gstr_free(&m->client_id);
+	gstr_free(&m->client_host);
 	for (int32_t i = 0; i < m->nprot; i++) {
-		free(m->prot[i].name);
+		gstr_free(&m->prot[i].name);
 		free(m->prot[i].meta);
 	}
 	free(m->assignment);
@@ -207,8 +366,8 @@ static void member_free(struct member *m)
 static void offsets_clear(struct group *g)
 {
 	for (uint32_t i = 0; i < g->off_cap; i++) {
-		free(g->offsets[i].topic);
-		free(g->offsets[i].metadata);
+		gstr_free(&g->offsets[i].topic);
+		gstr_free(&g->offsets[i].metadata);
 	}
 	free(g->offsets);
 	g->offsets = NULL;
@@ -217,7 +376,7 @@ static void offsets_clear(struct group *g)
 
 static void group_remove(struct gcoord *gc, struct group *g)
 {
-	uint32_t b = hash_str(g->id, strlen(g->id)) & (gc->cap - 1);
+	uint32_t b = hash_str(g->id.ptr, (size_t)g->id.len) & (gc->cap - 1);
 	for (struct group **pp = &gc->table[b]; *pp; pp = &(*pp)->next)
 		if (*pp == g) {
 			*pp = g->next;
@@ -228,92 +387,102 @@ static void group_remove(struct gcoord *gc, struct group *g)
 		g->members = m->next;
 		member_free(m);
 	}
-	for (int32_t i = 0; i < g->npending; i++)
-		free(g->pending_ids[i]);
+	idtab_free(&g->member_ix, false);
+	idtab_free(&g->pending, true);
 	offsets_clear(g);
-	free(g->protocol_type);
-	free(g->protocol);
-	free(g->leader);
-	free(g->id);
+	gstr_free(&g->protocol_type);
+	gstr_free(&g->protocol);
+	gstr_free(&g->leader);
+	gstr_free(&g->id);
 	free(g);
 	gc->count--;
 }
 
-static struct offset_entry *offset_slot(struct group *g, const char *topic, size_t tlen, int32_t partition, bool create)
+static uint32_t offset_hash(struct kstr topic, int32_t partition)
 {
-	if (create && (g->off_n + 1) * 2 > g->off_cap) {
-		if (g->off_n >= OFFSETS_PER_GROUP_MAX)
-			return NULL;
-		uint32_t old_cap = g->off_cap;
-		struct offset_entry *old = g->offsets;
-		g->off_cap = old_cap ? old_cap * 2 : 64;
-		g->offsets = calloc(g->off_cap, sizeof *g->offsets);
-		if (!g->offsets) {
-			g->offsets = old;
-			g->off_cap = old_cap;
-			return NULL;
-		}
-		g->off_n = 0;
-		for (uint32_t i = 0; i < old_cap; i++) {
-			if (!old[i].topic)
-				continue;
-			struct offset_entry *e = offset_slot(g, old[i].topic, strlen(old[i].topic), old[i].partition, true);
-			*e = old[i];
-		}
-		free(old);
-	}
-	if (!g->off_cap)
+	return hash_str(topic.ptr, (size_t)topic.len) ^ (uint32_t)partition * 2654435761u;
+}
+
+static struct offset_entry *offset_find(const struct group *g, struct kstr topic, int32_t partition)
+{
+	if (!g || !g->off_cap || !topic.ptr)
 		return NULL;
-	uint32_t mask = g->off_cap - 1;
-	for (uint32_t i = (hash_str(topic, tlen) ^ (uint32_t)partition * 2654435761u) & mask;; i = (i + 1) & mask) {
+	uint32_t mask = g->off_cap - 1, h = offset_hash(topic, partition);
+	for (uint32_t i = h & mask;; i = (i + 1) & mask) {
 		struct offset_entry *e = &g->offsets[i];
-		if (!e->topic) {
-			if (!create)
-				return NULL;
-			e->topic = malloc(tlen + 1);
-			if (!e->topic)
-				return NULL;
-			memcpy(e->topic, topic, tlen);
-			e->topic[tlen] = '\0';
-			e->partition = partition;
-			e->offset = -1;
-			e->leader_epoch = -1;
-			g->off_n++;
-			return e;
-		}
-		if (e->partition == partition && strlen(e->topic) == tlen && memcmp(e->topic, topic, tlen) == 0)
+		if (!e->topic.ptr)
+			return NULL;
+		if (e->hash == h && e->partition == partition && kstr_same(gk(e->topic), topic))
 			return e;
 	}
 }
 
-static void offset_delete(struct group *g, struct offset_entry *e)
+/* Move every entry into a table twice the size; entries keep their strings. */
+static bool offsets_grow(struct group *g)
 {
-	/* Rebuild the table without e: deletion in open addressing. */
-	free(e->topic);
-	free(e->metadata);
-	e->topic = NULL;
-	e->metadata = NULL;
-	uint32_t old_cap = g->off_cap;
-	struct offset_entry *old = g->offsets;
-	g->offsets = NULL;
-	g->off_cap = g->off_n = 0;
-	for (uint32_t i = 0; i < old_cap; i++)
-		if (old[i].topic) {
-			struct offset_entry *n = offset_slot(g, old[i].topic, strlen(old[i].topic), old[i].partition, true);
-			if (n) {
-				free(n->topic);
-				*n = old[i];
-			}
-		}
-	free(old);
+	uint32_t cap = g->off_cap ? g->off_cap * 2 : 64, mask = cap - 1;
+	struct offset_entry *t = calloc(cap, sizeof *t);
+	if (!t)
+		return false;
+	for (uint32_t i = 0; i < g->off_cap; i++) {
+		if (!g->offsets[i].topic.ptr)
+			continue;
+		uint32_t j = g->offsets[i].hash & mask;
+		while (t[j].topic.ptr)
+			j = (j + 1) & mask;
+		t[j] = g->offsets[i];
+	}
+	free(g->offsets);
+	g->offsets = t;
+	g->off_cap = cap;
+	return true;
+}
+
+/* The entry of (topic, partition), added (offset -1, topic copied) when
+ * absent. NULL when the group holds OFFSETS_PER_GROUP_MAX or memory runs out. */
+static struct offset_entry *offset_get(struct group *g, struct kstr topic, int32_t partition)
+{
+	struct offset_entry *e = offset_find(g, topic, partition);
+	if (e || !topic.ptr || g->off_n >= OFFSETS_PER_GROUP_MAX)
+		return e;
+	if ((g->off_n + 1) * 2 > g->off_cap && !offsets_grow(g))
+		return NULL;
+	struct gstr copy;
+	if (!gstr_copy(&copy, topic))
+		return NULL;
+	uint32_t mask = g->off_cap - 1, h = offset_hash(topic, partition), i = h & mask;
+	while (g->offsets[i].topic.ptr)
+		i = (i + 1) & mask;
+	e = &g->offsets[i];
+	*e = (struct offset_entry){.topic = copy, .hash = h, .partition = partition, .offset = -1, .leader_epoch = -1};
+	g->off_n++;
+	return e;
+}
+
+/* Drop one entry: its strings are freed and the rest of its probe run is
+ * shifted back (pointers to other entries are invalid afterwards). */
+static void offset_remove(struct group *g, struct offset_entry *e)
+{
+	uint32_t mask = g->off_cap - 1, i = (uint32_t)(e - g->offsets);
+	assert(i < g->off_cap && e->topic.ptr && g->off_n > 0);
+	gstr_free(&e->topic);
+	gstr_free(&e->metadata);
+	for (uint32_t j = (i + 1) & mask; g->offsets[j].topic.ptr; j = (j + 1) & mask) {
+		uint32_t k = g->offsets[j].hash & mask;
+		bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+		if (stays)
+			continue;
+		g->offsets[i] = g->offsets[j];
+		i = j;
+	}
+	g->offsets[i] = (struct offset_entry){0};
+	g->off_n--;
 }
 
 static struct member *member_find(struct group *g, struct kstr id)
 {
-	for (struct member *m = g->members; m; m = m->next)
-		if (kstr_is(id, m->id))
-			return m;
-	return NULL;
+	struct idslot *s = idtab_find(&g->member_ix, id);
+	return s ? s->m : NULL;
 }
 
 static struct member *member_by_instance(struct group *g, struct kstr inst)
@@ -321,9 +490,31 @@ static struct member *member_by_instance(struct group *g, struct kstr inst)
 	if (!inst.ptr)
 		return NULL;
 	for (struct member *m = g->members; m; m = m->next)
-		if (m->instance_id && kstr_is(inst, m->instance_id))
+		if (m->instance_id.ptr && kstr_same(inst, gk(m->instance_id)))
 			return m;
 	return NULL;
+}
+
+/* Give member m the id id (copied), keeping the index right. */
+static bool member_set_id(struct group *g, struct member *m, struct kstr id)
+{
+	struct gstr n;
+	if (!gstr_copy(&n, id))
+		return false;
+	struct idslot *old = m->id.ptr ? idtab_find(&g->member_ix, gk(m->id)) : NULL;
+	if (old)
+		idtab_del(&g->member_ix, old);
+	struct idslot *s = idtab_add(&g->member_ix, n);
+	if (!s) {
+		if (old)
+			(idtab_add(&g->member_ix, m->id))->m = m; /* the table had room for it */
+		gstr_free(&n);
+		return false;
+	}
+	s->m = m;
+	gstr_free(&m->id);
+	m->id = n;
+	return true;
 }
 
 /* Validate a member id (and static instance id) against the group. */
@@ -331,7 +522,7 @@ static int16_t member_check(struct group *g, struct kstr id, struct kstr inst, s
 {
 	*out = NULL;
 	struct member *bi = member_by_instance(g, inst);
-	if (bi && !kstr_is(id, bi->id))
+	if (bi && !kstr_same(id, gk(bi->id)))
 		return E_FENCED_INSTANCE_ID;
 	struct member *m = member_find(g, id);
 	if (!m)
@@ -340,14 +531,46 @@ static int16_t member_check(struct group *g, struct kstr id, struct kstr inst, s
 	return E_NONE;
 }
 
+static bool pending_take(struct group *g, struct kstr id)
+{
+	struct idslot *s = idtab_find(&g->pending, id);
+	if (!s)
+		return false;
+	struct gstr owned = s->id;
+	idtab_del(&g->pending, s);
+	gstr_free(&owned);
+	return true;
+}
+
+/* Forget the pending ids whose session timeout passed. */
+static void pending_expire(struct group *g, int64_t now)
+{
+	if (now < g->pending_next_expiry_ms)
+		return;
+	int64_t next = INT64_MAX;
+	for (uint32_t i = 0; i < g->pending.cap;) {
+		struct idslot *s = &g->pending.s[i];
+		if (s->id.ptr && s->expire_ms <= now) {
+			struct gstr owned = s->id;
+			idtab_del(&g->pending, s);
+			gstr_free(&owned);
+			continue; /* slot i now holds a shifted entry (or is free) */
+		}
+		if (s->id.ptr && s->expire_ms < next)
+			next = s->expire_ms;
+		i++;
+	}
+	g->pending_next_expiry_ms = next;
+}
+
 /* ---- durable records -------------------------------------------------------- */
 
-static void key_offset(struct kwr *w, const char *group, const char *topic, int32_t partition)
+static void key_offset(struct kwr *w, const struct group *g, const struct offset_entry *e)
 {
 	kwr_i16(w, 1);
-	kwr_cstr(w, false, group);
-	kwr_cstr(w, false, topic);
-	kwr_i32(w, partition);
+	kwr_gstr(w, false, g->id);
+	kwr_gstr(w, false, e->topic);
+	kwr_i32(w, e->partition);
 }
 
 static void value_offset(struct kwr *w, const struct offset_entry *e)
@@ -355,36 +578,41 @@ static void value_offset(struct kwr *w, const struct offset_entry *e)
 	kwr_i16(w, 3);
 	kwr_i64(w, e->offset);
 	kwr_i32(w, e->leader_epoch);
-	kwr_cstr(w, false, e->metadata ? e->metadata : "");
+	kwr_gstr_nn(w, false, e->metadata);
 	kwr_i64(w, e->commit_ts);
 }
 
-static void key_group(struct kwr *w, const char *group)
+static void key_group(struct kwr *w, const struct group *g)
 {
 	kwr_i16(w, 2);
-	kwr_cstr(w, false, group);
+	kwr_gstr(w, false, g->id);
+}
+
+static const struct protocol *member_protocol(const struct member *m, struct gstr name)
+{
+	for (int32_t i = 0; name.ptr && i < m->nprot; i++)
+		if (gstr_same(m->prot[i].name, name))
+			return &m->prot[i];
+	return NULL;
 }
 
 static void value_group(struct kwr *w, const struct group *g, int64_t now)
 {
 	kwr_i16(w, 3);
-	kwr_cstr(w, false, g->protocol_type ? g->protocol_type : "");
+	kwr_gstr_nn(w, false, g->protocol_type);
 	kwr_i32(w, g->generation);
-	kwr_cstr(w, false, g->protocol);
-	kwr_cstr(w, false, g->leader);
+	kwr_gstr(w, false, g->protocol);
+	kwr_gstr(w, false, g->leader);
 	kwr_i64(w, now);
 	kwr_i32(w, g->nmembers);
 	for (struct member *m = g->members; m; m = m->next) {
-		kwr_cstr(w, false, m->id);
-		kwr_cstr(w, false, m->instance_id);
-		kwr_cstr(w, false, m->client_id ? m->client_id : "");
-		kwr_cstr(w, false, m->client_host ? m->client_host : "");
+		kwr_gstr(w, false, m->id);
+		kwr_gstr(w, false, m->instance_id);
+		kwr_gstr_nn(w, false, m->client_id);
+		kwr_gstr_nn(w, false, m->client_host);
 		kwr_i32(w, m->rebalance_timeout_ms);
 		kwr_i32(w, m->session_timeout_ms);
-		const struct protocol *p = NULL;
-		for (int32_t i = 0; i < m->nprot; i++)
-			if (g->protocol && !strcmp(m->prot[i].name, g->protocol))
-				p = &m->prot[i];
+		const struct protocol *p = member_protocol(m, g->protocol);
 		kwr_bytes(w, false, p ? p->meta : (const uint8_t *)"", p ? p->meta_len : 0);
 		kwr_bytes(w, false, m->assignment ? m->assignment : (const uint8_t *)"", m->assignment_len);
 	}
@@ -432,14 +660,14 @@ static struct recspan *recset_next(struct recset *rs)
 	return &rs->s[rs->n++];
 }
 
-/* An offset record; e NULL-valued (tombstone) when value is false. */
+/* An offset record; a tombstone (null value) when value is false. */
 static void recset_offset(struct recset *rs, const struct group *g, const struct offset_entry *e, bool value)
 {
 	struct recspan *sp = recset_next(rs);
 	if (!sp)
 		return;
 	sp->koff = rs->kv.len;
-	key_offset(&rs->kv, g->id, e->topic, e->partition);
+	key_offset(&rs->kv, g, e);
 	sp->klen = rs->kv.len - sp->koff;
 	sp->voff = rs->kv.len;
 	sp->vlen = -1;
@@ -455,7 +683,7 @@ static void recset_group(struct recset *rs, const struct group *g, bool value)
 	if (!sp)
 		return;
 	sp->koff = rs->kv.len;
-	key_group(&rs->kv, g->id);
+	key_group(&rs->kv, g);
 	sp->klen = rs->kv.len - sp->koff;
 	sp->voff = rs->kv.len;
 	sp->vlen = -1;
@@ -508,6 +736,43 @@ static int write_group(struct storecore *sc, struct group *g, bool tombstone, st
 	return rc;
 }
 
+/* Replay one offset record (key v0/v1) of __consumer_offsets. */
+static void replay_offset(struct gcoord *gc, struct group *g, struct krd *r, const uint8_t *val, int32_t vlen)
+{
+	struct kstr topic = krd_string(r, false);
+	int32_t part = krd_i32(r);
+	if (r->err || !topic.ptr)
+		return;
+	if (!val) {
+		struct offset_entry *e = offset_find(g, topic, part);
+		if (e)
+			offset_remove(g, e);
+		if (!g->off_n && !g->members && !g->generation && !g->protocol_type.ptr)
+			group_remove(gc, g); /* nothing left of it */
+		return;
+	}
+	struct krd v;
+	krd_init(&v, val, (size_t)vlen);
+	int16_t vver = krd_i16(&v);
+	int64_t off = krd_i64(&v);
+	int32_t epoch = vver >= 3 ? krd_i32(&v) : -1;
+	struct kstr meta = krd_string(&v, false);
+	int64_t ts = krd_i64(&v);
+	struct gstr m;
+	if (v.err || !gstr_copy(&m, meta))
+		return;
+	struct offset_entry *e = offset_get(g, topic, part);
+	if (!e) {
+		gstr_free(&m);
+		return;
+	}
+	e->offset = off;
+	e->leader_epoch = epoch;
+	gstr_free(&e->metadata);
+	e->metadata = m;
+	e->commit_ts = ts;
+}
+
 /* Replay one record of __consumer_offsets into memory. */
 static void replay(struct gcoord *gc, int32_t partition, const uint8_t *key, int32_t klen, const uint8_t *val,
 		   int32_t vlen)
@@ -516,61 +781,38 @@ static void replay(struct gcoord *gc, int32_t partition, const uint8_t *key, int
 	krd_init(&r, key, (size_t)klen);
 	int16_t kver = krd_i16(&r);
 	struct kstr gid = krd_string(&r, false);
-	if (r.err || !gid.ptr)
+	if (r.err || !gid.ptr || kver < 0 || kver > 2)
 		return;
-	struct group *g = group_get(gc, gid.ptr, (size_t)gid.len, partition);
+	struct group *g = group_get(gc, gid, partition);
 	if (!g)
 		return;
 	if (kver <= 1) {
-		struct kstr topic = krd_string(&r, false);
-		int32_t part = krd_i32(&r);
-		if (r.err || !topic.ptr)
-			return;
-		if (!val) {
-			struct offset_entry *e = offset_slot(g, topic.ptr, (size_t)topic.len, part, false);
-			if (e)
-				offset_delete(g, e);
-			return;
-		}
-		struct krd v;
-		krd_init(&v, val, (size_t)vlen);
-		int16_t vver = krd_i16(&v);
-		int64_t off = krd_i64(&v);
-		int32_t epoch = vver >= 3 ? krd_i32(&v) : -1;
-		struct kstr meta = krd_string(&v, false);
-		int64_t ts = krd_i64(&v);
-		if (v.err)
-			return;
-		struct offset_entry *e = offset_slot(g, topic.ptr, (size_t)topic.len, part, true);
-		if (!e)
-			return;
-		e->offset = off;
-		e->leader_epoch = epoch;
-		free(e->metadata);
-		e->metadata = kstrdup(meta);
-		e->commit_ts = ts;
-	} else if (kver == 2) {
-		if (!val) {
-			if (!g->members) {
-				offsets_clear(g);
-				group_remove(gc, g);
-			}
-			return;
-		}
-		struct krd v;
-		krd_init(&v, val, (size_t)vlen);
-		(void)krd_i16(&v);
-		struct kstr ptype = krd_string(&v, false);
-		int32_t gen = krd_i32(&v);
-		struct kstr proto = krd_string(&v, false);
-		if (v.err)
-			return;
-		free(g->protocol_type);
-		g->protocol_type = kstrdup(ptype);
-		free(g->protocol);
-		g->protocol = kstrdup(proto);
-		g->generation = gen;
+		replay_offset(gc, g, &r, val, vlen);
+		return;
 	}
+	if (!val) {
+		if (!g->members)
+			group_remove(gc, g);
+		return;
+	}
+	struct krd v;
+	krd_init(&v, val, (size_t)vlen);
+	(void)krd_i16(&v);
+	struct kstr ptype = krd_string(&v, false);
+	int32_t gen = krd_i32(&v);
+	struct kstr proto = krd_string(&v, false);
+	struct gstr t, p;
+	if (v.err || !gstr_copy(&t, ptype))
+		return;
+	if (!gstr_copy(&p, proto)) {
+		gstr_free(&t);
+		return;
+	}
+	gstr_free(&g->protocol_type);
+	g->protocol_type = t;
+	gstr_free(&g->protocol);
+	g->protocol = p;
+	g->generation = gen;
 }
 
 struct load_ctx {
@@ -640,6 +882,31 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 
 static void reply(struct storecore *sc, struct partop *op) { sluice_store_done(sc, op); }
 
+static const char *api_name(int16_t key)
+{
+	switch (key) {
+	case 8: return "OffsetCommit";
+	case 9: return "OffsetFetch";
+	case 11: return "JoinGroup";
+	case 12: return "Heartbeat";
+	case 13: return "LeaveGroup";
+	case 14: return "SyncGroup";
+	case 16: return "ListGroups";
+	case 47: return "OffsetDelete";
+	default: return "group request";
+	}
+}
+
+/* A body that does not decode: nothing was changed; answer nothing, and
+ * the network core closes the connection (group_single_finish). */
+static void malformed(struct storecore *sc, struct partop *op, const struct krd *rd)
+{
+	SLOG_INFO("group", "malformed %s v%d request body at byte %zu (%s); closing the connection",
+		  api_name(op->api_key), op->api_version, krd_offset(rd), rd->err_what ? rd->err_what : "invalid");
+	kwr_free(&op->gout);
+	reply(sc, op);
+}
+
 static void join_response(struct partop *op, int16_t err, const struct group *g, const struct member *m, bool leader_view)
 {
 	struct kwr *w = &op->gout;
@@ -650,25 +917,35 @@ static void join_response(struct partop *op, int16_t err, const struct group *g,
 		kwr_i32(w, 0);
 	kwr_i16(w, err);
 	kwr_i32(w, err ? -1 : g->generation);
-	if (v >= 7)
-		kwr_cstr(w, flex, err ? NULL : g->protocol_type);
-	kwr_cstr(w, flex, err ? (v >= 7 ? NULL : "") : g->protocol);
-	kwr_cstr(w, flex, err || !g->leader ? "" : g->leader);
+	if (v >= 7) {
+		if (err)
+			kwr_string(w, flex, NULL, -1);
+		else
+			kwr_gstr(w, flex, g->protocol_type);
+	}
+	if (err)
+		kwr_cstr(w, flex, v >= 7 ? NULL : "");
+	else
+		kwr_gstr_nn(w, flex, g->protocol);
+	if (err)
+		kwr_cstr(w, flex, "");
+	else
+		kwr_gstr_nn(w, flex, g->leader);
 	if (v >= 9)
 		kwr_bool(w, false);
-	kwr_cstr(w, flex, m ? m->id : "");
+	if (m)
+		kwr_gstr(w, flex, m->id);
+	else
+		kwr_cstr(w, flex, "");
 	if (!leader_view || err) {
 		kwr_array(w, flex, 0);
 	} else {
 		kwr_array(w, flex, g->nmembers);
 		for (const struct member *x = g->members; x; x = x->next) {
-			kwr_cstr(w, flex, x->id);
+			kwr_gstr(w, flex, x->id);
 			if (v >= 5)
-				kwr_cstr(w, flex, x->instance_id);
-			const struct protocol *p = NULL;
-			for (int32_t i = 0; i < x->nprot; i++)
-				if (!strcmp(x->prot[i].name, g->protocol))
-					p = &x->prot[i];
+				kwr_gstr(w, flex, x->instance_id);
+			const struct protocol *p = member_protocol(x, g->protocol);
 			kwr_bytes(w, flex, p ? p->meta : (const uint8_t *)"", p ? p->meta_len : 0);
 			if (flex)
 				kwr_tags_empty(w);
@@ -688,8 +965,8 @@ static void sync_response(struct partop *op, int16_t err, const struct group *g,
 		kwr_i32(w, 0);
 	kwr_i16(w, err);
 	if (v >= 5) {
-		kwr_cstr(w, flex, err ? NULL : g->protocol_type);
-		kwr_cstr(w, flex, err ? NULL : g->protocol);
+		kwr_string(w, flex, err ? NULL : g->protocol_type.ptr, err ? -1 : g->protocol_type.len);
+		kwr_string(w, flex, err ? NULL : g->protocol.ptr, err ? -1 : g->protocol.len);
 	}
 	kwr_bytes(w, flex, !err && m && m->assignment ? m->assignment : (const uint8_t *)"",
 		  !err && m ? m->assignment_len : 0);
@@ -777,67 +1054,60 @@ static void prepare_rebalance(struct storecore *sc, struct group *g, int64_t now
 
 static void remove_member(struct group *g, struct member *m)
 {
-	for (struct member **pp = &g->members; *pp; pp = &(*pp)->next)
+	struct member *prev = NULL;
+	for (struct member **pp = &g->members; *pp; prev = *pp, pp = &(*pp)->next)
 		if (*pp == m) {
 			*pp = m->next;
 			break;
 		}
+	if (g->members_tail == m)
+		g->members_tail = prev;
+	struct idslot *s = idtab_find(&g->member_ix, gk(m->id));
+	assert(s && s->m == m);
+	idtab_del(&g->member_ix, s);
 	g->nmembers--;
 	member_free(m);
 }
 
-static const char *choose_protocol(struct group *g)
+static struct gstr choose_protocol(struct group *g)
 {
 	struct member *first = g->members;
-	if (!first)
-		return NULL;
-	for (int32_t i = 0; i < first->nprot; i++) {
-		const char *name = first->prot[i].name;
+	for (int32_t i = 0; first && i < first->nprot; i++) {
+		struct gstr name = first->prot[i].name;
 		bool all = true;
-		for (struct member *m = first->next; m && all; m = m->next) {
-			bool has = false;
-			for (int32_t k = 0; k < m->nprot; k++)
-				has |= !strcmp(m->prot[k].name, name);
-			all = has;
-		}
+		for (struct member *m = first->next; m && all; m = m->next)
+			all = member_protocol(m, name) != NULL;
 		if (all)
 			return name;
 	}
-	return NULL;
+	return (struct gstr){NULL, 0};
 }
 
 static void complete_join(struct storecore *sc, struct group *g)
 {
-	/* Members that did not rejoin in time are dropped. */
+	/* Members that did not rejoin in time are dropped. Member ids still
+	 * pending stay valid until their own session timeout, as in Kafka:
+	 * such a member joins the next generation. */
 	for (struct member *m = g->members, *next; m; m = next) {
 		next = m->next;
 		if (!m->join_op)
 			remove_member(g, m);
 	}
 	g->generation++;
-	free(g->protocol);
-	g->protocol = NULL;
-	for (int32_t i = 0; i < g->npending; i++)
-		free(g->pending_ids[i]);
-	g->npending = 0;
+	gstr_free(&g->protocol);
 	g->initial_delay = false;
 	if (!g->members) {
 		g->state = G_EMPTY;
 		g->empty_since_ms = sluice_now_ms();
-		free(g->leader);
-		g->leader = NULL;
+		gstr_free(&g->leader);
 		(void)write_group(sc, g, false, NULL);
 		return;
 	}
-	const char *proto = choose_protocol(g);
-	g->protocol = proto ? strdup(proto) : NULL;
-	bool leader_present = false;
-	for (struct member *m = g->members; m; m = m->next)
-		leader_present |= g->leader && !strcmp(g->leader, m->id);
-	if (!leader_present) {
-		free(g->leader);
-		g->leader = strdup(g->members->id);
-	}
+	(void)gstr_copy(&g->protocol, gk(choose_protocol(g))); /* NULL (out of memory) answers INCONSISTENT */
+	if (!member_find(g, gk(g->leader)))
+		(void)gstr_replace(&g->leader, gk(g->members->id));
+	if (!member_find(g, gk(g->leader))) /* out of memory: no leader, nobody can sync */
+		gstr_free(&g->protocol);
 	g->state = G_COMPLETING;
 	g->rebalance_deadline_ms = sluice_now_ms() + (g->members->rebalance_timeout_ms > 0 ? g->members->rebalance_timeout_ms : 60000);
 	int64_t now = sluice_now_ms();
@@ -848,12 +1118,12 @@ static void complete_join(struct storecore *sc, struct group *g)
 		free(m->assignment);
 		m->assignment = NULL;
 		m->assignment_len = 0;
-		bool leader = !strcmp(m->id, g->leader);
-		join_response(op, g->protocol ? E_NONE : E_INCONSISTENT_GROUP_PROTOCOL, g, m, leader);
+		bool leader = gstr_same(m->id, g->leader);
+		join_response(op, g->protocol.ptr ? E_NONE : E_INCONSISTENT_GROUP_PROTOCOL, g, m, leader);
 		reply(sc, op);
 	}
-	SLOG_DEBUG("group", "group %s generation %d: %d member(s), protocol %s, leader %s", g->id, g->generation,
-		   g->nmembers, g->protocol ? g->protocol : "-", g->leader);
+	SLOG_DEBUG("group", "group %s generation %d: %d member(s), protocol %s, leader %s", g->id.ptr, g->generation,
+		   g->nmembers, g->protocol.ptr ? g->protocol.ptr : "-", g->leader.ptr ? g->leader.ptr : "-");
 }
 
 static void maybe_complete_join(struct storecore *sc, struct group *g, int64_t now)
@@ -861,11 +1131,11 @@ static void maybe_complete_join(struct storecore *sc, struct group *g, int64_t n
 	if (g->state != G_PREPARING)
 		return;
 	bool all = true;
-	for (struct member *m = g->members; m; m = m->next)
-		all &= m->join_op != NULL;
+	for (struct member *m = g->members; m && all; m = m->next)
+		all = m->join_op != NULL;
 	/* Everyone known has rejoined: done, unless the group is in its initial
 	 * delay (started from empty), which waits for more members to arrive. */
-	if ((all && g->npending == 0 && !g->initial_delay) || now >= g->rebalance_deadline_ms)
+	if ((all && g->pending.n == 0 && !g->initial_delay) || now >= g->rebalance_deadline_ms)
 		complete_join(sc, g);
 }
 
@@ -881,7 +1151,7 @@ static void expire_groups(struct storecore *sc, struct gcoord *gc, int64_t now)
 			next = g->next;
 			if (g->state != G_EMPTY || g->members || now - g->empty_since_ms < keep_ms)
 				continue;
-			SLOG_INFO("group", "group %s expired after %d minutes empty", g->id,
+			SLOG_INFO("group", "group %s expired after %d minutes empty", g->id.ptr,
 				  sc->b->cfg.offsets_retention_minutes);
 			delete_group_records(sc, g);
 			group_remove(gc, g);
@@ -901,13 +1171,14 @@ void sluice_group_tick(struct storecore *sc, int64_t now)
 	}
 	for (uint32_t b = 0; b < gc->cap; b++)
 		for (struct group *g = gc->table[b]; g; g = g->next) {
+			pending_expire(g, now);
 			/* Session expiry: a member silent past its timeout leaves. */
 			bool changed = false;
 			for (struct member *m = g->members, *next; m; m = next) {
 				next = m->next;
 				if (m->join_op || m->sync_op || now - m->last_seen_ms <= m->session_timeout_ms)
 					continue;
-				SLOG_INFO("group", "group %s: member %s session expired", g->id, m->id);
+				SLOG_INFO("group", "group %s: member %s session expired", g->id.ptr, m->id.ptr);
 				remove_member(g, m);
 				changed = true;
 			}
@@ -927,12 +1198,16 @@ void sluice_group_tick(struct storecore *sc, int64_t now)
 			maybe_complete_join(sc, g, now);
 			if (g->state == G_PREPARING || g->state == G_COMPLETING)
 				join_deadline_note(sc, g->rebalance_deadline_ms);
+			if (g->pending.n)
+				join_deadline_note(sc, g->pending_next_expiry_ms);
 		}
 }
 
 /* ---- JoinGroup (11) -------------------------------------------------------- */
 
-static void new_member_id(struct kstr client_id, char *out, size_t len)
+/* clientId-UUID, as Kafka names a member (the client id cut to
+ * MEMBER_ID_CLIENT_MAX bytes, kept byte for byte). Returns its length. */
+static int32_t new_member_id(struct kstr client_id, char out[MEMBER_ID_MAX])
 {
 	uint8_t r[16];
 	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
@@ -940,230 +1215,365 @@ static void new_member_id(struct kstr client_id, char *out, size_t len)
 	char hex[33];
 	for (int i = 0; i < 16; i++)
 		snprintf(hex + 2 * i, 3, "%02x", r[i]);
-	snprintf(out, len, "%.*s-%.8s-%.4s-%.4s-%.4s-%.12s", client_id.ptr ? (client_id.len > 100 ? 100 : client_id.len) : 0,
-		 client_id.ptr ? client_id.ptr : "", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+	int32_t n = client_id.ptr ? (client_id.len > MEMBER_ID_CLIENT_MAX ? MEMBER_ID_CLIENT_MAX : client_id.len) : 0;
+	if (n)
+		memcpy(out, client_id.ptr, (size_t)n);
+	char uuid[40];
+	int u = snprintf(uuid, sizeof uuid, "-%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+	assert(u == 37 && n + u <= MEMBER_ID_MAX);
+	memcpy(out + n, uuid, (size_t)u);
+	return n + u;
 }
 
-static bool pending_take(struct group *g, struct kstr id)
-{
-	for (int32_t i = 0; i < g->npending; i++)
-		if (kstr_is(id, g->pending_ids[i])) {
-			free(g->pending_ids[i]);
-			g->pending_ids[i] = g->pending_ids[--g->npending];
-			return true;
-		}
-	return false;
-}
-
-static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
-{
-	bool flex = op->flex;
-	int16_t v = op->api_version;
-	struct krd rd;
-	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	int32_t session = krd_i32(&rd);
-	int32_t rebalance = v >= 1 ? krd_i32(&rd) : session;
-	struct kstr mid = krd_string(&rd, flex);
-	struct kstr inst = {NULL, 0};
-	if (v >= 5)
-		inst = krd_string(&rd, flex);
-	struct kstr ptype = krd_string(&rd, flex);
-	int32_t np = krd_array(&rd, flex, 2);
+struct join_req {
+	struct kstr gid, mid, inst, ptype;
+	int32_t session, rebalance, nprot;
 	struct {
 		struct kstr name;
 		const uint8_t *meta;
 		int32_t len;
 	} prot[PROTOCOLS_MAX];
-	int32_t nprot = 0;
-	for (int32_t i = 0; i < np && !rd.err; i++) {
-		struct kstr name = krd_string(&rd, flex);
+};
+
+/* Decode the whole JoinGroup body; false when it does not decode. */
+static bool join_decode(struct krd *rd, bool flex, int16_t v, struct join_req *q)
+{
+	q->gid = krd_string(rd, flex);
+	q->session = krd_i32(rd);
+	q->rebalance = v >= 1 ? krd_i32(rd) : q->session;
+	q->mid = krd_string(rd, flex);
+	q->inst = v >= 5 ? krd_string(rd, flex) : (struct kstr){NULL, 0};
+	q->ptype = krd_string(rd, flex);
+	int32_t np = krd_array(rd, flex, 2);
+	q->nprot = 0;
+	for (int32_t i = 0; i < np && !rd->err; i++) {
+		struct kstr name = krd_string(rd, flex);
 		const uint8_t *meta;
-		int32_t ml = krd_bytes(&rd, flex, &meta);
+		int32_t ml = krd_bytes(rd, flex, &meta);
 		if (flex)
-			krd_tags_skip(&rd);
-		if (nprot < PROTOCOLS_MAX && name.ptr) {
-			prot[nprot].name = name;
-			prot[nprot].meta = meta;
-			prot[nprot].len = ml < 0 ? 0 : ml;
-			nprot++;
+			krd_tags_skip(rd);
+		if (q->nprot < PROTOCOLS_MAX && name.ptr) {
+			q->prot[q->nprot].name = name;
+			q->prot[q->nprot].meta = meta;
+			q->prot[q->nprot].len = ml < 0 ? 0 : ml;
+			q->nprot++;
 		}
 	}
-	int16_t err = E_NONE;
+	if (v >= 8)
+		(void)krd_string(rd, flex); /* Reason */
+	if (flex)
+		krd_tags_skip(rd);
+	return !rd->err;
+}
+
+/* Errors a JoinGroup gets before the group is looked at. */
+static int16_t join_check(const struct sluice_config *cfg, const struct join_req *q)
+{
+	if (!q->gid.ptr || q->gid.len == 0 || q->gid.len > GROUP_STRING_MAX)
+		return E_INVALID_GROUP_ID;
+	if (q->session < cfg->group_min_session_timeout_ms || q->session > cfg->group_max_session_timeout_ms)
+		return E_INVALID_SESSION_TIMEOUT;
+	if (q->nprot == 0 || !q->ptype.ptr || q->ptype.len == 0)
+		return E_INCONSISTENT_GROUP_PROTOCOL;
+	/* Strings the group's record keeps must fit its int16 lengths. */
+	bool long_str = q->ptype.len > GROUP_STRING_MAX || (q->inst.ptr && q->inst.len > GROUP_STRING_MAX);
+	for (int32_t i = 0; i < q->nprot; i++)
+		long_str |= q->prot[i].name.len > GROUP_STRING_MAX;
+	return long_str ? E_INVALID_REQUEST : E_NONE;
+}
+
+/* KIP-394: hand out a member id (kept pending) and ask the member to come
+ * back with it. Answers op. */
+static void join_member_id_required(struct storecore *sc, struct group *g, struct partop *op, const struct join_req *q)
+{
 	const struct sluice_config *cfg = &sc->b->cfg;
-	if (rd.err || !gid.ptr || gid.len == 0)
-		err = E_INVALID_GROUP_ID;
-	else if (session < cfg->group_min_session_timeout_ms || session > cfg->group_max_session_timeout_ms)
-		err = E_INVALID_SESSION_TIMEOUT;
-	else if (nprot == 0 || !ptype.ptr || ptype.len == 0)
-		err = E_INCONSISTENT_GROUP_PROTOCOL;
+	char idbuf[MEMBER_ID_MAX];
+	struct kstr id = {idbuf, new_member_id(op->client_id, idbuf)};
+	int64_t now = sluice_now_ms();
+	/* Kafka accepts a new member into an Empty or rebalancing group and
+	 * checks the size when it rejoins; a settled group that is full
+	 * refuses it now. Pending ids are bounded by group.max.size. */
+	bool settled = g->state == G_STABLE || g->state == G_COMPLETING;
+	if ((settled && g->nmembers >= cfg->group_max_size) || g->pending.n >= (uint32_t)cfg->group_max_size) {
+		join_response(op, E_GROUP_MAX_SIZE_REACHED, g, NULL, false);
+		reply(sc, op);
+		return;
+	}
+	struct gstr owned;
+	struct idslot *s = gstr_copy(&owned, id) ? idtab_add(&g->pending, owned) : NULL;
+	if (!s) {
+		gstr_free(&owned);
+		join_response(op, E_COORDINATOR_NOT_AVAILABLE, g, NULL, false);
+		reply(sc, op);
+		return;
+	}
+	s->expire_ms = now + q->session;
+	if (s->expire_ms < g->pending_next_expiry_ms)
+		g->pending_next_expiry_ms = s->expire_ms;
+	initial_delay_extend(sc, g, now);
+	struct kwr *w = &op->gout;
+	bool flex = op->flex;
+	int16_t v = op->api_version;
+	kwr_init(w, 128, 1 << 20);
+	if (v >= 2)
+		kwr_i32(w, 0);
+	kwr_i16(w, E_MEMBER_ID_REQUIRED);
+	kwr_i32(w, -1);
+	if (v >= 7)
+		kwr_cstr(w, flex, NULL);
+	kwr_cstr(w, flex, v >= 7 ? NULL : "");
+	kwr_cstr(w, flex, "");
+	if (v >= 9)
+		kwr_bool(w, false);
+	kwr_string(w, flex, id.ptr, id.len);
+	kwr_array(w, flex, 0);
+	if (flex)
+		kwr_tags_empty(w);
+	reply(sc, op);
+}
+
+/* A new member with id id: added at the end of the list, or NULL with
+ * *err set (group full, out of memory). */
+static struct member *member_add(struct storecore *sc, struct group *g, struct kstr id, struct kstr inst, int16_t *err)
+{
+	if (g->nmembers >= sc->b->cfg.group_max_size) {
+		*err = E_GROUP_MAX_SIZE_REACHED;
+		return NULL;
+	}
+	struct member *m = calloc(1, sizeof *m);
+	if (!m || !gstr_copy(&m->instance_id, inst) || !member_set_id(g, m, id)) {
+		if (m)
+			member_free(m);
+		*err = E_COORDINATOR_NOT_AVAILABLE;
+		return NULL;
+	}
+	if (g->members_tail)
+		g->members_tail->next = m;
+	else
+		g->members = m;
+	g->members_tail = m;
+	g->nmembers++;
+	return m;
+}
+
+/* Record what the member supports and who it is; false when memory runs
+ * out (the member keeps what it had). */
+static bool member_update(struct member *m, const struct partop *op, const struct join_req *q)
+{
+	struct protocol prot[PROTOCOLS_MAX];
+	int32_t n = 0;
+	struct gstr client_id = {NULL, 0}, host = {NULL, 0};
+	bool ok = gstr_copy(&client_id, op->client_id.ptr ? op->client_id : (struct kstr){"", 0});
+	ok = ok && gstr_copy(&host, (struct kstr){op->client_host ? op->client_host : "",
+						  op->client_host ? (int32_t)strlen(op->client_host) : 0});
+	for (; ok && n < q->nprot; n++) {
+		prot[n].meta = malloc((size_t)q->prot[n].len + 1);
+		prot[n].meta_len = q->prot[n].len;
+		if (prot[n].meta && q->prot[n].len)
+			memcpy(prot[n].meta, q->prot[n].meta, (size_t)q->prot[n].len);
+		if (!prot[n].meta || !gstr_copy(&prot[n].name, q->prot[n].name)) {
+			free(prot[n].meta);
+			ok = false;
+			break;
+		}
+	}
+	if (!ok) {
+		for (int32_t i = 0; i < n; i++) {
+			gstr_free(&prot[i].name);
+			free(prot[i].meta);
+		}
+		gstr_free(&client_id);
+		gstr_free(&host);
+		return false;
+	}
+	for (int32_t i = 0; i < m->nprot; i++) {
+		gstr_free(&m->prot[i].name);
+		free(m->prot[i].meta);
+	}
+	memcpy(m->prot, prot, (size_t)n * sizeof prot[0]);
+	m->nprot = n;
+	gstr_free(&m->client_id);
+	m->client_id = client_id;
+	gstr_free(&m->client_host);
+	m->client_host = host;
+	m->session_timeout_ms = q->session;
+	m->rebalance_timeout_ms = q->rebalance;
+	return true;
+}
+
+/* The member a JoinGroup is for, by member id or static instance id: an
+ * existing one, or one added now (*added). NULL with *err set: answer that;
+ * NULL with no error: op was answered here. */
+static struct member *join_member(struct storecore *sc, struct group *g, struct partop *op, const struct join_req *q,
+				  bool *added, int16_t *err)
+{
+	*added = false;
+	*err = E_NONE;
+	if (q->mid.len > 0) {
+		struct member *m = member_find(g, q->mid);
+		if (m)
+			return m;
+		if (!idtab_find(&g->pending, q->mid)) {
+			*err = member_by_instance(g, q->inst) ? E_FENCED_INSTANCE_ID : E_UNKNOWN_MEMBER_ID;
+			return NULL;
+		}
+		m = member_add(sc, g, q->mid, q->inst, err);
+		(void)pending_take(g, q->mid); /* the id is used now, or refused (group full) */
+		*added = m != NULL;
+		return m;
+	}
+	struct member *bi = member_by_instance(g, q->inst);
+	if (!bi && op->api_version >= 4 && !q->inst.ptr) {
+		join_member_id_required(sc, g, op, q);
+		return NULL;
+	}
+	char idbuf[MEMBER_ID_MAX];
+	struct kstr id = {idbuf, new_member_id(op->client_id, idbuf)};
+	if (!bi) {
+		struct member *m = member_add(sc, g, id, q->inst, err);
+		*added = m != NULL;
+		return m;
+	}
+	/* Static member back under a new id: the old id is fenced. */
+	bool was_leader = gstr_same(g->leader, bi->id);
+	if (!member_set_id(g, bi, id) || (was_leader && !gstr_replace(&g->leader, id))) {
+		*err = E_COORDINATOR_NOT_AVAILABLE;
+		return NULL;
+	}
+	/* KIP-345: a follower coming back to a stable group keeps its
+	 * assignment, no rebalance; its SyncGroup returns what it had. */
+	if (g->state == G_STABLE && !was_leader && !bi->join_op && !bi->sync_op) {
+		bi->last_seen_ms = sluice_now_ms();
+		bi->session_timeout_ms = q->session;
+		bi->rebalance_timeout_ms = q->rebalance;
+		join_response(op, E_NONE, g, bi, false);
+		reply(sc, op);
+		return NULL;
+	}
+	return bi;
+}
+
+static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
+{
+	struct krd rd;
+	krd_init(&rd, op->data, op->len);
+	struct join_req q;
+	if (!join_decode(&rd, op->flex, op->api_version, &q)) {
+		malformed(sc, op, &rd);
+		return;
+	}
+	int16_t err = join_check(&sc->b->cfg, &q);
 	struct group *g = NULL;
 	if (!err) {
 		load_partition(sc, gc, op->partition);
-		g = group_get(gc, gid.ptr, (size_t)gid.len, op->partition);
+		g = group_get(gc, q.gid, op->partition);
 		if (!g)
 			err = E_COORDINATOR_NOT_AVAILABLE;
 	}
-	if (!err && g->members && g->protocol_type && !kstr_is(ptype, g->protocol_type))
+	if (!err && g->members && g->protocol_type.ptr && !kstr_same(q.ptype, gk(g->protocol_type)))
 		err = E_INCONSISTENT_GROUP_PROTOCOL;
+	bool added = false;
+	struct member *m = err ? NULL : join_member(sc, g, op, &q, &added, &err);
+	if (m && !member_update(m, op, &q))
+		err = E_COORDINATOR_NOT_AVAILABLE;
 	if (err) {
 		join_response(op, err, g, NULL, false);
 		reply(sc, op);
 		return;
 	}
+	if (!m)
+		return; /* answered */
 	int64_t now = sluice_now_ms();
-	struct member *m = NULL;
-	char idbuf[256];
-	if (mid.len == 0) {
-		struct member *bi = member_by_instance(g, inst);
-		new_member_id(op->client_id, idbuf, sizeof idbuf);
-		if (bi) {
-			/* Static member back under a new id: the old id is fenced. */
-			bool was_leader = g->leader && !strcmp(g->leader, bi->id);
-			if (was_leader) {
-				free(g->leader);
-				g->leader = strdup(idbuf);
-			}
-			free(bi->id);
-			bi->id = strdup(idbuf);
-			m = bi;
-			/* KIP-345: a follower coming back to a stable group keeps its
-			 * assignment, no rebalance; its SyncGroup returns what it had. */
-			if (g->state == G_STABLE && !was_leader && !m->join_op && !m->sync_op) {
-				m->last_seen_ms = sluice_now_ms();
-				m->session_timeout_ms = session;
-				m->rebalance_timeout_ms = rebalance;
-				join_response(op, E_NONE, g, m, false);
-				reply(sc, op);
-				return;
-			}
-		} else if (v >= 4 && !inst.ptr) {
-			/* KIP-394: hand out an id and ask the member to come back with it. */
-			if (g->npending < PENDING_IDS_MAX)
-				g->pending_ids[g->npending++] = strdup(idbuf);
-			initial_delay_extend(sc, g, sluice_now_ms());
-			struct kwr *w = &op->gout;
-			kwr_init(w, 128, 1 << 20);
-			if (v >= 2)
-				kwr_i32(w, 0);
-			kwr_i16(w, E_MEMBER_ID_REQUIRED);
-			kwr_i32(w, -1);
-			if (v >= 7)
-				kwr_cstr(w, flex, NULL);
-			kwr_cstr(w, flex, v >= 7 ? NULL : "");
-			kwr_cstr(w, flex, "");
-			if (v >= 9)
-				kwr_bool(w, false);
-			kwr_cstr(w, flex, idbuf);
-			kwr_array(w, flex, 0);
-			if (flex)
-				kwr_tags_empty(w);
-			reply(sc, op);
-			return;
-		}
-	} else {
-		m = member_find(g, mid);
-		if (!m && !pending_take(g, mid)) {
-			struct member *bi = member_by_instance(g, inst);
-			join_response(op, bi ? E_FENCED_INSTANCE_ID : E_UNKNOWN_MEMBER_ID, g, NULL, false);
-			reply(sc, op);
-			return;
-		}
-		if (!m)
-			snprintf(idbuf, sizeof idbuf, "%.*s", mid.len > 255 ? 255 : mid.len, mid.ptr);
-	}
-	if (!m) {
-		if (g->nmembers >= cfg->group_max_size) {
-			join_response(op, E_GROUP_MAX_SIZE_REACHED, g, NULL, false);
-			reply(sc, op);
-			return;
-		}
-		m = calloc(1, sizeof *m);
-		if (!m) {
-			join_response(op, E_COORDINATOR_NOT_AVAILABLE, g, NULL, false);
-			reply(sc, op);
-			return;
-		}
-		m->id = strdup(idbuf);
-		m->instance_id = kstrdup(inst);
-		m->next = NULL;
-		struct member **tail = &g->members;
-		while (*tail)
-			tail = &(*tail)->next;
-		*tail = m;
-		g->nmembers++;
+	if (added)
 		initial_delay_extend(sc, g, now);
-	}
-	/* (Re)record what the member supports. */
 	if (m->join_op) { /* a duplicate join replaces the older one */
 		join_response(m->join_op, E_REBALANCE_IN_PROGRESS, g, NULL, false);
 		reply(sc, m->join_op);
 	}
-	for (int32_t i = 0; i < m->nprot; i++) {
-		free(m->prot[i].name);
-		free(m->prot[i].meta);
-	}
-	m->nprot = 0;
-	for (int32_t i = 0; i < nprot; i++) {
-		m->prot[i].name = kstrdup(prot[i].name);
-		m->prot[i].meta = malloc((size_t)prot[i].len + 1);
-		if (m->prot[i].meta && prot[i].len)
-			memcpy(m->prot[i].meta, prot[i].meta, (size_t)prot[i].len);
-		m->prot[i].meta_len = prot[i].len;
-		m->nprot++;
-	}
-	free(m->client_id);
-	m->client_id = kstrdup(op->client_id);
-	if (!m->client_id)
-		m->client_id = strdup("");
-	free(m->client_host);
-	m->client_host = strdup(op->client_host ? op->client_host : "");
-	m->session_timeout_ms = session;
-	m->rebalance_timeout_ms = rebalance;
 	m->last_seen_ms = now;
 	m->join_op = op;
-	if (!g->protocol_type)
-		g->protocol_type = kstrdup(ptype);
+	if (!g->protocol_type.ptr)
+		(void)gstr_copy(&g->protocol_type, q.ptype);
 	prepare_rebalance(sc, g, now);
 	maybe_complete_join(sc, g, now);
 }
 
 /* ---- SyncGroup (14), Heartbeat (12), LeaveGroup (13) ------------------------------- */
 
+/* The leader's assignments (decoded already: ar reads them again). */
+static void sync_apply_assignments(struct group *g, struct krd *ar, int32_t na, bool flex)
+{
+	for (int32_t i = 0; i < na && !ar->err; i++) {
+		struct kstr who = krd_string(ar, flex);
+		const uint8_t *b;
+		int32_t bl = krd_bytes(ar, flex, &b);
+		if (flex)
+			krd_tags_skip(ar);
+		struct member *x = member_find(g, who);
+		if (!x)
+			continue;
+		free(x->assignment);
+		x->assignment = malloc((size_t)(bl > 0 ? bl : 0) + 1);
+		x->assignment_len = 0;
+		if (x->assignment && bl > 0) {
+			memcpy(x->assignment, b, (size_t)bl);
+			x->assignment_len = bl;
+		}
+	}
+	assert(!ar->err);
+}
+
+struct sync_req {
+	struct kstr gid, mid, inst;
+	int32_t gen, na;
+	struct krd assignments; /* the leader's Assignments, na of them */
+};
+
+/* Decode the whole SyncGroup body; false when it does not decode. */
+static bool sync_decode(struct krd *rd, bool flex, int16_t v, struct sync_req *q)
+{
+	q->gid = krd_string(rd, flex);
+	q->gen = krd_i32(rd);
+	q->mid = krd_string(rd, flex);
+	q->inst = v >= 3 ? krd_string(rd, flex) : (struct kstr){NULL, 0};
+	if (v >= 5) {
+		(void)krd_string(rd, flex); /* ProtocolType */
+		(void)krd_string(rd, flex); /* ProtocolName */
+	}
+	q->na = krd_array(rd, flex, 2);
+	const uint8_t *start = rd->p;
+	for (int32_t i = 0; i < q->na && !rd->err; i++) {
+		(void)krd_string(rd, flex);
+		const uint8_t *b;
+		(void)krd_bytes(rd, flex, &b);
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	krd_init(&q->assignments, start, rd->err ? 0 : (size_t)(rd->p - start));
+	if (flex)
+		krd_tags_skip(rd);
+	return !rd->err;
+}
+
 static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	bool flex = op->flex;
-	int16_t v = op->api_version;
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	int32_t gen = krd_i32(&rd);
-	struct kstr mid = krd_string(&rd, flex);
-	struct kstr inst = {NULL, 0};
-	if (v >= 3)
-		inst = krd_string(&rd, flex);
-	if (v >= 5) {
-		(void)krd_string(&rd, flex);
-		(void)krd_string(&rd, flex);
-	}
-	int32_t na = krd_array(&rd, flex, 2);
-	const uint8_t *assign_start = rd.p;
-	for (int32_t i = 0; i < na && !rd.err; i++) {
-		(void)krd_string(&rd, flex);
-		const uint8_t *b;
-		(void)krd_bytes(&rd, flex, &b);
-		if (flex)
-			krd_tags_skip(&rd);
+	struct sync_req q;
+	if (!sync_decode(&rd, flex, op->api_version, &q)) {
+		malformed(sc, op, &rd);
+		return;
 	}
 	struct group *g = NULL;
 	struct member *m = NULL;
-	int16_t err = rd.err || !gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
+	int16_t err = !q.gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
 	if (!err) {
 		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid.ptr, (size_t)gid.len);
-		err = g ? member_check(g, mid, inst, &m) : E_UNKNOWN_MEMBER_ID;
+		g = group_find(gc, q.gid);
+		err = g ? member_check(g, q.mid, q.inst, &m) : E_UNKNOWN_MEMBER_ID;
 	}
-	if (!err && gen != g->generation)
+	if (!err && q.gen != g->generation)
 		err = E_ILLEGAL_GENERATION;
 	if (!err && g->state == G_PREPARING)
 		err = E_REBALANCE_IN_PROGRESS;
@@ -1186,27 +1596,9 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 		reply(sc, m->sync_op);
 	}
 	m->sync_op = op;
-	if (strcmp(m->id, g->leader) != 0)
+	if (!gstr_same(m->id, g->leader))
 		return; /* followers wait for the leader's assignment */
-	struct krd ar;
-	krd_init(&ar, assign_start, (size_t)(rd.p - assign_start));
-	for (int32_t i = 0; i < na && !ar.err; i++) {
-		struct kstr who = krd_string(&ar, flex);
-		const uint8_t *b;
-		int32_t bl = krd_bytes(&ar, flex, &b);
-		if (flex)
-			krd_tags_skip(&ar);
-		struct member *x = member_find(g, who);
-		if (!x)
-			continue;
-		free(x->assignment);
-		x->assignment = malloc((size_t)(bl > 0 ? bl : 0) + 1);
-		x->assignment_len = 0;
-		if (x->assignment && bl > 0) {
-			memcpy(x->assignment, b, (size_t)bl);
-			x->assignment_len = bl;
-		}
-	}
+	sync_apply_assignments(g, &q.assignments, q.na, flex);
 	g->state = G_STABLE;
 	/* Followers get their assignment now; the leader once the new
 	 * generation is durable. */
@@ -1235,12 +1627,18 @@ static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op
 	struct kstr inst = {NULL, 0};
 	if (v >= 3)
 		inst = krd_string(&rd, flex);
+	if (flex)
+		krd_tags_skip(&rd);
+	if (rd.err) {
+		malformed(sc, op, &rd);
+		return;
+	}
 	struct group *g = NULL;
 	struct member *m = NULL;
-	int16_t err = rd.err || !gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
+	int16_t err = !gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
 	if (!err) {
 		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid.ptr, (size_t)gid.len);
+		g = group_find(gc, gid);
 		err = g ? member_check(g, mid, inst, &m) : E_UNKNOWN_MEMBER_ID;
 	}
 	if (!err) {
@@ -1260,6 +1658,64 @@ static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op
 	reply(sc, op);
 }
 
+/* Member m leaves: its held JoinGroup and SyncGroup are answered. */
+static void member_leave(struct storecore *sc, struct group *g, struct member *m)
+{
+	if (m->join_op) {
+		join_response(m->join_op, E_UNKNOWN_MEMBER_ID, g, NULL, false);
+		reply(sc, m->join_op);
+	}
+	if (m->sync_op) {
+		sync_response(m->sync_op, E_UNKNOWN_MEMBER_ID, g, NULL);
+		reply(sc, m->sync_op);
+	}
+	remove_member(g, m);
+}
+
+/* Walk LeaveGroup v3+'s Members; apply (remove them, write the answer)
+ * only when w is given, after a walk without it found the body whole. */
+static bool leave_members_walk(struct storecore *sc, struct group *g, struct krd *rd, bool flex, int16_t v,
+			       struct kwr *w, bool *left)
+{
+	int32_t n = krd_array(rd, flex, 2);
+	if (w) {
+		kwr_i16(w, E_NONE);
+		kwr_array(w, flex, n > 0 ? n : 0);
+	}
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		struct kstr mid = krd_string(rd, flex);
+		struct kstr inst = krd_string(rd, flex);
+		if (v >= 5)
+			(void)krd_string(rd, flex);
+		if (flex)
+			krd_tags_skip(rd);
+		if (!w)
+			continue;
+		struct member *m = NULL;
+		int16_t e = E_UNKNOWN_MEMBER_ID;
+		if (g) {
+			if (mid.len == 0 && inst.ptr)
+				m = member_by_instance(g, inst);
+			else
+				e = member_check(g, mid, inst, &m);
+			if (m)
+				e = E_NONE;
+		}
+		kwr_string(w, flex, mid.ptr ? mid.ptr : "", mid.ptr ? mid.len : 0);
+		kwr_string(w, flex, inst.ptr, inst.len);
+		kwr_i16(w, e);
+		if (flex)
+			kwr_tags_empty(w);
+		if (m) {
+			member_leave(sc, g, m);
+			*left = true;
+		}
+	}
+	if (flex)
+		krd_tags_skip(rd);
+	return !rd->err;
+}
+
 static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	bool flex = op->flex;
@@ -1267,71 +1723,39 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
 	struct kstr gid = krd_string(&rd, flex);
+	struct kstr mid = {NULL, 0};
+	struct krd members = rd;
+	bool left = false;
+	if (v <= 2) {
+		mid = krd_string(&rd, flex);
+		if (flex)
+			krd_tags_skip(&rd);
+	} else {
+		(void)leave_members_walk(sc, NULL, &rd, flex, v, NULL, &left);
+	}
+	if (rd.err) {
+		malformed(sc, op, &rd);
+		return;
+	}
 	struct group *g = NULL;
-	if (gid.ptr && !rd.err) {
+	if (gid.ptr) {
 		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid.ptr, (size_t)gid.len);
+		g = group_find(gc, gid);
 	}
 	struct kwr *w = &op->gout;
 	kwr_init(w, 64, 1 << 20);
 	if (v >= 1)
 		kwr_i32(w, 0);
-	bool left = false;
 	if (v <= 2) {
-		struct kstr mid = krd_string(&rd, flex);
-		struct member *m = g && !rd.err ? member_find(g, mid) : NULL;
+		struct member *m = g ? member_find(g, mid) : NULL;
 		kwr_i16(w, m ? E_NONE : E_UNKNOWN_MEMBER_ID);
 		if (m) {
-			if (m->join_op) {
-				join_response(m->join_op, E_UNKNOWN_MEMBER_ID, g, NULL, false);
-				reply(sc, m->join_op);
-			}
-			if (m->sync_op) {
-				sync_response(m->sync_op, E_UNKNOWN_MEMBER_ID, g, NULL);
-				reply(sc, m->sync_op);
-			}
-			remove_member(g, m);
+			member_leave(sc, g, m);
 			left = true;
 		}
 	} else {
-		int32_t n = krd_array(&rd, flex, 2);
-		kwr_i16(w, rd.err ? E_INVALID_GROUP_ID : E_NONE);
-		kwr_array(w, flex, n > 0 ? n : 0);
-		for (int32_t i = 0; i < n && !rd.err; i++) {
-			struct kstr mid = krd_string(&rd, flex);
-			struct kstr inst = krd_string(&rd, flex);
-			if (v >= 5)
-				(void)krd_string(&rd, flex);
-			if (flex)
-				krd_tags_skip(&rd);
-			struct member *m = NULL;
-			int16_t e = E_UNKNOWN_MEMBER_ID;
-			if (g) {
-				if (mid.len == 0 && inst.ptr)
-					m = member_by_instance(g, inst);
-				else
-					e = member_check(g, mid, inst, &m);
-				if (m)
-					e = E_NONE;
-			}
-			kwr_string(w, flex, mid.ptr ? mid.ptr : "", mid.ptr ? mid.len : 0);
-			kwr_string(w, flex, inst.ptr, inst.len);
-			kwr_i16(w, e);
-			if (flex)
-				kwr_tags_empty(w);
-			if (m) {
-				if (m->join_op) {
-					join_response(m->join_op, E_UNKNOWN_MEMBER_ID, g, NULL, false);
-					reply(sc, m->join_op);
-				}
-				if (m->sync_op) {
-					sync_response(m->sync_op, E_UNKNOWN_MEMBER_ID, g, NULL);
-					reply(sc, m->sync_op);
-				}
-				remove_member(g, m);
-				left = true;
-			}
-		}
+		bool whole = leave_members_walk(sc, g, &members, flex, v, w, &left);
+		assert(whole);
 	}
 	if (flex)
 		kwr_tags_empty(w);
@@ -1344,8 +1768,7 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 			g->state = G_EMPTY;
 			g->empty_since_ms = sluice_now_ms();
 			g->generation++;
-			free(g->leader);
-			g->leader = NULL;
+			gstr_free(&g->leader);
 			(void)write_group(sc, g, false, NULL);
 		}
 		maybe_complete_join(sc, g, now);
@@ -1355,65 +1778,200 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 
 /* ---- OffsetCommit (8), OffsetFetch (9), OffsetDelete (47) -------------------------- */
 
-/* An offset commit waiting for its __consumer_offsets write: the offsets
- * to apply to the group then, and where each partition's ErrorCode sits in
- * the encoded answer (turned to NOT_COORDINATOR, as Kafka answers a storage
- * error, when the write fails: the client finds the coordinator again and
- * retries, and nothing unwritten was ever visible). */
-struct pending_commit {
-	char *group;
-	struct offset_entry *e;
-	size_t *err_pos;
-	int32_t n, cap;
+/* Offset commits or deletions waiting for their __consumer_offsets write:
+ * what to apply to the group then, and where each partition's ErrorCode
+ * sits in the encoded answer (turned to NOT_COORDINATOR, as Kafka answers a
+ * storage error, when the write fails: the client finds the coordinator
+ * again and retries, and nothing unwritten was ever visible). */
+struct pending_item {
+	struct offset_entry e; /* topic and metadata owned */
+	bool del;
+	size_t err_pos;
 };
 
-static bool pending_add(struct pending_commit *pc, const struct offset_entry *ne, size_t err_pos)
+struct pending_offsets {
+	struct gstr group;
+	struct pending_item *it;
+	int32_t n, cap;
+	bool top_error; /* OffsetDelete: the answer starts with a group ErrorCode */
+};
+
+static bool pending_add(struct pending_offsets *pc, struct kstr topic, int32_t partition, const struct offset_entry *val,
+			struct kstr meta, size_t err_pos)
 {
 	if (pc->n == pc->cap) {
 		int32_t cap = pc->cap ? 2 * pc->cap : 8;
-		struct offset_entry *e = realloc(pc->e, (size_t)cap * sizeof *e);
-		if (e)
-			pc->e = e;
-		size_t *pos = e ? realloc(pc->err_pos, (size_t)cap * sizeof *pos) : NULL;
-		if (pos)
-			pc->err_pos = pos;
-		if (!e || !pos)
+		struct pending_item *it = realloc(pc->it, (size_t)cap * sizeof *it);
+		if (!it)
 			return false;
+		pc->it = it;
 		pc->cap = cap;
 	}
-	struct offset_entry *d = &pc->e[pc->n];
-	*d = *ne;
-	d->topic = strdup(ne->topic);
-	d->metadata = strdup(ne->metadata);
-	if (!d->topic || !d->metadata) {
-		free(d->topic);
-		free(d->metadata);
+	struct pending_item *d = &pc->it[pc->n];
+	memset(d, 0, sizeof *d);
+	if (val)
+		d->e = *val;
+	d->e.partition = partition;
+	d->del = !val;
+	d->err_pos = err_pos;
+	if (!gstr_copy(&d->e.topic, topic) || !gstr_copy(&d->e.metadata, meta)) {
+		gstr_free(&d->e.topic);
 		return false;
 	}
-	pc->err_pos[pc->n++] = err_pos;
+	pc->n++;
 	return true;
 }
 
-static void pending_fail(const struct pending_commit *pc, struct kwr *w)
+static void pending_fail(const struct pending_offsets *pc, struct kwr *w)
 {
 	for (int32_t i = 0; i < pc->n; i++)
-		if (pc->err_pos[i] + 2 <= w->len)
-		{
-			w->buf[pc->err_pos[i]] = 0;
-			w->buf[pc->err_pos[i] + 1] = (uint8_t)E_NOT_COORDINATOR;
+		if (pc->it[i].err_pos + 2 <= w->len) {
+			w->buf[pc->it[i].err_pos] = 0;
+			w->buf[pc->it[i].err_pos + 1] = (uint8_t)E_NOT_COORDINATOR;
 		}
+	if (pc->top_error && w->len >= 2) {
+		w->buf[0] = 0;
+		w->buf[1] = (uint8_t)E_NOT_COORDINATOR;
+	}
 }
 
-static void pending_free(struct pending_commit *pc)
+static void pending_free(struct pending_offsets *pc)
 {
 	for (int32_t i = 0; i < pc->n; i++) {
-		free(pc->e[i].topic);
-		free(pc->e[i].metadata);
+		gstr_free(&pc->it[i].e.topic);
+		gstr_free(&pc->it[i].e.metadata);
 	}
-	free(pc->e);
-	free(pc->err_pos);
-	free(pc->group);
+	free(pc->it);
+	gstr_free(&pc->group);
 	memset(pc, 0, sizeof *pc);
+}
+
+/* Hand pc to op until its records are written (sluice_group_written), or
+ * fail it now. Returns whether op waits. */
+static bool pending_write(struct storecore *sc, struct group *g, struct partop *op, struct pending_offsets *pc,
+			  struct recset *rs)
+{
+	struct pending_offsets *pp = malloc(sizeof *pp);
+	if (pp && gstr_copy(&pc->group, gk(g->id))) {
+		*pp = *pc;
+		memset(pc, 0, sizeof *pc);
+		op->gpending = pp;
+		if (recset_write(sc, g, rs, op) == 0)
+			return true;
+	} else {
+		free(pp);
+		pending_fail(pc, &op->gout);
+		pending_free(pc);
+	}
+	SLOG_ERR("group", "group %s: offset records could not be written to %s-%d", g->id.ptr, SLUICE_OFFSETS_TOPIC,
+		 g->partition);
+	sluice_group_written(sc, op, false);
+	return false;
+}
+
+/* What an OffsetCommit's walk over its topics needs. Without w the walk
+ * only decodes (nothing is written or gathered). */
+struct commit_walk {
+	struct storecore *sc;
+	struct group *g;
+	const struct sluice_meta_snapshot *snap;
+	int16_t gerr;
+	int64_t now_wall;
+	struct kwr *w;
+	struct recset *rs;
+	struct pending_offsets *pc;
+};
+
+/* The ErrorCode of one partition of an OffsetCommit; gathers its record. */
+static int16_t commit_partition(struct commit_walk *cw, const struct sluice_topic *t, struct kstr topic, int32_t part,
+				const struct offset_entry *val, struct kstr meta)
+{
+	int32_t meta_max = cw->sc->b->cfg.offset_metadata_max_bytes;
+	if (meta_max > GROUP_STRING_MAX) /* the record's string has an int16 length */
+		meta_max = GROUP_STRING_MAX;
+	if (!t || part < 0 || part >= t->partitions)
+		return E_UNKNOWN_TOPIC_OR_PARTITION;
+	if (cw->gerr)
+		return cw->gerr;
+	if (meta.ptr && meta.len > meta_max)
+		return E_OFFSET_METADATA_TOO_LARGE;
+	if (!offset_find(cw->g, topic, part) && cw->g->off_n + (uint32_t)cw->pc->n >= OFFSETS_PER_GROUP_MAX)
+		return E_COORDINATOR_NOT_AVAILABLE;
+	/* Applied to the group only once the record is written. */
+	if (!pending_add(cw->pc, topic, part, val, meta.ptr ? meta : (struct kstr){"", 0}, cw->w->len))
+		return E_COORDINATOR_NOT_AVAILABLE;
+	struct pending_item *it = &cw->pc->it[cw->pc->n - 1];
+	struct group *g = cw->g;
+	recset_offset(cw->rs, g, &it->e, true);
+	return E_NONE;
+}
+
+static void commit_walk_topics(struct commit_walk *cw, struct krd *rd, bool flex, int16_t v)
+{
+	struct kwr *w = cw->w;
+	int32_t nt = krd_array(rd, flex, 2);
+	if (w)
+		kwr_array(w, flex, nt > 0 ? nt : 0);
+	for (int32_t t = 0; t < nt && !rd->err; t++) {
+		struct kstr topic = krd_string(rd, flex);
+		int32_t np = krd_array(rd, flex, 12);
+		const struct sluice_topic *ti = NULL;
+		if (w) {
+			kwr_string(w, flex, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
+			kwr_array(w, flex, np > 0 ? np : 0);
+			ti = topic.ptr ? sluice_meta_find(cw->snap, topic.ptr, (size_t)topic.len) : NULL;
+		}
+		for (int32_t p = 0; p < np && !rd->err; p++) {
+			struct offset_entry val = {.leader_epoch = -1, .commit_ts = cw->now_wall};
+			int32_t part = krd_i32(rd);
+			val.offset = krd_i64(rd);
+			if (v >= 6)
+				val.leader_epoch = krd_i32(rd);
+			if (v == 1)
+				(void)krd_i64(rd);
+			struct kstr meta = krd_string(rd, flex);
+			if (flex)
+				krd_tags_skip(rd);
+			if (!w)
+				continue;
+			kwr_i32(w, part);
+			kwr_i16(w, commit_partition(cw, ti, topic, part, &val, meta));
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+		if (w && flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		krd_tags_skip(rd);
+}
+
+/* The group-level error of an OffsetCommit (and the group, created for a
+ * standalone consumer's first commit). */
+static int16_t commit_group_check(struct storecore *sc, struct gcoord *gc, struct partop *op, struct kstr gid,
+				  int32_t gen, struct kstr mid, struct kstr inst, struct group **out)
+{
+	*out = NULL;
+	if (!gid.ptr || gid.len == 0 || gid.len > GROUP_STRING_MAX)
+		return E_INVALID_GROUP_ID;
+	load_partition(sc, gc, op->partition);
+	struct group *g = group_get(gc, gid, op->partition);
+	if (!g)
+		return E_COORDINATOR_NOT_AVAILABLE;
+	*out = g;
+	if (gen < 0 && g->state == G_EMPTY && !g->members)
+		return E_NONE; /* a standalone consumer committing without group membership */
+	struct member *m;
+	int16_t err = member_check(g, mid, inst, &m);
+	if (!err && gen != g->generation)
+		err = E_ILLEGAL_GENERATION;
+	if (!err && g->state == G_COMPLETING)
+		err = E_REBALANCE_IN_PROGRESS;
+	if (!err)
+		m->last_seen_ms = sluice_now_ms();
+	return err;
 }
 
 static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop *op)
@@ -1430,116 +1988,34 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 		inst = krd_string(&rd, flex);
 	if (v >= 2 && v <= 4)
 		(void)krd_i64(&rd);
-	int16_t gerr = rd.err || !gid.ptr || gid.len == 0 ? E_INVALID_GROUP_ID : E_NONE;
-	struct group *g = NULL;
-	if (!gerr) {
-		load_partition(sc, gc, op->partition);
-		g = group_get(gc, gid.ptr, (size_t)gid.len, op->partition);
-		if (!g)
-			gerr = E_COORDINATOR_NOT_AVAILABLE;
+	/* Decode everything first: a cut request commits nothing. */
+	struct krd topics = rd;
+	struct commit_walk cw = {.sc = sc, .snap = op->gsnap};
+	commit_walk_topics(&cw, &rd, flex, v);
+	if (rd.err) {
+		malformed(sc, op, &rd);
+		return;
 	}
-	if (!gerr) {
-		if (gen < 0 && g->state == G_EMPTY && !g->members) {
-			/* a standalone consumer committing without group membership */
-		} else {
-			struct member *m;
-			gerr = member_check(g, mid, inst, &m);
-			if (!gerr && gen != g->generation)
-				gerr = E_ILLEGAL_GENERATION;
-			if (!gerr && g->state == G_COMPLETING)
-				gerr = E_REBALANCE_IN_PROGRESS;
-			if (!gerr && m)
-				m->last_seen_ms = sluice_now_ms();
-		}
-	}
-	/* Walk the topics: answer per partition, gather the records to write. */
-	struct kwr *w = &op->gout;
-	kwr_init(w, 256, 64u << 20);
+	assert(cw.snap);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	cw.now_wall = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	cw.gerr = commit_group_check(sc, gc, op, gid, gen, mid, inst, &cw.g);
 	struct recset rs;
 	recset_init(&rs);
-	struct pending_commit pc = {0};
+	struct pending_offsets pc = {0};
+	cw.w = &op->gout;
+	cw.rs = &rs;
+	cw.pc = &pc;
+	kwr_init(cw.w, 256, 64u << 20);
 	if (v >= 3)
-		kwr_i32(w, 0);
-	int32_t nt = krd_array(&rd, flex, 2);
-	kwr_array(w, flex, nt > 0 ? nt : 0);
-	int64_t now_wall = 0;
-	{
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		now_wall = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-	}
-	for (int32_t t = 0; t < nt && !rd.err; t++) {
-		struct kstr topic = krd_string(&rd, flex);
-		kwr_string(w, flex, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
-		int32_t np = krd_array(&rd, flex, 12);
-		kwr_array(w, flex, np > 0 ? np : 0);
-		for (int32_t p = 0; p < np && !rd.err; p++) {
-			int32_t part = krd_i32(&rd);
-			int64_t off = krd_i64(&rd);
-			int32_t epoch = v >= 6 ? krd_i32(&rd) : -1;
-			if (v == 1)
-				(void)krd_i64(&rd);
-			struct kstr meta = krd_string(&rd, flex);
-			if (flex)
-				krd_tags_skip(&rd);
-			int16_t e = gerr;
-			if (!e && meta.ptr && meta.len > sc->b->cfg.offset_metadata_max_bytes)
-				e = E_OFFSET_METADATA_TOO_LARGE;
-			if (!e && !topic.ptr)
-				e = E_UNKNOWN_TOPIC_OR_PARTITION;
-			struct offset_entry *oe = NULL;
-			if (!e && !(oe = offset_slot(g, topic.ptr, (size_t)topic.len, part, false)) &&
-			    g->off_n >= OFFSETS_PER_GROUP_MAX)
-				e = E_COORDINATOR_NOT_AVAILABLE;
-			kwr_i32(w, part);
-			if (!e) {
-				/* Applied to the group only once the record is written. */
-				struct offset_entry ne = {.topic = oe ? oe->topic : kstrdup(topic), .partition = part,
-							  .offset = off, .leader_epoch = epoch,
-							  .metadata = meta.ptr ? kstrdup(meta) : strdup(""),
-							  .commit_ts = now_wall};
-				if (!ne.topic || !ne.metadata || !pending_add(&pc, &ne, w->len))
-					e = E_COORDINATOR_NOT_AVAILABLE;
-				else
-					recset_offset(&rs, g, &ne, true);
-				if (oe)
-					ne.topic = NULL; /* the group's own string */
-				free(ne.topic);
-				free(ne.metadata);
-			}
-			kwr_i16(w, e);
-			if (flex)
-				kwr_tags_empty(w);
-		}
-		if (flex)
-			krd_tags_skip(&rd);
-		if (flex)
-			kwr_tags_empty(w);
-	}
+		kwr_i32(cw.w, 0);
+	commit_walk_topics(&cw, &topics, flex, v);
+	assert(!topics.err);
 	if (flex)
-		kwr_tags_empty(w);
-	bool waiting = false;
-	if (rs.n > 0) {
-		pc.group = strdup(g->id);
-		struct pending_commit *pp = malloc(sizeof *pp);
-		if (pp && pc.group) {
-			*pp = pc;
-			op->gpending = pp;
-			waiting = recset_write(sc, g, &rs, op) == 0;
-		} else {
-			free(pp);
-			op->gpending = NULL;
-			pending_fail(&pc, w);
-			pending_free(&pc);
-		}
-		if (!waiting) {
-			SLOG_ERR("group", "group %s: offset commit could not be written to %s-%d", g->id,
-				 SLUICE_OFFSETS_TOPIC, g->partition);
-			sluice_group_written(sc, op, false);
-		}
-	} else {
-		pending_free(&pc);
-	}
+		kwr_tags_empty(cw.w);
+	bool waiting = pc.n > 0 && pending_write(sc, cw.g, op, &pc, &rs);
+	pending_free(&pc);
 	recset_free(&rs);
 	if (!waiting)
 		reply(sc, op);
@@ -1547,25 +2023,31 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 
 void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
 {
-	struct pending_commit *pc = op->gpending;
+	struct pending_offsets *pc = op->gpending;
 	if (!pc)
 		return;
 	op->gpending = NULL;
 	struct gcoord *gc = sc->groups;
-	struct group *g = gc ? group_find(gc, pc->group, strlen(pc->group)) : NULL;
+	struct group *g = gc ? group_find(gc, gk(pc->group)) : NULL;
 	if (ok && !g)
-		SLOG_WARN("group", "group %s went away before its offset commit was written", pc->group);
+		SLOG_WARN("group", "group %s went away before its offset records were written", pc->group.ptr);
 	for (int32_t i = 0; ok && g && i < pc->n; i++) {
-		struct offset_entry *ne = &pc->e[i];
-		struct offset_entry *oe = offset_slot(g, ne->topic, strlen(ne->topic), ne->partition, true);
+		struct pending_item *it = &pc->it[i];
+		if (it->del) {
+			struct offset_entry *oe = offset_find(g, gk(it->e.topic), it->e.partition);
+			if (oe)
+				offset_remove(g, oe);
+			continue;
+		}
+		struct offset_entry *oe = offset_get(g, gk(it->e.topic), it->e.partition);
 		if (!oe)
 			continue; /* full: written, so it is back after a restart */
-		oe->offset = ne->offset;
-		oe->leader_epoch = ne->leader_epoch;
-		free(oe->metadata);
-		oe->metadata = ne->metadata;
-		ne->metadata = NULL;
-		oe->commit_ts = ne->commit_ts;
+		oe->offset = it->e.offset;
+		oe->leader_epoch = it->e.leader_epoch;
+		gstr_free(&oe->metadata);
+		oe->metadata = it->e.metadata;
+		it->e.metadata = (struct gstr){NULL, 0};
+		oe->commit_ts = it->e.commit_ts;
 	}
 	if (!ok)
 		pending_fail(pc, &op->gout);
@@ -1573,58 +2055,61 @@ void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
 	free(pc);
 }
 
-/* Encode the topics part of an OffsetFetch answer for one group. */
-static void fetch_offsets_encode(struct kwr *w, struct group *g, struct krd *rd, bool flex, int16_t v, bool v8,
-				 int16_t gerr)
+/* One committed offset, as OffsetFetch answers a partition. */
+static void fetch_partition_encode(struct kwr *w, const struct offset_entry *e, int32_t part, bool flex, bool epoch,
+				   int16_t err)
 {
+	kwr_i32(w, part);
+	kwr_i64(w, e ? e->offset : -1);
+	if (epoch)
+		kwr_i32(w, e ? e->leader_epoch : -1);
+	if (e)
+		kwr_gstr_nn(w, flex, e->metadata);
+	else
+		kwr_cstr(w, flex, "");
+	kwr_i16(w, err);
+	if (flex)
+		kwr_tags_empty(w);
+}
+
+/* Walk the topics part of an OffsetFetch request for one group; encode
+ * the answer when w is given (after a walk without it found it whole). */
+static void fetch_offsets_walk(struct kwr *w, struct group *g, struct krd *rd, bool flex, int16_t v, bool v8)
+{
+	bool epoch = v >= 5 || v8;
 	int32_t nt = krd_array(rd, flex, 2);
-	if (nt < 0) { /* all committed offsets of the group */
-		uint32_t topics = 0;
+	if (nt < 0 && w) { /* all committed offsets of the group */
 		/* one topic entry per committed partition keeps this simple and valid */
-		for (uint32_t i = 0; g && i < g->off_cap; i++)
-			topics += g->offsets[i].topic != NULL;
-		kwr_array(w, flex, (int32_t)topics);
+		kwr_array(w, flex, g ? (int32_t)g->off_n : 0);
 		for (uint32_t i = 0; g && i < g->off_cap; i++) {
 			struct offset_entry *e = &g->offsets[i];
-			if (!e->topic)
+			if (!e->topic.ptr)
 				continue;
-			kwr_cstr(w, flex, e->topic);
+			kwr_gstr(w, flex, e->topic);
 			kwr_array(w, flex, 1);
-			kwr_i32(w, e->partition);
-			kwr_i64(w, e->offset);
-			if (v >= 5 || v8)
-				kwr_i32(w, e->leader_epoch);
-			kwr_cstr(w, flex, e->metadata ? e->metadata : "");
-			kwr_i16(w, E_NONE);
-			if (flex) {
-				kwr_tags_empty(w);
-				kwr_tags_empty(w);
-			}
-		}
-		return;
-	}
-	kwr_array(w, flex, nt);
-	for (int32_t t = 0; t < nt && !rd->err; t++) {
-		struct kstr topic = krd_string(rd, flex);
-		kwr_string(w, flex, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
-		int32_t np = krd_array(rd, flex, 4);
-		kwr_array(w, flex, np > 0 ? np : 0);
-		for (int32_t p = 0; p < np && !rd->err; p++) {
-			int32_t part = krd_i32(rd);
-			struct offset_entry *e = g && topic.ptr ? offset_slot(g, topic.ptr, (size_t)topic.len, part, false) : NULL;
-			kwr_i32(w, part);
-			kwr_i64(w, e ? e->offset : -1);
-			if (v >= 5 || v8)
-				kwr_i32(w, e ? e->leader_epoch : -1);
-			kwr_cstr(w, flex, e && e->metadata ? e->metadata : "");
-			kwr_i16(w, v <= 1 ? gerr : E_NONE);
+			fetch_partition_encode(w, e, e->partition, flex, epoch, E_NONE);
 			if (flex)
 				kwr_tags_empty(w);
 		}
-		if (flex) {
-			krd_tags_skip(rd);
-			kwr_tags_empty(w);
+	} else if (w) {
+		kwr_array(w, flex, nt);
+	}
+	for (int32_t t = 0; t < nt && !rd->err; t++) {
+		struct kstr topic = krd_string(rd, flex);
+		int32_t np = krd_array(rd, flex, 4);
+		if (w) {
+			kwr_string(w, flex, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
+			kwr_array(w, flex, np > 0 ? np : 0);
 		}
+		for (int32_t p = 0; p < np && !rd->err; p++) {
+			int32_t part = krd_i32(rd);
+			if (w)
+				fetch_partition_encode(w, offset_find(g, topic, part), part, flex, epoch, E_NONE);
+		}
+		if (flex)
+			krd_tags_skip(rd);
+		if (w && flex)
+			kwr_tags_empty(w);
 	}
 }
 
@@ -1635,21 +2120,33 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
 	struct kstr gid = krd_string(&rd, flex);
+	if (v >= 9) { /* MemberId, MemberEpoch of this Groups element */
+		(void)krd_string(&rd, flex);
+		(void)krd_i32(&rd);
+	}
+	struct krd topics = rd;
+	fetch_offsets_walk(NULL, NULL, &rd, flex, v, v >= 8);
+	if (v >= 8 && flex)
+		krd_tags_skip(&rd); /* the Groups element's tags */
+	if (v >= 7 && v < 8)
+		(void)krd_bool(&rd); /* RequireStable */
+	if (v < 8 && flex)
+		krd_tags_skip(&rd);
+	if (rd.err) {
+		malformed(sc, op, &rd);
+		return;
+	}
 	struct group *g = NULL;
-	if (gid.ptr && !rd.err) {
+	if (gid.ptr) {
 		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid.ptr, (size_t)gid.len);
+		g = group_find(gc, gid);
 	}
 	struct kwr *w = &op->gout;
 	kwr_init(w, 256, 64u << 20);
 	if (v >= 8) {
 		/* one element of Groups: data holds this group's part of the request */
-		if (v >= 9) {
-			(void)krd_string(&rd, flex);
-			(void)krd_i32(&rd);
-		}
 		kwr_string(w, flex, gid.ptr ? gid.ptr : "", gid.ptr ? gid.len : 0);
-		fetch_offsets_encode(w, g, &rd, flex, v, true, E_NONE);
+		fetch_offsets_walk(w, g, &topics, flex, v, true);
 		kwr_i16(w, E_NONE);
 		if (flex)
 			kwr_tags_empty(w);
@@ -1658,7 +2155,7 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 	}
 	if (v >= 3)
 		kwr_i32(w, 0);
-	fetch_offsets_encode(w, g, &rd, flex, v, false, E_NONE);
+	fetch_offsets_walk(w, g, &topics, flex, v, false);
 	if (v >= 2)
 		kwr_i16(w, E_NONE);
 	if (flex)
@@ -1666,43 +2163,69 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 	reply(sc, op);
 }
 
+/* Walk OffsetDelete's Topics; with w, answer each partition and gather
+ * the tombstones of the offsets the group has. */
+static void delete_walk(struct group *g, struct krd *rd, struct kwr *w, struct recset *rs, struct pending_offsets *pc)
+{
+	int32_t nt = krd_array(rd, false, 2);
+	if (w)
+		kwr_array(w, false, nt < 0 ? 0 : nt);
+	for (int32_t t = 0; t < nt && !rd->err; t++) {
+		struct kstr topic = krd_string(rd, false);
+		int32_t np = krd_array(rd, false, 4);
+		if (w) {
+			kwr_string(w, false, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
+			kwr_array(w, false, np > 0 ? np : 0);
+		}
+		for (int32_t p = 0; p < np && !rd->err; p++) {
+			int32_t part = krd_i32(rd);
+			if (!w)
+				continue;
+			int16_t e = g->members ? E_GROUP_SUBSCRIBED_TO_TOPIC : E_NONE;
+			struct offset_entry *oe = e ? NULL : offset_find(g, topic, part);
+			kwr_i32(w, part);
+			if (oe && !pending_add(pc, topic, part, NULL, (struct kstr){NULL, 0}, w->len))
+				e = E_COORDINATOR_NOT_AVAILABLE;
+			else if (oe)
+				recset_offset(rs, g, oe, false);
+			kwr_i16(w, e);
+		}
+	}
+}
+
 static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
 	struct kstr gid = krd_string(&rd, false);
-	struct group *g = NULL;
-	if (gid.ptr && !rd.err) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid.ptr, (size_t)gid.len);
+	struct krd topics = rd;
+	delete_walk(NULL, &rd, NULL, NULL, NULL);
+	if (rd.err) {
+		malformed(sc, op, &rd);
+		return;
 	}
-	int16_t gerr = !g ? E_GROUP_ID_NOT_FOUND : E_NONE;
+	struct group *g = NULL;
+	if (gid.ptr) {
+		load_partition(sc, gc, op->partition);
+		g = group_find(gc, gid);
+	}
 	struct kwr *w = &op->gout;
 	kwr_init(w, 128, 64u << 20);
-	kwr_i16(w, gerr);
+	kwr_i16(w, g ? E_NONE : E_GROUP_ID_NOT_FOUND);
 	kwr_i32(w, 0);
+	if (!g) {
+		kwr_array(w, false, 0);
+		reply(sc, op);
+		return;
+	}
 	struct recset rs;
 	recset_init(&rs);
-	int32_t nt = krd_array(&rd, false, 2);
-	kwr_array(w, false, gerr || nt < 0 ? 0 : nt);
-	for (int32_t t = 0; !gerr && t < nt && !rd.err; t++) {
-		struct kstr topic = krd_string(&rd, false);
-		kwr_string(w, false, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
-		int32_t np = krd_array(&rd, false, 4);
-		kwr_array(w, false, np > 0 ? np : 0);
-		for (int32_t p = 0; p < np && !rd.err; p++) {
-			int32_t part = krd_i32(&rd);
-			int16_t e = g->members ? E_GROUP_SUBSCRIBED_TO_TOPIC : E_NONE;
-			struct offset_entry *oe = !e && topic.ptr ? offset_slot(g, topic.ptr, (size_t)topic.len, part, false) : NULL;
-			if (oe) {
-				recset_offset(&rs, g, oe, false);
-				offset_delete(g, oe);
-			}
-			kwr_i32(w, part);
-			kwr_i16(w, e);
-		}
-	}
-	bool waiting = rs.n > 0 && recset_write(sc, g, &rs, op) == 0;
+	struct pending_offsets pc = {.top_error = true};
+	delete_walk(g, &topics, w, &rs, &pc);
+	assert(!topics.err);
+	/* Removed from the group once the tombstones are written. */
+	bool waiting = pc.n > 0 && pending_write(sc, g, op, &pc, &rs);
+	pending_free(&pc);
 	recset_free(&rs);
 	if (!waiting)
 		reply(sc, op);
@@ -1717,7 +2240,7 @@ static bool delete_group_records_wait(struct storecore *sc, struct group *g, str
 	struct recset rs;
 	recset_init(&rs);
 	for (uint32_t k = 0; k < g->off_cap; k++)
-		if (g->offsets[k].topic)
+		if (g->offsets[k].topic.ptr)
 			recset_offset(&rs, g, &g->offsets[k], false);
 	recset_group(&rs, g, false);
 	bool waiting = recset_write(sc, g, &rs, wait_op) == 0 && wait_op;
@@ -1735,26 +2258,29 @@ static void describe_group(struct storecore *sc, struct gcoord *gc, struct parto
 	bool flex = op->flex;
 	int16_t v = op->api_version;
 	load_partition(sc, gc, op->partition);
-	struct group *g = op->gname.ptr ? group_find(gc, op->gname.ptr, (size_t)op->gname.len) : NULL;
+	struct group *g = group_find(gc, op->gname);
 	struct kwr *w = &op->gout;
 	kwr_init(w, 256, 64u << 20);
 	kwr_i16(w, E_NONE);
 	kwr_string(w, flex, op->gname.ptr ? op->gname.ptr : "", op->gname.ptr ? op->gname.len : 0);
 	kwr_cstr(w, flex, g ? state_names[g->state] : "Dead");
-	kwr_cstr(w, flex, g && g->protocol_type ? g->protocol_type : "");
-	kwr_cstr(w, flex, g && g->protocol && g->state == G_STABLE ? g->protocol : "");
+	if (g)
+		kwr_gstr_nn(w, flex, g->protocol_type);
+	else
+		kwr_cstr(w, flex, "");
+	if (g && g->state == G_STABLE)
+		kwr_gstr_nn(w, flex, g->protocol);
+	else
+		kwr_cstr(w, flex, "");
 	int32_t nm = g && (g->state == G_STABLE || g->state == G_COMPLETING || g->state == G_PREPARING) ? g->nmembers : 0;
 	kwr_array(w, flex, nm);
 	for (struct member *m = nm ? g->members : NULL; m; m = m->next) {
-		kwr_cstr(w, flex, m->id);
+		kwr_gstr(w, flex, m->id);
 		if (v >= 4)
-			kwr_cstr(w, flex, m->instance_id);
-		kwr_cstr(w, flex, m->client_id ? m->client_id : "");
-		kwr_cstr(w, flex, m->client_host ? m->client_host : "");
-		const struct protocol *p = NULL;
-		for (int32_t i = 0; i < m->nprot && g->protocol; i++)
-			if (!strcmp(m->prot[i].name, g->protocol))
-				p = &m->prot[i];
+			kwr_gstr(w, flex, m->instance_id);
+		kwr_gstr_nn(w, flex, m->client_id);
+		kwr_gstr_nn(w, flex, m->client_host);
+		const struct protocol *p = member_protocol(m, g->protocol);
 		kwr_bytes(w, flex, p ? p->meta : (const uint8_t *)"", p ? p->meta_len : 0);
 		bool stable = g->state == G_STABLE;
 		kwr_bytes(w, flex, stable && m->assignment ? m->assignment : (const uint8_t *)"",
@@ -1773,7 +2299,7 @@ static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop 
 {
 	bool flex = op->flex;
 	load_partition(sc, gc, op->partition);
-	struct group *g = op->gname.ptr ? group_find(gc, op->gname.ptr, (size_t)op->gname.len) : NULL;
+	struct group *g = group_find(gc, op->gname);
 	int16_t err = !g ? E_GROUP_ID_NOT_FOUND : g->members ? E_NON_EMPTY_GROUP : E_NONE;
 	struct kwr *w = &op->gout;
 	kwr_init(w, 64, 1 << 20);
@@ -1791,20 +2317,30 @@ static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop 
 		reply(sc, op);
 }
 
+/* ListGroups' StatesFilter (v4+); the network core decoded the body whole
+ * before it sent it (list_groups_start). */
+#define LIST_STATES_MAX 8
 static void list_groups(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	bool flex = op->flex;
 	int16_t v = op->api_version;
+	struct krd rd;
+	krd_init(&rd, op->data, op->len);
+	struct kstr states[LIST_STATES_MAX];
+	int32_t ns = v >= 4 ? krd_array(&rd, flex, 1) : -1;
+	for (int32_t i = 0; i < ns && !rd.err; i++) {
+		struct kstr s = krd_string(&rd, flex);
+		if (i < LIST_STATES_MAX)
+			states[i] = s;
+	}
+	if (rd.err) {
+		malformed(sc, op, &rd);
+		return;
+	}
 	/* Every offsets partition this core owns is loaded first. */
 	for (int32_t p = 0; p < gc->partitions; p++)
 		if (sluice_store_core_for(sc->b, SLUICE_OFFSETS_TOPIC, p) == sc->id)
 			load_partition(sc, gc, p);
-	struct krd rd;
-	krd_init(&rd, op->data, op->len);
-	struct kstr states[8];
-	int32_t ns = v >= 4 ? krd_array(&rd, flex, 1) : -1;
-	for (int32_t i = 0; i < ns && i < 8 && !rd.err; i++)
-		states[i] = krd_string(&rd, flex);
 	struct kwr *w = &op->gout;
 	kwr_init(w, 256, 64u << 20);
 	op->gcount = 0;
@@ -1812,13 +2348,13 @@ static void list_groups(struct storecore *sc, struct gcoord *gc, struct partop *
 		for (struct group *g = gc->table[b]; g; g = g->next) {
 			if (ns > 0) {
 				bool match = false;
-				for (int32_t i = 0; i < ns && i < 8; i++)
+				for (int32_t i = 0; i < ns && i < LIST_STATES_MAX; i++)
 					match |= states[i].ptr && kstr_eq(states[i], state_names[g->state]);
 				if (!match)
 					continue;
 			}
-			kwr_cstr(w, flex, g->id);
-			kwr_cstr(w, flex, g->protocol_type ? g->protocol_type : "");
+			kwr_gstr(w, flex, g->id);
+			kwr_gstr_nn(w, flex, g->protocol_type);
 			if (v >= 4)
 				kwr_cstr(w, flex, state_names[g->state]);
 			if (v >= 5)

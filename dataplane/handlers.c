@@ -2210,6 +2210,10 @@ static void group_op_init(struct req *r, struct partop *op, struct kstr group, c
 	op->api_version = r->api_version;
 	op->flex = r->flexible;
 	op->gname = group;
+	/* OffsetCommit checks its topics against the request's snapshot, held
+	 * until the request is freed. Only a one-op request gets it: a later
+	 * ensure_offsets_topic of a multi-group request may replace it. */
+	op->gsnap = r->api_key == 8 ? snap(r) : NULL;
 	op->client_id = r->client_id;
 	op->client_host = r->conn->host;
 	op->data = data;
@@ -2309,6 +2313,14 @@ static void group_multi_finish(struct req *r)
 	}
 	bool flex = r->flexible;
 	int32_t n = *(int32_t *)r->api;
+	for (int32_t i = 0; i < n; i++)
+		if (r->ops[i].gout.len == 0 || r->ops[i].gout.err) {
+			/* a group's part did not decode, or could not be answered */
+			r->done = true;
+			r->no_response = true;
+			sluice_conn_close(r->conn);
+			return;
+		}
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	if (r->api_key == 42 || r->api_version >= 1 || r->api_key == 9)
@@ -2324,6 +2336,18 @@ static void group_multi_finish(struct req *r)
 /* ListGroups: every storage core lists the groups it coordinates. */
 static bool list_groups_start(struct req *r, struct krd *rd)
 {
+	/* Decode the whole body first: StatesFilter (v4+), TypesFilter (v5+). */
+	struct krd scan = *rd;
+	bool flex = r->flexible;
+	for (int16_t f = 4; f <= 5 && r->api_version >= f && !scan.err; f++) {
+		int32_t k = krd_array(&scan, flex, 1);
+		for (int32_t i = 0; i < k && !scan.err; i++)
+			(void)krd_string(&scan, flex);
+	}
+	if (flex)
+		krd_tags_skip(&scan);
+	if (scan.err)
+		return *rd = scan, false;
 	int32_t n = r->nc->b->store_n;
 	if (!ops_alloc(r, n))
 		return false;

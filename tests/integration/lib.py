@@ -514,6 +514,11 @@ class Dec:
         n = self.uv() - 1 if flex else self.i16()
         return None if n < 0 else self._take(n).decode(errors="replace")
 
+    def string_raw(self, flex=False):
+        """A string as the bytes on the wire (NULs and all), None for null."""
+        n = self.uv() - 1 if flex else self.i16()
+        return None if n < 0 else bytes(self._take(n))
+
     def bytes_(self, flex=False):
         n = self.uv() - 1 if flex else self.i32()
         return None if n < 0 else self._take(n)
@@ -580,11 +585,11 @@ class Conn:
             raise ProtocolError(f"bad response length {n}")
         return self.recv_exact(n)
 
-    def request(self, api_key, version, body, flexible_req=False, flexible_resp=None):
+    def request(self, api_key, version, body, flexible_req=False, flexible_resp=None, client_id="sluice-it"):
         """Sends one request, returns a Dec positioned after the response header."""
         self.corr += 1
         corr = self.corr
-        self.send(frame(request_header(api_key, version, corr, flexible=flexible_req) + body))
+        self.send(frame(request_header(api_key, version, corr, client_id, flexible=flexible_req) + body))
         d = Dec(self.recv_frame())
         got = d.i32()
         if got != corr:
@@ -812,3 +817,150 @@ def decode_records(batch_raw):
 
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+# ------------------------------------------------------------- consumer-group requests
+# Bodies of the classic group protocol's requests (non-flexible versions) and
+# decoders of their answers, for tests that act as many group members from one
+# process. Strings may be str or bytes (bytes keep NULs as they are).
+
+def join_group_body(group, member_id, session_ms=30000, rebalance_ms=60000, instance_id=None,
+                    protocol_type="consumer", protocols=(("range", b""),)):
+    """JoinGroup v5."""
+    e = Enc().string(group).i32(session_ms).i32(rebalance_ms).string(member_id).string(instance_id)
+    e.string(protocol_type).array_len(len(protocols))
+    for name, meta in protocols:
+        e.string(name).bytes_(meta)
+    return e.done()
+
+
+def join_group_decode(d):
+    """JoinGroup v5 answer: dict with error, generation, protocol, leader,
+    member_id (bytes) and members [(member_id bytes, metadata bytes)]."""
+    d.i32()  # throttle
+    r = {"error": d.i16(), "generation": d.i32(), "protocol": d.string_raw(), "leader": d.string_raw(),
+         "member_id": d.string_raw(), "members": []}
+    for _ in range(d.array_len()):
+        mid = d.string_raw()
+        d.string_raw()  # group instance id
+        r["members"].append((mid, d.bytes_()))
+    return r
+
+
+def sync_group_body(group, generation, member_id, assignments=()):
+    """SyncGroup v3; assignments: [(member_id, bytes)]."""
+    e = Enc().string(group).i32(generation).string(member_id).string(None).array_len(len(assignments))
+    for mid, a in assignments:
+        e.string(mid).bytes_(a)
+    return e.done()
+
+
+def sync_group_decode(d):
+    """SyncGroup v3 answer: (error, assignment bytes)."""
+    d.i32()
+    return d.i16(), d.bytes_()
+
+
+def heartbeat_body(group, generation, member_id):
+    """Heartbeat v3."""
+    return Enc().string(group).i32(generation).string(member_id).string(None).done()
+
+
+def offset_commit_body(group, topics, generation=-1, member_id=""):
+    """OffsetCommit v7; topics: {name: [(partition, offset, metadata)]}."""
+    e = Enc().string(group).i32(generation).string(member_id).string(None).array_len(len(topics))
+    for name, parts in topics.items():
+        e.string(name).array_len(len(parts))
+        for p, off, meta in parts:
+            e.i32(p).i64(off).i32(-1).string(meta)
+    return e.done()
+
+
+def offset_commit_decode(d):
+    """OffsetCommit v7 answer: {(topic bytes, partition): error}."""
+    d.i32()
+    out = {}
+    for _ in range(d.array_len()):
+        name = d.string_raw()
+        for _ in range(d.array_len()):
+            p = d.i32()
+            out[(name, p)] = d.i16()
+    return out
+
+
+def offset_fetch_body(group, topics):
+    """OffsetFetch v5; topics: {name: [partition]} or None for all."""
+    e = Enc().string(group)
+    if topics is None:
+        return e.array_len(-1).done()
+    e.array_len(len(topics))
+    for name, parts in topics.items():
+        e.string(name).array_len(len(parts))
+        for p in parts:
+            e.i32(p)
+    return e.done()
+
+
+def offset_fetch_decode(d):
+    """OffsetFetch v5 answer: ({(topic bytes, partition): (offset, metadata bytes, error)}, error)."""
+    d.i32()
+    out = {}
+    for _ in range(d.array_len()):
+        name = d.string_raw()
+        for _ in range(d.array_len()):
+            p, off = d.i32(), d.i64()
+            d.i32()  # leader epoch
+            meta = d.string_raw()
+            out[(name, p)] = (off, meta, d.i16())
+    return out, d.i16()
+
+
+def offset_delete_body(group, topics):
+    """OffsetDelete v0; topics: {name: [partition]}."""
+    e = Enc().string(group).array_len(len(topics))
+    for name, parts in topics.items():
+        e.string(name).array_len(len(parts))
+        for p in parts:
+            e.i32(p)
+    return e.done()
+
+
+def offset_delete_decode(d):
+    """OffsetDelete v0 answer: (error, {(topic bytes, partition): error})."""
+    err = d.i16()
+    d.i32()
+    out = {}
+    for _ in range(d.array_len()):
+        name = d.string_raw()
+        for _ in range(d.array_len()):
+            p = d.i32()
+            out[(name, p)] = d.i16()
+    return err, out
+
+
+def pipeline(conn, reqs, client_id="sluice-it"):
+    """Sends every (api_key, version, body) on conn, then reads the answers in
+    order; returns their Decs (after the v0 response header)."""
+    first = conn.corr + 1
+    out = bytearray()
+    for k, v, body in reqs:
+        conn.corr += 1
+        out += frame(request_header(k, v, conn.corr, client_id) + body)
+    conn.send(bytes(out))
+    decs = []
+    for i in range(len(reqs)):
+        d = Dec(conn.recv_frame())
+        got = d.i32()
+        if got != first + i:
+            raise ProtocolError(f"correlation id {got}, expected {first + i}")
+        decs.append(d)
+    return decs
+
+
+def vm_kb(pid, field="VmRSS"):
+    """A /proc/<pid>/status memory field in kB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise TestFailure(f"no {field} for pid {pid}")
