@@ -1404,6 +1404,7 @@ static bool delete_topics_start(struct req *r, struct krd *rd)
 				op->kind = PARTOP_DELETE;
 				op->topic = ds->topics[i].deleted_name;
 				op->partition = p;
+				memcpy(op->topic_id, ds->topics[i].id, 16);
 			}
 		}
 	}

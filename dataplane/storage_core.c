@@ -425,17 +425,30 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 
 /* Kafka's partition.metadata: the directory names the topic id it belongs
  * to, so that at start a directory the metadata no longer knows can be
- * proven to be a deleted topic's (its id has a tombstone) or refused. */
-static void part_metadata_ensure(struct broker *b, const char *topic, const char *dir)
+ * proven to be a deleted topic's (its id has a tombstone) or refused, and so
+ * that a directory a failed deletion left behind is never served as a new
+ * topic of the same name. Returns -1 on such a mismatch; otherwise writes
+ * the file if the directory lacks it (created now, or by an older broker). */
+static int part_metadata_check(struct broker *b, const char *topic, const char *dir, bool write)
 {
 	uint8_t have[16];
-	if (sluice_partition_metadata_read(dir, have) != 0)
-		return; /* present (a mismatch was refused at start), or unreadable: left as found */
+	int found = sluice_partition_metadata_read(dir, have);
+	if (found < 0 || (found == 0 && !write))
+		return 0; /* unreadable files were reported at start; absent before the open: written after it */
+	int rc = 0;
 	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
 	const struct sluice_topic *t = sluice_meta_find(snap, topic, strlen(topic));
-	if (t && sluice_partition_metadata_write(dir, t->id) < 0)
+	if (t && found == 1 && memcmp(have, t->id, 16) != 0) {
+		char a[23], c[23];
+		sluice_topic_id_base64(have, a);
+		sluice_topic_id_base64(t->id, c);
+		SLOG_ERR("storage", "%s belongs to topic id %s, not to topic %s's id %s (a deletion that did not finish); "
+			 "left as it is, the partition is offline until a restart checks it", dir, a, topic, c);
+		rc = -1;
+	} else if (t && found == 0 && sluice_partition_metadata_write(dir, t->id) < 0)
 		SLOG_WARN("storage", "cannot write %s/partition.metadata: %s", dir, strerror(errno));
 	b->meta.ops->release(b->meta.self, snap);
+	return rc;
 }
 
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
@@ -467,6 +480,12 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 		*error = 56; /* KAFKA_STORAGE_ERROR: no usable data directory */
 		return NULL;
 	}
+	if (part_metadata_check(sc->b, topic, dir, false) < 0) {
+		free(p->topic);
+		free(p);
+		*error = 56;
+		return NULL;
+	}
 	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
 	struct sluice_plog_recovery rec;
 	/* Opening takes descriptors: stay within the budget first. */
@@ -492,7 +511,7 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 			  " bytes truncated, %d segments deleted",
 			  topic, partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
 			  rec.bytes_truncated, rec.segments_deleted);
-	part_metadata_ensure(sc->b, topic, dir);
+	(void)part_metadata_check(sc->b, topic, dir, true);
 	/* Idempotent-producer state from the newest two segments. */
 	(void)sluice_plog_visit_tail(p->log, 2, prod_rebuild_visit, p);
 	st->fds_est += sluice_plog_open_fds(p->log);
@@ -509,8 +528,10 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 	return remove(path) < 0 ? 0 : 0;
 }
 
-/* Returns 0 once no directory of the partition is left under its name. */
-static int part_delete(struct storecore *sc, const char *topic, int32_t partition)
+/* Returns 0 once no directory of the partition (of topic id `id`) is left
+ * under its name. A directory whose partition.metadata names another topic
+ * id is not this topic's data and is left for the start-up check. */
+static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16])
 {
 	struct sstate *st = sc->state;
 	char dir[900];
@@ -562,6 +583,11 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		 * never a half-deleted live partition. The id is random: a name
 		 * deleted twice must never collide with the first's leftovers. */
 		uint8_t u[16];
+		if (sluice_partition_metadata_read(dir, u) == 1 && memcmp(u, id, 16) != 0) {
+			SLOG_WARN("storage", "%s belongs to another topic id than the deleted topic %s: left as it is", dir,
+				  topic);
+			continue;
+		}
 		if (getrandom(u, sizeof u, 0) != (ssize_t)sizeof u)
 			memset(u, 0, sizeof u);
 		char gone[1000], hex[33];
@@ -583,7 +609,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 {
 	struct sstate *st = sc->state;
 	if (op->kind == PARTOP_DELETE) {
-		if (part_delete(sc, op->topic, op->partition) < 0)
+		if (part_delete(sc, op->topic, op->partition, op->topic_id) < 0)
 			op->error = 56; /* KAFKA_STORAGE_ERROR: the topic keeps its tombstone */
 		op_done(sc, op);
 		return;

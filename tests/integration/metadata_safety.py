@@ -12,6 +12,8 @@ Proves, against a broker holding two topics with records:
   4. a deleted topic's directory left behind by a crash between the metadata change
      and the rename (simulated by journalling the deletion while the directory stays)
      is proven by its partition.metadata topic id and removed, and the broker starts;
+     a directory of another topic id under a live topic's name is not served (produce
+     gets KAFKA_STORAGE_ERROR) and not touched;
   5. --adopt-orphans recreates lost topics from their directories (partition count,
      topic id from partition.metadata) and their records are served again.
 """
@@ -195,7 +197,18 @@ def test():
             check("gone" not in topics and "keep" in topics and "few" in topics, f"topics after start: {sorted(topics)}")
             # DeleteTopics through the broker: the directory goes, the restart is clean
             check(delete_topics(c, ["few"]) == {"few": 0}, "DeleteTopics few")
+            # a directory of another topic id under a live topic's name (a deletion whose
+            # rename failed, then the name created again) is never served as the new topic
+            check(create_topics(c, [("fresh", 1)]) == {"fresh": 0}, "CreateTopics fresh")
+            shutil.copytree(os.path.join(data, "keep-0"), os.path.join(data, "fresh-0"))
+            before = tree(os.path.join(data, "fresh-0"))
+            err, _base, _msg = c.produce("fresh", 0, lib.record_batch([(None, b"new", [])]))
+            check(err == 56, f"produce into another topic's directory: error {err} (want KAFKA_STORAGE_ERROR)")
+            check(tree(os.path.join(data, "fresh-0")) == before, "the foreign directory was left as it was")
+            check(delete_topics(c, ["fresh"]) == {"fresh": 0}, "DeleteTopics fresh")
+            check(tree(os.path.join(data, "fresh-0")) == before, "DeleteTopics left the foreign directory alone")
         broker.stop()
+        shutil.rmtree(os.path.join(data, "fresh-0"))
         check(not os.path.exists(os.path.join(data, "few-0")), "DeleteTopics removed few-0")
         broker.start()
         broker.stop()
