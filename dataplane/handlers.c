@@ -1866,6 +1866,8 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 		free(dup);
 		return false;
 	}
+	/* One metadata batch (one journal write and fsync) for the request. */
+	r->nc->b->meta.ops->batch_begin(r->nc->b->meta.self);
 	for (int32_t i = 0; i < n; i++) {
 		if (cps[i].err)
 			continue;
@@ -1884,6 +1886,13 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 			snprintf(cps[i].msg, sizeof cps[i].msg, "The topic '%.*s' does not exist.",
 				 cps[i].name.len > 200 ? 200 : cps[i].name.len, cps[i].name.ptr);
 	}
+	char bmsg[200];
+	int16_t be = r->nc->b->meta.ops->batch_commit(r->nc->b->meta.self, bmsg, sizeof bmsg);
+	for (int32_t i = 0; be && i < n; i++)
+		if (!cps[i].err) {
+			cps[i].err = be;
+			snprintf(cps[i].msg, sizeof cps[i].msg, "%s", bmsg);
+		}
 	free(dup);
 	resp_begin(r);
 	struct kwr *w = &r->out;
@@ -2082,6 +2091,7 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 		free(pool);
 		return false;
 	}
+	r->nc->b->meta.ops->batch_begin(r->nc->b->meta.self); /* one journal write and fsync */
 	for (int32_t i = 0; i < n; i++) {
 		struct ar *a = &ars[i];
 		if (a->err || validate_only)
@@ -2094,6 +2104,13 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 		a->err = r->nc->b->meta.ops->set_topic_configs(r->nc->b->meta.self, a->name.ptr, (size_t)a->name.len, a->c,
 							       a->cn, false, a->msg, sizeof a->msg);
 	}
+	char bmsg[200];
+	int16_t be = r->nc->b->meta.ops->batch_commit(r->nc->b->meta.self, bmsg, sizeof bmsg);
+	for (int32_t i = 0; be && !validate_only && i < n; i++)
+		if (!ars[i].err && !ars[i].logger) {
+			ars[i].err = be;
+			snprintf(ars[i].msg, sizeof ars[i].msg, "%s", bmsg);
+		}
 	free(pool);
 	resp_begin(r);
 	struct kwr *w = &r->out;

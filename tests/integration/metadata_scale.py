@@ -7,7 +7,8 @@ Proves that:
      a rewrite of every topic per topic), while a second connection's ApiVersions and
      Metadata round trips keep being answered (the maximum latency is reported and
      held to a generous bound);
-  2. the topics survive a clean restart;
+  2. a CreatePartitions request growing 2,000 topics is answered, and the topics and
+     their partition counts survive a clean restart;
   3. a kill -9 in the middle of further creation leaves metadata that loads, with
      every acknowledged topic present.
 """
@@ -60,6 +61,21 @@ def create_range(conn, names, per_request, acked=None, deadline=None):
             raise lib.TestFailure(f"only {i + len(chunk)} of {len(names)} topics created in {CREATE_BOUND_S:.0f} s")
 
 
+def create_partitions(conn, names, count):
+    e = lib.Enc().array_len(len(names))
+    for n in names:
+        e.string(n).i32(count).array_len(-1)
+    e.i32(30000).i8(0)
+    d = conn.request(37, 1, e.done())
+    d.i32()
+    out = {}
+    for _ in range(d.array_len()):
+        name, err = d.string(), d.i16()
+        d.string()
+        out[name] = err
+    return out
+
+
 def all_topics(port):
     with lib.Conn(port, timeout=60) as c:
         _, topics = c.metadata(None, auto_create=False)
@@ -89,12 +105,21 @@ def test():
                  for f in os.listdir(broker.datadir) if f.startswith("sluice-topics")}
         log(f"metadata files: {sizes}")
 
+        # one CreatePartitions request growing 2,000 topics is one batch too
+        with lib.Conn(broker.port, timeout=60) as c:
+            t0 = time.monotonic()
+            res = create_partitions(c, names[:2000], 2)
+            log(f"CreatePartitions of 2,000 topics in one request: {time.monotonic() - t0:.2f} s")
+            check(set(res.values()) == {0}, f"CreatePartitions errors: {[r for r in res.items() if r[1]][:5]}")
+
         t0 = time.monotonic()
         broker.restart()
         log(f"clean restart with {TOPICS + 1} topics: {time.monotonic() - t0:.2f} s")
         topics = all_topics(broker.port)
         missing = [n for n in names if n not in topics]
         check(not missing, f"{len(missing)} topics lost by a clean restart, e.g. {missing[:3]}")
+        check(all(len(topics[n][1]) == 2 for n in names[:2000]) and len(topics[names[2000]][1]) == 1,
+              "partition counts after the restart")
 
         # kill -9 while another 5,000 are being created in requests of 250
         more = [f"k-{i:05d}" for i in range(5000)]
