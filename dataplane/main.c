@@ -305,6 +305,13 @@ static int adopt_orphans(struct broker *b, struct orphans *o)
 				"resolve by hand\n", o->v[i].topic, msg);
 			return -1;
 		}
+		/* The directories now name the topic's id (an unreadable file is replaced). */
+		snap = b->meta.ops->acquire(b->meta.self);
+		t = sluice_meta_find(snap, o->v[i].topic, strlen(o->v[i].topic));
+		for (size_t k = i; t && k < j; k++)
+			if (sluice_partition_metadata_write(o->v[k].path, t->id) < 0)
+				SLOG_WARN("broker", "cannot write %s/partition.metadata: %s", o->v[k].path, strerror(errno));
+		b->meta.ops->release(b->meta.self, snap);
 		SLOG_WARN("broker", "adopted %zu director%s as topic %s with %d partition(s)%s", j - i, j - i == 1 ? "y" : "ies",
 			  o->v[i].topic, count > have ? count : have, id ? " (topic id from partition.metadata)" : "");
 	}

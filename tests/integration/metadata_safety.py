@@ -219,7 +219,10 @@ def test():
         for f in os.listdir(data):
             if f.startswith("sluice-topics"):
                 os.unlink(os.path.join(data, f))
-        expect_refusal(broker, "metadata lost again", ["keep-0", "keep-1", "there is no topic metadata"])
+        with open(os.path.join(data, "keep-1", "partition.metadata"), "w") as f:
+            f.write("garbage\n")  # unreadable: the id comes from keep-0, the file is rewritten
+        expect_refusal(broker, "metadata lost again", ["keep-0", "keep-1", "there is no topic metadata",
+                                                       "partition.metadata cannot be read"])
         start_with(broker, "--adopt-orphans")
         with lib.Conn(broker.port) as c:
             _, topics = c.metadata(["keep"], auto_create=False)
