@@ -298,6 +298,11 @@ static int adopt_orphans(struct broker *b, struct orphans *o)
 			spec.partitions = count;
 			spec.replication_factor = -1;
 			spec.id = id;
+			if (!strcmp(o->v[i].topic, SLUICE_OFFSETS_TOPIC)) { /* as the group coordinator creates it */
+				spec.config_n = 1;
+				snprintf(spec.configs[0].key, sizeof spec.configs[0].key, "cleanup.policy");
+				snprintf(spec.configs[0].value, sizeof spec.configs[0].value, "compact");
+			}
 			e = b->meta.ops->create_topic(b->meta.self, &spec, false, msg, sizeof msg, NULL);
 		}
 		if (e) {

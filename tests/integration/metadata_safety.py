@@ -221,6 +221,7 @@ def test():
                 os.unlink(os.path.join(data, f))
         with open(os.path.join(data, "keep-1", "partition.metadata"), "w") as f:
             f.write("garbage\n")  # unreadable: the id comes from keep-0, the file is rewritten
+        os.makedirs(os.path.join(data, "__consumer_offsets-0"))  # adopted compacted, as the broker creates it
         expect_refusal(broker, "metadata lost again", ["keep-0", "keep-1", "there is no topic metadata",
                                                        "partition.metadata cannot be read"])
         start_with(broker, "--adopt-orphans")
@@ -231,6 +232,10 @@ def test():
             check(fetch_count(c, "keep", 0) == 5 and fetch_count(c, "keep", 1) == 5, "records of the adopted topic")
         with open(os.path.join(data, "keep-1", "partition.metadata")) as f:
             check(f.read() == keep_pm, "the adopted topic kept its topic id")
+        meta_bytes = b"".join(open(os.path.join(data, f), "rb").read() for f in os.listdir(data)
+                              if f.startswith("sluice-topics"))
+        check(b"topic __consumer_offsets 1 " in meta_bytes and b"cleanup.policy=compact" in meta_bytes,
+              "__consumer_offsets adopted with cleanup.policy=compact")
         broker.stop()
         broker.start()  # and it is an ordinary start from now on
 
