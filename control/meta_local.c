@@ -1305,6 +1305,7 @@ static int read_whole(const char *path, char **buf, size_t *len)
 	}
 	*buf = malloc((size_t)st.st_size + 1);
 	size_t got = 0;
+	errno = 0;
 	while (*buf && got < (size_t)st.st_size) {
 		ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
 		if (r < 0 && errno == EINTR)
@@ -1313,12 +1314,12 @@ static int read_whole(const char *path, char **buf, size_t *len)
 			break;
 		got += (size_t)r;
 	}
-	int e = errno;
+	int e = !*buf ? ENOMEM : got != (size_t)st.st_size && errno == 0 ? EIO : errno;
 	close(fd);
 	if (!*buf || got != (size_t)st.st_size) {
 		free(*buf);
 		*buf = NULL;
-		errno = *buf ? e : ENOMEM;
+		errno = e;
 		return -1;
 	}
 	(*buf)[got] = '\0';
