@@ -3,7 +3,10 @@
  * handlers read without locks (a reference is taken, the pointer is swapped
  * on change). Changes go through sluice_meta_ops so that the local,
  * file-backed implementation here can later be replaced by a client of the
- * sluice-controller quorum without touching the broker. */
+ * sluice-controller quorum without touching the broker. Deleted topics
+ * leave a tombstone (name, id, partition count) until the storage has
+ * renamed their directories away, so that a directory found at start is
+ * either a live topic's, provably a deleted topic's, or unknown. */
 #ifndef SLUICE_META_H
 #define SLUICE_META_H
 #include <stdbool.h>
@@ -42,14 +45,17 @@ struct sluice_topic_limits {
 	double min_cleanable_dirty_ratio; /* < 0: unset */
 };
 
+/* A snapshot's topics are allocated with room for config_n configs only
+ * (configs[] is last): never copy one by value, use the fields. */
 struct sluice_topic {
 	char name[SLUICE_TOPIC_NAME_MAX + 1];
 	uint8_t id[16];
 	int32_t partitions;
 	int32_t config_n;
-	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
 	struct sluice_topic_limits limits;
-	int refs; /* snapshots holding this (immutable) topic; atomic */
+	int refs;             /* snapshots holding this (immutable) topic; atomic */
+	uint32_t stage_index; /* the metadata writer's bookkeeping while the topic is new */
+	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
 };
 
 struct sluice_meta_snapshot {
@@ -66,6 +72,7 @@ struct sluice_topic_spec {
 	int32_t replication_factor; /* -1: broker default */
 	int32_t config_n;
 	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
+	const uint8_t *id; /* NULL: a new random topic id (adoption at start passes the one found on disk) */
 };
 
 /* The metadata authority the broker talks to. Results are Kafka error codes. */
@@ -85,6 +92,17 @@ struct sluice_meta_ops {
 	int16_t (*set_topic_configs)(void *self, const char *name, size_t name_len,
 				     const struct sluice_topic_config *configs, int32_t n, bool validate_only,
 				     char *msg, size_t msglen);
+	/* Group the changes this thread makes next into one durable write (one
+	 * journal append, one fsync) and one published snapshot: batch_begin
+	 * takes the writer lock, the changes are staged (each still answers with
+	 * its own result), batch_commit persists and publishes them. A non-zero
+	 * result of batch_commit (KAFKA_STORAGE_ERROR, msg set) means none of
+	 * the staged changes happened. */
+	void (*batch_begin)(void *self);
+	int16_t (*batch_commit)(void *self, char *msg, size_t msglen);
+	/* The storage renamed every directory of deleted topic id away: its
+	 * tombstone is no longer needed. */
+	void (*forget_deleted)(void *self, const uint8_t id[16]);
 };
 
 struct sluice_meta {
@@ -92,10 +110,24 @@ struct sluice_meta {
 	void *self;
 };
 
-/* Local implementation: state kept in <dir>/sluice-topics, replaced atomically. */
+/* Local implementation: a snapshot <dir>/sluice-topics (replaced atomically)
+ * and a journal of changes since, <dir>/sluice-topics.journal. Open fails
+ * (err says what was found) on a file that does not parse, never treating
+ * it as empty. */
 int sluice_meta_local_open(struct sluice_meta *m, const char *dir, int32_t default_partitions,
 			   char *err, size_t errlen);
 void sluice_meta_local_close(struct sluice_meta *m);
+/* Whether open found metadata on disk (false on a first start). */
+bool sluice_meta_local_found(const struct sluice_meta *m);
+/* The tombstone of deleted topic id, or NULL. */
+struct sluice_meta_tombstone {
+	char name[SLUICE_TOPIC_NAME_MAX + 1];
+	uint8_t id[16];
+	int32_t partitions;
+};
+const struct sluice_meta_tombstone *sluice_meta_local_tombstone(const struct sluice_meta *m, const uint8_t id[16]);
+/* Drop every tombstone (start-up, once no directory of a deleted topic is left). */
+int sluice_meta_local_forget_all(struct sluice_meta *m);
 
 const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s, const char *name, size_t len);
 /* Kafka's topic-name rule: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
@@ -106,5 +138,14 @@ bool sluice_topic_config_known(const char *key);
 int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen);
 /* Parse a topic's overrides into limits. */
 void sluice_topic_limits_parse(struct sluice_topic *t);
+
+/* A topic id as Kafka prints it: URL-safe base64 without padding (22 chars). */
+void sluice_topic_id_base64(const uint8_t id[16], char out[23]);
+/* <dir>/partition.metadata, Kafka's "version: 0\ntopic_id: <base64>\n": the
+ * topic id a partition directory belongs to. Read returns 1 (id set), 0
+ * (absent) or -1 (unreadable or malformed); write replaces it atomically
+ * (temp file, rename) and returns 0 or -1. */
+int sluice_partition_metadata_read(const char *dir, uint8_t id[16]);
+int sluice_partition_metadata_write(const char *dir, const uint8_t id[16]);
 
 #endif

@@ -442,17 +442,23 @@ static bool metadata_start(struct req *r, struct krd *rd)
 	const struct sluice_config *cfg = &r->nc->b->cfg;
 	/* Auto-create first so the response shows the new topics. */
 	if (!all && allow_auto && cfg->auto_create_topics_enable) {
-		bool created = false;
+		bool created = false, batch = false;
 		for (int32_t i = 0; i < n; i++) {
 			if (ts[i].by_id || !ts[i].name.ptr || sluice_meta_find(snap(r), ts[i].name.ptr, (size_t)ts[i].name.len))
 				continue;
 			if (!sluice_topic_name_valid(ts[i].name.ptr, (size_t)ts[i].name.len))
 				continue;
+			if (!batch) /* one metadata write for all the topics created here */
+				r->nc->b->meta.ops->batch_begin(r->nc->b->meta.self);
+			batch = true;
 			struct sluice_topic_spec spec = {ts[i].name.ptr, (size_t)ts[i].name.len, -1, -1, 0, {{{0}, {0}}}};
 			char msg[256];
 			if (r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &spec, false, msg, sizeof msg, NULL) == 0)
 				created = true;
 		}
+		char msg[256];
+		if (batch && r->nc->b->meta.ops->batch_commit(r->nc->b->meta.self, msg, sizeof msg) != 0)
+			created = false;
 		if (created)
 			refresh_snap(r);
 	}
@@ -1119,6 +1125,7 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 		const uint8_t *cfg_at;
 		uint8_t id[16];
 		int32_t parts;
+		bool created; /* staged in this request's metadata batch */
 		char msg[200];
 	} *cts = n > 0 ? calloc((size_t)n, sizeof *cts) : NULL;
 	if (n > 0 && !cts)
@@ -1195,6 +1202,12 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 		free(dup);
 		return false;
 	}
+	/* One metadata batch for the whole request: one journal append and one
+	 * fsync, however many topics it creates. */
+	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
+	void *ms = r->nc->b->meta.self;
+	if (!validate_only && n > 0)
+		mo->batch_begin(ms);
 	for (int32_t i = 0; i < n; i++) {
 		if (cts[i].err)
 			continue;
@@ -1223,12 +1236,21 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 				memcpy(tc->value, val.ptr, (size_t)val.len);
 		}
 		struct sluice_topic out;
-		cts[i].err = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, spec, validate_only, cts[i].msg,
-							      sizeof cts[i].msg, &out);
+		cts[i].err = mo->create_topic(ms, spec, validate_only, cts[i].msg, sizeof cts[i].msg, &out);
 		if (!cts[i].err) {
 			memcpy(cts[i].id, out.id, 16);
 			cts[i].parts = out.partitions;
+			cts[i].created = !validate_only;
 		}
+	}
+	if (!validate_only && n > 0) {
+		char msg[200];
+		int16_t e = mo->batch_commit(ms, msg, sizeof msg);
+		for (int32_t i = 0; e && i < n; i++)
+			if (cts[i].created) {
+				cts[i].err = e;
+				snprintf(cts[i].msg, sizeof cts[i].msg, "%s", msg);
+			}
 	}
 	free(dup);
 	resp_begin(r);
@@ -1283,6 +1305,7 @@ struct dt {
 	struct kstr name;
 	uint8_t id[16];
 	int16_t err;
+	int32_t parts; /* partitions whose directories the storage cores rename away */
 	char msg[128];
 	char deleted_name[SLUICE_TOPIC_NAME_MAX + 1];
 };
@@ -1326,6 +1349,12 @@ static bool delete_topics_start(struct req *r, struct krd *rd)
 	struct sluice_topic *gone = calloc((size_t)(ds->n ? ds->n : 1), sizeof *gone);
 	if (!gone)
 		return false;
+	/* One metadata batch: one journal append and one fsync for all topics.
+	 * The deletion leaves a tombstone with the topic id, so that directories
+	 * a crash leaves behind are provably the deleted topic's. */
+	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
+	void *ms = r->nc->b->meta.self;
+	mo->batch_begin(ms);
 	for (int32_t i = 0; i < ds->n; i++) {
 		struct dt *d = &ds->topics[i];
 		if (!r->nc->b->cfg.delete_topic_enable) {
@@ -1348,23 +1377,34 @@ static bool delete_topics_start(struct req *r, struct krd *rd)
 			continue;
 		} else
 			snprintf(d->deleted_name, sizeof d->deleted_name, "%.*s", d->name.len, d->name.ptr);
-		d->err = r->nc->b->meta.ops->delete_topic(r->nc->b->meta.self, d->deleted_name, strlen(d->deleted_name),
-							  &gone[i], d->msg, sizeof d->msg);
+		d->err = mo->delete_topic(ms, d->deleted_name, strlen(d->deleted_name), &gone[i], d->msg, sizeof d->msg);
 		if (!d->err) {
 			memcpy(d->id, gone[i].id, 16);
-			total_parts += gone[i].partitions;
+			d->parts = gone[i].partitions;
 		}
+	}
+	char cmsg[128];
+	int16_t ce = mo->batch_commit(ms, cmsg, sizeof cmsg);
+	for (int32_t i = 0; i < ds->n; i++) {
+		struct dt *d = &ds->topics[i];
+		if (!d->err && ce) {
+			d->err = ce;
+			d->parts = 0;
+			snprintf(d->msg, sizeof d->msg, "%s", cmsg);
+		}
+		total_parts += d->err ? 0 : d->parts;
 	}
 	if (total_parts > 0 && ops_alloc(r, total_parts)) {
 		int32_t k = 0;
 		for (int32_t i = 0; i < ds->n; i++) {
 			if (ds->topics[i].err)
 				continue;
-			for (int32_t p = 0; p < gone[i].partitions; p++) {
+			for (int32_t p = 0; p < ds->topics[i].parts; p++) {
 				struct partop *op = &r->ops[k++];
 				op->kind = PARTOP_DELETE;
 				op->topic = ds->topics[i].deleted_name;
 				op->partition = p;
+				memcpy(op->topic_id, ds->topics[i].id, 16);
 			}
 		}
 	}
@@ -1378,6 +1418,21 @@ static void delete_topics_finish(struct req *r)
 	struct dt_state *ds = r->api;
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
+	/* A topic whose every partition directory was renamed away (or never
+	 * existed) needs its tombstone no more. The ops are in topic order. */
+	int32_t k = 0;
+	for (int32_t i = 0; i < ds->n && r->nops > 0; i++) {
+		struct dt *d = &ds->topics[i];
+		if (d->err)
+			continue;
+		bool all = true;
+		for (int32_t p = 0; p < d->parts; p++, k++) {
+			assert(k < r->nops && r->ops[k].kind == PARTOP_DELETE);
+			all &= r->ops[k].error == 0;
+		}
+		if (all)
+			r->nc->b->meta.ops->forget_deleted(r->nc->b->meta.self, d->id);
+	}
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	if (v >= 1)
@@ -1811,6 +1866,8 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 		free(dup);
 		return false;
 	}
+	/* One metadata batch (one journal write and fsync) for the request. */
+	r->nc->b->meta.ops->batch_begin(r->nc->b->meta.self);
 	for (int32_t i = 0; i < n; i++) {
 		if (cps[i].err)
 			continue;
@@ -1829,6 +1886,13 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 			snprintf(cps[i].msg, sizeof cps[i].msg, "The topic '%.*s' does not exist.",
 				 cps[i].name.len > 200 ? 200 : cps[i].name.len, cps[i].name.ptr);
 	}
+	char bmsg[200];
+	int16_t be = r->nc->b->meta.ops->batch_commit(r->nc->b->meta.self, bmsg, sizeof bmsg);
+	for (int32_t i = 0; be && i < n; i++)
+		if (!cps[i].err) {
+			cps[i].err = be;
+			snprintf(cps[i].msg, sizeof cps[i].msg, "%s", bmsg);
+		}
 	free(dup);
 	resp_begin(r);
 	struct kwr *w = &r->out;
@@ -2027,6 +2091,7 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 		free(pool);
 		return false;
 	}
+	r->nc->b->meta.ops->batch_begin(r->nc->b->meta.self); /* one journal write and fsync */
 	for (int32_t i = 0; i < n; i++) {
 		struct ar *a = &ars[i];
 		if (a->err || validate_only)
@@ -2039,6 +2104,13 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 		a->err = r->nc->b->meta.ops->set_topic_configs(r->nc->b->meta.self, a->name.ptr, (size_t)a->name.len, a->c,
 							       a->cn, false, a->msg, sizeof a->msg);
 	}
+	char bmsg[200];
+	int16_t be = r->nc->b->meta.ops->batch_commit(r->nc->b->meta.self, bmsg, sizeof bmsg);
+	for (int32_t i = 0; be && !validate_only && i < n; i++)
+		if (!ars[i].err && !ars[i].logger) {
+			ars[i].err = be;
+			snprintf(ars[i].msg, sizeof ars[i].msg, "%s", bmsg);
+		}
 	free(pool);
 	resp_begin(r);
 	struct kwr *w = &r->out;

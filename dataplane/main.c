@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,7 +62,300 @@ static void on_signal(int sig)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: sluice-broker server.properties [--override key=value ...]\n");
+	fprintf(stderr, "usage: sluice-broker server.properties [--override key=value ...] [--adopt-orphans | --remove-orphans]\n");
+}
+
+/* ---- start-up check: every partition directory against the topic metadata ----
+ *
+ * A broker never deletes data it cannot prove is garbage. A directory
+ * "<topic>-<n>" is a live partition (the topic exists, n is below its count,
+ * its partition.metadata names no other topic id), or a deleted topic's
+ * (its partition.metadata names a topic id the metadata keeps a tombstone
+ * for: a crash came between the deletion and the rename): only those are
+ * removed. Anything else is an orphan, and the broker refuses to start,
+ * listing each, unless the operator says --adopt-orphans (recreate the
+ * topics from them) or --remove-orphans (delete them). */
+
+enum orphan_mode { ORPHANS_REFUSE, ORPHANS_ADOPT, ORPHANS_REMOVE };
+
+struct orphan {
+	char path[SLUICE_CONFIG_STRING_MAX + 300];
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+	int32_t partition;
+	int has_id; /* partition.metadata: 1 read, 0 absent, -1 unreadable */
+	uint8_t id[16];
+	char why[400];
+};
+
+struct orphans {
+	struct orphan *v;
+	size_t n, cap;
+	int removed;
+};
+
+/* "<topic>-<n>" with a valid topic name and n of at most 9 digits. */
+static bool partition_dir_name(const char *name, char topic[SLUICE_TOPIC_NAME_MAX + 1], int32_t *partition)
+{
+	const char *dash = strrchr(name, '-');
+	if (!dash || dash == name || name[0] == '.' || !dash[1] || strlen(dash + 1) > 9)
+		return false;
+	for (const char *c = dash + 1; *c; c++)
+		if (*c < '0' || *c > '9')
+			return false;
+	size_t tl = (size_t)(dash - name);
+	if (tl > SLUICE_TOPIC_NAME_MAX || !sluice_topic_name_valid(name, tl))
+		return false;
+	memcpy(topic, name, tl);
+	topic[tl] = '\0';
+	*partition = atoi(dash + 1);
+	return true;
+}
+
+/* Rename to Kafka's "-delete" form first, then remove the files: a crash in
+ * between leaves a directory that is removed at the next start. */
+static int remove_partition_dir(const char *path)
+{
+	uint8_t u[16];
+	char gone[SLUICE_CONFIG_STRING_MAX + 400];
+	if (getrandom(u, sizeof u, 0) != (ssize_t)sizeof u)
+		memset(u, 0, sizeof u);
+	int n = snprintf(gone, sizeof gone, "%s.", path);
+	for (int i = 0; i < 16; i++)
+		n += snprintf(gone + n, sizeof gone - (size_t)n, "%02x", u[i]);
+	snprintf(gone + n, sizeof gone - (size_t)n, "-delete");
+	if (rename(path, gone) < 0)
+		return -1;
+	(void)nftw(gone, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}
+
+/* Files and bytes directly in a partition directory, for the report. */
+static void dir_usage(const char *path, int *files, long long *bytes)
+{
+	*files = 0;
+	*bytes = 0;
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	struct stat st;
+	char f[SLUICE_CONFIG_STRING_MAX + 600];
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+			if (stat(f, &st) == 0 && S_ISREG(st.st_mode)) {
+				(*files)++;
+				*bytes += st.st_size;
+			}
+		}
+	closedir(d);
+}
+
+static void classify_dir(struct broker *b, const struct sluice_meta_snapshot *snap, const char *path, const char *topic,
+			 int32_t part, struct orphans *o)
+{
+	uint8_t id[16];
+	char hex[23], live[23];
+	int has_id = sluice_partition_metadata_read(path, id);
+	const struct sluice_topic *t = sluice_meta_find(snap, topic, strlen(topic));
+	if (t && part < t->partitions && (has_id == 0 || (has_id == 1 && !memcmp(id, t->id, 16))))
+		return; /* a live partition */
+	const struct sluice_meta_tombstone *dead = has_id == 1 ? sluice_meta_local_tombstone(&b->meta, id) : NULL;
+	if (dead && !strcmp(dead->name, topic)) {
+		sluice_topic_id_base64(id, hex);
+		if (remove_partition_dir(path) == 0) {
+			SLOG_WARN("broker", "removed %s: a partition of deleted topic %s (id %s)", path, topic, hex);
+			o->removed++;
+		} else
+			SLOG_WARN("broker", "cannot remove %s (deleted topic %s): %s; left as it is", path, topic, strerror(errno));
+		return;
+	}
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? o->cap * 2 : 64;
+		struct orphan *nv = realloc(o->v, cap * sizeof *nv);
+		if (!nv) {
+			fprintf(stderr, "sluice-broker: out of memory\n");
+			exit(1);
+		}
+		o->v = nv;
+		o->cap = cap;
+	}
+	struct orphan *x = &o->v[o->n++];
+	memset(x, 0, sizeof *x);
+	snprintf(x->path, sizeof x->path, "%s", path);
+	snprintf(x->topic, sizeof x->topic, "%s", topic);
+	x->partition = part;
+	x->has_id = has_id;
+	memcpy(x->id, id, has_id == 1 ? 16 : 0);
+	if (has_id == 1)
+		sluice_topic_id_base64(id, hex);
+	if (has_id < 0)
+		snprintf(x->why, sizeof x->why, "its partition.metadata cannot be read");
+	else if (!sluice_meta_local_found(&b->meta))
+		snprintf(x->why, sizeof x->why, "there is no topic metadata at all");
+	else if (!t)
+		snprintf(x->why, sizeof x->why, "topic %s is not in the topic metadata", topic);
+	else if (part >= t->partitions)
+		snprintf(x->why, sizeof x->why, "topic %s has %d partition(s), this is partition %d", topic, t->partitions,
+			 part);
+	else {
+		sluice_topic_id_base64(t->id, live);
+		snprintf(x->why, sizeof x->why, "it belongs to topic id %s, the topic %s now has id %s", hex, topic, live);
+	}
+	if (has_id == 1)
+		snprintf(x->why + strlen(x->why), sizeof x->why - strlen(x->why), " (partition.metadata: topic id %s)", hex);
+}
+
+static void scan_partition_dirs(struct broker *b, struct orphans *o)
+{
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		if (b->offline_dirs & (1u << d))
+			continue;
+		DIR *dir = opendir(b->cfg.log_dir[d]);
+		struct dirent *e;
+		while (dir && (e = readdir(dir))) {
+			char topic[SLUICE_TOPIC_NAME_MAX + 1], path[SLUICE_CONFIG_STRING_MAX + 300];
+			int32_t part;
+			struct stat st;
+			snprintf(path, sizeof path, "%s/%s", b->cfg.log_dir[d], e->d_name);
+			if (partition_dir_name(e->d_name, topic, &part) && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+				classify_dir(b, snap, path, topic, part, o);
+		}
+		if (dir)
+			closedir(dir);
+	}
+	b->meta.ops->release(b->meta.self, snap);
+}
+
+static int cmp_orphan(const void *a, const void *b)
+{
+	const struct orphan *x = a, *y = b;
+	int c = strcmp(x->topic, y->topic);
+	return c ? c : (x->partition > y->partition) - (x->partition < y->partition);
+}
+
+static void refuse_orphans(const struct broker *b, const struct orphans *o, const char *config, int meta_dir)
+{
+	fprintf(stderr, "sluice-broker: refusing to start: %zu partition director%s not accounted for by the topic "
+		"metadata (%s/sluice-topics: %s). Nothing was deleted.\n", o->n, o->n == 1 ? "y is" : "ies are",
+		b->cfg.log_dir[meta_dir], sluice_meta_local_found(&b->meta) ? "present" : "missing");
+	for (size_t i = 0; i < o->n; i++) {
+		int files;
+		long long bytes;
+		dir_usage(o->v[i].path, &files, &bytes);
+		fprintf(stderr, "  %s: %s; %d file(s), %lld byte(s)\n", o->v[i].path, o->v[i].why, files, bytes);
+	}
+	fprintf(stderr,
+		"Resolve it with one of:\n"
+		"  - if the topic metadata was lost or replaced: stop, restore sluice-topics and sluice-topics.journal\n"
+		"    into %s from a backup, and start again;\n"
+		"  - sluice-broker %s --adopt-orphans\n"
+		"    starts after recreating the topics from these directories (partition count: the highest\n"
+		"    partition number + 1; topic id: from partition.metadata where present);\n"
+		"  - sluice-broker %s --remove-orphans\n"
+		"    starts after deleting these directories and everything in them.\n"
+		"(docs/operations.md: start-up refusals)\n",
+		b->cfg.log_dir[meta_dir], config, config);
+}
+
+/* Recreate the topics of the orphans, or grow the topic they are beyond. */
+static int adopt_orphans(struct broker *b, struct orphans *o)
+{
+	qsort(o->v, o->n, sizeof *o->v, cmp_orphan);
+	for (size_t i = 0, j; i < o->n; i = j) {
+		const uint8_t *id = NULL;
+		int32_t count = 0;
+		for (j = i; j < o->n && !strcmp(o->v[j].topic, o->v[i].topic); j++) {
+			count = o->v[j].partition + 1 > count ? o->v[j].partition + 1 : count;
+			if (o->v[j].has_id == 1 && id && memcmp(id, o->v[j].id, 16)) {
+				fprintf(stderr, "sluice-broker: --adopt-orphans: the directories of topic %s name different topic "
+					"ids (%s and others): they are not one topic; remove the wrong ones by hand or use "
+					"--remove-orphans\n", o->v[i].topic, o->v[j].path);
+				return -1;
+			}
+			if (o->v[j].has_id == 1)
+				id = o->v[j].id;
+		}
+		struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+		const struct sluice_topic *t = sluice_meta_find(snap, o->v[i].topic, strlen(o->v[i].topic));
+		bool other = t && id && memcmp(id, t->id, 16);
+		int32_t have = t ? t->partitions : 0;
+		b->meta.ops->release(b->meta.self, snap);
+		char msg[256] = "";
+		int16_t e = 0;
+		if (other) {
+			snprintf(msg, sizeof msg, "the directories belong to an earlier topic of that name (another topic id)");
+			e = -1;
+		} else if (have && count > have)
+			e = b->meta.ops->create_partitions(b->meta.self, o->v[i].topic, strlen(o->v[i].topic), count, false, msg,
+							   sizeof msg);
+		else if (!have) {
+			struct sluice_topic_spec spec;
+			memset(&spec, 0, sizeof spec);
+			spec.name = o->v[i].topic;
+			spec.name_len = strlen(o->v[i].topic);
+			spec.partitions = count;
+			spec.replication_factor = -1;
+			spec.id = id;
+			if (!strcmp(o->v[i].topic, SLUICE_OFFSETS_TOPIC)) { /* as the group coordinator creates it */
+				spec.config_n = 1;
+				snprintf(spec.configs[0].key, sizeof spec.configs[0].key, "cleanup.policy");
+				snprintf(spec.configs[0].value, sizeof spec.configs[0].value, "compact");
+			}
+			e = b->meta.ops->create_topic(b->meta.self, &spec, false, msg, sizeof msg, NULL);
+		}
+		if (e) {
+			fprintf(stderr, "sluice-broker: --adopt-orphans: cannot adopt topic %s: %s; use --remove-orphans or "
+				"resolve by hand\n", o->v[i].topic, msg);
+			return -1;
+		}
+		/* The directories now name the topic's id (an unreadable file is replaced). */
+		snap = b->meta.ops->acquire(b->meta.self);
+		t = sluice_meta_find(snap, o->v[i].topic, strlen(o->v[i].topic));
+		for (size_t k = i; t && k < j; k++)
+			if (sluice_partition_metadata_write(o->v[k].path, t->id) < 0)
+				SLOG_WARN("broker", "cannot write %s/partition.metadata: %s", o->v[k].path, strerror(errno));
+		b->meta.ops->release(b->meta.self, snap);
+		SLOG_WARN("broker", "adopted %zu director%s as topic %s with %d partition(s)%s", j - i, j - i == 1 ? "y" : "ies",
+			  o->v[i].topic, count > have ? count : have, id ? " (topic id from partition.metadata)" : "");
+	}
+	return 0;
+}
+
+static int check_partition_dirs(struct broker *b, enum orphan_mode mode, const char *config, int meta_dir)
+{
+	struct orphans o = {0};
+	scan_partition_dirs(b, &o);
+	int rc = 0;
+	if (o.n && mode == ORPHANS_REFUSE) {
+		refuse_orphans(b, &o, config, meta_dir);
+		rc = -1;
+	} else if (o.n && mode == ORPHANS_ADOPT)
+		rc = adopt_orphans(b, &o);
+	else if (o.n && mode == ORPHANS_REMOVE) {
+		for (size_t i = 0; i < o.n; i++) {
+			if (remove_partition_dir(o.v[i].path) < 0) {
+				fprintf(stderr, "sluice-broker: --remove-orphans: cannot remove %s: %s\n", o.v[i].path, strerror(errno));
+				rc = -1;
+				break;
+			}
+			SLOG_WARN("broker", "removed %s as the operator asked (--remove-orphans): %s", o.v[i].path, o.v[i].why);
+		}
+	}
+	/* Every directory of a deleted topic is gone from the directories we
+	 * can see: its tombstone is not needed any more (a failed directory may
+	 * still hold some, so then they stay). */
+	if (rc == 0 && !b->offline_dirs && sluice_meta_local_forget_all(&b->meta) < 0)
+		SLOG_WARN("broker", "cannot rewrite the topic metadata without its tombstones: %s", strerror(errno));
+	if (rc == 0 && o.removed)
+		SLOG_INFO("broker", "start-up check: %d director%s of deleted topics removed", o.removed,
+			  o.removed == 1 ? "y" : "ies");
+	if (rc == 0 && o.n)
+		SLOG_INFO("broker", "start-up check: %zu orphan director%s %s as the operator asked", o.n,
+			  o.n == 1 ? "y" : "ies", mode == ORPHANS_ADOPT ? "adopted" : "removed");
+	free(o.v);
+	return rc;
 }
 
 /* Partition directories ("<topic>-<n>") in a data directory; stray
@@ -120,7 +414,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sluice-broker: %s\n", err);
 		return 1;
 	}
+	enum orphan_mode orphans = ORPHANS_REFUSE;
 	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--adopt-orphans") || !strcmp(argv[i], "--remove-orphans")) {
+			enum orphan_mode mm = argv[i][2] == 'a' ? ORPHANS_ADOPT : ORPHANS_REMOVE;
+			if (orphans != ORPHANS_REFUSE && orphans != mm) {
+				usage();
+				return 2;
+			}
+			orphans = mm;
+			continue;
+		}
 		if (strcmp(argv[i], "--override") || i + 1 >= argc) {
 			usage();
 			return 2;
@@ -171,7 +475,6 @@ int main(int argc, char **argv)
 		 * to recover, marker or not. */
 		if (stat(marker, &st) < 0 && b.dir_partitions[d] > 0)
 			b.clean_start = false;
-		unlink(marker);
 	}
 	if (__builtin_popcount(b.offline_dirs) == b.cfg.log_dir_count) {
 		fprintf(stderr, "sluice-broker: log.dirs: no usable data directory\n");
@@ -183,8 +486,21 @@ int main(int argc, char **argv)
 	while (b.offline_dirs & (1u << meta_dir))
 		meta_dir++;
 	if (sluice_meta_local_open(&b.meta, b.cfg.log_dir[meta_dir], b.cfg.num_partitions, err, sizeof err) < 0) {
-		fprintf(stderr, "sluice-broker: metadata: %s\n", err);
+		fprintf(stderr, "sluice-broker: refusing to start: topic metadata: %s\n"
+			"If it cannot be restored, move sluice-topics and sluice-topics.journal away: the next start lists "
+			"the partition directories it finds and offers --adopt-orphans (recreate their topics) or "
+			"--remove-orphans (delete them). (docs/operations.md: start-up refusals)\n", err);
 		return 1;
+	}
+	if (check_partition_dirs(&b, orphans, argv[1], meta_dir) < 0)
+		return 1;
+	/* Only now, with the start certain, is the marker removed: a refused
+	 * start leaves the directory exactly as it found it. */
+	for (int d = 0; d < b.cfg.log_dir_count; d++) {
+		char marker[SLUICE_CONFIG_STRING_MAX + 32];
+		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
+		if (!(b.offline_dirs & (1u << d)))
+			unlink(marker);
 	}
 	/* __consumer_offsets is created when groups are first used (as in
 	 * Kafka); once it exists, groups are placed by its real partition count,

@@ -18,6 +18,7 @@
 #include <sys/eventfd.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -381,12 +382,6 @@ static bool dir_offline(const struct broker *b, int dir)
 	return dir >= 0 && (__atomic_load_n(&b->offline_dirs, __ATOMIC_ACQUIRE) & (1u << dir));
 }
 
-static void part_dir(struct broker *b, const char *topic, int32_t partition, char *out, size_t len)
-{
-	if (sluice_partition_dir(b, topic, partition, false, out, len) < 0)
-		snprintf(out, len, "%s/%s-%d", b->cfg.log_dir[0], topic, partition);
-}
-
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
 static void fd_budget(struct storecore *sc);
 static int64_t wall_now_ms(void);
@@ -428,6 +423,34 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	return 0;
 }
 
+/* Kafka's partition.metadata: the directory names the topic id it belongs
+ * to, so that at start a directory the metadata no longer knows can be
+ * proven to be a deleted topic's (its id has a tombstone) or refused, and so
+ * that a directory a failed deletion left behind is never served as a new
+ * topic of the same name. Returns -1 on such a mismatch; otherwise writes
+ * the file if the directory lacks it (created now, or by an older broker). */
+static int part_metadata_check(struct broker *b, const char *topic, const char *dir, bool write)
+{
+	uint8_t have[16];
+	int found = sluice_partition_metadata_read(dir, have);
+	if (found < 0 || (found == 0 && !write))
+		return 0; /* unreadable files were reported at start; absent before the open: written after it */
+	int rc = 0;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, topic, strlen(topic));
+	if (t && found == 1 && memcmp(have, t->id, 16) != 0) {
+		char a[23], c[23];
+		sluice_topic_id_base64(have, a);
+		sluice_topic_id_base64(t->id, c);
+		SLOG_ERR("storage", "%s belongs to topic id %s, not to topic %s's id %s (a deletion that did not finish); "
+			 "left as it is, the partition is offline until a restart checks it", dir, a, topic, c);
+		rc = -1;
+	} else if (t && found == 0 && sluice_partition_metadata_write(dir, t->id) < 0)
+		SLOG_WARN("storage", "cannot write %s/partition.metadata: %s", dir, strerror(errno));
+	b->meta.ops->release(b->meta.self, snap);
+	return rc;
+}
+
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
 {
 	struct sstate *st = sc->state;
@@ -457,6 +480,12 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 		*error = 56; /* KAFKA_STORAGE_ERROR: no usable data directory */
 		return NULL;
 	}
+	if (part_metadata_check(sc->b, topic, dir, false) < 0) {
+		free(p->topic);
+		free(p);
+		*error = 56;
+		return NULL;
+	}
 	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
 	struct sluice_plog_recovery rec;
 	/* Opening takes descriptors: stay within the budget first. */
@@ -482,6 +511,7 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 			  " bytes truncated, %d segments deleted",
 			  topic, partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
 			  rec.bytes_truncated, rec.segments_deleted);
+	(void)part_metadata_check(sc->b, topic, dir, true);
 	/* Idempotent-producer state from the newest two segments. */
 	(void)sluice_plog_visit_tail(p->log, 2, prod_rebuild_visit, p);
 	st->fds_est += sluice_plog_open_fds(p->log);
@@ -498,7 +528,10 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 	return remove(path) < 0 ? 0 : 0;
 }
 
-static void part_delete(struct storecore *sc, const char *topic, int32_t partition)
+/* Returns 0 once no directory of the partition (of topic id `id`) is left
+ * under its name. A directory whose partition.metadata names another topic
+ * id is not this topic's data and is left for the start-up check. */
+static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16])
 {
 	struct sstate *st = sc->state;
 	char dir[900];
@@ -542,20 +575,42 @@ static void part_delete(struct storecore *sc, const char *topic, int32_t partiti
 			st->table[s2] = q;
 		}
 	}
-	part_dir(sc->b, topic, partition, dir, sizeof dir);
-	char gone[1000];
-	/* Rename first, then remove: a crash in between leaves only a
-	 * "-delete" directory, never a half-deleted live partition. */
-	snprintf(gone, sizeof gone, "%s.%" PRIx64 "-delete", dir, (uint64_t)time(NULL));
-	if (rename(dir, gone) == 0)
-		(void)nftw(gone, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	int rc = 0;
+	for (int d = 0; d < sc->b->cfg.log_dir_count; d++) {
+		snprintf(dir, sizeof dir, "%s/%s-%d", sc->b->cfg.log_dir[d], topic, partition);
+		/* Rename first, then remove: a crash in between leaves only a
+		 * "-delete" directory (Kafka's <topic>-<partition>.<unique id>-delete),
+		 * never a half-deleted live partition. The id is random: a name
+		 * deleted twice must never collide with the first's leftovers. */
+		uint8_t u[16];
+		if (sluice_partition_metadata_read(dir, u) == 1 && memcmp(u, id, 16) != 0) {
+			SLOG_WARN("storage", "%s belongs to another topic id than the deleted topic %s: left as it is", dir,
+				  topic);
+			continue;
+		}
+		if (getrandom(u, sizeof u, 0) != (ssize_t)sizeof u)
+			memset(u, 0, sizeof u);
+		char gone[1000], hex[33];
+		for (int i = 0; i < 16; i++)
+			snprintf(hex + 2 * i, 3, "%02x", u[i]);
+		snprintf(gone, sizeof gone, "%s.%s-delete", dir, hex);
+		if (rename(dir, gone) == 0)
+			(void)nftw(gone, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		else if (errno != ENOENT) {
+			SLOG_ERR("storage", "cannot rename %s away for deletion: %s; it is removed at the next start", dir,
+				 strerror(errno));
+			rc = -1;
+		}
+	}
+	return rc;
 }
 
 static void handle_op(struct storecore *sc, struct partop *op)
 {
 	struct sstate *st = sc->state;
 	if (op->kind == PARTOP_DELETE) {
-		part_delete(sc, op->topic, op->partition);
+		if (part_delete(sc, op->topic, op->partition, op->topic_id) < 0)
+			op->error = 56; /* KAFKA_STORAGE_ERROR: the topic keeps its tombstone */
 		op_done(sc, op);
 		return;
 	}
@@ -1001,13 +1056,15 @@ static void housekeeping(struct storecore *sc, int64_t now)
 /* At start, every partition this core owns is opened (and so recovered)
  * before anything else, as Kafka recovers all logs: an unclean stop is
  * repaired everywhere, not only where clients happen to look, and
- * retention sees every partition. Directories of topics the metadata no
- * longer has (a crash between deleting the topic and its files) are removed. */
+ * retention sees every partition. main() has already checked every
+ * directory against the metadata (removing only those proven to be deleted
+ * topics', refusing to start on any other); one that is still unknown here
+ * is left alone, never deleted. */
 static void startup_open_all(struct storecore *sc)
 {
 	struct broker *b = sc->b;
 	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
-	int opened = 0, removed = 0;
+	int opened = 0, skipped = 0;
 	for (int d = 0; d < b->cfg.log_dir_count; d++) {
 		if (dir_offline(b, d))
 			continue;
@@ -1035,13 +1092,9 @@ static void startup_open_all(struct storecore *sc)
 				continue;
 			const struct sluice_topic *t = sluice_meta_find(snap, topic, tl);
 			if (!t || part >= t->partitions) {
-				char path[SLUICE_CONFIG_STRING_MAX + 300], gone[SLUICE_CONFIG_STRING_MAX + 340];
-				snprintf(path, sizeof path, "%s/%s", b->cfg.log_dir[d], e->d_name);
-				snprintf(gone, sizeof gone, "%s.stray-delete", path);
-				if (rename(path, gone) == 0)
-					(void)nftw(gone, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-				SLOG_WARN("storage", "removed %s: its topic partition does not exist", path);
-				removed++;
+				SLOG_WARN("storage", "%s/%s: not a partition of the topic metadata; left as it is",
+					  b->cfg.log_dir[d], e->d_name);
+				skipped++;
 				continue;
 			}
 			int16_t err = 0;
@@ -1051,9 +1104,9 @@ static void startup_open_all(struct storecore *sc)
 		closedir(dir);
 	}
 	b->meta.ops->release(b->meta.self, snap);
-	if (opened || removed)
-		SLOG_INFO("storage", "storage core %d: %d partition(s) opened at start, %d stray removed", sc->id, opened,
-			  removed);
+	if (opened || skipped)
+		SLOG_INFO("storage", "storage core %d: %d partition(s) opened at start, %d unknown left alone", sc->id,
+			  opened, skipped);
 }
 
 static void *storage_main(void *arg)
