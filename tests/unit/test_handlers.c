@@ -800,9 +800,11 @@ Test(produce, v0_to_v2_refused_per_partition, .init = setup, .fini = teardown)
 /* Proves the per-partition error codes of Produce, in v3 and flexible v9
  * and v11: unknown topic or partition (3), a CRC mismatch (2 CORRUPT_MESSAGE),
  * two batches or trailing bytes, magic 1, null records, a control batch, a
- * transactional batch, an unknown codec (87 INVALID_RECORD), acks=2 (21), a
- * timestamp an hour and more in the future (32, with the record error from
- * v8), while a good partition in the same request is still appended. */
+ * producer id without a sequence, an unknown codec (87 INVALID_RECORD),
+ * acks=2 (21), a timestamp an hour and more in the future (32, with the
+ * record error from v8), while a good partition in the same request is still
+ * appended; and that a transactional batch without a TransactionalId fails
+ * the whole request with 53, as Kafka 4.1 answers. */
 Test(produce, partition_errors, .init = setup, .fini = teardown)
 {
 	create_topic("pe", 1);
@@ -829,6 +831,11 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 	uint8_t *ctl = tb_wrap(&h, w.buf, rl, &ctl_len);
 	h.attributes = 0x10;
 	uint8_t *txn = tb_wrap(&h, w.buf, rl, &txn_len);
+	h.attributes = 0;
+	h.producer_id = 7; /* idempotent, but BaseSequence -1 */
+	size_t noseq_len;
+	uint8_t *noseq = tb_wrap(&h, w.buf, rl, &noseq_len);
+	h.producer_id = -1;
 	h.attributes = 5;
 	uint8_t *codec = tb_wrap(&h, w.buf, rl, &codec_len);
 	h.attributes = 0;
@@ -841,7 +848,7 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 		struct ptopic_req t[3] = {
 			{"pe", 4, {{0, badcrc, (int32_t)len}, {7, good, (int32_t)len}, {0, two, (int32_t)(2 * len)},
 				   {0, magic1, (int32_t)len}}},
-			{"pe", 4, {{0, NULL, -1}, {0, ctl, (int32_t)ctl_len}, {0, txn, (int32_t)txn_len},
+			{"pe", 4, {{0, NULL, -1}, {0, ctl, (int32_t)ctl_len}, {0, noseq, (int32_t)noseq_len},
 				   {0, codec, (int32_t)codec_len}}},
 			{"pe-nope", 1, {{0, good, (int32_t)len}}},
 		};
@@ -873,9 +880,16 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 		}
 		cr_expect_eq(o.t[1].p[0].err, 0);
 		cr_expect_eq(o.t[1].p[0].base, hw < 0 ? 0 : hw);
+		/* a transactional batch without a TransactionalId, next to a good one */
+		struct ptopic_req tt[2] = {{"pe-ok", 1, {{0, good, (int32_t)len}}}, {"pe", 1, {{0, txn, (int32_t)txn_len}}}};
+		hw = stub_store_hw("pe-ok", 0);
+		produce_roundtrip(v, -1, tt, 2, &o);
+		cr_expect_eq(o.t[0].p[0].err, 53, "v%d transactional: %d", v, o.t[0].p[0].err);
+		cr_expect_eq(o.t[1].p[0].err, 53, "v%d transactional: %d", v, o.t[1].p[0].err);
+		cr_expect_eq(stub_store_hw("pe-ok", 0), hw, "nothing of the request appended");
 	}
 	cr_expect_eq(stub_store_hw("pe", 0), -1, "no bad batch reached storage");
-	free(good); free(badcrc); free(two); free(magic1); free(ctl); free(txn); free(codec); free(fut);
+	free(good); free(badcrc); free(two); free(magic1); free(ctl); free(txn); free(noseq); free(codec); free(fut);
 }
 
 /* Proves acks=0 appends but sends no response: the next response taken
