@@ -45,9 +45,10 @@ static bool out_space(struct sluice_inflater *z, size_t len, size_t max, uint8_t
 {
 	if (len == z->cap && len < max && !ensure(z, len + 1, max))
 		return false;
-	if (len < z->cap) {
+	size_t cap = z->cap < max ? z->cap : max; /* the buffer may be larger than this call's cap */
+	if (len < cap) {
 		*dst = z->buf + len;
-		*room = z->cap - len;
+		*room = cap - len;
 	} else {
 		*dst = probe;
 		*room = 1;

@@ -21,6 +21,7 @@
  * way (group request routing, CreatePartitions names, DeleteTopics names and
  * memory, CreateTopics size rules and cost), as regression tests. */
 #include "batch_build.h"
+#include "batch_codecs.h"
 #include "common/kafka/batch.h"
 #include "common/log.h"
 #include "control/meta.h"
@@ -2355,4 +2356,134 @@ Test(fixtures, mutations_survive, .init = setup, .fini = teardown, .timeout = 12
 		stub_store_reset();
 	}
 	free_fixtures(fx, n);
+}
+
+/* ---- produce: batches that lie about their records ------------------------------- */
+
+/* A batch whose records section is recs[0..n) (compressed with codec, TB_*,
+ * unless 0) claiming count records, stamped now. */
+static uint8_t *lying_batch(const uint8_t *recs, size_t n, int codec, int32_t count, size_t *len)
+{
+	struct tb_hdr h = tb_hdr_default(count, wall_now_ms());
+	uint8_t *c = NULL;
+	if (codec) {
+		c = tb_compress(codec, recs, n, &n);
+		cr_assert(c);
+		h.attributes = (int16_t)tb_attr_codec(codec);
+	}
+	uint8_t *b = tb_wrap(&h, c ? c : recs, n, len);
+	free(c);
+	return b;
+}
+
+/* Proves Produce refuses, with INVALID_RECORD and nothing appended, batches
+ * with a correct CRC whose records do not match their header: a count one
+ * too high or too low, a record length one byte too long, bytes after the
+ * last record, for uncompressed, gzip, lz4 and zstd batches; and a truncated
+ * zstd payload. A good batch afterwards gets offset 0: no offset was burned. */
+Test(produce, lying_batches, .init = setup, .fini = teardown)
+{
+	create_topic("pl", 1);
+	static const struct tb_rec recs[3] = {{"k0", 2, "v0", 2, 0}, {"k1", 2, "v1", 2, 1}, {"k2", 2, "v2", 2, 2}};
+	struct kwr w;
+	kwr_init(&w, 128, 1u << 20);
+	(void)tb_records(&w, recs, 3);
+	size_t n = w.len;
+	uint8_t over[64], tail[64];
+	cr_assert_lt(n + 3, sizeof over);
+	memcpy(over, w.buf, n);
+	over[0] += 2; /* record 0's length (a one-byte zigzag varint) one byte too long */
+	memcpy(tail, w.buf, n);
+	memcpy(tail + n, "xyz", 3); /* bytes after the last record */
+	const struct {
+		const uint8_t *recs;
+		size_t n;
+		int32_t count;
+	} cases[4] = {{w.buf, n, 4}, {w.buf, n, 2}, {over, n, 3}, {tail, n + 3, 3}};
+	const int codecs[4] = {0, TB_GZIP, TB_LZ4, TB_ZSTD};
+	for (int c = 0; c < 4; c++) {
+		for (int k = 0; k < 4; k++) {
+			size_t len;
+			uint8_t *b = lying_batch(cases[k].recs, cases[k].n, codecs[c], cases[k].count, &len);
+			for (int16_t v = 7; v <= 11; v += 4) { /* zstd needs v7+ */
+				struct ptopic_req t = {"pl", 1, {{0, b, (int32_t)len}}};
+				struct pr o;
+				produce_roundtrip(v, -1, &t, 1, &o);
+				cr_expect_eq(o.t[0].p[0].err, 87, "codec %d case %d v%d: %d", codecs[c], k, v, o.t[0].p[0].err);
+			}
+			free(b);
+		}
+	}
+	size_t zl;
+	uint8_t *z = tb_compress(TB_ZSTD, w.buf, n, &zl);
+	struct tb_hdr h = tb_hdr_default(3, wall_now_ms());
+	h.attributes = TB_ZSTD;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, z, zl - 4, &len);
+	struct ptopic_req t = {"pl", 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, -1, &t, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 87, "truncated zstd: %d", o.t[0].p[0].err);
+	free(b);
+	free(z);
+	cr_expect_eq(stub_store_hw("pl", 0), -1, "nothing appended");
+	b = lying_batch(w.buf, n, TB_ZSTD, 3, &len);
+	struct ptopic_req good = {"pl", 1, {{0, b, (int32_t)len}}};
+	produce_roundtrip(9, -1, &good, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 0);
+	cr_expect_eq(o.t[0].p[0].base, 0, "no offset burned");
+	free(b);
+	kwr_free(&w);
+}
+
+/* Proves a null key on a cleanup.policy=compact topic is refused as Kafka
+ * 4.1 does: INVALID_RECORD, one RecordErrors entry per keyless record (here
+ * record 1) and Kafka's ErrorMessage; uncompressed and gzip; while keyed
+ * records are appended, and a null key on a delete-policy topic is fine. */
+Test(produce, compacted_topic_null_key, .init = setup, .fini = teardown)
+{
+	struct ct_req ct = {"pc", 1, -1, 0, 0, 1, {"cleanup.policy"}, {"compact"}};
+	struct ct_res cres[1];
+	cr_assert_eq(create_topics_roundtrip(5, &ct, 1, false, cres, NULL), 1);
+	cr_assert_eq(cres[0].err, 0);
+	create_topic("pd", 1);
+	static const struct tb_rec recs[3] = {{"k0", 2, "v0", 2, 0}, {NULL, 0, "v1", 2, 1}, {"k2", 2, "v2", 2, 2}};
+	struct kwr w;
+	kwr_init(&w, 128, 1u << 20);
+	(void)tb_records(&w, recs, 3);
+	for (int codec = 0; codec <= TB_GZIP; codec++) {
+		size_t len;
+		uint8_t *b = lying_batch(w.buf, w.len, codec, 3, &len);
+		for (int16_t v = 3; v <= 11; v += 4) {
+			struct ptopic_req t = {"pc", 1, {{0, b, (int32_t)len}}};
+			struct pr o;
+			produce_roundtrip(v, -1, &t, 1, &o);
+			cr_expect_eq(o.t[0].p[0].err, 87, "codec %d v%d: %d", codec, v, o.t[0].p[0].err);
+			if (v >= 8) {
+				cr_expect_eq(o.t[0].p[0].nrecord_errors, 1);
+				cr_expect_eq(o.t[0].p[0].record_error_index, 1);
+				const char *want = "One or more records have been rejected due to 1 record errors in total";
+				cr_expect(!strncmp(o.t[0].p[0].msg, want, strlen(want)), "%s", o.t[0].p[0].msg);
+			}
+		}
+		struct ptopic_req t = {"pd", 1, {{0, b, (int32_t)len}}};
+		struct pr o;
+		produce_roundtrip(9, -1, &t, 1, &o);
+		cr_expect_eq(o.t[0].p[0].err, 0, "delete policy: %d", o.t[0].p[0].err);
+		free(b);
+	}
+	cr_expect_eq(stub_store_hw("pc", 0), -1, "nothing appended");
+	kwr_free(&w);
+	kwr_init(&w, 128, 1u << 20);
+	struct tb_rec keyed = {"k", 1, "v", 1, 0};
+	(void)tb_records(&w, &keyed, 1);
+	size_t len;
+	uint8_t *b = lying_batch(w.buf, w.len, 0, 1, &len);
+	struct ptopic_req t = {"pc", 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, -1, &t, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 0);
+	cr_expect_eq(o.t[0].p[0].base, 0);
+	free(b);
+	kwr_free(&w);
 }
