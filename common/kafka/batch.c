@@ -252,6 +252,10 @@ enum sluice_batch_result sluice_batch_verify(const uint8_t *p, const struct slui
 			return SLUICE_BATCH_TOO_BIG_INFLATED;
 		if (n < 0)
 			return SLUICE_BATCH_BAD_PAYLOAD;
+		if (n == 0) { /* nothing inside (z->buf may be NULL): RecordsCount > 0 lies */
+			v->at = 0;
+			return SLUICE_BATCH_FEWER_RECORDS;
+		}
 		recs = z->buf;
 		end = z->buf + n;
 		v->inflated_bytes = (size_t)n;

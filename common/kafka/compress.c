@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zlib.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #define INFLATE_FIRST_BYTES (64u << 10) /* first output buffer when the size is not announced */
 
@@ -182,10 +183,20 @@ static int64_t inflate_zstd(struct sluice_inflater *z, const uint8_t *in, size_t
 	} else {
 		ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
 	}
+	/* A frame that announces its size (one-shot compressors write it) is
+	 * decoded in one call, faster than streaming; if more follows (more
+	 * frames than room), the stream below starts over. */
 	unsigned long long announced = ZSTD_getFrameContentSize(in, in_len);
-	if (announced != ZSTD_CONTENTSIZE_UNKNOWN && announced != ZSTD_CONTENTSIZE_ERROR && announced <= max &&
-	    !ensure(z, announced ? (size_t)announced : 1, max ? max : 1))
-		return SLUICE_INFLATE_CORRUPT;
+	if (announced != ZSTD_CONTENTSIZE_UNKNOWN && announced != ZSTD_CONTENTSIZE_ERROR && announced <= max) {
+		if (!ensure(z, announced ? (size_t)announced : 1, max ? max : 1))
+			return SLUICE_INFLATE_CORRUPT;
+		size_t r = ZSTD_decompressDCtx(d, z->buf, z->cap < max ? z->cap : max, in, in_len);
+		if (!ZSTD_isError(r))
+			return (int64_t)r;
+		if (ZSTD_getErrorCode(r) != ZSTD_error_dstSize_tooSmall)
+			return SLUICE_INFLATE_CORRUPT;
+		ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
+	}
 	ZSTD_inBuffer ib = {in, in_len, 0};
 	size_t len = 0, rc = 1;
 	uint8_t probe;

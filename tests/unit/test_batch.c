@@ -826,3 +826,30 @@ Test(batch_verify, inflater_reuse)
 	kwr_free(&w);
 	sluice_inflater_free(&z);
 }
+
+/* Proves a compressed payload that decompresses to nothing (here a xerial
+ * snappy header without blocks, gzip and zstd of zero bytes) is refused as
+ * FEWER_RECORDS, without arithmetic on the inflater's empty buffer (found by
+ * fuzz_batch: UBSan "applying zero offset to null pointer"). */
+Test(batch_verify, empty_payload)
+{
+	static const uint8_t xerial_empty[16] = {0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1};
+	const int codecs[3] = {TB_SNAPPY, TB_GZIP, TB_ZSTD};
+	for (int c = 0; c < 3; c++) {
+		struct sluice_inflater z = {0};
+		size_t n = sizeof xerial_empty;
+		uint8_t *payload = c == 0 ? NULL : tb_compress(codecs[c], (const uint8_t *)"", 0, &n);
+		struct tb_hdr h = tb_hdr_default(3, 1700000000000LL);
+		h.attributes = (int16_t)codecs[c];
+		size_t len;
+		uint8_t *b = tb_wrap(&h, payload ? payload : xerial_empty, n, &len);
+		struct sluice_batch_verify v = {0};
+		int32_t at = -1;
+		cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_FEWER_RECORDS, "codec %d", codecs[c]);
+		at = v.at;
+		cr_expect_eq(at, 0);
+		free(b);
+		free(payload);
+		sluice_inflater_free(&z);
+	}
+}
