@@ -595,6 +595,10 @@ static int16_t validate_header(const struct req *r, int64_t max_bytes, const uin
 	}
 	if (sluice_batch_total_bytes(b) != len)
 		return ERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
+	if (b->base_offset != 0) {
+		*msg = "The baseOffset of a record batch from a client should be 0";
+		return ERR_INVALID_RECORD;
+	}
 	if (len > max_bytes)
 		return ERR_MESSAGE_TOO_LARGE;
 	if ((b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK) == SLUICE_CODEC_ZSTD && r->api_version < 7) {
@@ -656,8 +660,9 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 	if (e)
 		return e;
 	struct sluice_batch_verify v;
+	bool create_time = !log_append_time(cfg, lim);
 	v.need_key = lim->cleanup_compact == 1;
-	v.check_timestamps = !log_append_time(cfg, lim) && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND);
+	v.check_timestamps = create_time;
 	v.ts_min = INT64_MIN;
 	v.ts_max = INT64_MAX;
 	if (v.check_timestamps) {
@@ -670,8 +675,14 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 	sluice_inflater_trim(&ps->inflater);
 	if (res != SLUICE_BATCH_OK)
 		return verify_fault(res, &op->error_message);
-	if (v.nerrors == 0)
+	if (v.nerrors == 0) {
+		/* Kafka sets a CreateTime batch's MaxTimestamp to its records' (the
+		 * time index and retention read it): rewrite it if it lies. The
+		 * batch lies in the request's frame, which the request owns. */
+		if (create_time && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND) && v.max_timestamp != b.max_timestamp)
+			sluice_batch_set_max_timestamp((uint8_t *)(uintptr_t)p, v.max_timestamp);
 		return ERR_NONE;
+	}
 	int32_t kept = v.nerrors < SLUICE_BATCH_RECORD_ERRORS_MAX ? v.nerrors : SLUICE_BATCH_RECORD_ERRORS_MAX;
 	bool any_ts = false;
 	for (int32_t i = 0; i < kept; i++)

@@ -203,14 +203,16 @@ static enum sluice_batch_result verify_record(const uint8_t *r, const uint8_t *r
 	}
 	if (r != rend)
 		return SLUICE_BATCH_BAD_RECORD;
+	int64_t ts = b->attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND
+			     ? b->max_timestamp
+			     : (int64_t)((uint64_t)b->base_timestamp + (uint64_t)ts_delta);
+	if (ts > v->max_timestamp)
+		v->max_timestamp = ts;
 	/* One fault per record, the key first (as Kafka's validateRecord). */
 	if (v->need_key && key_len < 0)
 		record_error(v, i, SLUICE_RECORD_NO_KEY, 0);
-	else if (v->check_timestamps) {
-		int64_t ts = (int64_t)((uint64_t)b->base_timestamp + (uint64_t)ts_delta);
-		if (ts != -1 && (ts < v->ts_min || ts > v->ts_max))
-			record_error(v, i, SLUICE_RECORD_TIMESTAMP, ts);
-	}
+	else if (v->check_timestamps && ts != -1 && (ts < v->ts_min || ts > v->ts_max))
+		record_error(v, i, SLUICE_RECORD_TIMESTAMP, ts);
 	return SLUICE_BATCH_OK;
 }
 
@@ -239,6 +241,7 @@ enum sluice_batch_result sluice_batch_verify(const uint8_t *p, const struct slui
 	assert(b->length >= SLUICE_BATCH_HEADER_BYTES - SLUICE_BATCH_LOG_OVERHEAD);
 	assert(b->records_count > 0);
 	v->at = -1;
+	v->max_timestamp = -1;
 	v->nerrors = 0;
 	v->inflated_bytes = 0;
 	const uint8_t *recs = p + SLUICE_BATCH_HEADER_BYTES;
@@ -261,6 +264,15 @@ enum sluice_batch_result sluice_batch_verify(const uint8_t *p, const struct slui
 		v->inflated_bytes = (size_t)n;
 	}
 	return verify_records(recs, end, b, v);
+}
+
+void sluice_batch_set_max_timestamp(uint8_t *p, int64_t max_timestamp)
+{
+	int32_t length = (int32_t)kbe32(p + SLUICE_BATCH_OFF_LENGTH);
+	assert(length >= SLUICE_BATCH_HEADER_BYTES - SLUICE_BATCH_LOG_OVERHEAD);
+	kput64(p + SLUICE_BATCH_OFF_MAX_TS, (uint64_t)max_timestamp);
+	size_t crc_len = (size_t)length - (SLUICE_BATCH_OFF_ATTRIBUTES - SLUICE_BATCH_LOG_OVERHEAD);
+	kput32(p + SLUICE_BATCH_OFF_CRC, sluice_crc32c(0, p + SLUICE_BATCH_OFF_ATTRIBUTES, crc_len));
 }
 
 void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch)

@@ -109,9 +109,11 @@ struct sluice_record_error {
 /* The rules a produced batch's records must meet, and what was found. */
 struct sluice_batch_verify {
 	bool need_key;         /* cleanup.policy=compact: every record needs a key */
-	bool check_timestamps; /* CreateTime: each timestamp other than -1 within [ts_min, ts_max] */
+	bool check_timestamps; /* CreateTime: each timestamp other than -1 within [ts_min, ts_max]
+				* (a record's timestamp is MaxTimestamp in a LogAppendTime batch) */
 	int64_t ts_min, ts_max;
 	int32_t at;            /* out: the record a structural fault was found at */
+	int64_t max_timestamp; /* out: the largest record timestamp (-1 if none), as Kafka computes it */
 	size_t inflated_bytes; /* out: the decompressed size (0 uncompressed) */
 	int32_t nerrors;       /* out: record-level errors, all counted */
 	struct sluice_record_error errors[SLUICE_BATCH_RECORD_ERRORS_MAX]; /* out: the first ones */
@@ -129,6 +131,9 @@ struct sluice_inflater;
 enum sluice_batch_result sluice_batch_verify(const uint8_t *p, const struct sluice_batch *b, struct sluice_inflater *z,
 					     size_t inflate_max, struct sluice_batch_verify *v);
 
+/* Rewrite MaxTimestamp (inside the CRC) and the CRC: how the broker makes
+ * a CreateTime batch's header agree with its records, as Kafka does. */
+void sluice_batch_set_max_timestamp(uint8_t *p, int64_t max_timestamp);
 void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch);
 const char *sluice_batch_result_name(enum sluice_batch_result r);
 

@@ -853,3 +853,39 @@ Test(batch_verify, empty_payload)
 		sluice_inflater_free(&z);
 	}
 }
+
+/* Proves verify reports the records' largest timestamp (base + deltas) for
+ * a CreateTime batch whatever its MaxTimestamp header says, and that in a
+ * LogAppendTime batch every record's timestamp is the header's MaxTimestamp,
+ * checked against the window for each record (as Kafka's records read it). */
+Test(batch_verify, max_timestamp)
+{
+	struct sluice_inflater z = {0};
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 20);
+	enc_rec(&w, 0, "a", "0", 0, 0, 0); /* timestamp delta = offset delta */
+	enc_rec(&w, 1, "b", "1", 0, 0, 0);
+	enc_rec(&w, 2, "c", "2", 0, 0, 0);
+	struct tb_hdr h = tb_hdr_default(3, 1700000000000LL);
+	h.max_timestamp = 1800000000000LL; /* lies */
+	size_t len;
+	uint8_t *b = tb_wrap(&h, w.buf, w.len, &len);
+	struct sluice_batch_verify v = {0};
+	cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_OK);
+	cr_expect_eq(v.max_timestamp, 1700000000002LL);
+	sluice_batch_set_max_timestamp(b, v.max_timestamp);
+	struct sluice_batch sb;
+	cr_expect_eq(sluice_batch_check(b, len, &sb), SLUICE_BATCH_OK, "CRC recomputed");
+	cr_expect_eq(sb.max_timestamp, 1700000000002LL);
+	free(b);
+	h.attributes = SLUICE_BATCH_ATTR_TS_LOG_APPEND;
+	b = tb_wrap(&h, w.buf, w.len, &len);
+	v = (struct sluice_batch_verify){.check_timestamps = true, .ts_min = 0, .ts_max = 1700000001000LL};
+	cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_OK);
+	cr_expect_eq(v.max_timestamp, 1800000000000LL);
+	cr_expect_eq(v.nerrors, 3);
+	cr_expect_eq(v.errors[2].timestamp, 1800000000000LL);
+	free(b);
+	kwr_free(&w);
+	sluice_inflater_free(&z);
+}

@@ -2487,3 +2487,45 @@ Test(produce, compacted_topic_null_key, .init = setup, .fini = teardown)
 	free(b);
 	kwr_free(&w);
 }
+
+/* Proves a CreateTime batch whose MaxTimestamp header does not match its
+ * records (here 30 minutes ahead, inside the accepted window) is stored with
+ * the records' largest timestamp and a CRC that matches, as Kafka rewrites
+ * it; and that a batch whose BaseOffset is not 0 is refused (87), as Kafka
+ * 4.1 does. */
+Test(produce, max_timestamp_rewritten, .init = setup, .fini = teardown)
+{
+	create_topic("pm", 1);
+	int64_t now = wall_now_ms();
+	static const struct tb_rec recs[3] = {{"a", 1, "0", 1, 0}, {"b", 1, "1", 1, 2}, {"c", 1, "2", 1, 1}};
+	struct kwr w;
+	kwr_init(&w, 128, 1u << 20);
+	(void)tb_records(&w, recs, 3);
+	struct tb_hdr h = tb_hdr_default(3, now);
+	h.max_timestamp = now + 30 * 60 * 1000;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, w.buf, w.len, &len);
+	struct ptopic_req t = {"pm", 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, -1, &t, 1, &o);
+	cr_assert_eq(o.t[0].p[0].err, 0);
+	free(b);
+	struct fpart_req fp = {0, 0, 1 << 20};
+	struct fr f;
+	fetch_roundtrip(11, 0, 1, "pm", &fp, 1, &f);
+	cr_assert_eq(f.p[0].err, 0);
+	cr_assert_geq(f.p[0].records_len, 61);
+	struct sluice_batch sb;
+	cr_assert_eq(sluice_batch_check(f.p[0].records, (size_t)f.p[0].records_len, &sb), SLUICE_BATCH_OK);
+	cr_expect_eq(sb.max_timestamp, now + 2, "MaxTimestamp %" PRId64 ", records' max %" PRId64, sb.max_timestamp,
+		     now + 2);
+	fr_free(&f);
+	h.max_timestamp = now + 2;
+	h.base_offset = 1234;
+	b = tb_wrap(&h, w.buf, w.len, &len);
+	struct ptopic_req t2 = {"pm", 1, {{0, b, (int32_t)len}}};
+	produce_roundtrip(9, -1, &t2, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 87, "BaseOffset 1234: %d", o.t[0].p[0].err);
+	free(b);
+	kwr_free(&w);
+}
