@@ -551,6 +551,8 @@ struct produce_state {
  * timestamp out of range) are answered as Kafka does: one RecordErrors entry
  * per record and Kafka's ErrorMessage. */
 #define PRODUCE_INFLATE_BYTES_MAX (64u << 20) /* decompression-bomb cap, as storage's readers */
+_Static_assert(SLUICE_INFLATER_KEEP_BYTES_DEFAULT <= PRODUCE_INFLATE_BYTES_MAX,
+	       "the per-core buffer kept between batches is within what one batch may inflate to");
 
 static const char msg_invalid_ts[] = "One or more records have been rejected due to invalid timestamp";
 
@@ -823,6 +825,7 @@ static void record_error_text(char *buf, size_t cap, const struct partop *op, co
 #define RECORD_ERROR_TEXT_BYTES (SLUICE_TOPIC_NAME_MAX + 160)
 #define RECORD_ERRORS_SHOWN 3 /* Kafka's ErrorMessage quotes the first three */
 #define RECORDS_ERRORS_SHOWN_BYTES (RECORD_ERRORS_SHOWN * (RECORD_ERROR_TEXT_BYTES + 48))
+_Static_assert(RECORD_ERRORS_SHOWN <= SLUICE_BATCH_RECORD_ERRORS_MAX, "the errors quoted are among those kept");
 
 /* RecordErrors and ErrorMessage (v8+) of one partition. */
 static void produce_write_errors(struct kwr *w, bool flex, const struct partop *op)
