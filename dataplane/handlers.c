@@ -667,9 +667,12 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 	v.check_timestamps = create_time;
 	v.ts_min = INT64_MIN;
 	v.ts_max = INT64_MAX;
+	int64_t window_min = INT64_MIN; /* as Kafka prints it: now - before.max.ms */
 	if (v.check_timestamps) {
 		int64_t now = wall_ms();
-		v.ts_min = cfg->timestamp_before_max_ms == INT64_MAX ? INT64_MIN : sat_add(now, -cfg->timestamp_before_max_ms);
+		window_min = sat_add(now, -cfg->timestamp_before_max_ms);
+		/* Kafka's test, now - ts > before.max.ms, never fires at Long.MAX_VALUE */
+		v.ts_min = cfg->timestamp_before_max_ms == INT64_MAX ? INT64_MIN : window_min;
 		v.ts_max = sat_add(now, cfg->timestamp_after_max_ms);
 	}
 	struct proto_state *ps = r->nc->state;
@@ -692,7 +695,7 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 	struct produce_record_errors *pe = malloc(sizeof *pe); /* error path: allocating is fine */
 	if (pe) {
 		pe->n = v.nerrors;
-		pe->ts_min = v.ts_min;
+		pe->ts_min = window_min;
 		pe->ts_max = v.ts_max;
 		memcpy(pe->e, v.errors, (size_t)kept * sizeof pe->e[0]);
 		assert(!op->rdata);

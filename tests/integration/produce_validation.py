@@ -200,6 +200,13 @@ def test():
                    [UNKNOWN_SERVER_ERROR, INVALID_RECORD])
             expect("producer id 7 with sequence -1", batch(records(1), pid=7, seq=-1),
                    [INVALID_RECORD])
+            expect("BaseOffset 5", batch(records(1), base_offset=5), [INVALID_RECORD])
+            late = [rec(0, b"a", b"0"), rec(1, b"b", b"1"), rec(2, b"c", b"2", ts_delta=2 * 3600 * 1000)]
+            rerrs, msg = expect("record 2 two hours in the future", batch(late), [INVALID_TIMESTAMP],
+                                record_errors=[2])
+            check(all(m and m.startswith("Timestamp ") and "of message with offset 2 is out of range" in m
+                      for _, m in rerrs), f"timestamp record error {rerrs}")
+            check(msg == "One or more records have been rejected due to invalid timestamp", f"message {msg!r}")
 
             log("gzip")
             accept("good gzip batch", batch(records(4, first=5), codec=1), 4)
