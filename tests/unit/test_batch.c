@@ -889,3 +889,92 @@ Test(batch_verify, max_timestamp)
 	kwr_free(&w);
 	sluice_inflater_free(&z);
 }
+
+/* A zstd frame written by the streaming API: no content size in its header
+ * (what a streaming producer, the Java client's, emits). */
+static uint8_t *zstd_streamed(const uint8_t *in, size_t n, size_t *out_len)
+{
+	ZSTD_CCtx *c = ZSTD_createCCtx();
+	size_t cap = ZSTD_compressBound(n) + 64;
+	uint8_t *out = malloc(cap);
+	ZSTD_outBuffer ob = {out, cap, 0};
+	ZSTD_inBuffer ib = {in, n, 0};
+	size_t r;
+	do {
+		r = ZSTD_compressStream2(c, &ob, &ib, ZSTD_e_end);
+		cr_assert(!ZSTD_isError(r));
+	} while (r != 0);
+	ZSTD_freeCCtx(c);
+	*out_len = ob.pos;
+	return out;
+}
+
+/* Proves zstd payloads are validated whichever way they were written: a
+ * streamed frame without a content size, and two frames back to back that
+ * split the records between them (the Java client's reader reads on into
+ * the next frame), with or without content sizes; one frame alone holds too
+ * few records; a frame followed by garbage is BAD_PAYLOAD. */
+Test(batch_verify, zstd_streamed_and_concatenated)
+{
+	struct sluice_inflater z = {0};
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 20);
+	enc_recs(&w, 4000, -1, 0); /* ~130 KiB: past the first buffer of 64 KiB */
+	size_t half = 0;
+	{ /* the end of record 1999, where the second frame starts */
+		const uint8_t *p = w.buf, *end = w.buf + w.len;
+		for (int i = 0; i < 2000; i++) {
+			int32_t len;
+			struct krd r;
+			krd_init(&r, p, (size_t)(end - p));
+			len = krd_varint(&r);
+			p = r.p + len;
+		}
+		half = (size_t)(p - w.buf);
+	}
+	size_t l1, l2;
+	uint8_t *f1 = zstd_streamed(w.buf, half, &l1), *f2 = zstd_streamed(w.buf + half, w.len - half, &l2);
+	uint8_t *both = malloc(l1 + l2 + 8);
+	memcpy(both, f1, l1);
+	memcpy(both + l1, f2, l2);
+	struct tb_hdr h = tb_hdr_default(4000, 1700000000000LL);
+	h.attributes = TB_ZSTD;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, f1, l1, &len); /* one frame, 2000 of 4000 records */
+	struct sluice_batch_verify v = {0};
+	cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_FEWER_RECORDS);
+	free(b);
+	b = tb_wrap(&h, both, l1 + l2, &len);
+	cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_OK);
+	cr_expect_eq(v.inflated_bytes, w.len);
+	free(b);
+	memcpy(both + l1 + l2, "garbage!", 8);
+	b = tb_wrap(&h, both, l1 + l2 + 8, &len);
+	cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_BAD_PAYLOAD);
+	free(b);
+	/* frames that announce their sizes: the one-shot decode runs out of room
+	 * after the first and the stream takes over */
+	free(f1);
+	free(f2);
+	f1 = tb_zstd(w.buf, half, &l1);
+	f2 = tb_zstd(w.buf + half, w.len - half, &l2);
+	memcpy(both, f1, l1);
+	memcpy(both + l1, f2, l2);
+	b = tb_wrap(&h, both, l1 + l2, &len);
+	struct sluice_inflater fresh = {0};
+	cr_expect_eq(verify_in(&fresh, b, len, 1u << 20, &v), SLUICE_BATCH_OK);
+	cr_expect_eq(v.inflated_bytes, w.len);
+	sluice_inflater_free(&fresh);
+	free(b);
+	size_t l;
+	uint8_t *one = zstd_streamed(w.buf, w.len, &l);
+	b = tb_wrap(&h, one, l, &len);
+	cr_expect_eq(verify_in(&z, b, len, 1u << 20, &v), SLUICE_BATCH_OK);
+	free(b);
+	free(one);
+	free(f1);
+	free(f2);
+	free(both);
+	kwr_free(&w);
+	sluice_inflater_free(&z);
+}
