@@ -240,6 +240,13 @@ void sluice_inflater_trim(struct sluice_inflater *z)
 		z->buf = NULL;
 		z->cap = 0;
 	}
+	/* A streamed zstd frame makes the context allocate the window its header
+	 * declares (up to 128 MiB, zstd's default limit, which Kafka's reader
+	 * shares); the context would keep it for the next batch. */
+	if (z->zstd && ZSTD_sizeof_DCtx(z->zstd) > keep) {
+		ZSTD_freeDCtx(z->zstd);
+		z->zstd = NULL;
+	}
 }
 
 void sluice_inflater_free(struct sluice_inflater *z)

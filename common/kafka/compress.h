@@ -41,7 +41,8 @@ enum { SLUICE_INFLATE_CORRUPT = -1, SLUICE_INFLATE_TOO_LARGE = -2 };
  * SLUICE_INFLATE_CORRUPT for corrupt or truncated input, an unknown codec or
  * an allocation failure. */
 int64_t sluice_inflate(struct sluice_inflater *z, int codec, const uint8_t *in, size_t in_len, size_t out_max);
-/* Release z->buf when it is larger than the keep limit (call after use). */
+/* Release z->buf, and a zstd context holding a large window, when larger
+ * than the keep limit (call after use). */
 void sluice_inflater_trim(struct sluice_inflater *z);
 void sluice_inflater_free(struct sluice_inflater *z);
 

@@ -978,3 +978,46 @@ Test(batch_verify, zstd_streamed_and_concatenated)
 	kwr_free(&w);
 	sluice_inflater_free(&z);
 }
+
+/* Proves a streamed zstd frame that declares a 32 MiB window (no content
+ * size) is validated, and that trim then releases the decompression context
+ * that allocated the window instead of keeping it for the next batch. */
+Test(batch_verify, zstd_window_released)
+{
+	struct sluice_inflater z = {.keep_bytes = 1u << 20};
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 20);
+	enc_recs(&w, 30, -1, 0);
+	ZSTD_CCtx *c = ZSTD_createCCtx();
+	cr_assert(!ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, 25)));
+	size_t cap = ZSTD_compressBound(w.len) + 64;
+	uint8_t *out = malloc(cap);
+	ZSTD_outBuffer ob = {out, cap, 0};
+	ZSTD_inBuffer ib = {w.buf, w.len / 2, 0};
+	cr_assert(!ZSTD_isError(ZSTD_compressStream2(c, &ob, &ib, ZSTD_e_continue))); /* size unknown */
+	ib = (ZSTD_inBuffer){w.buf + w.len / 2, w.len - w.len / 2, 0};
+	size_t r;
+	do {
+		r = ZSTD_compressStream2(c, &ob, &ib, ZSTD_e_end);
+		cr_assert(!ZSTD_isError(r));
+	} while (r != 0);
+	ZSTD_freeCCtx(c);
+	cr_assert_eq(ZSTD_getFrameContentSize(out, ob.pos), ZSTD_CONTENTSIZE_UNKNOWN);
+	struct tb_hdr h = tb_hdr_default(30, 1700000000000LL);
+	h.attributes = TB_ZSTD;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, out, ob.pos, &len);
+	struct sluice_batch sb;
+	cr_assert_eq(sluice_batch_check(b, len, &sb), SLUICE_BATCH_OK);
+	struct sluice_batch_verify v = {0};
+	cr_expect_eq(sluice_batch_verify(b, &sb, &z, 1u << 20, &v), SLUICE_BATCH_OK);
+	cr_assert(z.zstd);
+	cr_expect_gt(ZSTD_sizeof_DCtx(z.zstd), 1u << 20, "the context holds the window");
+	sluice_inflater_trim(&z);
+	cr_expect_null(z.zstd, "released");
+	cr_expect_eq(sluice_batch_verify(b, &sb, &z, 1u << 20, &v), SLUICE_BATCH_OK, "and made again");
+	free(b);
+	free(out);
+	kwr_free(&w);
+	sluice_inflater_free(&z);
+}
