@@ -22,6 +22,7 @@ enum {
 	ERR_INVALID_REPLICA_ASSIGNMENT = 39, ERR_INVALID_CONFIG = 40, ERR_POLICY_VIOLATION = 44,
 	ERR_KAFKA_STORAGE_ERROR = 56, ERR_INVALID_RECORD = 87, ERR_UNKNOWN_TOPIC_ID = 100,
 	ERR_TOPIC_DELETION_DISABLED = 73, ERR_NOT_ENOUGH_REPLICAS = 19, ERR_INVALID_PARTITIONS = 37, ERR_INVALID_TIMESTAMP = 32, ERR_UNKNOWN_SERVER_ERROR = -1,
+	ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53, ERR_UNSUPPORTED_COMPRESSION_TYPE = 76,
 };
 
 typedef bool (*start_fn)(struct req *r, struct krd *rd);
@@ -544,9 +545,30 @@ struct produce_state {
 	int32_t ntopics;
 };
 
-/* Validate one partition's records: exactly one v2 batch (Kafka's rule
- * since Produce v3), intact, within the size limit. */
+/* Produce validation follows Kafka's order and codes (ProduceRequest's
+ * checks, then UnifiedLog's, then LogValidator's): one v2 batch, within the
+ * size limit, intact CRC, a count that matches LastOffsetDelta, no control
+ * batch, a sequence for an idempotent producer; then every record is decoded
+ * (compressed batches are decompressed into the core's scratch buffer), so
+ * that a batch whose records do not add up to what it claims is refused
+ * before it burns offsets or stalls a consumer. Kafka gives structural
+ * faults no ErrorMessage; Sluice names the fault, in Kafka's words where
+ * Kafka has some. Record-level faults (a null key on a compacted topic, a
+ * timestamp out of range) are answered as Kafka does: one RecordErrors entry
+ * per record and Kafka's ErrorMessage. */
+#define PRODUCE_INFLATE_BYTES_MAX (64u << 20) /* decompression-bomb cap, as storage's readers */
+_Static_assert(SLUICE_INFLATER_KEEP_BYTES_DEFAULT <= PRODUCE_INFLATE_BYTES_MAX,
+	       "the per-core buffer kept between batches is within what one batch may inflate to");
+
 static const char msg_invalid_ts[] = "One or more records have been rejected due to invalid timestamp";
+
+/* A produce op refused for record-level faults keeps them for the response
+ * in its rdata (freed with the request, as every op's rdata). */
+struct produce_record_errors {
+	int32_t n;              /* all found; e[] holds the first SLUICE_BATCH_RECORD_ERRORS_MAX */
+	int64_t ts_min, ts_max; /* the window the timestamps missed */
+	struct sluice_record_error e[SLUICE_BATCH_RECORD_ERRORS_MAX];
+};
 
 static int64_t wall_ms(void)
 {
@@ -560,67 +582,165 @@ static bool log_append_time(const struct sluice_config *cfg, const struct sluice
 	return lim->log_append_time >= 0 ? lim->log_append_time : cfg->log_append_time;
 }
 
-/* lat: the topic stamps batches with LogAppendTime (their timestamps are
- * then not checked, as in Kafka). */
-static int16_t validate_records(const struct sluice_config *cfg, int64_t max_bytes, const uint8_t *p, int32_t len,
-				bool lat, const char **msg)
+void sluice_proto_state_fini(struct proto_state *ps)
+{
+	if (ps)
+		sluice_inflater_free(&ps->inflater);
+}
+
+/* The header checks, before any record is decoded. */
+static int16_t validate_header(const struct req *r, int64_t max_bytes, const uint8_t *p, int32_t len,
+			       struct sluice_batch *b, const char **msg)
 {
 	if (!p || len <= 0)
 		return ERR_INVALID_RECORD;
-	struct sluice_batch b;
-	enum sluice_batch_result res = sluice_batch_check(p, (size_t)len, &b);
+	enum sluice_batch_result res = sluice_batch_check(p, (size_t)len, b);
 	switch (res) {
 	case SLUICE_BATCH_OK: break;
 	case SLUICE_BATCH_BAD_MAGIC: return ERR_INVALID_RECORD;
 	case SLUICE_BATCH_BAD_COUNT: return ERR_INVALID_RECORD;
 	default: return ERR_CORRUPT_MESSAGE;
 	}
-	if (sluice_batch_total_bytes(&b) != len)
+	if (sluice_batch_total_bytes(b) != len)
 		return ERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
+	if (b->base_offset != 0) {
+		*msg = "The baseOffset of a record batch from a client should be 0";
+		return ERR_INVALID_RECORD;
+	}
 	if (len > max_bytes)
 		return ERR_MESSAGE_TOO_LARGE;
-	if (b.attributes & SLUICE_BATCH_ATTR_CONTROL) {
-		*msg = "Control batches may not be produced by clients";
+	if ((b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK) == SLUICE_CODEC_ZSTD && r->api_version < 7) {
+		*msg = "Produce requests with version below 7 are not allowed to use ZStandard compression";
+		return ERR_UNSUPPORTED_COMPRESSION_TYPE;
+	}
+	if (b->attributes & SLUICE_BATCH_ATTR_CONTROL) {
+		*msg = "Clients are not allowed to write control records";
 		return ERR_INVALID_RECORD;
 	}
-	if ((b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK) > 4) {
-		*msg = "Unknown compression codec";
+	if (b->producer_id >= 0 && b->base_sequence < 0) {
+		*msg = "Invalid sequence number in a record batch with a producer id";
 		return ERR_INVALID_RECORD;
 	}
-	if (b.attributes & SLUICE_BATCH_ATTR_TRANSACTIONAL) {
+	if (b->attributes & SLUICE_BATCH_ATTR_TRANSACTIONAL) {
 		*msg = "Transactions are not supported by this broker";
 		return ERR_INVALID_RECORD;
 	}
-	/* CreateTime must lie within the configured window around now. */
-	if (!lat && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND)) {
-		int64_t now = wall_ms();
-		if ((b.max_timestamp > now && b.max_timestamp - now > cfg->timestamp_after_max_ms) ||
-		    (b.base_timestamp >= 0 && now > b.base_timestamp && now - b.base_timestamp > cfg->timestamp_before_max_ms)) {
-			*msg = msg_invalid_ts;
-			return ERR_INVALID_TIMESTAMP;
-		}
-	}
 	return ERR_NONE;
+}
+
+static int16_t verify_fault(enum sluice_batch_result res, const char **msg)
+{
+	switch (res) {
+	case SLUICE_BATCH_BAD_CODEC: *msg = "Unknown compression codec"; return ERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_PAYLOAD: *msg = "Failed to decompress record stream"; return ERR_INVALID_RECORD;
+	case SLUICE_BATCH_TOO_BIG_INFLATED:
+		*msg = "The record batch decompresses to more than 64 MiB";
+		return ERR_MESSAGE_TOO_LARGE;
+	case SLUICE_BATCH_FEWER_RECORDS:
+		*msg = "Incorrect declared batch size, premature EOF reached";
+		return ERR_INVALID_RECORD;
+	case SLUICE_BATCH_EXTRA_BYTES:
+		*msg = "Incorrect declared batch size, records still remaining in file";
+		return ERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_DELTA:
+		*msg = "Record offset deltas must be 0, 1, 2, ... in order";
+		return ERR_INVALID_RECORD;
+	default:
+		*msg = "Invalid record size or structure";
+		return ERR_INVALID_RECORD;
+	}
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+	int64_t s;
+	return __builtin_add_overflow(a, b, &s) ? (b > 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
+/* Validate one partition's records (see above). On record-level faults the
+ * op keeps them in rdata for produce_finish. */
+static int16_t validate_records(struct req *r, struct partop *op, int64_t max_bytes, const uint8_t *p, int32_t len)
+{
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_topic_limits *lim = &op->tinfo->limits;
+	struct sluice_batch b;
+	int16_t e = validate_header(r, max_bytes, p, len, &b, &op->error_message);
+	if (e)
+		return e;
+	struct sluice_batch_verify v;
+	bool create_time = !log_append_time(cfg, lim);
+	v.need_key = lim->cleanup_compact == 1;
+	v.check_timestamps = create_time;
+	v.ts_min = INT64_MIN;
+	v.ts_max = INT64_MAX;
+	int64_t window_min = INT64_MIN; /* as Kafka prints it: now - before.max.ms */
+	if (v.check_timestamps) {
+		int64_t now = wall_ms();
+		window_min = sat_add(now, -cfg->timestamp_before_max_ms);
+		/* Kafka's test, now - ts > before.max.ms, never fires at Long.MAX_VALUE */
+		v.ts_min = cfg->timestamp_before_max_ms == INT64_MAX ? INT64_MIN : window_min;
+		v.ts_max = sat_add(now, cfg->timestamp_after_max_ms);
+	}
+	struct proto_state *ps = r->nc->state;
+	enum sluice_batch_result res = sluice_batch_verify(p, &b, &ps->inflater, PRODUCE_INFLATE_BYTES_MAX, &v);
+	sluice_inflater_trim(&ps->inflater);
+	if (res != SLUICE_BATCH_OK)
+		return verify_fault(res, &op->error_message);
+	if (v.nerrors == 0) {
+		/* Kafka sets a CreateTime batch's MaxTimestamp to its records' (the
+		 * time index and retention read it): rewrite it if it lies. The
+		 * batch lies in the request's frame, which the request owns. */
+		if (create_time && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND) && v.max_timestamp != b.max_timestamp)
+			sluice_batch_set_max_timestamp((uint8_t *)(uintptr_t)p, v.max_timestamp);
+		return ERR_NONE;
+	}
+	int32_t kept = v.nerrors < SLUICE_BATCH_RECORD_ERRORS_MAX ? v.nerrors : SLUICE_BATCH_RECORD_ERRORS_MAX;
+	bool any_ts = false;
+	for (int32_t i = 0; i < kept; i++)
+		any_ts |= v.errors[i].fault == SLUICE_RECORD_TIMESTAMP;
+	struct produce_record_errors *pe = malloc(sizeof *pe); /* error path: allocating is fine */
+	if (pe) {
+		pe->n = v.nerrors;
+		pe->ts_min = window_min;
+		pe->ts_max = v.ts_max;
+		memcpy(pe->e, v.errors, (size_t)kept * sizeof pe->e[0]);
+		assert(!op->rdata);
+		op->rdata = (uint8_t *)pe;
+	}
+	/* INVALID_RECORD's text lists the errors: produce_finish writes it. */
+	op->error_message = any_ts ? msg_invalid_ts : NULL;
+	return any_ts ? ERR_INVALID_TIMESTAMP : ERR_INVALID_RECORD;
+}
+
+/* Kafka refuses a whole request that carries a transactional batch without
+ * a TransactionalId (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). */
+static bool has_transactional_batch(const uint8_t *recs, int32_t len)
+{
+	return recs && len >= SLUICE_BATCH_HEADER_BYTES && recs[SLUICE_BATCH_OFF_MAGIC] == 2 &&
+	       (kbe16(recs + SLUICE_BATCH_OFF_ATTRIBUTES) & SLUICE_BATCH_ATTR_TRANSACTIONAL);
 }
 
 static bool produce_start(struct req *r, struct krd *rd)
 {
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
+	struct kstr txn_id = {0};
 	if (v >= 3)
-		(void)krd_string(rd, flex); /* TransactionalId */
+		txn_id = krd_string(rd, flex); /* TransactionalId */
 	int16_t acks = krd_i16(rd);
 	(void)krd_i32(rd); /* TimeoutMs */
 	/* Pass 1: count partitions, checking structure. */
 	struct krd scan = *rd;
 	int32_t ntopics = krd_array(&scan, flex, 2), total = 0;
+	bool txn_denied = false;
 	for (int32_t t = 0; t < ntopics && !scan.err; t++) {
 		(void)krd_string(&scan, flex);
 		int32_t np = krd_array(&scan, flex, 5);
 		for (int32_t p = 0; p < np && !scan.err; p++) {
 			(void)krd_i32(&scan);
 			const uint8_t *recs;
-			(void)krd_bytes(&scan, flex, &recs);
+			int32_t len = krd_bytes(&scan, flex, &recs);
+			txn_denied |= !txn_id.ptr && has_transactional_batch(recs, len);
 			if (flex)
 				krd_tags_skip(&scan);
 			total++;
@@ -660,6 +780,12 @@ static bool produce_start(struct req *r, struct krd *rd)
 			op->acks = acks;
 			op->base_offset = -1;
 			op_resolve(r, op, name);
+			if (txn_denied) { /* the whole request, as Kafka */
+				op->local = true;
+				op->error = ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+				op->error_message = NULL;
+				continue;
+			}
 			if (op->local)
 				continue;
 			const struct sluice_topic_limits *lim = &op->tinfo->limits;
@@ -668,7 +794,7 @@ static bool produce_start(struct req *r, struct krd *rd)
 			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
 				  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? ERR_INVALID_TOPIC
 				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
-				  : validate_records(cfg, max_bytes, recs, len, log_append_time(cfg, lim), &op->error_message);
+				  : validate_records(r, op, max_bytes, recs, len);
 			if (!e && acks == -1 && min_isr > 1) {
 				/* One broker: the in-sync replica set is just this one. */
 				e = ERR_NOT_ENOUGH_REPLICAS;
@@ -690,6 +816,61 @@ static bool produce_start(struct req *r, struct krd *rd)
 	assert(k == total);
 	dispatch_ops(r);
 	return true;
+}
+
+/* One RecordErrors entry's message, as Kafka words it. */
+static void record_error_text(char *buf, size_t cap, const struct partop *op, const struct produce_record_errors *pe,
+			      const struct sluice_record_error *e)
+{
+	if (e->fault == SLUICE_RECORD_NO_KEY)
+		snprintf(buf, cap, "Compacted topic cannot accept message without key in topic partition %s-%" PRId32,
+			 op->topic, op->partition);
+	else
+		snprintf(buf, cap,
+			 "Timestamp %" PRId64 " of message with offset %" PRId32 " is out of range. The timestamp should "
+			 "be within [%" PRId64 ", %" PRId64 "]", e->timestamp, e->index, pe->ts_min, pe->ts_max);
+}
+
+#define RECORD_ERROR_TEXT_BYTES (SLUICE_TOPIC_NAME_MAX + 160)
+#define RECORD_ERRORS_SHOWN 3 /* Kafka's ErrorMessage quotes the first three */
+#define RECORDS_ERRORS_SHOWN_BYTES (RECORD_ERRORS_SHOWN * (RECORD_ERROR_TEXT_BYTES + 48))
+_Static_assert(RECORD_ERRORS_SHOWN <= SLUICE_BATCH_RECORD_ERRORS_MAX, "the errors quoted are among those kept");
+
+/* RecordErrors and ErrorMessage (v8+) of one partition. */
+static void produce_write_errors(struct kwr *w, bool flex, const struct partop *op)
+{
+	const struct produce_record_errors *pe = op->error ? (const struct produce_record_errors *)op->rdata : NULL;
+	char text[RECORD_ERROR_TEXT_BYTES];
+	if (!pe) {
+		kwr_array(w, flex, 0);
+		kwr_cstr(w, flex, op->error ? op->error_message : NULL);
+		return;
+	}
+	int32_t kept = pe->n < SLUICE_BATCH_RECORD_ERRORS_MAX ? pe->n : SLUICE_BATCH_RECORD_ERRORS_MAX;
+	kwr_array(w, flex, kept);
+	for (int32_t i = 0; i < kept; i++) {
+		kwr_i32(w, pe->e[i].index);
+		record_error_text(text, sizeof text, op, pe, &pe->e[i]);
+		kwr_cstr(w, flex, text);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (op->error_message) { /* INVALID_TIMESTAMP's fixed text */
+		kwr_cstr(w, flex, op->error_message);
+		return;
+	}
+	char msg[160 + RECORDS_ERRORS_SHOWN_BYTES];
+	size_t n = (size_t)snprintf(msg, sizeof msg,
+				    "One or more records have been rejected due to %" PRId32 " record errors in total, and "
+				    "only showing the first three errors at most: [", pe->n);
+	for (int32_t i = 0; i < kept && i < RECORD_ERRORS_SHOWN && n < sizeof msg; i++) {
+		record_error_text(text, sizeof text, op, pe, &pe->e[i]);
+		n += (size_t)snprintf(msg + n, sizeof msg - n, "%sRecordError(batchIndex=%" PRId32 ", message='%s')",
+				      i ? ", " : "", pe->e[i].index, text);
+	}
+	if (n < sizeof msg)
+		snprintf(msg + n, sizeof msg - n, "]");
+	kwr_cstr(w, flex, msg);
 }
 
 static void produce_finish(struct req *r)
@@ -719,17 +900,8 @@ static void produce_finish(struct req *r)
 				kwr_i64(w, op->error || op->timestamp <= 0 ? -1 : op->timestamp);
 			if (v >= 5)
 				kwr_i64(w, op->error ? -1 : op->log_start);
-			if (v >= 8) {
-				if (op->error_message && op->error == ERR_INVALID_TIMESTAMP) {
-					kwr_array(w, flex, 1); /* RecordErrors: the batch's first record */
-					kwr_i32(w, 0);
-					kwr_cstr(w, flex, NULL);
-					if (flex)
-						kwr_tags_empty(w);
-				} else
-					kwr_array(w, flex, 0);
-				kwr_cstr(w, flex, op->error ? op->error_message : NULL);
-			}
+			if (v >= 8)
+				produce_write_errors(w, flex, op);
 			if (flex)
 				kwr_tags_empty(w);
 		}

@@ -519,6 +519,7 @@ static void uring_fini(struct netcore *nc)
 	close(nc->listen_fd);
 	io_uring_queue_exit(&nc->ring);
 	close(nc->efd);
+	sluice_proto_state_fini(nc->state);
 	free(nc->state);
 	nc->state = NULL;
 }

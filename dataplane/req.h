@@ -5,6 +5,7 @@
  * the socket; the protocol layer never touches it directly. */
 #ifndef SLUICE_REQ_H
 #define SLUICE_REQ_H
+#include "common/kafka/compress.h"
 #include "dataplane/core.h"
 
 struct conn;
@@ -76,6 +77,10 @@ struct proto_state {
 	struct req *parked_head;
 	int32_t parked_n;
 	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
+	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 };
+/* Release what the protocol layer keeps in a core's state (the transport
+ * calls it before freeing the state). */
+void sluice_proto_state_fini(struct proto_state *ps);
 
 #endif

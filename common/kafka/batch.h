@@ -51,6 +51,14 @@ enum sluice_batch_result {
 	SLUICE_BATCH_BAD_MAGIC,     /* not magic 2 */
 	SLUICE_BATCH_BAD_CRC,
 	SLUICE_BATCH_BAD_COUNT,     /* RecordsCount != LastOffsetDelta + 1, or <= 0 */
+	/* found by sluice_batch_verify, which decodes every record: */
+	SLUICE_BATCH_BAD_CODEC,     /* compression codec 5, 6 or 7 */
+	SLUICE_BATCH_BAD_PAYLOAD,   /* the compressed payload is corrupt or truncated */
+	SLUICE_BATCH_TOO_BIG_INFLATED, /* the payload inflates past the caller's cap */
+	SLUICE_BATCH_BAD_RECORD,    /* a record's length is not exactly its fields, or a length runs past it */
+	SLUICE_BATCH_FEWER_RECORDS, /* the records end before RecordsCount of them */
+	SLUICE_BATCH_EXTRA_BYTES,   /* bytes left after RecordsCount records */
+	SLUICE_BATCH_BAD_DELTA,     /* record i's OffsetDelta is not i */
 };
 
 static inline int32_t sluice_batch_total_bytes(const struct sluice_batch *b)
@@ -83,6 +91,49 @@ struct sluice_record {
  * records visited, or -1 for a malformed or undecompressible batch. */
 int32_t sluice_batch_records(const uint8_t *p, size_t len, size_t out_max,
 			     bool (*fn)(const struct sluice_record *rec, void *arg), void *arg);
+/* Record-level faults: the batch decodes, but a record breaks a rule of the
+ * topic. Kafka answers these with one RecordErrors entry per record. */
+enum sluice_record_fault {
+	SLUICE_RECORD_NO_KEY = 1,   /* null key on a cleanup.policy=compact topic */
+	SLUICE_RECORD_TIMESTAMP,    /* CreateTime outside [ts_min, ts_max] */
+};
+
+#define SLUICE_BATCH_RECORD_ERRORS_MAX 64 /* record errors kept (all are counted) */
+
+struct sluice_record_error {
+	int32_t index;     /* the record's position in the batch */
+	uint8_t fault;     /* enum sluice_record_fault */
+	int64_t timestamp; /* the record's timestamp (for SLUICE_RECORD_TIMESTAMP) */
+};
+
+/* The rules a produced batch's records must meet, and what was found. */
+struct sluice_batch_verify {
+	bool need_key;         /* cleanup.policy=compact: every record needs a key */
+	bool check_timestamps; /* CreateTime: each timestamp other than -1 within [ts_min, ts_max]
+				* (a record's timestamp is MaxTimestamp in a LogAppendTime batch) */
+	int64_t ts_min, ts_max;
+	int32_t at;            /* out: the record a structural fault was found at */
+	int64_t max_timestamp; /* out: the largest record timestamp (-1 if none), as Kafka computes it */
+	size_t inflated_bytes; /* out: the decompressed size (0 uncompressed) */
+	int32_t nerrors;       /* out: record-level errors, all counted */
+	struct sluice_record_error errors[SLUICE_BATCH_RECORD_ERRORS_MAX]; /* out: the first ones */
+};
+
+struct sluice_inflater;
+/* Decode every record of the batch at p, whose header b sluice_batch_check
+ * accepted, as Kafka's log validator does: a compressed payload is
+ * decompressed with z (at most inflate_max bytes), there must be exactly
+ * RecordsCount records with OffsetDeltas 0..n-1, each record's length must
+ * be exactly what its fields take, and nothing may follow the last record.
+ * Returns the first structural fault (v->at says at which record), else OK
+ * with the record-level faults in v (v->nerrors > 0: refuse the batch).
+ * Allocates nothing once z's buffer is large enough; z->buf is scratch. */
+enum sluice_batch_result sluice_batch_verify(const uint8_t *p, const struct sluice_batch *b, struct sluice_inflater *z,
+					     size_t inflate_max, struct sluice_batch_verify *v);
+
+/* Rewrite MaxTimestamp (inside the CRC) and the CRC: how the broker makes
+ * a CreateTime batch's header agree with its records, as Kafka does. */
+void sluice_batch_set_max_timestamp(uint8_t *p, int64_t max_timestamp);
 void sluice_batch_set_base_offset(uint8_t *p, int64_t base_offset, int32_t leader_epoch);
 const char *sluice_batch_result_name(enum sluice_batch_result r);
 

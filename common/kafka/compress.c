@@ -1,190 +1,281 @@
 /* Record-batch decompression (see compress.h). Snappy arrives either raw
  * (librdkafka) or in the xerial framing the Java client writes; LZ4 is the
- * LZ4 frame format. */
+ * LZ4 frame format. Every codec decodes into the inflater's growing buffer;
+ * the bomb cap is enforced as output is produced, never after. */
 #include "common/kafka/compress.h"
 #include "common/kafka/codec.h"
+#include <assert.h>
+#include <limits.h>
 #include <lz4frame.h>
 #include <snappy-c.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
-static uint8_t *grow(uint8_t *buf, size_t *cap, size_t need, size_t max)
+#define INFLATE_FIRST_BYTES (64u << 10) /* first output buffer when the size is not announced */
+
+/* Make z->buf hold at least need bytes (need <= max), doubling. */
+static bool ensure(struct sluice_inflater *z, size_t need, size_t max)
 {
-	if (need <= *cap)
-		return buf;
-	size_t c = *cap ? *cap : 4096;
+	assert(need <= max);
+	if (need <= z->cap)
+		return true;
+	size_t c = z->cap ? z->cap : INFLATE_FIRST_BYTES;
 	while (c < need)
-		c *= 2;
+		c = c > SIZE_MAX / 2 ? SIZE_MAX : c * 2;
 	if (c > max)
 		c = max;
-	if (c < need)
-		return NULL;
-	uint8_t *n = realloc(buf, c);
-	if (n)
-		*cap = c;
-	return n;
+	uint8_t *n = realloc(z->buf, c);
+	if (!n)
+		return false;
+	z->buf = n;
+	z->cap = c;
+	return true;
 }
 
-static int64_t gunzip(const uint8_t *in, size_t in_len, size_t max, uint8_t **out)
+/* Output space for a streaming decoder that has written len bytes: grows the
+ * buffer, or at the cap points at a one-byte probe, so that a stream that
+ * ends exactly at the cap is accepted and one that would go on is caught
+ * (the caller checks whether the probe was written). Returns false when the
+ * buffer cannot grow. */
+static bool out_space(struct sluice_inflater *z, size_t len, size_t max, uint8_t *probe, uint8_t **dst,
+		      size_t *room)
 {
-	z_stream z;
-	memset(&z, 0, sizeof z);
-	if (inflateInit2(&z, 15 + 32) != Z_OK)
-		return -1;
-	uint8_t *buf = NULL;
-	size_t cap = 0, len = 0;
-	z.next_in = (Bytef *)(uintptr_t)in;
-	z.avail_in = (uInt)in_len;
-	int rc = Z_OK;
-	while (rc != Z_STREAM_END) {
-		uint8_t *n = grow(buf, &cap, len + 65536 > max ? max : len + 65536, max);
-		if (!n || cap == len) {
-			rc = Z_BUF_ERROR;
-			break;
-		}
-		buf = n;
-		z.next_out = buf + len;
-		z.avail_out = (uInt)(cap - len);
-		rc = inflate(&z, Z_NO_FLUSH);
-		len = cap - z.avail_out;
-		if (rc != Z_OK && rc != Z_STREAM_END)
-			break;
-		if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
-			rc = Z_DATA_ERROR; /* truncated stream */
-			break;
-		}
+	if (len == z->cap && len < max && !ensure(z, len + 1, max))
+		return false;
+	size_t cap = z->cap < max ? z->cap : max; /* the buffer may be larger than this call's cap */
+	if (len < cap) {
+		*dst = z->buf + len;
+		*room = cap - len;
+	} else {
+		*dst = probe;
+		*room = 1;
 	}
-	inflateEnd(&z);
-	if (rc != Z_STREAM_END) {
-		free(buf);
-		return -1;
-	}
-	*out = buf;
-	return (int64_t)len;
+	return true;
 }
 
-static int64_t unsnappy_raw(const uint8_t *in, size_t in_len, size_t max, uint8_t **out)
+static int64_t inflate_gzip(struct sluice_inflater *z, const uint8_t *in, size_t in_len, size_t max)
+{
+	z_stream *s = z->zlib;
+	if (!s) {
+		s = calloc(1, sizeof *s);
+		if (!s || inflateInit2(s, 15 + 32) != Z_OK) {
+			free(s);
+			return SLUICE_INFLATE_CORRUPT;
+		}
+		z->zlib = s;
+	} else if (inflateReset(s) != Z_OK) {
+		return SLUICE_INFLATE_CORRUPT;
+	}
+	if (in_len > UINT_MAX)
+		return SLUICE_INFLATE_CORRUPT;
+	s->next_in = (Bytef *)(uintptr_t)in;
+	s->avail_in = (uInt)in_len;
+	size_t len = 0;
+	uint8_t probe;
+	for (;;) {
+		uint8_t *dst;
+		size_t room;
+		if (!out_space(z, len, max, &probe, &dst, &room))
+			return SLUICE_INFLATE_CORRUPT;
+		s->next_out = dst;
+		s->avail_out = room > UINT_MAX ? UINT_MAX : (uInt)room;
+		uInt before = s->avail_out, in_before = s->avail_in;
+		int rc = inflate(s, Z_NO_FLUSH);
+		size_t wrote = before - s->avail_out;
+		if (dst == &probe && wrote)
+			return SLUICE_INFLATE_TOO_LARGE;
+		len += wrote;
+		if (rc == Z_STREAM_END)
+			return (int64_t)len;
+		if (rc != Z_OK && rc != Z_BUF_ERROR)
+			return SLUICE_INFLATE_CORRUPT;
+		if (s->avail_in == 0 && s->avail_out != 0)
+			return SLUICE_INFLATE_CORRUPT; /* truncated stream */
+		if (dst == &probe && s->avail_in == in_before)
+			return SLUICE_INFLATE_TOO_LARGE; /* it needs room beyond the cap */
+	}
+}
+
+static int64_t unsnappy_block(struct sluice_inflater *z, size_t len, const uint8_t *in, size_t in_len, size_t max)
 {
 	size_t n;
-	if (snappy_uncompressed_length((const char *)in, in_len, &n) != SNAPPY_OK || n > max)
-		return -1;
-	uint8_t *buf = malloc(n ? n : 1);
-	if (!buf || snappy_uncompress((const char *)in, in_len, (char *)buf, &n) != SNAPPY_OK) {
-		free(buf);
-		return -1;
-	}
-	*out = buf;
-	return (int64_t)n;
+	if (snappy_uncompressed_length((const char *)in, in_len, &n) != SNAPPY_OK)
+		return SLUICE_INFLATE_CORRUPT;
+	if (n > max - len)
+		return SLUICE_INFLATE_TOO_LARGE;
+	if (!ensure(z, len + n ? len + n : 1, max ? max : 1))
+		return SLUICE_INFLATE_CORRUPT;
+	if (snappy_uncompress((const char *)in, in_len, (char *)z->buf + len, &n) != SNAPPY_OK)
+		return SLUICE_INFLATE_CORRUPT;
+	return (int64_t)(len + n);
 }
 
 static const uint8_t xerial_magic[8] = {0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
 
-static int64_t unsnappy(const uint8_t *in, size_t in_len, size_t max, uint8_t **out)
+static int64_t inflate_snappy(struct sluice_inflater *z, const uint8_t *in, size_t in_len, size_t max)
 {
 	if (in_len < 16 || memcmp(in, xerial_magic, 8) != 0)
-		return unsnappy_raw(in, in_len, max, out);
+		return unsnappy_block(z, 0, in, in_len, max);
 	/* xerial: 16-byte header, then blocks of [int32 length][snappy data] */
-	uint8_t *buf = NULL;
-	size_t cap = 0, len = 0, pos = 16;
+	int64_t len = 0;
+	size_t pos = 16;
 	while (pos < in_len) {
 		if (in_len - pos < 4)
-			goto bad;
+			return SLUICE_INFLATE_CORRUPT;
 		uint32_t blen = kbe32(in + pos);
 		pos += 4;
 		if (blen > in_len - pos)
-			goto bad;
-		size_t n;
-		if (snappy_uncompressed_length((const char *)in + pos, blen, &n) != SNAPPY_OK || len + n > max)
-			goto bad;
-		uint8_t *nb = grow(buf, &cap, len + n, max);
-		if (!nb)
-			goto bad;
-		buf = nb;
-		if (snappy_uncompress((const char *)in + pos, blen, (char *)buf + len, &n) != SNAPPY_OK)
-			goto bad;
-		len += n;
+			return SLUICE_INFLATE_CORRUPT;
+		len = unsnappy_block(z, (size_t)len, in + pos, blen, max);
+		if (len < 0)
+			return len;
 		pos += blen;
 	}
-	*out = buf;
-	return (int64_t)len;
-bad:
-	free(buf);
-	return -1;
+	return len;
 }
 
-static int64_t unlz4(const uint8_t *in, size_t in_len, size_t max, uint8_t **out)
+static int64_t inflate_lz4(struct sluice_inflater *z, const uint8_t *in, size_t in_len, size_t max)
 {
-	LZ4F_dctx *d;
-	if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION)))
-		return -1;
-	uint8_t *buf = NULL;
-	size_t cap = 0, len = 0, pos = 0, hint = 1;
-	while (pos < in_len && hint != 0) {
-		uint8_t *nb = grow(buf, &cap, len + 65536 > max ? max : len + 65536, max);
-		if (!nb || cap == len)
-			goto bad;
-		buf = nb;
-		size_t dst = cap - len, src = in_len - pos;
-		hint = LZ4F_decompress(d, buf + len, &dst, in + pos, &src, NULL);
-		if (LZ4F_isError(hint))
-			goto bad;
-		len += dst;
-		pos += src;
-		if (src == 0 && dst == 0)
-			goto bad;
+	LZ4F_dctx *d = z->lz4;
+	if (!d) {
+		if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION)))
+			return SLUICE_INFLATE_CORRUPT;
+		z->lz4 = d;
+	} else {
+		LZ4F_resetDecompressionContext(d);
 	}
-	if (hint != 0)
-		goto bad; /* the frame ended early: truncated */
-	LZ4F_freeDecompressionContext(d);
-	*out = buf;
+	size_t len = 0, pos = 0, hint = 1;
+	uint8_t probe;
+	while (hint != 0) {
+		if (pos == in_len)
+			return SLUICE_INFLATE_CORRUPT; /* the frame ended early: truncated */
+		uint8_t *dst;
+		size_t room, src = in_len - pos;
+		if (!out_space(z, len, max, &probe, &dst, &room))
+			return SLUICE_INFLATE_CORRUPT;
+		hint = LZ4F_decompress(d, dst, &room, in + pos, &src, NULL);
+		if (LZ4F_isError(hint))
+			return SLUICE_INFLATE_CORRUPT;
+		if (dst == &probe && room)
+			return SLUICE_INFLATE_TOO_LARGE;
+		if (src == 0 && room == 0)
+			return dst == &probe ? SLUICE_INFLATE_TOO_LARGE : SLUICE_INFLATE_CORRUPT;
+		len += room;
+		pos += src;
+	}
 	return (int64_t)len;
-bad:
-	LZ4F_freeDecompressionContext(d);
-	free(buf);
-	return -1;
 }
 
-static int64_t unzstd(const uint8_t *in, size_t in_len, size_t max, uint8_t **out)
+/* Every frame of the payload is decoded (zstd streams may be concatenated
+ * frames, as the Java client's reader accepts). */
+static int64_t inflate_zstd(struct sluice_inflater *z, const uint8_t *in, size_t in_len, size_t max)
 {
-	ZSTD_DCtx *d = ZSTD_createDCtx();
-	if (!d)
-		return -1;
-	uint8_t *buf = NULL;
-	size_t cap = 0, len = 0;
+	ZSTD_DCtx *d = z->zstd;
+	if (!d) {
+		d = ZSTD_createDCtx();
+		if (!d)
+			return SLUICE_INFLATE_CORRUPT;
+		z->zstd = d;
+	} else {
+		ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
+	}
+	/* A frame that announces its size (one-shot compressors write it) is
+	 * decoded in one call, faster than streaming; if more follows (more
+	 * frames than room), the stream below starts over. */
+	unsigned long long announced = ZSTD_getFrameContentSize(in, in_len);
+	if (announced != ZSTD_CONTENTSIZE_UNKNOWN && announced != ZSTD_CONTENTSIZE_ERROR && announced <= max) {
+		if (!ensure(z, announced ? (size_t)announced : 1, max ? max : 1))
+			return SLUICE_INFLATE_CORRUPT;
+		size_t r = ZSTD_decompressDCtx(d, z->buf, z->cap < max ? z->cap : max, in, in_len);
+		if (!ZSTD_isError(r))
+			return (int64_t)r;
+		if (ZSTD_getErrorCode(r) != ZSTD_error_dstSize_tooSmall)
+			return SLUICE_INFLATE_CORRUPT;
+		ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
+	}
 	ZSTD_inBuffer ib = {in, in_len, 0};
-	size_t rc = 1;
-	while (rc != 0) {
-		uint8_t *nb = grow(buf, &cap, len + 65536 > max ? max : len + 65536, max);
-		if (!nb || cap == len)
-			goto bad;
-		buf = nb;
-		ZSTD_outBuffer ob = {buf + len, cap - len, 0};
+	size_t len = 0, rc = 1;
+	uint8_t probe;
+	while (rc != 0 || ib.pos < ib.size) {
+		uint8_t *dst;
+		size_t room;
+		if (!out_space(z, len, max, &probe, &dst, &room))
+			return SLUICE_INFLATE_CORRUPT;
+		ZSTD_outBuffer ob = {dst, room, 0};
+		size_t in_before = ib.pos;
 		rc = ZSTD_decompressStream(d, &ob, &ib);
 		if (ZSTD_isError(rc))
-			goto bad;
+			return SLUICE_INFLATE_CORRUPT;
+		if (dst == &probe && ob.pos)
+			return SLUICE_INFLATE_TOO_LARGE;
 		len += ob.pos;
 		if (rc != 0 && ib.pos == ib.size && ob.pos < ob.size)
-			goto bad; /* truncated */
+			return SLUICE_INFLATE_CORRUPT; /* truncated */
+		if (ob.pos == 0 && ib.pos == in_before && dst == &probe)
+			return SLUICE_INFLATE_TOO_LARGE;
 	}
-	ZSTD_freeDCtx(d);
-	*out = buf;
 	return (int64_t)len;
-bad:
-	ZSTD_freeDCtx(d);
-	free(buf);
-	return -1;
 }
 
+int64_t sluice_inflate(struct sluice_inflater *z, int codec, const uint8_t *in, size_t in_len, size_t out_max)
+{
+	switch (codec) {
+	case SLUICE_CODEC_GZIP: return inflate_gzip(z, in, in_len, out_max);
+	case SLUICE_CODEC_SNAPPY: return inflate_snappy(z, in, in_len, out_max);
+	case SLUICE_CODEC_LZ4: return inflate_lz4(z, in, in_len, out_max);
+	case SLUICE_CODEC_ZSTD: return inflate_zstd(z, in, in_len, out_max);
+	default: return SLUICE_INFLATE_CORRUPT;
+	}
+}
+
+void sluice_inflater_trim(struct sluice_inflater *z)
+{
+	size_t keep = z->keep_bytes ? z->keep_bytes : SLUICE_INFLATER_KEEP_BYTES_DEFAULT;
+	if (z->cap > keep) {
+		free(z->buf);
+		z->buf = NULL;
+		z->cap = 0;
+	}
+	/* A streamed zstd frame makes the context allocate the window its header
+	 * declares (up to 128 MiB, zstd's default limit, which Kafka's reader
+	 * shares); the context would keep it for the next batch. */
+	if (z->zstd && ZSTD_sizeof_DCtx(z->zstd) > keep) {
+		ZSTD_freeDCtx(z->zstd);
+		z->zstd = NULL;
+	}
+}
+
+void sluice_inflater_free(struct sluice_inflater *z)
+{
+	free(z->buf);
+	if (z->zstd)
+		ZSTD_freeDCtx(z->zstd);
+	if (z->lz4)
+		LZ4F_freeDecompressionContext(z->lz4);
+	if (z->zlib) {
+		inflateEnd(z->zlib);
+		free(z->zlib);
+	}
+	memset(z, 0, sizeof *z);
+}
+
+/* The one-shot form: a private inflater whose buffer is handed over. */
 int64_t sluice_decompress(int codec, const uint8_t *in, size_t in_len, size_t out_max, uint8_t **out)
 {
+	struct sluice_inflater z;
+	memset(&z, 0, sizeof z);
 	*out = NULL;
-	switch (codec) {
-	case SLUICE_CODEC_GZIP: return gunzip(in, in_len, out_max, out);
-	case SLUICE_CODEC_SNAPPY: return unsnappy(in, in_len, out_max, out);
-	case SLUICE_CODEC_LZ4: return unlz4(in, in_len, out_max, out);
-	case SLUICE_CODEC_ZSTD: return unzstd(in, in_len, out_max, out);
-	default: return -1;
+	int64_t n = sluice_inflate(&z, codec, in, in_len, out_max);
+	if (n >= 0) {
+		*out = z.buf ? z.buf : malloc(1);
+		z.buf = NULL;
+		if (!*out)
+			n = -1;
 	}
+	sluice_inflater_free(&z);
+	return n < 0 ? -1 : n;
 }

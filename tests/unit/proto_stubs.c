@@ -63,6 +63,7 @@ void stub_broker_close(void)
 	if (!broker_open)
 		return;
 	sluice_meta_local_close(&B.meta);
+	sluice_proto_state_fini(&PS);
 	stub_store_reset();
 	broker_open = false;
 }

@@ -21,6 +21,7 @@
  * way (group request routing, CreatePartitions names, DeleteTopics names and
  * memory, CreateTopics size rules and cost), as regression tests. */
 #include "batch_build.h"
+#include "batch_codecs.h"
 #include "common/kafka/batch.h"
 #include "common/log.h"
 #include "control/meta.h"
@@ -800,9 +801,11 @@ Test(produce, v0_to_v2_refused_per_partition, .init = setup, .fini = teardown)
 /* Proves the per-partition error codes of Produce, in v3 and flexible v9
  * and v11: unknown topic or partition (3), a CRC mismatch (2 CORRUPT_MESSAGE),
  * two batches or trailing bytes, magic 1, null records, a control batch, a
- * transactional batch, an unknown codec (87 INVALID_RECORD), acks=2 (21), a
- * timestamp an hour and more in the future (32, with the record error from
- * v8), while a good partition in the same request is still appended. */
+ * producer id without a sequence, an unknown codec (87 INVALID_RECORD),
+ * acks=2 (21), a timestamp an hour and more in the future (32, with the
+ * record error from v8), while a good partition in the same request is still
+ * appended; and that a transactional batch without a TransactionalId fails
+ * the whole request with 53, as Kafka 4.1 answers. */
 Test(produce, partition_errors, .init = setup, .fini = teardown)
 {
 	create_topic("pe", 1);
@@ -829,6 +832,11 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 	uint8_t *ctl = tb_wrap(&h, w.buf, rl, &ctl_len);
 	h.attributes = 0x10;
 	uint8_t *txn = tb_wrap(&h, w.buf, rl, &txn_len);
+	h.attributes = 0;
+	h.producer_id = 7; /* idempotent, but BaseSequence -1 */
+	size_t noseq_len;
+	uint8_t *noseq = tb_wrap(&h, w.buf, rl, &noseq_len);
+	h.producer_id = -1;
 	h.attributes = 5;
 	uint8_t *codec = tb_wrap(&h, w.buf, rl, &codec_len);
 	h.attributes = 0;
@@ -841,7 +849,7 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 		struct ptopic_req t[3] = {
 			{"pe", 4, {{0, badcrc, (int32_t)len}, {7, good, (int32_t)len}, {0, two, (int32_t)(2 * len)},
 				   {0, magic1, (int32_t)len}}},
-			{"pe", 4, {{0, NULL, -1}, {0, ctl, (int32_t)ctl_len}, {0, txn, (int32_t)txn_len},
+			{"pe", 4, {{0, NULL, -1}, {0, ctl, (int32_t)ctl_len}, {0, noseq, (int32_t)noseq_len},
 				   {0, codec, (int32_t)codec_len}}},
 			{"pe-nope", 1, {{0, good, (int32_t)len}}},
 		};
@@ -873,9 +881,16 @@ Test(produce, partition_errors, .init = setup, .fini = teardown)
 		}
 		cr_expect_eq(o.t[1].p[0].err, 0);
 		cr_expect_eq(o.t[1].p[0].base, hw < 0 ? 0 : hw);
+		/* a transactional batch without a TransactionalId, next to a good one */
+		struct ptopic_req tt[2] = {{"pe-ok", 1, {{0, good, (int32_t)len}}}, {"pe", 1, {{0, txn, (int32_t)txn_len}}}};
+		hw = stub_store_hw("pe-ok", 0);
+		produce_roundtrip(v, -1, tt, 2, &o);
+		cr_expect_eq(o.t[0].p[0].err, 53, "v%d transactional: %d", v, o.t[0].p[0].err);
+		cr_expect_eq(o.t[1].p[0].err, 53, "v%d transactional: %d", v, o.t[1].p[0].err);
+		cr_expect_eq(stub_store_hw("pe-ok", 0), hw, "nothing of the request appended");
 	}
 	cr_expect_eq(stub_store_hw("pe", 0), -1, "no bad batch reached storage");
-	free(good); free(badcrc); free(two); free(magic1); free(ctl); free(txn); free(codec); free(fut);
+	free(good); free(badcrc); free(two); free(magic1); free(ctl); free(txn); free(noseq); free(codec); free(fut);
 }
 
 /* Proves acks=0 appends but sends no response: the next response taken
@@ -2341,4 +2356,176 @@ Test(fixtures, mutations_survive, .init = setup, .fini = teardown, .timeout = 12
 		stub_store_reset();
 	}
 	free_fixtures(fx, n);
+}
+
+/* ---- produce: batches that lie about their records ------------------------------- */
+
+/* A batch whose records section is recs[0..n) (compressed with codec, TB_*,
+ * unless 0) claiming count records, stamped now. */
+static uint8_t *lying_batch(const uint8_t *recs, size_t n, int codec, int32_t count, size_t *len)
+{
+	struct tb_hdr h = tb_hdr_default(count, wall_now_ms());
+	uint8_t *c = NULL;
+	if (codec) {
+		c = tb_compress(codec, recs, n, &n);
+		cr_assert(c);
+		h.attributes = (int16_t)tb_attr_codec(codec);
+	}
+	uint8_t *b = tb_wrap(&h, c ? c : recs, n, len);
+	free(c);
+	return b;
+}
+
+/* Proves Produce refuses, with INVALID_RECORD and nothing appended, batches
+ * with a correct CRC whose records do not match their header: a count one
+ * too high or too low, a record length one byte too long, bytes after the
+ * last record, for uncompressed, gzip, lz4 and zstd batches; and a truncated
+ * zstd payload. A good batch afterwards gets offset 0: no offset was burned. */
+Test(produce, lying_batches, .init = setup, .fini = teardown)
+{
+	create_topic("pl", 1);
+	static const struct tb_rec recs[3] = {{"k0", 2, "v0", 2, 0}, {"k1", 2, "v1", 2, 1}, {"k2", 2, "v2", 2, 2}};
+	struct kwr w;
+	kwr_init(&w, 128, 1u << 20);
+	(void)tb_records(&w, recs, 3);
+	size_t n = w.len;
+	uint8_t over[64], tail[64];
+	cr_assert_lt(n + 3, sizeof over);
+	memcpy(over, w.buf, n);
+	over[0] += 2; /* record 0's length (a one-byte zigzag varint) one byte too long */
+	memcpy(tail, w.buf, n);
+	memcpy(tail + n, "xyz", 3); /* bytes after the last record */
+	const struct {
+		const uint8_t *recs;
+		size_t n;
+		int32_t count;
+	} cases[4] = {{w.buf, n, 4}, {w.buf, n, 2}, {over, n, 3}, {tail, n + 3, 3}};
+	const int codecs[4] = {0, TB_GZIP, TB_LZ4, TB_ZSTD};
+	for (int c = 0; c < 4; c++) {
+		for (int k = 0; k < 4; k++) {
+			size_t len;
+			uint8_t *b = lying_batch(cases[k].recs, cases[k].n, codecs[c], cases[k].count, &len);
+			for (int16_t v = 7; v <= 11; v += 4) { /* zstd needs v7+ */
+				struct ptopic_req t = {"pl", 1, {{0, b, (int32_t)len}}};
+				struct pr o;
+				produce_roundtrip(v, -1, &t, 1, &o);
+				cr_expect_eq(o.t[0].p[0].err, 87, "codec %d case %d v%d: %d", codecs[c], k, v, o.t[0].p[0].err);
+			}
+			free(b);
+		}
+	}
+	size_t zl;
+	uint8_t *z = tb_compress(TB_ZSTD, w.buf, n, &zl);
+	struct tb_hdr h = tb_hdr_default(3, wall_now_ms());
+	h.attributes = TB_ZSTD;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, z, zl - 4, &len);
+	struct ptopic_req t = {"pl", 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, -1, &t, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 87, "truncated zstd: %d", o.t[0].p[0].err);
+	free(b);
+	free(z);
+	cr_expect_eq(stub_store_hw("pl", 0), -1, "nothing appended");
+	b = lying_batch(w.buf, n, TB_ZSTD, 3, &len);
+	struct ptopic_req good = {"pl", 1, {{0, b, (int32_t)len}}};
+	produce_roundtrip(9, -1, &good, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 0);
+	cr_expect_eq(o.t[0].p[0].base, 0, "no offset burned");
+	free(b);
+	kwr_free(&w);
+}
+
+/* Proves a null key on a cleanup.policy=compact topic is refused as Kafka
+ * 4.1 does: INVALID_RECORD, one RecordErrors entry per keyless record (here
+ * record 1) and Kafka's ErrorMessage; uncompressed and gzip; while keyed
+ * records are appended, and a null key on a delete-policy topic is fine. */
+Test(produce, compacted_topic_null_key, .init = setup, .fini = teardown)
+{
+	struct ct_req ct = {"pc", 1, -1, 0, 0, 1, {"cleanup.policy"}, {"compact"}};
+	struct ct_res cres[1];
+	cr_assert_eq(create_topics_roundtrip(5, &ct, 1, false, cres, NULL), 1);
+	cr_assert_eq(cres[0].err, 0);
+	create_topic("pd", 1);
+	static const struct tb_rec recs[3] = {{"k0", 2, "v0", 2, 0}, {NULL, 0, "v1", 2, 1}, {"k2", 2, "v2", 2, 2}};
+	struct kwr w;
+	kwr_init(&w, 128, 1u << 20);
+	(void)tb_records(&w, recs, 3);
+	for (int codec = 0; codec <= TB_GZIP; codec++) {
+		size_t len;
+		uint8_t *b = lying_batch(w.buf, w.len, codec, 3, &len);
+		for (int16_t v = 3; v <= 11; v += 4) {
+			struct ptopic_req t = {"pc", 1, {{0, b, (int32_t)len}}};
+			struct pr o;
+			produce_roundtrip(v, -1, &t, 1, &o);
+			cr_expect_eq(o.t[0].p[0].err, 87, "codec %d v%d: %d", codec, v, o.t[0].p[0].err);
+			if (v >= 8) {
+				cr_expect_eq(o.t[0].p[0].nrecord_errors, 1);
+				cr_expect_eq(o.t[0].p[0].record_error_index, 1);
+				const char *want = "One or more records have been rejected due to 1 record errors in total";
+				cr_expect(!strncmp(o.t[0].p[0].msg, want, strlen(want)), "%s", o.t[0].p[0].msg);
+			}
+		}
+		struct ptopic_req t = {"pd", 1, {{0, b, (int32_t)len}}};
+		struct pr o;
+		produce_roundtrip(9, -1, &t, 1, &o);
+		cr_expect_eq(o.t[0].p[0].err, 0, "delete policy: %d", o.t[0].p[0].err);
+		free(b);
+	}
+	cr_expect_eq(stub_store_hw("pc", 0), -1, "nothing appended");
+	kwr_free(&w);
+	kwr_init(&w, 128, 1u << 20);
+	struct tb_rec keyed = {"k", 1, "v", 1, 0};
+	(void)tb_records(&w, &keyed, 1);
+	size_t len;
+	uint8_t *b = lying_batch(w.buf, w.len, 0, 1, &len);
+	struct ptopic_req t = {"pc", 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, -1, &t, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 0);
+	cr_expect_eq(o.t[0].p[0].base, 0);
+	free(b);
+	kwr_free(&w);
+}
+
+/* Proves a CreateTime batch whose MaxTimestamp header does not match its
+ * records (here 30 minutes ahead, inside the accepted window) is stored with
+ * the records' largest timestamp and a CRC that matches, as Kafka rewrites
+ * it; and that a batch whose BaseOffset is not 0 is refused (87), as Kafka
+ * 4.1 does. */
+Test(produce, max_timestamp_rewritten, .init = setup, .fini = teardown)
+{
+	create_topic("pm", 1);
+	int64_t now = wall_now_ms();
+	static const struct tb_rec recs[3] = {{"a", 1, "0", 1, 0}, {"b", 1, "1", 1, 2}, {"c", 1, "2", 1, 1}};
+	struct kwr w;
+	kwr_init(&w, 128, 1u << 20);
+	(void)tb_records(&w, recs, 3);
+	struct tb_hdr h = tb_hdr_default(3, now);
+	h.max_timestamp = now + 30 * 60 * 1000;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, w.buf, w.len, &len);
+	struct ptopic_req t = {"pm", 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, -1, &t, 1, &o);
+	cr_assert_eq(o.t[0].p[0].err, 0);
+	free(b);
+	struct fpart_req fp = {0, 0, 1 << 20};
+	struct fr f;
+	fetch_roundtrip(11, 0, 1, "pm", &fp, 1, &f);
+	cr_assert_eq(f.p[0].err, 0);
+	cr_assert_geq(f.p[0].records_len, 61);
+	struct sluice_batch sb;
+	cr_assert_eq(sluice_batch_check(f.p[0].records, (size_t)f.p[0].records_len, &sb), SLUICE_BATCH_OK);
+	cr_expect_eq(sb.max_timestamp, now + 2, "MaxTimestamp %" PRId64 ", records' max %" PRId64, sb.max_timestamp,
+		     now + 2);
+	fr_free(&f);
+	h.max_timestamp = now + 2;
+	h.base_offset = 1234;
+	b = tb_wrap(&h, w.buf, w.len, &len);
+	struct ptopic_req t2 = {"pm", 1, {{0, b, (int32_t)len}}};
+	produce_roundtrip(9, -1, &t2, 1, &o);
+	cr_expect_eq(o.t[0].p[0].err, 87, "BaseOffset 1234: %d", o.t[0].p[0].err);
+	free(b);
+	kwr_free(&w);
 }
