@@ -699,8 +699,19 @@ Test(plog, offset_for_time_after_reopen_non_monotonic, .init = setup, .fini = te
 
 /* ---- recovery ------------------------------------------------------------------------ */
 
-/* Proves a torn last batch (the file cut mid-batch) is dropped on an unclean
- * open, every earlier batch is served, and appends continue after it. */
+/* Forget the recovery point, as if the log had crashed before its first
+ * roll or clean close: a torn write can only lie past the recovery point
+ * (everything before it was synced), so the tests of torn tails start here. */
+static void drop_recovery_point(void)
+{
+	char rp[300];
+	snprintf(rp, sizeof rp, "%s/sluice-recovery-point", H.dir);
+	cr_assert_eq(unlink(rp), 0);
+}
+
+/* Proves a torn last batch (the file cut mid-batch past the recovery point)
+ * is dropped on an unclean open, every earlier batch is served, and appends
+ * continue after it. */
 Test(plog, recovery_torn_last_batch, .init = setup, .fini = teardown)
 {
 	struct sluice_plog *l = open_log(&BIG, true, NULL);
@@ -716,6 +727,7 @@ Test(plog, recovery_torn_last_batch, .init = setup, .fini = teardown)
 	int64_t size = file_size(p);
 	int64_t cut = pos[7] + (size - pos[7]) / 2;
 	cr_assert_eq(truncate(p, cut), 0);
+	drop_recovery_point();
 	struct sluice_plog_recovery rec;
 	l = open_log(&BIG, false, &rec);
 	cr_expect(rec.crc_checked);
@@ -735,9 +747,9 @@ Test(plog, recovery_torn_last_batch, .init = setup, .fini = teardown)
 	free(e);
 }
 
-/* Proves a flipped byte in the middle of the active segment fails that
- * batch's CRC on an unclean open: the log is truncated there and everything
- * before it is served intact. */
+/* Proves a flipped byte in the middle of the active segment past the
+ * recovery point fails that batch's CRC on an unclean open: the log is
+ * truncated there (as Kafka does) and everything before it is served intact. */
 Test(plog, recovery_flipped_byte_active_segment, .init = setup, .fini = teardown)
 {
 	struct sluice_plog *l = open_log(&BIG, true, NULL);
@@ -752,6 +764,7 @@ Test(plog, recovery_flipped_byte_active_segment, .init = setup, .fini = teardown
 	cr_assert_eq(batch_positions(p, pos, 16), 10);
 	int64_t size = file_size(p);
 	flip_byte(p, pos[5] + 61 + 200); /* inside batch 5's records */
+	drop_recovery_point();
 	struct sluice_plog_recovery rec;
 	l = open_log(&BIG, false, &rec);
 	cr_expect_eq(rec.bytes_truncated, size - pos[5]);
@@ -764,29 +777,32 @@ Test(plog, recovery_flipped_byte_active_segment, .init = setup, .fini = teardown
 	free(e);
 }
 
-/* Proves a flipped byte in a segment that recovery must check (here: the
- * recovery-point file was lost, so every segment is checked) truncates that
- * segment at the bad batch and deletes every later segment, .log and index
- * files alike; earlier segments and batches are served intact, and the log
- * continues from the truncation point. */
-Test(plog, recovery_flipped_byte_drops_later_segments, .init = setup, .fini = teardown)
+/* Proves a flipped byte in a closed segment that recovery checks (here: the
+ * recovery-point file was lost, so every segment is CRC-checked) deletes
+ * nothing: the damaged segment is reported and kept byte for byte, its
+ * batches before the damage are served, a fetch at the damaged batch (and
+ * at every offset after it in that segment) answers -3 (CORRUPT_MESSAGE),
+ * every later segment is kept and served, and the log end is where it was,
+ * so no offset is given out twice. Regression: recovery truncated the
+ * segment there and deleted every later segment, acknowledged data
+ * included, and reused their offsets. */
+Test(plog, recovery_flipped_byte_closed_segment_kept, .init = setup, .fini = teardown)
 {
 	struct sluice_plog *l = open_log(&SMALL, true, NULL);
 	struct expect *e = fill_segments(l, 60, 1200);
+	int64_t leo = sluice_plog_log_end(l);
 	sluice_plog_close(l);
 	int64_t bases[64];
 	int nseg = list_logs(bases, 64);
 	cr_assert_geq(nseg, 4);
-	char p[300], rp[300];
+	char p[300];
 	seg_file(p, sizeof p, bases[1], ".log");
-	int64_t pos[64];
+	int64_t pos[64], size = file_size(p);
 	int nb = batch_positions(p, pos, 64);
 	cr_assert_geq(nb, 4);
 	int bad = nb / 2;
 	flip_byte(p, pos[bad] + 100);
-	snprintf(rp, sizeof rp, "%s/sluice-recovery-point", H.dir);
-	cr_assert_eq(unlink(rp), 0);
-	/* the offset of the corrupt batch */
+	drop_recovery_point();
 	int fd = open(p, O_RDONLY);
 	uint8_t h[8];
 	cr_assert_eq(pread(fd, h, 8, pos[bad]), 8);
@@ -794,30 +810,65 @@ Test(plog, recovery_flipped_byte_drops_later_segments, .init = setup, .fini = te
 	int64_t bad_offset = (int64_t)kbe64(h);
 	struct sluice_plog_recovery rec;
 	l = open_log(&SMALL, false, &rec);
-	cr_expect_eq(rec.segments_deleted, nseg - 2);
-	cr_expect_eq(sluice_plog_log_end(l), bad_offset);
+	cr_expect_eq(rec.segments_deleted, 0);
+	cr_expect_eq(rec.segments_damaged, 1);
+	cr_expect_eq(rec.bytes_truncated, 0);
+	cr_expect_eq(sluice_plog_log_end(l), leo, "the log end stays: no offset is reused");
+	cr_expect_eq(sluice_plog_high_watermark(l), leo);
 	int64_t left[64];
-	cr_expect_eq(list_logs(left, 64), 2, "later segments deleted");
-	for (int s = 2; s < nseg; s++) {
-		char ip[300];
-		seg_file(ip, sizeof ip, bases[s], ".index");
-		cr_expect_lt(file_size(ip), 0, "%s should be gone", ip);
-		seg_file(ip, sizeof ip, bases[s], ".timeindex");
-		cr_expect_lt(file_size(ip), 0, "%s should be gone", ip);
-	}
+	cr_expect_eq(list_logs(left, 64), nseg, "no segment deleted");
+	cr_expect_eq(file_size(p), size, "the damaged segment is kept whole");
 	int k = 0;
 	while (k < e->count && e->base[k] < bad_offset)
 		k++;
-	e->count = k;
-	cr_expect_eq(verify_all(l, e, 0, 1 << 20), k);
-	uint8_t *buf;
-	cr_expect_eq(sluice_plog_read(l, bad_offset, 1 << 20, true, &buf), 0, "nothing at the truncation point");
-	/* the log continues where it was cut */
-	expect_add(e, append_batch(l, 1, 5, 10, 0x77), 1, 0x77);
-	cr_expect_eq(e->base[k], bad_offset);
+	struct expect *before = calloc(1, sizeof *before), *after = calloc(1, sizeof *after);
+	for (int i = 0; i < e->count; i++) {
+		if (i < k)
+			expect_add(before, e->base[i], e->n[i], e->tag[i]);
+		else if (e->base[i] >= bases[2])
+			expect_add(after, e->base[i], e->n[i], e->tag[i]);
+	}
+	/* up to the damage: served, and the read stops there */
+	int64_t off = 0;
+	int got = 0;
+	while (off < bad_offset) {
+		uint8_t *buf = NULL;
+		int32_t n = sluice_plog_read(l, off, 1 << 20, true, &buf);
+		cr_assert_gt(n, 0, "read at %" PRId64 ": %d", off, n);
+		for (int32_t q = 0; q < n;) {
+			struct sluice_batch b;
+			cr_assert_eq(sluice_batch_check(buf + q, (size_t)(n - q), &b), SLUICE_BATCH_OK);
+			cr_assert_eq(b.base_offset, before->base[got]);
+			got++;
+			off = b.base_offset + b.last_offset_delta + 1;
+			q += sluice_batch_total_bytes(&b);
+		}
+		free(buf);
+	}
+	cr_expect_eq(got, before->count);
+	for (int64_t o = bad_offset; o < bases[2]; o++) {
+		uint8_t *buf = NULL;
+		cr_expect_eq(sluice_plog_read(l, o, 1 << 20, true, &buf), -3, "offset %" PRId64 " in the damage", o);
+		cr_expect_null(buf);
+	}
+	cr_expect_eq(verify_all(l, after, 0, 1 << 20), after->count, "later segments served");
+	/* the log continues at its old end */
+	int64_t next = append_batch(l, 1, 5, 10, 0x77);
+	cr_expect_eq(next, leo);
+	expect_add(after, next, 1, 0x77);
 	flush_log(l);
-	cr_expect_eq(verify_all(l, e, 0, 1 << 20), k + 1);
 	sluice_plog_close(l);
+	/* and the same after a clean restart (the damaged segment is trusted by
+	 * its index up to its last entry, then found damaged, and kept) */
+	l = open_log(&SMALL, true, &rec);
+	cr_expect_eq(sluice_plog_log_end(l), leo + 1);
+	cr_expect_eq(verify_all(l, after, 0, 1 << 20), after->count);
+	uint8_t *buf = NULL;
+	cr_expect_eq(sluice_plog_read(l, bad_offset, 1 << 20, true, &buf), -3);
+	cr_expect_eq(file_size(p), size);
+	sluice_plog_close(l);
+	free(before);
+	free(after);
 	free(e);
 }
 
