@@ -896,7 +896,8 @@ static void seg_mark_damaged(struct sluice_plog *l, struct segment *s, int64_t f
 		 (long long)file_size, res->why ? res->why : "a batch out of place", served, refused);
 }
 
-/* The last segment has bytes past its batches. Below the recovery point
+/* The last segment has bytes past its batches, or ends below the recovery
+ * point. Below the recovery point
  * (written at each roll and clean stop, once everything before it was
  * synced) they held data that was on stable storage: damage, kept, and the
  * log continues in a new segment at the recovery point so no offset is
@@ -909,7 +910,10 @@ static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_
 {
 	int64_t rp = l->recovery_point, valid = s->size;
 	if (s->next_offset < rp) {
-		seg_mark_damaged(l, s, file_size, rp, res, rec);
+		struct scan_result missing = *res;
+		if (valid == file_size)
+			missing.why = "its end is missing: the recovery point lies past its last batch";
+		seg_mark_damaged(l, s, file_size, rp, &missing, rec);
 		if (create_segment(l, rp) < 0) {
 			snprintf(err, errlen, "out of memory");
 			errno = ENOMEM;
@@ -944,6 +948,41 @@ static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_
 	return 0;
 }
 
+/* Whether the segment file named base begins with a whole, CRC-good batch
+ * whose offsets lie outside [base, hi): a file that does not belong under
+ * its name (a stray copy, a misnamed file). Fills err when it does. Files
+ * that cannot be read, or begin with damage, are left to the scan. */
+static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, char *err, size_t errlen)
+{
+	char p[PATH_BYTES];
+	seg_path(l, base, ".log", p);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	bool bad = false;
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr) {
+		struct hdr_view v = hdr_read(hdr);
+		uint8_t *batch = v.ok && (v.base < base || v.last >= hi) && v.len <= st.st_size ? malloc((size_t)v.len) : NULL;
+		struct sluice_batch b;
+		bad = batch && pread(fd, batch, (size_t)v.len, 0) == v.len &&
+		      sluice_batch_check_crc(batch, (size_t)v.len, &b) == SLUICE_BATCH_OK;
+		free(batch);
+		if (bad) {
+			char next[32] = "the log end";
+			if (hi != INT64_MAX)
+				snprintf(next, sizeof next, "%" PRId64, hi);
+			snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
+				 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next segment "
+				 "file allow: a stray or misnamed segment file; nothing was changed on disk",
+				 base, v.base, v.last, base, next);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return bad;
+}
+
 /* Load the segments in base-offset order. Each one's batches must lie
  * between its own base offset and the next segment's. Closed segments
  * below the recovery point are trusted when their index agrees with the
@@ -956,6 +995,14 @@ static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_
 static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_t nbase, bool clean,
 			    struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
+	/* First the names: a stray file is reported as what it is, before the
+	 * scans meet its offsets in its neighbours. */
+	for (uint32_t i = 0; i < nbase; i++) {
+		if (seg_misnamed(l, bases[i], i + 1 < nbase ? bases[i + 1] : INT64_MAX, err, errlen)) {
+			errno = EUCLEAN;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+	}
 	for (uint32_t i = 0; i < nbase; i++) {
 		if (create_segment(l, bases[i]) < 0) {
 			snprintf(err, errlen, "out of memory");
@@ -993,7 +1040,7 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 			errno = e;
 			return SLUICE_PLOG_OPEN_UNUSABLE;
 		}
-		if (valid == st.st_size)
+		if (valid == st.st_size && (!last || s->next_offset >= l->recovery_point))
 			continue;
 		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP) {
 			char next[32] = "the log end";
