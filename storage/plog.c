@@ -1941,13 +1941,30 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 		else
 			hi = mid;
 	}
-	if (lo > 0)
+	int64_t indexed = -1; /* the last offset the entry says its batch holds */
+	if (lo > 0) {
 		pos = s->idx[lo - 1].position;
+		indexed = s->base_offset + s->idx[lo - 1].rel_offset;
+	}
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 	while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
 		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true, NULL) < 0)
 			return -2;
 		struct hdr_view v = hdr_read(hdr);
+		if (indexed >= 0 && v.ok && v.last != indexed) {
+			/* An index file that rotted after it was checked at open
+			 * (which looks at its last entry only): walking on from a
+			 * wrong entry could skip batches, so the index goes and the
+			 * segment is walked from its start. */
+			SLOG_WARN("storage", "%s: index of segment %020" PRId64 " names offset %" PRId64 " at position %lld, "
+				  "where the batch ends at %" PRId64 "; index dropped, lookups scan the segment", l->dir,
+				  s->base_offset, indexed, (long long)pos, v.last);
+			s->idx_n = 0;
+			pos = 0;
+			indexed = -1;
+			continue;
+		}
+		indexed = -1;
 		if (!v.ok)
 			return -3;
 		if (v.last >= offset)
