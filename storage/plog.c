@@ -1951,11 +1951,13 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true, NULL) < 0)
 			return -2;
 		struct hdr_view v = hdr_read(hdr);
-		if (indexed >= 0 && v.ok && v.last != indexed) {
+		if (indexed >= 0 && v.last != indexed) {
 			/* An index file that rotted after it was checked at open
-			 * (which looks at its last entry only): walking on from a
-			 * wrong entry could skip batches, so the index goes and the
-			 * segment is walked from its start. */
+			 * (which looks at its last entry only), or damage right at
+			 * the entry: walking on from a wrong entry could skip
+			 * batches, so the index goes and the segment is walked from
+			 * its start (which then stops at the damage, as a scan of
+			 * the segment would). */
 			SLOG_WARN("storage", "%s: index of segment %020" PRId64 " names offset %" PRId64 " at position %lld, "
 				  "where the batch ends at %" PRId64 "; index dropped, lookups scan the segment", l->dir,
 				  s->base_offset, indexed, (long long)pos, v.last);
