@@ -120,6 +120,20 @@ static int64_t mono_ms(void)
 
 static void write_log_start(struct sluice_plog *l);
 
+/* Time arithmetic on record timestamps, which are whatever producers sent
+ * (INT64_MIN and INT64_MAX included): saturating instead of overflowing. */
+static int64_t ts_age_ms(int64_t now_ms, int64_t ts)
+{
+	int64_t age;
+	return __builtin_sub_overflow(now_ms, ts, &age) ? (ts < 0 ? INT64_MAX : INT64_MIN) : age;
+}
+
+static int64_t ts_plus_ms(int64_t ts, int64_t ms)
+{
+	int64_t sum;
+	return __builtin_add_overflow(ts, ms, &sum) ? (ms > 0 ? INT64_MAX : INT64_MIN) : sum;
+}
+
 static void seg_path(const struct sluice_plog *l, int64_t base, const char *ext, char *out)
 {
 	snprintf(out, PATH_BYTES, "%s/%020" PRId64 "%s", l->dir, base, ext);
@@ -2045,14 +2059,19 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		 * clean shutdown, which recovery does not rescan): serve what comes
 		 * before it, and report the damage. Bytes that never left memory
 		 * since their produce (which checked every CRC) need no check. */
+		/* The CRC leaves BaseOffset out: from disk, batches must also lie
+		 * in this segment's offsets, in order, or they are not served. */
 		size_t good = verified && verified2 ? n : 0;
+		int64_t expect = s->base_offset, seg_hi = si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo;
 		while (good < n) {
 			struct sluice_batch b;
-			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK) {
+			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK || !batch_offsets_sane(&b) ||
+			    b.base_offset < expect || b.base_offset + b.last_offset_delta >= seg_hi) {
 				SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
 					 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
 				break;
 			}
+			expect = b.base_offset + b.last_offset_delta + 1;
 			good += (size_t)sluice_batch_total_bytes(&b);
 		}
 		if (good == 0) {
@@ -2411,10 +2430,10 @@ static bool keep_record(const struct sluice_record *rec, void *arg)
 		int64_t *latest = keymap_slot(c->map, key_hash(rec->key, rec->key_len), false);
 		if (latest && *latest != rec->offset)
 			keep = false; /* a newer record has this key */
-		else if (!rec->value && c->now_ms - c->batch_max_ts > c->delete_retention_ms)
+		else if (!rec->value && ts_age_ms(c->now_ms, c->batch_max_ts) > c->delete_retention_ms)
 			keep = false; /* a tombstone past delete.retention.ms */
-		else if (!rec->value && c->batch_max_ts + c->delete_retention_ms < c->tombstone_due_ms)
-			c->tombstone_due_ms = c->batch_max_ts + c->delete_retention_ms + 1;
+		else if (!rec->value && ts_plus_ms(c->batch_max_ts, c->delete_retention_ms) < c->tombstone_due_ms)
+			c->tombstone_due_ms = ts_plus_ms(ts_plus_ms(c->batch_max_ts, c->delete_retention_ms), 1);
 	}
 	if (keep) {
 		kwr_raw(&c->out, rec->raw, rec->raw_len);
@@ -2524,6 +2543,8 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		const struct segment *sg = &l->segs[eligible];
 		if (min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < min_lag_ms)
 			break;
+		if (sg->damaged)
+			break; /* its damaged bytes stay as recovery found them, and so does what follows */
 		total += sg->size;
 		if (sg->base_offset >= l->compact_clean_end) {
 			int64_t oldest = sg->first_ts >= 0 ? sg->first_ts : sg->max_ts;

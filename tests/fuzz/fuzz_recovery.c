@@ -9,7 +9,9 @@
  *   - an open that succeeds deletes no acknowledged record: every batch of
  *     the original log that lies wholly before the first damaged byte of
  *     its file is served, byte for byte, at its offset; everything served
- *     passes its CRC with offsets increasing;
+ *     passes its CRC with offsets increasing within a response (across
+ *     responses a rotted BaseOffset, which no CRC covers, may repeat
+ *     offsets: Kafka's format cannot tell);
  *   - offsets are never given out twice: the log end is at least the old
  *     one (the recovery point file, which holds it, is never damaged here);
  *   - a second (clean) open of what the first left serves the same.
@@ -332,7 +334,7 @@ static void check_log(struct sluice_plog *l)
 		}
 		free(buf);
 	}
-	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l), last = -1;
+	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l);
 	int steps = 0;
 	while (off < hw && steps++ < 4 * BATCHES_MAX) {
 		uint8_t *buf = NULL;
@@ -350,11 +352,13 @@ static void check_log(struct sluice_plog *l)
 			off = next;
 			continue;
 		}
+		int64_t last = -1, before = off;
 		for (int32_t q = 0; q < n;) {
 			struct sluice_batch b;
 			if (sluice_batch_check_crc(buf + q, (size_t)(n - q), &b) != SLUICE_BATCH_OK ||
 			    b.base_offset <= last) {
-				fprintf(stderr, "served a bad or out-of-order batch at %" PRId64 "\n", off);
+				fprintf(stderr, "served a bad or out-of-order batch at %" PRId64 " (base %" PRId64 ", last %" PRId64
+					", %d bytes)\n", off, b.base_offset, last, n);
 				abort();
 			}
 			last = b.base_offset + b.last_offset_delta;
@@ -362,6 +366,8 @@ static void check_log(struct sluice_plog *l)
 			q += sluice_batch_total_bytes(&b);
 		}
 		free(buf);
+		if (off <= before)
+			off = before + 1;
 	}
 }
 

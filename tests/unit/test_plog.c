@@ -2097,6 +2097,38 @@ Test(plog, compaction_merges_segments, .init = setup, .fini = teardown)
 	sluice_plog_close(l);
 }
 
+/* Proves compaction leaves a damaged segment (and those after it) alone:
+ * the damaged file keeps its bytes and a fetch in its damage still answers
+ * -3. Without the guard the pass rewrote the segment from its readable
+ * batches, deleting the damaged bytes, and the lost offsets became a gap
+ * that a fetch silently skipped. */
+Test(plog, compaction_leaves_damaged_segment, .init = setup, .fini = teardown)
+{
+	struct sluice_plog *l = open_log(&SMALL, true, NULL);
+	for (int i = 0; i < 300; i++)
+		append_keyed(l, 4, 3, i * 4, (uint8_t)i);
+	flush_log(l);
+	sluice_plog_close(l);
+	int64_t bases[64];
+	int nseg = list_logs(bases, 64);
+	cr_assert_geq(nseg, 4);
+	char p[300];
+	seg_file(p, sizeof p, bases[1], ".log");
+	int64_t pos[128];
+	int nb = batch_positions(p, pos, 128);
+	cr_assert_geq(nb, 4);
+	cr_assert_eq(truncate(p, pos[nb / 2] + 10), 0);
+	int64_t size = file_size(p), lost = bases[1] + 4 * (nb / 2);
+	l = open_log(&SMALL, true, NULL);
+	uint8_t *buf = NULL;
+	cr_assert_eq(sluice_plog_read(l, lost, 1 << 20, true, &buf), -3);
+	(void)sluice_plog_compact(l, 1 << 30, 0, 1 << 30);
+	(void)sluice_plog_compact(l, 1 << 30, 0, 1 << 30);
+	cr_expect_eq(file_size(p), size, "the damaged segment kept its bytes");
+	cr_expect_eq(sluice_plog_read(l, lost, 1 << 20, true, &buf), -3, "a fetch in the damage still says so");
+	sluice_plog_close(l);
+}
+
 /* One batch of the log before the damage: where it was and what it held. */
 struct orig_batch {
 	int file;            /* index into the damage round's names */
