@@ -963,7 +963,7 @@ static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_
 }
 
 /* Whether the segment file named base begins with a whole, CRC-good batch
- * whose offsets lie outside [base, hi): a file that does not belong under
+ * whose base offset lies outside [base, hi): a file that does not belong under
  * its name (a stray copy, a misnamed file). Fills err when it does. Files
  * that cannot be read, or begin with damage, are left to the scan. */
 static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, char *err, size_t errlen)
@@ -977,7 +977,7 @@ static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, 
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	    pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr) {
 		struct hdr_view v = hdr_read(hdr);
-		uint8_t *batch = v.ok && (v.base < base || v.last >= hi) && v.len <= st.st_size ? malloc((size_t)v.len) : NULL;
+		uint8_t *batch = v.ok && (v.base < base || v.base >= hi) && v.len <= st.st_size ? malloc((size_t)v.len) : NULL;
 		struct sluice_batch b;
 		bad = batch && pread(fd, batch, (size_t)v.len, 0) == v.len &&
 		      sluice_batch_check_crc(batch, (size_t)v.len, &b) == SLUICE_BATCH_OK;
