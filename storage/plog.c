@@ -120,8 +120,9 @@ static int64_t mono_ms(void)
 
 static void write_log_start(struct sluice_plog *l);
 
-/* Time arithmetic on record timestamps, which are whatever producers sent
- * (INT64_MIN and INT64_MAX included): saturating instead of overflowing. */
+/* Arithmetic on record timestamps, which are whatever producers sent
+ * (INT64_MIN and INT64_MAX included), and on header fields read from disk:
+ * saturating instead of overflowing. */
 static int64_t ts_age_ms(int64_t now_ms, int64_t ts)
 {
 	int64_t age;
@@ -2195,9 +2196,9 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 		int32_t od = krd_varint(&r);
 		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r) + (size_t)(r.p - start))
 			break;
-		if (b.base_timestamp + tsd >= ts) {
-			*off = b.base_offset + od;
-			*rts = b.base_timestamp + tsd;
+		if (ts_plus_ms(b.base_timestamp, tsd) >= ts) {
+			*off = ts_plus_ms(b.base_offset, od); /* header fields from disk: anything */
+			*rts = ts_plus_ms(b.base_timestamp, tsd);
 			found = true;
 			break;
 		}

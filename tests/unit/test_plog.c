@@ -1422,13 +1422,27 @@ Test(plog, timestamp_int64_min_no_roll, .init = setup, .fini = teardown)
 	int64_t base, last;
 	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0);
 	free(b);
-	b = mk_batch(1, INT64_MAX, 10, 'c', &len);
-	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0); /* far future: rolls */
+	/* far in the future (rolls: segment.ms past the first batch), and its
+	 * records' timestamps (base + delta) pass INT64_MAX: a lookup by time
+	 * reaching the second record must not overflow either */
+	struct tb_rec recs[2] = {{NULL, 0, "x", 1, 0}, {NULL, 0, "y", 1, 5}};
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 20);
+	(void)tb_records(&w, recs, 2);
+	struct tb_hdr h = tb_hdr_default(2, INT64_MAX - 1);
+	h.max_timestamp = INT64_MAX;
+	b = tb_wrap(&h, w.buf, w.len, &len);
+	kwr_free(&w);
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0);
 	free(b);
 	flush_log(l);
 	int64_t bases[8];
-	cr_expect_eq(list_logs(bases, 8), 2, "one roll, for INT64_MAX only");
+	cr_expect_eq(list_logs(bases, 8), 2, "one roll, for the far future only");
 	cr_expect_eq(bases[1], 2);
+	int64_t found = 0;
+	cr_expect_eq(sluice_plog_offset_for_time(l, INT64_MAX, &found), 3);
+	cr_expect_eq(found, INT64_MAX);
+	cr_expect_eq(sluice_plog_offset_for_time(l, INT64_MIN, &found), 0);
 	/* segment 0 (newest timestamp 5000) expires at 10000; segment 1 (INT64_MAX) never does */
 	cr_expect_eq(sluice_plog_enforce_retention(l, 10000, 1000, -1), 1, "retention with hostile timestamps");
 	cr_expect_eq(sluice_plog_log_start(l), 2);
@@ -2175,7 +2189,7 @@ Test(plog, random_damage_recovery, .init = setup, .fini = teardown)
 			if (!strstr(names[i], ".log"))
 				continue;
 			char p[400];
-			snprintf(p, sizeof p, "%s/%s", H.dir, names[i]);
+			snprintf(p, sizeof p, "%s/%.63s", H.dir, names[i]);
 			int64_t pos[128];
 			int nb = batch_positions(p, pos, 128);
 			int fd = open(p, O_RDONLY);
@@ -2196,7 +2210,7 @@ Test(plog, random_damage_recovery, .init = setup, .fini = teardown)
 		for (int h = 0; h < hits && n > 0; h++) {
 			int fi = (int)(rand_r(&seed) % (unsigned)n);
 			char p[400];
-			snprintf(p, sizeof p, "%s/%s", H.dir, names[fi]);
+			snprintf(p, sizeof p, "%s/%.63s", H.dir, names[fi]);
 			int64_t size = file_size(p);
 			switch (rand_r(&seed) % 6) {
 			case 0: /* flip a byte */
@@ -2226,7 +2240,7 @@ Test(plog, random_damage_recovery, .init = setup, .fini = teardown)
 			case 4: { /* a stray segment file: a copy from one of its batches on */
 				const struct orig_batch *ob = &orig[rand_r(&seed) % (unsigned)norig];
 				char from[400], to[400];
-				snprintf(from, sizeof from, "%s/%s", H.dir, names[ob->file]);
+				snprintf(from, sizeof from, "%s/%.63s", H.dir, names[ob->file]);
 				seg_file(to, sizeof to, (int64_t)(rand_r(&seed) % (unsigned)(old_leo + 50)), ".log");
 				if (file_size(to) < 0 && file_size(from) > ob->pos)
 					copy_file(from, to, ob->pos);
