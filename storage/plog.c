@@ -469,6 +469,7 @@ static int64_t seg_scan_range(struct sluice_plog *l, struct segment *s, int fd, 
 					uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
 					if (!nb) {
 						io_error = true;
+						errno = ENOMEM;
 						stop = true;
 						break;
 					}
@@ -912,14 +913,14 @@ static void seg_mark_damaged(struct sluice_plog *l, struct segment *s, int64_t f
 }
 
 /* The last segment has bytes past its batches, or ends below the recovery
- * point. Below the recovery point
- * (written at each roll and clean stop, once everything before it was
- * synced) they held data that was on stable storage: damage, kept, and the
- * log continues in a new segment at the recovery point so no offset is
- * given out twice. At or past it, after a crash, they are a torn write,
- * and after a clean stop (which wrote the log end there) they were never
- * part of the log: cut off, as Kafka does. A clean stop whose recovery
- * point lies below the segment's batches leaves no way to tell. */
+ * point. Below the recovery point (written at each roll and clean stop,
+ * once everything before it was synced) they held data that was on stable
+ * storage: damage, kept, and the log continues in a new segment at the
+ * recovery point so no offset is given out twice. At or past it, after a
+ * crash, they are a torn write, and after a clean stop (which wrote the
+ * log end there) they were never part of the log: cut off, as Kafka does.
+ * A clean stop whose recovery point lies below the segment's batches
+ * leaves no way to tell. */
 static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size, bool clean,
 			const struct scan_result *res, struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
@@ -1051,7 +1052,8 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 		int64_t valid = seg_scan_range(l, s, fd, need_crc, bases[i], hi, rec, &res);
 		if (valid < 0) {
 			int e = errno;
-			snprintf(err, errlen, "cannot read segment %020" PRId64 ".log: %s", bases[i], strerror(e));
+			snprintf(err, errlen, "cannot read segment %020" PRId64 ".log: %s", bases[i],
+				 e == ENOMEM ? "out of memory" : strerror(e));
 			errno = e;
 			return SLUICE_PLOG_OPEN_UNUSABLE;
 		}
