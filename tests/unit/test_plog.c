@@ -9,8 +9,13 @@
  * reopen unchanged; and after an unclean stop (a torn last batch, a flipped
  * byte, a zeroed tail, a missing or garbage offset index, a process killed
  * with writes half-done) reopens with every earlier batch readable and no
- * corrupt batch ever served, truncating at the first bad batch and dropping
- * the segments after it. Both the O_DIRECT and the buffered write paths are
+ * corrupt batch ever served, cutting only a torn end of the last segment
+ * past the recovery point; damage anywhere else is kept and answered with
+ * -3 (CORRUPT_MESSAGE), no segment is deleted and no offset reused, and
+ * segment files that contradict their names or each other make the open
+ * fail with nothing changed on disk. Offsets that jump past 2^31 within a
+ * segment roll it, and hostile timestamps overflow nothing. Both the
+ * O_DIRECT and the buffered write paths are
  * run. The driver here plays the storage core: it submits the log's writes,
  * reaps completions (kind = user_data & 7) and implements the wait_write hook. */
 #include "batch_build.h"
