@@ -2780,9 +2780,41 @@ static bool swap_manifest_write(const char *dir, const int64_t *bases, uint32_t 
 	return ok;
 }
 
+/* Whether the segment file at path holds a batch reaching offset (headers
+ * walked until one does, or until they stop making sense). */
+static bool file_reaches(const char *path, int64_t offset)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	bool reaches = false;
+	for (int64_t pos = 0; fd >= 0 && !reaches && pread(fd, hdr, sizeof hdr, pos) == (ssize_t)sizeof hdr;) {
+		struct hdr_view v = hdr_read(hdr);
+		if (!v.ok)
+			break;
+		reaches = v.last >= offset;
+		pos += v.len;
+	}
+	if (fd >= 0)
+		close(fd);
+	return reaches;
+}
+
 static void swap_apply(const char *dir, const int64_t *bases, uint32_t n)
 {
 	char p[PATH_BYTES], q[PATH_BYTES];
+	/* The old segments go only when their cleaned replacement is there:
+	 * still "<first>.log.cleaned", or already renamed over the first
+	 * (which then holds offsets past the second's base). A manifest whose
+	 * cleaned file is gone deletes nothing. */
+	snprintf(p, sizeof p, "%.*s/%020" PRId64 ".log.cleaned", PATH_BYTES - 64, dir, bases[0]);
+	snprintf(q, sizeof q, "%.*s/%020" PRId64 ".log", PATH_BYTES - 64, dir, bases[0]);
+	if (access(p, F_OK) != 0 && n > 1 && !file_reaches(q, bases[1])) {
+		SLOG_WARN("storage", "%.*s: compaction swap manifest %020" PRId64 ".swap without its cleaned segment: "
+			  "the old segments are kept", PATH_BYTES - 64, dir, bases[0]);
+		snprintf(p, sizeof p, "%.*s/%020" PRId64 ".swap", PATH_BYTES - 64, dir, bases[0]);
+		unlink(p);
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		snprintf(p, sizeof p, "%.*s/%020" PRId64 ".index", PATH_BYTES - 64, dir, bases[i]);
 		unlink(p);

@@ -2084,6 +2084,31 @@ Test(plog, compaction_swap_recovery, .init = setup, .fini = teardown)
 	free(e);
 }
 
+/* Proves a compaction swap manifest whose cleaned segment is gone (lost,
+ * or never there) deletes nothing at the next open: the segments it names
+ * stay and are all served, and the manifest goes. Regression: the open
+ * "finished" the swap by deleting every segment the manifest named after
+ * the first. */
+Test(plog, swap_manifest_without_cleaned_file, .init = setup, .fini = teardown)
+{
+	struct sluice_plog *l = open_log(&SMALL, true, NULL);
+	struct expect *e = fill_segments(l, 40, 3000);
+	sluice_plog_close(l);
+	int64_t b[64];
+	int nseg = list_logs(b, 64);
+	cr_assert_geq(nseg, 4);
+	write_manifest(b[1], b[2]);
+	l = open_log(&SMALL, true, NULL);
+	cr_expect_eq(verify_all(l, e, 0, 1 << 20), e->count, "every batch still served");
+	sluice_plog_close(l);
+	int64_t after[64];
+	cr_expect_eq(list_logs(after, 64), nseg, "no segment deleted");
+	char p[300];
+	seg_file(p, sizeof p, b[1], ".swap");
+	cr_expect_lt(file_size(p), 0, "the manifest is gone");
+	free(e);
+}
+
 /* Proves compaction merges small neighbouring segments into one (each
  * group at most segment.bytes, named by its first): after a pass that
  * shrinks 1 MiB segments to a few KiB, the next pass leaves fewer files,
