@@ -1011,14 +1011,6 @@ static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, 
 static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_t nbase, bool clean,
 			    struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
-	/* First the names: a stray file is reported as what it is, before the
-	 * scans meet its offsets in its neighbours. */
-	for (uint32_t i = 0; i < nbase; i++) {
-		if (seg_misnamed(l, bases[i], i + 1 < nbase ? bases[i + 1] : INT64_MAX, err, errlen)) {
-			errno = EUCLEAN;
-			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
-	}
 	for (uint32_t i = 0; i < nbase; i++) {
 		if (create_segment(l, bases[i]) < 0) {
 			snprintf(err, errlen, "out of memory");
@@ -1060,6 +1052,13 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 		if (valid == st.st_size && (!last || s->next_offset >= l->recovery_point))
 			continue;
 		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP) {
+			/* Name the file that does not belong, when one does not: a
+			 * stray file shows first as a neighbour running into it. */
+			for (uint32_t k = 0; k < nbase; k++)
+				if (seg_misnamed(l, bases[k], k + 1 < nbase ? bases[k + 1] : INT64_MAX, err, errlen)) {
+					errno = EUCLEAN;
+					return SLUICE_PLOG_OPEN_UNUSABLE;
+				}
 			char next[32] = "the log end";
 			if (!last)
 				snprintf(next, sizeof next, "%" PRId64, hi);
