@@ -100,6 +100,18 @@ struct sstate {
 	struct sluice_pool *pool; /* extents: the partitions' tails and the read cache */
 	struct cleaner cleaner;
 	int64_t next_stats_ms;
+	/* Partitions whose files could not be opened as they are (unreadable,
+	 * not files, segments contradicting each other: see sluice_plog_open).
+	 * They answer KAFKA_STORAGE_ERROR until a restart, as in Kafka, while
+	 * the rest of their directory keeps serving; a write or fsync error
+	 * instead takes the whole directory offline (sluice_dir_failed). */
+	struct offline_part *offline;
+	uint32_t offline_n, offline_cap; /* at most SLUICE_STORE_PARTITIONS_MAX */
+};
+
+struct offline_part {
+	char *topic;
+	int32_t partition;
 };
 
 static uint64_t hash_tp(const char *t, int32_t p)
@@ -451,6 +463,44 @@ static int part_metadata_check(struct broker *b, const char *topic, const char *
 	return rc;
 }
 
+static uint32_t offline_find(const struct sstate *st, const char *topic, int32_t partition)
+{
+	uint32_t i = 0;
+	while (i < st->offline_n && (st->offline[i].partition != partition || strcmp(st->offline[i].topic, topic) != 0))
+		i++;
+	return i;
+}
+
+/* Take one partition offline (its files stay as they are). */
+static void offline_add(struct storecore *sc, const char *topic, int32_t partition, const char *dir, const char *why)
+{
+	struct sstate *st = sc->state;
+	SLOG_ERR("storage", "partition %s-%d is offline until a restart (KAFKA_STORAGE_ERROR): %s: %s; its files are "
+		 "left as they are, and the other partitions in its log directory keep serving", topic, partition, dir, why);
+	if (st->offline_n == st->offline_cap) {
+		uint32_t cap = st->offline_cap ? 2 * st->offline_cap : 16;
+		struct offline_part *n = cap <= SLUICE_STORE_PARTITIONS_MAX ? realloc(st->offline, cap * sizeof *n) : NULL;
+		if (!n)
+			return; /* not remembered: the next request tries the open again */
+		st->offline = n;
+		st->offline_cap = cap;
+	}
+	char *t = strdup(topic);
+	if (!t)
+		return;
+	st->offline[st->offline_n++] = (struct offline_part){t, partition};
+	assert(st->offline_n <= SLUICE_STORE_PARTITIONS_MAX);
+}
+
+static void offline_remove(struct sstate *st, const char *topic, int32_t partition)
+{
+	uint32_t i = offline_find(st, topic, partition);
+	if (i == st->offline_n)
+		return;
+	free(st->offline[i].topic);
+	st->offline[i] = st->offline[--st->offline_n];
+}
+
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
 {
 	struct sstate *st = sc->state;
@@ -460,7 +510,7 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 	struct spart *p = part_lookup(st, topic, partition, &slot);
 	if (p)
 		return p;
-	if (st->count >= SLUICE_STORE_PARTITIONS_MAX) {
+	if (st->count >= SLUICE_STORE_PARTITIONS_MAX || offline_find(st, topic, partition) < st->offline_n) {
 		*error = 56;
 		return NULL;
 	}
@@ -497,20 +547,25 @@ static struct spart *part_get(struct storecore *sc, const char *topic, int32_t p
 		rc = sluice_plog_open(dir, &st->plog_cfg, sc->b->clean_start, &hooks, &p->log, &rec, err, sizeof err);
 	}
 	if (rc < 0) {
-		SLOG_ERR("storage", "cannot open partition %s-%d: %s", topic, partition, err);
-		/* Out of descriptors or memory is the process's trouble, not the disk's. */
-		if (!strstr(err, strerror(EMFILE)) && !strstr(err, strerror(ENFILE)) && !strstr(err, "out of memory"))
+		/* Out of descriptors or memory is the process's trouble, not the
+		 * disk's: the next request tries again. A write that failed is the
+		 * directory's; anything else is this partition's files. */
+		if (strstr(err, strerror(EMFILE)) || strstr(err, strerror(ENFILE)) || strstr(err, "out of memory"))
+			SLOG_ERR("storage", "cannot open partition %s-%d: %s", topic, partition, err);
+		else if (rc == SLUICE_PLOG_OPEN_IO)
 			sluice_dir_failed(sc->b, p->dir, err);
+		else
+			offline_add(sc, topic, partition, dir, err);
 		free(p->topic);
 		free(p);
 		*error = 56; /* KAFKA_STORAGE_ERROR */
 		return NULL;
 	}
-	if (rec.bytes_truncated || rec.segments_deleted)
+	if (rec.bytes_truncated || rec.segments_damaged)
 		SLOG_WARN("storage", "recovered %s-%d: %" PRId64 " batches scanned%s, %" PRId64
-			  " bytes truncated, %d segments deleted",
+			  " bytes truncated, %d damaged segments kept (see above)",
 			  topic, partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
-			  rec.bytes_truncated, rec.segments_deleted);
+			  rec.bytes_truncated, rec.segments_damaged);
 	(void)part_metadata_check(sc->b, topic, dir, true);
 	/* Idempotent-producer state from the newest two segments. */
 	(void)sluice_plog_visit_tail(p->log, 2, prod_rebuild_visit, p);
@@ -536,6 +591,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 	struct sstate *st = sc->state;
 	char dir[900];
 	uint32_t slot = 0;
+	offline_remove(st, topic, partition);
 	struct spart *p = st->table_cap ? part_lookup(st, topic, partition, &slot) : NULL;
 	if (p) {
 		/* Fail anything still waiting, close the log, then drop the entry
@@ -1176,6 +1232,11 @@ static void *storage_main(void *arg)
 		sluice_plog_close(p->log);
 		p->log = NULL;
 	}
+	for (uint32_t i = 0; i < st->offline_n; i++)
+		free(st->offline[i].topic);
+	free(st->offline);
+	st->offline = NULL;
+	st->offline_n = st->offline_cap = 0;
 	sluice_pool_destroy(st->pool);
 	st->pool = NULL;
 	return NULL;

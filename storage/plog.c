@@ -52,6 +52,11 @@ struct segment {
 	int64_t bytes_since_index;
 	int64_t first_ts; /* max timestamp of the first batch (segment.ms rolls) */
 	int64_t max_ts_offset; /* last offset of the batch holding max_ts, -1: none */
+	/* A closed segment whose bytes past size could not be read as batches
+	 * (rot, a cut, garbage): they stay on disk untouched, size covers only
+	 * the batches before them, and a fetch of an offset from next_offset up
+	 * to the next segment's base answers CORRUPT_MESSAGE. */
+	bool damaged;
 };
 
 struct sluice_plog {
@@ -115,6 +120,21 @@ static int64_t mono_ms(void)
 
 static void write_log_start(struct sluice_plog *l);
 
+/* Arithmetic on record timestamps, which are whatever producers sent
+ * (INT64_MIN and INT64_MAX included), and on header fields read from disk:
+ * saturating instead of overflowing. */
+static int64_t ts_age_ms(int64_t now_ms, int64_t ts)
+{
+	int64_t age;
+	return __builtin_sub_overflow(now_ms, ts, &age) ? (ts < 0 ? INT64_MAX : INT64_MIN) : age;
+}
+
+static int64_t ts_plus_ms(int64_t ts, int64_t ms)
+{
+	int64_t sum;
+	return __builtin_add_overflow(ts, ms, &sum) ? (ms > 0 ? INT64_MAX : INT64_MIN) : sum;
+}
+
 static void seg_path(const struct sluice_plog *l, int64_t base, const char *ext, char *out)
 {
 	snprintf(out, PATH_BYTES, "%s/%020" PRId64 "%s", l->dir, base, ext);
@@ -164,8 +184,22 @@ static void tail_release(struct sluice_plog *l, int64_t seg_base, bool cache)
 	l->tail_n = 0;
 }
 
+/* Whether offset can be an index entry of segment s: Kafka's index files
+ * hold 32-bit offsets relative to the segment's base (and 32-bit
+ * positions). Appends roll before a batch would break this; a segment
+ * written by older code may span more, and then its entries stop where
+ * they no longer fit, so lookups past them scan forward from the last one
+ * instead of landing on a wrapped entry. */
+static bool seg_indexable(const struct segment *s, int64_t offset, int64_t position)
+{
+	return offset >= s->base_offset && offset - s->base_offset <= INT32_MAX && position >= 0 &&
+	       position <= INT32_MAX;
+}
+
 static bool seg_add_index(struct segment *s, int64_t offset, int64_t position)
 {
+	if (!seg_indexable(s, offset, position))
+		return false;
 	if (s->idx_n == s->idx_cap) {
 		uint32_t cap = s->idx_cap ? s->idx_cap * 2 : 64;
 		struct idx_entry *n = realloc(s->idx, cap * sizeof *n);
@@ -182,6 +216,8 @@ static bool seg_add_tindex(struct segment *s, int64_t ts, int64_t offset)
 {
 	if (s->tidx_n && s->tidx[s->tidx_n - 1].timestamp >= ts)
 		return true;
+	if (!seg_indexable(s, offset, 0))
+		return false;
 	if (s->tidx_n == s->tidx_cap) {
 		uint32_t cap = s->tidx_cap ? s->tidx_cap * 2 : 64;
 		struct tidx_entry *n = realloc(s->tidx, cap * sizeof *n);
@@ -340,29 +376,81 @@ static int64_t read_recovery_point(const char *dir)
 
 /* ---- recovery ---------------------------------------------------------- */
 
-/* Scan one segment from position 0, rebuilding its indexes. Stops at the
- * first batch that is short, malformed, out of sequence or (when check_crc)
- * fails its CRC; returns the valid length, or -1 on I/O error. */
-static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool check_crc,
-			int64_t expect_offset, struct sluice_plog_recovery *rec)
+/* Why a scan stopped before the end of the file. */
+enum scan_stop {
+	SCAN_END,       /* every byte is a batch */
+	SCAN_INVALID,   /* short, malformed, out of sequence, or (when checked) a failing CRC */
+	SCAN_MISPLACED, /* the first batch, whole and its CRC good, lies outside [lo, hi) */
+	SCAN_OVERLAP,   /* a whole, good batch continuing its predecessor reaches hi */
+};
+
+struct scan_result {
+	enum scan_stop stop;
+	int64_t base, last; /* the offending batch's offsets (SCAN_MISPLACED, SCAN_OVERLAP) */
+	const char *why;    /* SCAN_INVALID: what was wrong, for the log */
+};
+
+/* Whether a batch whose parse succeeded has offsets that make sense at all
+ * (a corrupt header can claim anything; nothing below may overflow). */
+static bool batch_offsets_sane(const struct sluice_batch *b)
+{
+	return b->base_offset >= 0 && b->last_offset_delta >= 0 && b->base_offset <= INT64_MAX - INT32_MAX - 1;
+}
+
+/* Classify a whole batch at the start of buf whose offsets lie outside
+ * [expect, hi): a good batch that is the file's first does not belong
+ * under the segment's name (a stray or misnamed file), one that continues
+ * its predecessor and runs into the next segment's base means two files
+ * hold the same offsets; anything else is damage. */
+static void scan_misfit(const uint8_t *buf, size_t avail, const struct sluice_batch *b, int64_t pos, int64_t expect,
+			int64_t hi, struct scan_result *res)
+{
+	struct sluice_batch c;
+	int64_t last = b->base_offset + b->last_offset_delta;
+	res->base = b->base_offset;
+	res->last = last;
+	if (sluice_batch_check_crc(buf, avail, &c) != SLUICE_BATCH_OK) {
+		res->stop = SCAN_INVALID;
+		res->why = "a batch out of offset order failing its CRC";
+	} else if (pos == 0) {
+		res->stop = SCAN_MISPLACED;
+	} else if (b->base_offset == expect && last >= hi) {
+		res->stop = SCAN_OVERLAP;
+	} else {
+		res->stop = SCAN_INVALID;
+		res->why = "a batch whose offsets do not follow the previous batch";
+	}
+}
+
+/* Scan one segment from position 0, rebuilding its indexes. Batches must
+ * lie in [lo, hi) (lo: the segment's base offset, hi: the next segment's,
+ * INT64_MAX for the last) and follow one another in offset order. Stops at
+ * the first batch that does not (res says why); returns the length of the
+ * batches before it, or -1 on an I/O error. */
+static int64_t seg_scan_range(struct sluice_plog *l, struct segment *s, int fd, bool check_crc, int64_t lo, int64_t hi,
+			      struct sluice_plog_recovery *rec, struct scan_result *res)
 {
 	struct stat st;
+	memset(res, 0, sizeof *res);
 	if (fstat(fd, &st) < 0)
 		return -1;
 	size_t cap = SCAN_BUF_BYTES;
 	uint8_t *buf = malloc(cap);
 	if (!buf)
 		return -1;
-	int64_t pos = 0, file_size = st.st_size;
+	int64_t pos = 0, file_size = st.st_size, expect = lo;
 	s->idx_n = s->tidx_n = 0;
 	s->bytes_since_index = 0;
 	s->max_ts = -1;
 	s->first_ts = -1;
 	s->max_ts_offset = -1;
 	s->next_offset = s->base_offset;
+	bool io_error = false;
 	while (pos < file_size) {
 		size_t want = (size_t)(file_size - pos < (int64_t)cap ? file_size - pos : (int64_t)cap);
 		ssize_t got = pread(fd, buf, want, pos);
+		if (got < 0)
+			io_error = true;
 		if (got <= 0)
 			break;
 		size_t off = 0;
@@ -380,6 +468,8 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 					size_t need = (size_t)b.length + 12;
 					uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
 					if (!nb) {
+						io_error = true;
+						errno = ENOMEM;
 						stop = true;
 						break;
 					}
@@ -389,13 +479,19 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 				}
 				break;
 			}
-			if (r != SLUICE_BATCH_OK || (expect_offset >= 0 && b.base_offset < expect_offset) ||
-			    b.base_offset < s->base_offset) {
+			if (r != SLUICE_BATCH_OK || !batch_offsets_sane(&b)) {
+				res->stop = SCAN_INVALID;
+				res->why = r == SLUICE_BATCH_OK ? "impossible offsets" : sluice_batch_result_name(r);
+				stop = true;
+				break;
+			}
+			if (b.base_offset < expect || b.base_offset + b.last_offset_delta >= hi) {
+				scan_misfit(buf + off, (size_t)got - off, &b, pos + (int64_t)off, expect, hi, res);
 				stop = true;
 				break;
 			}
 			seg_note_batch(l, s, &b, pos + (int64_t)off);
-			expect_offset = s->next_offset;
+			expect = s->next_offset;
 			if (rec)
 				rec->batches_scanned++;
 			off += (size_t)sluice_batch_total_bytes(&b);
@@ -406,7 +502,22 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 	}
 	free(buf);
 	s->size = pos;
+	if (io_error)
+		return -1;
+	if (pos < file_size && res->stop == SCAN_END) {
+		res->stop = SCAN_INVALID; /* a batch cut short by the end of the file */
+		res->why = "a batch cut short";
+	}
 	return pos;
+}
+
+/* The same without an upper bound or a report (compaction's output). */
+static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool check_crc, int64_t expect_offset,
+			struct sluice_plog_recovery *rec)
+{
+	struct scan_result res;
+	int64_t lo = expect_offset > s->base_offset ? expect_offset : s->base_offset;
+	return seg_scan_range(l, s, fd, check_crc, lo, INT64_MAX, rec, &res);
 }
 
 /* Whether file bytes [pos, size) are all zeros: the written part checked
@@ -491,29 +602,61 @@ static bool seg_load_max_ts(struct sluice_plog *l, struct segment *s)
 	return ok;
 }
 
-static int64_t seg_tail_scan(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size)
+/* A batch header's offsets and length, read without trusting them. */
+struct hdr_view {
+	int64_t base, last, len;
+	int64_t max_ts;
+	bool ok; /* magic 2, a length at least a header, offsets sane */
+};
+
+static struct hdr_view hdr_read(const uint8_t *hdr)
 {
-	int64_t pos = s->idx[s->idx_n - 1].position;
+	struct hdr_view v;
+	int32_t delta = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA);
+	v.base = (int64_t)kbe64(hdr);
+	v.len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+	v.max_ts = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_MAX_TS);
+	v.ok = hdr[SLUICE_BATCH_OFF_MAGIC] == 2 && v.len >= SLUICE_BATCH_HEADER_BYTES && delta >= 0 && v.base >= 0 &&
+	       v.base <= INT64_MAX - INT32_MAX - 1;
+	v.last = v.ok ? v.base + delta : -1;
+	return v;
+}
+
+/* For a closed segment whose index loaded: check it against the file and
+ * find next_offset and the largest timestamp from the last indexed batch
+ * onwards (headers only). The first batch must lie under the segment's
+ * name and every batch read below hi (the next segment's base), the last
+ * index entry must name the batch it points at, and the segment must not
+ * span more offsets than its index can hold; otherwise -1 (the caller
+ * scans the whole segment instead). */
+static int64_t seg_tail_scan(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size, int64_t hi)
+{
+	(void)l;
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
-	s->next_offset = s->base_offset + s->idx[s->idx_n - 1].rel_offset;
+	if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+		return -1;
+	struct hdr_view v = hdr_read(hdr);
+	if (!v.ok || v.base < s->base_offset || v.last >= hi)
+		return -1;
+	int64_t pos = s->idx[s->idx_n - 1].position;
+	int64_t indexed = s->base_offset + s->idx[s->idx_n - 1].rel_offset, expect = s->base_offset;
+	bool first = true;
 	while (pos + (int64_t)sizeof hdr <= file_size) {
 		if (pread(fd, hdr, sizeof hdr, pos) != (ssize_t)sizeof hdr)
 			return -1;
-		struct sluice_batch b;
-		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
-		if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > file_size ||
-		    sluice_batch_parse(hdr, sizeof hdr, &b) == SLUICE_BATCH_BAD_MAGIC)
+		v = hdr_read(hdr);
+		if (!v.ok || pos + v.len > file_size || v.base < expect || v.last >= hi || (first && v.last != indexed))
 			return -1;
-		b.last_offset_delta = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA);
-		b.base_offset = (int64_t)kbe64(hdr);
-		b.max_timestamp = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_MAX_TS);
-		s->next_offset = b.base_offset + b.last_offset_delta + 1;
-		if (b.max_timestamp > s->max_ts)
-			s->max_ts = b.max_timestamp;
-		pos += len;
+		first = false;
+		expect = s->next_offset = v.last + 1;
+		if (v.max_ts > s->max_ts)
+			s->max_ts = v.max_ts;
+		pos += v.len;
 	}
 	s->size = pos;
-	return pos == file_size ? pos : -1;
+	if (pos != file_size || first || s->next_offset - 1 - s->base_offset > INT32_MAX)
+		return -1;
+	return pos;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -560,17 +703,23 @@ static int list_segments(const char *dir, int64_t **out, uint32_t *n)
 		if (end != e->d_name + 20 || base < 0)
 			continue;
 		if (cnt == cap) {
-			if (cap >= SLUICE_PLOG_SEGMENTS_MAX)
+			/* Never open a log with some of its segments left out: the
+			 * ones left out would be overwritten by later rolls. */
+			int64_t *nv = cap < SLUICE_PLOG_SEGMENTS_MAX ? realloc(v, 2 * cap * sizeof *nv) : NULL;
+			if (!nv) {
+				free(v);
+				v = NULL;
+				errno = cap < SLUICE_PLOG_SEGMENTS_MAX ? ENOMEM : E2BIG;
 				break;
+			}
 			cap *= 2;
-			int64_t *nv = realloc(v, cap * sizeof *nv);
-			if (!nv)
-				break;
 			v = nv;
 		}
 		v[cnt++] = base;
 	}
+	int saved = errno;
 	closedir(d);
+	errno = saved;
 	if (!v)
 		return -1;
 	qsort(v, cnt, sizeof *v, cmp_i64);
@@ -744,6 +893,199 @@ static int create_segment(struct sluice_plog *l, int64_t base)
 	return 0;
 }
 
+/* Damage in a segment recovery keeps: logged with what is served and what
+ * is not; its bytes stay on disk as they are. */
+static void seg_mark_damaged(struct sluice_plog *l, struct segment *s, int64_t file_size, int64_t hi,
+			     const struct scan_result *res, struct sluice_plog_recovery *rec)
+{
+	char served[96] = "no batch before it is served", refused[128] = "no offset lies in the damaged bytes";
+	s->damaged = true;
+	rec->segments_damaged++;
+	if (s->next_offset > s->base_offset)
+		snprintf(served, sizeof served, "its batches before that (offsets up to %" PRId64 ") are served",
+			 s->next_offset - 1);
+	if (hi > s->next_offset)
+		snprintf(refused, sizeof refused, "a fetch of offsets %" PRId64 " to %" PRId64 " answers CORRUPT_MESSAGE",
+			 s->next_offset, hi - 1);
+	SLOG_ERR("storage", "%s: segment %020" PRId64 ".log is damaged at byte %lld of %lld (%s): %s, %s; the file "
+		 "is kept as it is and no other segment is touched", l->dir, s->base_offset, (long long)s->size,
+		 (long long)file_size, res->why ? res->why : "a batch out of place", served, refused);
+}
+
+/* The last segment has bytes past its batches, or ends below the recovery
+ * point. Below the recovery point (written at each roll and clean stop,
+ * once everything before it was synced) they held data that was on stable
+ * storage: damage, kept, and the log continues in a new segment at the
+ * recovery point so no offset is given out twice. At or past it, after a
+ * crash, they are a torn write, and after a clean stop (which wrote the
+ * log end there) they were never part of the log: cut off, as Kafka does.
+ * A clean stop whose recovery point lies below the segment's batches
+ * leaves no way to tell. */
+static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size, bool clean,
+			const struct scan_result *res, struct sluice_plog_recovery *rec, char *err, size_t errlen)
+{
+	int64_t rp = l->recovery_point, valid = s->size;
+	if (s->next_offset < rp) {
+		struct scan_result missing = *res;
+		if (valid == file_size)
+			missing.why = "its end is missing: the recovery point lies past its last batch";
+		seg_mark_damaged(l, s, file_size, rp, &missing, rec);
+		if (create_segment(l, rp) < 0) {
+			snprintf(err, errlen, "out of memory");
+			errno = ENOMEM;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+		l->modified = true;
+		return 0;
+	}
+	if (clean && s->next_offset > rp && !preallocated_zeros(fd, valid, file_size)) {
+		snprintf(err, errlen, "segment %020" PRId64 ".log is damaged at byte %lld of %lld (%s) after a clean stop, "
+			 "and the recovery point %" PRId64 " lies below its batches, so the offsets the damaged bytes held "
+			 "are unknown; nothing was changed on disk", s->base_offset, (long long)valid, (long long)file_size,
+			 res->why ? res->why : "a batch out of place", rp);
+		errno = EUCLEAN;
+		return SLUICE_PLOG_OPEN_UNUSABLE;
+	}
+	rec->bytes_truncated += file_size - valid;
+	if (preallocated_zeros(fd, valid, file_size))
+		/* Space preallocated past the data (a stop before the segment
+		 * was closed): nothing was lost. */
+		SLOG_INFO("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes: "
+				     "only zeros (preallocated space) past the last batch",
+			  l->dir, s->base_offset, (long long)file_size, (long long)valid);
+	else
+		SLOG_WARN("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes (%s at the end of "
+			  "the active segment, past offset %" PRId64 ")", l->dir, s->base_offset, (long long)file_size,
+			  (long long)valid, res->why ? res->why : "a batch out of place", s->next_offset - 1);
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".log", p);
+	if (truncate(p, valid) < 0)
+		SLOG_WARN("storage", "truncate %s: %s", p, strerror(errno));
+	return 0;
+}
+
+/* Whether the segment file named base begins with a whole, CRC-good batch
+ * whose base offset lies outside [base, hi): a file that does not belong under
+ * its name (a stray copy, a misnamed file). Fills err when it does. Files
+ * that cannot be read, or begin with damage, are left to the scan. */
+static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, char *err, size_t errlen)
+{
+	char p[PATH_BYTES];
+	seg_path(l, base, ".log", p);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	bool bad = false;
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr) {
+		struct hdr_view v = hdr_read(hdr);
+		uint8_t *batch = v.ok && (v.base < base || v.base >= hi) && v.len <= st.st_size ? malloc((size_t)v.len) : NULL;
+		struct sluice_batch b;
+		bad = batch && pread(fd, batch, (size_t)v.len, 0) == v.len &&
+		      sluice_batch_check_crc(batch, (size_t)v.len, &b) == SLUICE_BATCH_OK;
+		free(batch);
+		if (bad) {
+			char next[32] = "the log end";
+			if (hi != INT64_MAX)
+				snprintf(next, sizeof next, "%" PRId64, hi);
+			snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
+				 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next segment "
+				 "file allow: a stray or misnamed segment file; nothing was changed on disk",
+				 base, v.base, v.last, base, next);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return bad;
+}
+
+/* Load the segments in base-offset order. Each one's batches must lie
+ * between its own base offset and the next segment's. Closed segments
+ * below the recovery point are trusted when their index agrees with the
+ * file; the others are scanned (with CRCs after a crash). Nothing is
+ * deleted and only the last segment is ever cut (recover_tail): damage in
+ * a closed segment is kept and reported (a later segment exists only once
+ * this one was complete and synced, so it is not a torn write), and files
+ * that contradict their names or each other make the partition unusable
+ * until someone looks, rather than have recovery guess which to believe. */
+static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_t nbase, bool clean,
+			    struct sluice_plog_recovery *rec, char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < nbase; i++) {
+		if (create_segment(l, bases[i]) < 0) {
+			snprintf(err, errlen, "out of memory");
+			errno = ENOMEM;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+		struct segment *s = active(l);
+		bool last = i + 1 == nbase;
+		int64_t hi = last ? INT64_MAX : bases[i + 1];
+		int fd = seg_fd_read(l, s);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			int e = errno;
+			snprintf(err, errlen, "cannot open segment %020" PRId64 ".log: %s", bases[i], strerror(e));
+			errno = e;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			snprintf(err, errlen, "segment %020" PRId64 ".log is %s, not a file; nothing was changed on disk",
+				 bases[i], S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+			errno = EUCLEAN;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+		bool need_crc = !clean && (bases[i] >= l->recovery_point || last || bases[i + 1] > l->recovery_point);
+		/* a trusted closed segment: offset index from disk; lookups by
+		 * time scan its batch headers (see sluice_plog_offset_for_time) */
+		if (!need_crc && !last && seg_load_index(l, s, st.st_size) && seg_load_max_ts(l, s) &&
+		    seg_tail_scan(l, s, fd, st.st_size, hi) == st.st_size)
+			continue;
+		struct scan_result res;
+		int64_t valid = seg_scan_range(l, s, fd, need_crc, bases[i], hi, rec, &res);
+		if (valid < 0) {
+			int e = errno;
+			snprintf(err, errlen, "cannot read segment %020" PRId64 ".log: %s", bases[i],
+				 e == ENOMEM ? "out of memory" : strerror(e));
+			errno = e;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+		if (valid == st.st_size && (!last || s->next_offset >= l->recovery_point))
+			continue;
+		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP) {
+			/* Name the file that does not belong, when one does not: a
+			 * stray file shows first as a neighbour running into it. */
+			for (uint32_t k = 0; k < nbase; k++)
+				if (seg_misnamed(l, bases[k], k + 1 < nbase ? bases[k + 1] : INT64_MAX, err, errlen)) {
+					errno = EUCLEAN;
+					return SLUICE_PLOG_OPEN_UNUSABLE;
+				}
+			char next[32] = "the log end";
+			if (!last)
+				snprintf(next, sizeof next, "%" PRId64, hi);
+			if (res.stop == SCAN_MISPLACED)
+				snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
+					 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next "
+					 "segment file allow: a stray or misnamed segment file; nothing was changed on disk",
+					 bases[i], res.base, res.last, bases[i], next);
+			else
+				snprintf(err, errlen, "segment files %020" PRId64 ".log and %020" PRId64 ".log overlap: the "
+					 "first holds a batch of offsets %" PRId64 " to %" PRId64 " at byte %lld, but the "
+					 "second is named for offset %" PRId64 "; nothing was changed on disk",
+					 bases[i], hi, res.base, res.last, (long long)valid, hi);
+			errno = EUCLEAN;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+		if (!last) {
+			seg_mark_damaged(l, s, st.st_size, hi, &res, rec);
+			continue;
+		}
+		int rc = recover_tail(l, s, fd, st.st_size, clean, &res, rec, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
 		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
 		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
@@ -763,7 +1105,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		}
 	} else if (errno != EEXIST) {
 		snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
-		return -1;
+		return SLUICE_PLOG_OPEN_IO;
 	}
 	struct sluice_plog *l = calloc(1, sizeof *l);
 	if (!l) {
@@ -802,70 +1144,24 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	swaps_recover(dir);
 	remove_stray_cleaned(dir);
 	if (list_segments(dir, &bases, &nbase) < 0) {
-		snprintf(err, errlen, "list %s: %s", dir, strerror(errno));
+		int e = errno;
+		snprintf(err, errlen, "list %s: %s", dir, e == E2BIG ? "more than SLUICE_PLOG_SEGMENTS_MAX segment files" : strerror(e));
 		sluice_plog_close(l);
-		return -1;
+		errno = e;
+		return SLUICE_PLOG_OPEN_UNUSABLE;
 	}
 	struct sluice_plog_recovery dummy;
 	if (!rec)
 		rec = &dummy;
 	memset(rec, 0, sizeof *rec);
 	rec->crc_checked = !clean;
-	int64_t expect = -1;
-	bool truncated = false;
-	for (uint32_t i = 0; i < nbase; i++) {
-		if (truncated) {
-			/* Everything after a truncation point is unreachable: drop it. */
-			remove_segment_files(l, bases[i]);
-			rec->segments_deleted++;
-			continue;
-		}
-		if (create_segment(l, bases[i]) < 0)
-			break;
-		struct segment *s = active(l);
-		int fd = seg_fd_read(l, s);
-		struct stat st;
-		if (fd < 0 || fstat(fd, &st) < 0) {
-			snprintf(err, errlen, "open segment %020" PRId64 " in %s: %s", bases[i], dir, strerror(errno));
-			free(bases);
-			sluice_plog_close(l);
-			return -1;
-		}
-		bool last = i + 1 == nbase;
-		bool need_crc = !clean && (bases[i] + 0 >= l->recovery_point || last ||
-					   (i + 1 < nbase && bases[i + 1] > l->recovery_point));
-		int64_t valid;
-		if (!need_crc && !last && seg_load_index(l, s, st.st_size) && seg_load_max_ts(l, s) &&
-		    (valid = seg_tail_scan(l, s, fd, st.st_size)) == st.st_size) {
-			/* a trusted closed segment: offset index from disk; lookups by
-			 * time scan its batch headers (see sluice_plog_offset_for_time) */
-		} else {
-			valid = seg_scan(l, s, fd, need_crc, expect, rec);
-			if (valid < 0) {
-				snprintf(err, errlen, "scan segment %020" PRId64 " in %s failed", bases[i], dir);
-				free(bases);
-				sluice_plog_close(l);
-				return -1;
-			}
-			if (valid < st.st_size) {
-				rec->bytes_truncated += st.st_size - valid;
-				if (preallocated_zeros(fd, valid, st.st_size))
-					/* Space preallocated past the data (a stop before the
-					 * segment was closed): nothing was lost. */
-					SLOG_INFO("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes: "
-							     "only zeros (preallocated space) past the last batch",
-						  dir, bases[i], (long long)st.st_size, (long long)valid);
-				else if (need_crc || !clean)
-					SLOG_WARN("storage", "%s: segment %020" PRId64 " truncated from %lld to %lld bytes",
-						  dir, bases[i], (long long)st.st_size, (long long)valid);
-				char p[PATH_BYTES];
-				seg_path(l, s->base_offset, ".log", p);
-				if (truncate(p, valid) < 0)
-					SLOG_WARN("storage", "truncate %s: %s", p, strerror(errno));
-				truncated = !last;
-			}
-		}
-		expect = s->next_offset;
+	int rc = recover_segments(l, bases, nbase, clean, rec, err, errlen);
+	if (rc < 0) {
+		int e = errno;
+		free(bases);
+		sluice_plog_close(l);
+		errno = e;
+		return rc;
 	}
 	free(bases);
 	if (l->seg_n == 0 && create_segment(l, 0) < 0) {
@@ -886,8 +1182,10 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 			fclose(f);
 	}
 	if (open_active(l, err, errlen) < 0) {
+		int e = errno;
 		sluice_plog_close(l);
-		return -1;
+		errno = e;
+		return e == EMFILE || e == ENFILE || e == ENOMEM ? SLUICE_PLOG_OPEN_UNUSABLE : SLUICE_PLOG_OPEN_IO;
 	}
 	l->opened = true;
 	l->modified |= !clean;
@@ -1086,6 +1384,27 @@ static void batch_header_patch(const uint8_t *data, const struct sluice_batch *b
 	kput32(hdr + SLUICE_BATCH_OFF_CRC, crc);
 }
 
+/* Whether the next batch (bytes long, last_delta its LastOffsetDelta,
+ * max_ts its MaxTimestamp) starts a new segment, as in Kafka: it would
+ * take the segment past segment.bytes; its last offset would no longer
+ * fit the index's 32-bit offset relative to the segment's base (the new
+ * segment is named by the batch's base offset, so one batch always fits);
+ * or its timestamp is segment.ms past the segment's first batch.
+ * Timestamps are whatever producers sent (INT64_MIN included): compared
+ * so nothing overflows. */
+static bool roll_due(const struct sluice_plog *l, const struct segment *s, size_t bytes, int32_t last_delta,
+		     int64_t max_ts)
+{
+	if (s->size == 0)
+		return false;
+	if (s->size + (int64_t)bytes > l->cfg.segment_bytes)
+		return true;
+	if (l->leo + last_delta - s->base_offset > INT32_MAX)
+		return true;
+	return l->cfg.segment_ms > 0 && s->first_ts >= 0 && max_ts > s->first_ts &&
+	       max_ts - s->first_ts > l->cfg.segment_ms;
+}
+
 int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
 		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset)
 {
@@ -1100,43 +1419,47 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 		return -EIO;
 	}
 	struct segment *s = active(l);
-	int64_t batch_max_ts = log_append_time >= 0 ? log_append_time
-			     : len >= SLUICE_BATCH_HEADER_BYTES ? (int64_t)kbe64(data + SLUICE_BATCH_OFF_MAX_TS) : -1;
-	if (s->size > 0 && (s->size + (int64_t)len > l->cfg.segment_bytes ||
-			    (l->cfg.segment_ms > 0 && s->first_ts >= 0 && batch_max_ts - s->first_ts > l->cfg.segment_ms))) {
-		int rc = roll(l);
-		if (rc < 0)
-			return rc;
-		s = active(l);
-	}
-	if (tail_copy(l, s, s->size, data, len, true) < 0) {
-		SLOG_ERR("storage", "%s: no memory for the tail or its partial block unreadable", l->dir);
-		l->failed = true;
-		return -EIO;
-	}
 	*base_offset = l->leo;
 	size_t off = 0;
 	while (off < len) {
 		/* Parse the caller's copy; patch offsets into the log's. */
 		struct sluice_batch b;
 		enum sluice_batch_result r = sluice_batch_parse(data + off, len - off, &b);
-		assert(r == SLUICE_BATCH_OK); /* the caller validated every batch */
+		assert(r == SLUICE_BATCH_OK && b.last_offset_delta >= 0); /* the caller validated every batch */
 		(void)r;
+		size_t blen = (size_t)sluice_batch_total_bytes(&b);
+		if (l->leo > SLUICE_PLOG_OFFSET_MAX - b.last_offset_delta) {
+			SLOG_ERR("storage", "%s: offsets exhausted (log end %" PRId64 ")", l->dir, l->leo);
+			return -ERANGE;
+		}
+		int64_t max_ts = log_append_time >= 0 ? log_append_time : b.max_timestamp;
+		if (roll_due(l, s, blen, b.last_offset_delta, max_ts)) {
+			int rc = roll(l);
+			if (rc < 0)
+				return rc;
+			s = active(l);
+		}
+		assert(s->size > 0 || s->base_offset == l->leo); /* a new segment is named by its first batch */
+		if (tail_copy(l, s, s->size, data + off, blen, true) < 0) {
+			SLOG_ERR("storage", "%s: no memory for the tail or its partial block unreadable", l->dir);
+			l->failed = true;
+			return -EIO;
+		}
 		uint8_t hdr[SLUICE_BATCH_OFF_MAX_TS + 8];
 		batch_header_patch(data + off, &b, l->leo, leader_epoch, log_append_time, hdr);
-		int rc = tail_copy(l, s, s->size + (int64_t)off, hdr, sizeof hdr, false);
+		int rc = tail_copy(l, s, s->size, hdr, sizeof hdr, false);
 		assert(rc == 0); /* those bytes are in the tail already */
 		(void)rc;
 		b.base_offset = l->leo;
-		if (log_append_time >= 0)
-			b.max_timestamp = log_append_time;
-		seg_note_batch(l, s, &b, s->size + (int64_t)off);
+		b.max_timestamp = max_ts;
+		seg_note_batch(l, s, &b, s->size);
+		assert(s->next_offset - 1 - s->base_offset <= INT32_MAX);
 		l->leo += (int64_t)b.last_offset_delta + 1;
 		l->unflushed_messages += b.records_count;
-		off += (size_t)sluice_batch_total_bytes(&b);
+		s->size += (int64_t)blen;
+		off += blen;
 	}
 	assert(off == len);
-	s->size += (int64_t)len;
 	l->modified = true;
 	*last_offset = l->leo - 1;
 	if (!l->unflushed_since_ms)
@@ -1620,7 +1943,9 @@ static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
 }
 
 /* Position of the batch holding offset in segment s (limit: end of readable
- * bytes), or -1 when no batch there holds it. */
+ * bytes), -1 when no batch there holds it, -2 on an I/O error, -3 when the
+ * walk meets bytes that are not a batch header (damage recovery did not
+ * see: the segment was trusted). */
 static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64_t offset, int64_t limit)
 {
 	int64_t pos = 0;
@@ -1632,20 +1957,37 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 		else
 			hi = mid;
 	}
-	if (lo > 0)
+	int64_t indexed = -1; /* the last offset the entry says its batch holds */
+	if (lo > 0) {
 		pos = s->idx[lo - 1].position;
+		indexed = s->base_offset + s->idx[lo - 1].rel_offset;
+	}
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 	while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
 		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true, NULL) < 0)
 			return -2;
-		int64_t base = (int64_t)kbe64(hdr);
-		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
-		int32_t delta = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA);
-		if (len < SLUICE_BATCH_HEADER_BYTES)
-			return -2;
-		if (base + delta >= offset)
+		struct hdr_view v = hdr_read(hdr);
+		if (indexed >= 0 && v.last != indexed) {
+			/* An index file that rotted after it was checked at open
+			 * (which looks at its last entry only), or damage right at
+			 * the entry: walking on from a wrong entry could skip
+			 * batches, so the index goes and the segment is walked from
+			 * its start (which then stops at the damage, as a scan of
+			 * the segment would). */
+			SLOG_WARN("storage", "%s: index of segment %020" PRId64 " names offset %" PRId64 " at position %lld, "
+				  "where the batch ends at %" PRId64 "; index dropped, lookups scan the segment", l->dir,
+				  s->base_offset, indexed, (long long)pos, v.last);
+			s->idx_n = 0;
+			pos = 0;
+			indexed = -1;
+			continue;
+		}
+		indexed = -1;
+		if (!v.ok)
+			return -3;
+		if (v.last >= offset)
 			return pos;
-		pos += len;
+		pos += v.len;
 	}
 	return -1;
 }
@@ -1662,8 +2004,10 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		struct segment *s = &l->segs[si];
 		int64_t limit = si == l->seg_n - 1 ? l->committed_pos : s->size;
 		int64_t pos = seg_find_position(l, s, offset, limit);
-		if (pos == -2)
-			return -2;
+		if (pos == -2 || pos == -3)
+			return (int32_t)pos;
+		if (pos < 0 && s->damaged)
+			return -3; /* the offset lies in the bytes recovery found damaged */
 		if (pos < 0)
 			continue; /* offset lies past this segment (e.g. removed records) */
 		/* One read of up to max_bytes (a single pread for cold data), then
@@ -1683,10 +2027,13 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 			return -2;
 		}
 		size_t n = 0;
+		bool malformed = false; /* the first batch is not one: damage, CORRUPT_MESSAGE */
 		while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
 			int64_t len = (int64_t)(int32_t)kbe32(buf + n + SLUICE_BATCH_OFF_LENGTH) + 12;
-			if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit)
+			if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit) {
+				malformed = n == 0;
 				break;
+			}
 			if (n + (size_t)len > want) {
 				if (n == 0 && min_one) {
 					/* The first batch is larger than max_bytes: whole, as Kafka does. */
@@ -1705,20 +2052,28 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 		}
 		if (n == 0) {
 			free(buf);
-			return 0;
+			if (malformed)
+				SLOG_ERR("storage", "%s: no batch at segment %020" PRId64 " position %lld (damaged); not served",
+					 l->dir, s->base_offset, (long long)pos);
+			return malformed ? -3 : 0;
 		}
 		/* Never serve a batch whose CRC fails (a disk that rotted after a
 		 * clean shutdown, which recovery does not rescan): serve what comes
 		 * before it, and report the damage. Bytes that never left memory
 		 * since their produce (which checked every CRC) need no check. */
+		/* The CRC leaves BaseOffset out: from disk, batches must also lie
+		 * in this segment's offsets, in order, or they are not served. */
 		size_t good = verified && verified2 ? n : 0;
+		int64_t expect = s->base_offset, seg_hi = si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo;
 		while (good < n) {
 			struct sluice_batch b;
-			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK) {
+			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK || !batch_offsets_sane(&b) ||
+			    b.base_offset < expect || b.base_offset + b.last_offset_delta >= seg_hi) {
 				SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
 					 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
 				break;
 			}
+			expect = b.base_offset + b.last_offset_delta + 1;
 			good += (size_t)sluice_batch_total_bytes(&b);
 		}
 		if (good == 0) {
@@ -1842,9 +2197,9 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 		int32_t od = krd_varint(&r);
 		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r) + (size_t)(r.p - start))
 			break;
-		if (b.base_timestamp + tsd >= ts) {
-			*off = b.base_offset + od;
-			*rts = b.base_timestamp + tsd;
+		if (ts_plus_ms(b.base_timestamp, tsd) >= ts) {
+			*off = ts_plus_ms(b.base_offset, od); /* header fields from disk: anything */
+			*rts = ts_plus_ms(b.base_timestamp, tsd);
 			found = true;
 			break;
 		}
@@ -2077,10 +2432,10 @@ static bool keep_record(const struct sluice_record *rec, void *arg)
 		int64_t *latest = keymap_slot(c->map, key_hash(rec->key, rec->key_len), false);
 		if (latest && *latest != rec->offset)
 			keep = false; /* a newer record has this key */
-		else if (!rec->value && c->now_ms - c->batch_max_ts > c->delete_retention_ms)
+		else if (!rec->value && ts_age_ms(c->now_ms, c->batch_max_ts) > c->delete_retention_ms)
 			keep = false; /* a tombstone past delete.retention.ms */
-		else if (!rec->value && c->batch_max_ts + c->delete_retention_ms < c->tombstone_due_ms)
-			c->tombstone_due_ms = c->batch_max_ts + c->delete_retention_ms + 1;
+		else if (!rec->value && ts_plus_ms(c->batch_max_ts, c->delete_retention_ms) < c->tombstone_due_ms)
+			c->tombstone_due_ms = ts_plus_ms(ts_plus_ms(c->batch_max_ts, c->delete_retention_ms), 1);
 	}
 	if (keep) {
 		kwr_raw(&c->out, rec->raw, rec->raw_len);
@@ -2190,6 +2545,8 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		const struct segment *sg = &l->segs[eligible];
 		if (min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < min_lag_ms)
 			break;
+		if (sg->damaged)
+			break; /* its damaged bytes stay as recovery found them, and so does what follows */
 		total += sg->size;
 		if (sg->base_offset >= l->compact_clean_end) {
 			int64_t oldest = sg->first_ts >= 0 ? sg->first_ts : sg->max_ts;
@@ -2422,9 +2779,41 @@ static bool swap_manifest_write(const char *dir, const int64_t *bases, uint32_t 
 	return ok;
 }
 
+/* Whether the segment file at path holds a batch reaching offset (headers
+ * walked until one does, or until they stop making sense). */
+static bool file_reaches(const char *path, int64_t offset)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	bool reaches = false;
+	for (int64_t pos = 0; fd >= 0 && !reaches && pread(fd, hdr, sizeof hdr, pos) == (ssize_t)sizeof hdr;) {
+		struct hdr_view v = hdr_read(hdr);
+		if (!v.ok)
+			break;
+		reaches = v.last >= offset;
+		pos += v.len;
+	}
+	if (fd >= 0)
+		close(fd);
+	return reaches;
+}
+
 static void swap_apply(const char *dir, const int64_t *bases, uint32_t n)
 {
 	char p[PATH_BYTES], q[PATH_BYTES];
+	/* The old segments go only when their cleaned replacement is there:
+	 * still "<first>.log.cleaned", or already renamed over the first
+	 * (which then holds offsets past the second's base). A manifest whose
+	 * cleaned file is gone deletes nothing. */
+	snprintf(p, sizeof p, "%.*s/%020" PRId64 ".log.cleaned", PATH_BYTES - 64, dir, bases[0]);
+	snprintf(q, sizeof q, "%.*s/%020" PRId64 ".log", PATH_BYTES - 64, dir, bases[0]);
+	if (access(p, F_OK) != 0 && n > 1 && !file_reaches(q, bases[1])) {
+		SLOG_WARN("storage", "%.*s: compaction swap manifest %020" PRId64 ".swap without its cleaned segment: "
+			  "the old segments are kept", PATH_BYTES - 64, dir, bases[0]);
+		snprintf(p, sizeof p, "%.*s/%020" PRId64 ".swap", PATH_BYTES - 64, dir, bases[0]);
+		unlink(p);
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		snprintf(p, sizeof p, "%.*s/%020" PRId64 ".index", PATH_BYTES - 64, dir, bases[i]);
 		unlink(p);

@@ -28,6 +28,10 @@ struct sluice_pool;
 #define SLUICE_PLOG_WRITE_SQES_MAX 8
 #define SLUICE_PLOG_SEGMENTS_MAX 65536
 #define SLUICE_PLOG_CHUNK_BYTES_DEFAULT (1u << 20)
+/* The largest offset a log assigns: room is left so that a batch's last
+ * offset (base + a 32-bit LastOffsetDelta) and the next offset never
+ * overflow. An append past it fails with -ERANGE. */
+#define SLUICE_PLOG_OFFSET_MAX (INT64_MAX - INT32_MAX - 1)
 
 struct sluice_plog_cfg {
 	int64_t segment_bytes;
@@ -53,14 +57,27 @@ struct sluice_plog_hooks {
 
 struct sluice_plog_recovery {
 	int64_t batches_scanned;
-	int64_t bytes_truncated;
-	int32_t segments_deleted;
+	int64_t bytes_truncated;  /* cut off the end of the last segment */
+	int32_t segments_deleted; /* always 0: recovery deletes no segment */
+	int32_t segments_damaged; /* kept with bytes that are not batches (see below) */
 	bool crc_checked;
 };
 
+/* What sluice_plog_open returns when it fails (err says what was found,
+ * errno why). UNUSABLE: this partition's files cannot be used as they are
+ * (unreadable, not a file, segments that contradict their names or each
+ * other, or the process is out of descriptors or memory: errno EMFILE,
+ * ENFILE, ENOMEM); nothing on disk was changed for it, and only this
+ * partition should go offline. IO: creating or writing the directory's
+ * files failed, which is the directory's trouble. */
+#define SLUICE_PLOG_OPEN_UNUSABLE (-1)
+#define SLUICE_PLOG_OPEN_IO (-2)
+
 /* Open (creating if absent) the log in dir. clean says whether the previous
  * run shut down cleanly; otherwise every segment from the recovery point on
- * is scanned, CRCs verified, and the log truncated at the first bad batch. */
+ * is scanned, CRCs verified. Recovery deletes nothing and cuts only a torn
+ * end off the last segment: damage anywhere else is kept, logged and
+ * answered with -3 by sluice_plog_read (see docs/on-disk-format.md). */
 int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
 		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
 		     struct sluice_plog_recovery *rec, char *err, size_t errlen);
@@ -72,7 +89,11 @@ void sluice_plog_close(struct sluice_plog *l);
  * assigned by rewriting each batch's BaseOffset in the log's copy. With
  * log_append_time >= 0 (message.timestamp.type=LogAppendTime) each batch is
  * also marked LogAppendTime with that MaxTimestamp, its CRC recomputed, as
- * Kafka does. Returns 0 or a negative errno (the log is then failed). */
+ * Kafka does. A new segment is rolled before a batch that would take the
+ * active one past segment.bytes or segment.ms, or whose last offset would
+ * lie more than INT32_MAX past the segment's base offset (Kafka's 32-bit
+ * relative offsets in the index). Returns 0 or a negative errno (the log is
+ * then failed, except for -ERANGE: offsets exhausted). */
 int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
 		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset);
 
@@ -96,7 +117,8 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * buffer allocated here (caller frees): at most max_bytes, except that the
  * first batch is returned whole when min_one. Returns bytes (0: nothing yet),
  * -1 for an offset out of range, -2 for an I/O error, -3 when the batch at
- * offset fails its CRC (batches read from disk are CRC-checked before they
+ * offset fails its CRC or the offset lies in bytes that are not batches
+ * (damage recovery kept; Kafka's CORRUPT_MESSAGE) (batches read from disk are CRC-checked before they
  * are served; bytes still in the extents they were appended to, whose CRCs
  * the producer's validation checked, are not checked twice). */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
