@@ -872,7 +872,15 @@ void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
 			*pp = r->park_next;
 			ps->parked_n--;
 			r->parked = false;
-			((struct fetch_state *)r->api)->final = expired || r->conn->closing;
+			if (r->conn->closing) {
+				/* Nobody will read the answer: drop the request (this
+				 * may free the connection; r is off the list already). */
+				r->done = true;
+				r->no_response = true;
+				sluice_conn_response_ready(r->conn);
+				continue;
+			}
+			((struct fetch_state *)r->api)->final = expired;
 			fetch_issue(r);
 			continue;
 		}
@@ -893,14 +901,20 @@ int64_t sluice_proto_next_deadline(struct netcore *nc)
 static void fetch_finish(struct req *r)
 {
 	struct fetch_state *fs = r->api;
+	if (r->conn->closing) {
+		/* The client is gone: build nothing, let the transport drop it. */
+		r->done = true;
+		r->no_response = true;
+		sluice_conn_response_ready(r->conn);
+		return;
+	}
 	int64_t bytes = 0;
 	bool errors = false;
 	for (int32_t i = 0; i < r->nops; i++) {
 		bytes += r->ops[i].rlen;
 		errors |= r->ops[i].error != 0;
 	}
-	if (!fs->final && !errors && bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms &&
-	    !r->conn->closing) {
+	if (!fs->final && !errors && bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms) {
 		park(r);
 		return;
 	}

@@ -24,9 +24,12 @@
 
 enum { UD_ACCEPT = 1, UD_RECV = 2, UD_SEND = 3, UD_EVENTFD = 4 };
 
+#define SLUICE_NET_SHUTDOWN_DRAIN_MS 5000 /* how long shutdown waits for busy connections */
+
 struct nstate {
 	struct proto_state proto; /* first: the protocol layer's view of nc->state */
 	int32_t conns;
+	struct conn *all; /* every connection of this core, for sweeps and shutdown */
 	bool accept_armed;
 	uint64_t efd_buf;
 	bool efd_armed;
@@ -51,6 +54,13 @@ static void conn_put(struct conn *c)
 	if (--c->refs > 0)
 		return;
 	struct nstate *ns = c->nc->state;
+	assert(c->closing && !c->head);
+	if (c->all_prev)
+		c->all_prev->all_next = c->all_next;
+	else
+		ns->all = c->all_next;
+	if (c->all_next)
+		c->all_next->all_prev = c->all_prev;
 	close(c->fd);
 	free(c->in);
 	free(c->spare);
@@ -123,49 +133,57 @@ void sluice_conn_response_ready(struct conn *c)
 	arm_recv(c); /* a slot may have freed */
 }
 
-void sluice_conn_close(struct conn *c)
+/* Whether a closing connection may free a request now: its response is
+ * built (or will never be) and nothing else still points at it: no storage
+ * core holds its ops, it is not on the parked list, and the kernel is not
+ * reading its response buffer for a send in flight. */
+static bool req_droppable(const struct conn *c, const struct req *r)
 {
-	if (c->closing)
-		return;
-	c->closing = true;
-	shutdown(c->fd, SHUT_RDWR); /* completes outstanding recv/send */
-	/* Requests still lent to storage cores keep the conn alive; the ones
-	 * that are finished can go now. */
-	struct req **pp = &c->head;
-	while (*pp) {
-		struct req *r = *pp;
-		if ((r->done || r->pending == 0) && !r->parked && c->sending != r) {
-			*pp = r->next;
-			c->inflight--;
-			sluice_req_free(r);
-			c->refs--;
-			continue;
-		}
-		pp = &r->next;
-	}
-	c->tail = NULL;
-	for (struct req *r = c->head; r; r = r->next)
-		c->tail = r;
-	conn_put(c); /* the connection's own reference */
+	if (r->parked || (!r->done && r->pending > 0))
+		return false;
+	return !(c->send_armed && r == c->head);
 }
 
-/* On a closing connection, requests finish only to be dropped. */
+/* Free every request a closing connection may drop. The caller's reference
+ * and the one taken here keep the connection alive through the walk: it is
+ * freed, at the earliest, by the conn_put at the end (a request's put inside
+ * the loop must never free it, or the next step would read freed memory). */
 static void conn_reap_closing(struct conn *c)
 {
+	assert(c->closing);
+	c->refs++;
 	struct req **pp = &c->head;
 	c->tail = NULL;
 	while (*pp) {
 		struct req *r = *pp;
-		if (r->done && !r->parked) {
+		if (req_droppable(c, r)) {
 			*pp = r->next;
 			c->inflight--;
 			sluice_req_free(r);
-			conn_put(c);
+			c->refs--; /* the request's reference; the walk's own keeps c */
+			assert(c->refs > 0);
 			continue;
 		}
 		c->tail = r;
 		pp = &r->next;
 	}
+	conn_put(c);
+}
+
+void sluice_conn_close(struct conn *c)
+{
+	if (c->closing) {
+		/* A request that finished on a closing connection (or gave up on
+		 * it) is dropped here. */
+		conn_reap_closing(c);
+		return;
+	}
+	c->closing = true;
+	shutdown(c->fd, SHUT_RDWR); /* completes outstanding recv/send */
+	/* Requests still lent to storage cores, parked, or being sent keep the
+	 * connection alive; the others go now. */
+	conn_reap_closing(c);
+	conn_put(c); /* the connection's own reference */
 }
 
 /* Cut complete frames out of the input buffer. */
@@ -278,6 +296,10 @@ static void on_accept(struct netcore *nc, int res)
 		arm_accept(nc);
 		return;
 	}
+	if (__atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE)) {
+		close(res); /* shutting down: accepted just before the listener closed */
+		return;
+	}
 	if (ns->conns >= nc->b->cfg.connections_max) {
 		SLOG_WARN("net", "connection limit %d reached; refusing", nc->b->cfg.connections_max);
 		close(res);
@@ -314,6 +336,10 @@ static void on_accept(struct netcore *nc, int res)
 	snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
 	snprintf(c->host, sizeof c->host, "/%s", host);
 	ns->conns++;
+	c->all_next = ns->all;
+	if (ns->all)
+		ns->all->all_prev = c;
+	ns->all = c;
 	arm_recv(c);
 	arm_accept(nc);
 }
@@ -401,45 +427,71 @@ static void dispatch(struct netcore *nc, struct io_uring_cqe *cqe)
 	}
 }
 
+/* One turn of a network core's loop: storage replies, parked fetches, then
+ * I/O completions, sleeping in the kernel at most wait_max_ms. */
+static void loop_once(struct netcore *nc, int64_t wait_max_ms)
+{
+	struct nstate *ns = nc->state;
+	drain_replies(nc);
+	flush_backlog(nc);
+	int64_t now = sluice_now_ms();
+	if (ns->proto.parked_n)
+		sluice_proto_retry_parked(nc, now, false);
+	if (!ns->efd_armed) {
+		struct io_uring_sqe *sqe = sqe_get(nc);
+		io_uring_prep_read(sqe, nc->efd, &ns->efd_buf, sizeof ns->efd_buf, 0);
+		io_uring_sqe_set_data64(sqe, UD_EVENTFD);
+		ns->efd_armed = true;
+	}
+	__atomic_store_n(&nc->sleeping, 1, __ATOMIC_SEQ_CST);
+	struct io_uring_cqe *cqe;
+	if (rings_nonempty(nc) || ns->proto.backlog_head) {
+		__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
+		io_uring_submit(&nc->ring);
+	} else {
+		int64_t deadline = sluice_proto_next_deadline(nc);
+		int64_t wait_ms = deadline == INT64_MAX ? wait_max_ms : deadline - now;
+		if (wait_ms < 0)
+			wait_ms = 0;
+		if (wait_ms > wait_max_ms)
+			wait_ms = wait_max_ms;
+		struct __kernel_timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
+		io_uring_submit_and_wait_timeout(&nc->ring, &cqe, 1, &ts, NULL);
+		__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
+	}
+	for (int i = 0; i < 1024 && io_uring_peek_cqe(&nc->ring, &cqe) == 0; i++)
+		dispatch(nc, cqe);
+}
+
+/* At shutdown every connection is closed and the loop keeps turning until
+ * each is freed: its I/O completed, its ops back from the storage cores
+ * (which run until the network cores are joined), its parked fetches
+ * dropped. A connection still busy after the limit is left to process exit. */
+static void close_all(struct netcore *nc)
+{
+	struct nstate *ns = nc->state;
+	for (struct conn *c = ns->all, *next; c; c = next) {
+		next = c->all_next; /* closing may free c, never another connection */
+		sluice_conn_close(c);
+	}
+	int64_t until = sluice_now_ms() + SLUICE_NET_SHUTDOWN_DRAIN_MS;
+	while (ns->conns > 0 && sluice_now_ms() < until)
+		loop_once(nc, 10);
+	if (ns->conns > 0)
+		SLOG_WARN("net", "network core %d: %d connection(s) still busy after %d ms of shutdown", nc->id,
+			  ns->conns, SLUICE_NET_SHUTDOWN_DRAIN_MS);
+}
+
 static void *uring_run(void *arg)
 {
 	struct netcore *nc = arg;
-	struct nstate *ns = nc->state;
 	char name[16];
 	snprintf(name, sizeof name, "sluice-net%d", nc->id);
 	pthread_setname_np(pthread_self(), name);
 	arm_accept(nc);
-	while (!__atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE)) {
-		drain_replies(nc);
-		flush_backlog(nc);
-		int64_t now = sluice_now_ms();
-		if (ns->proto.parked_n)
-			sluice_proto_retry_parked(nc, now, false);
-		if (!ns->efd_armed) {
-			struct io_uring_sqe *sqe = sqe_get(nc);
-			io_uring_prep_read(sqe, nc->efd, &ns->efd_buf, sizeof ns->efd_buf, 0);
-			io_uring_sqe_set_data64(sqe, UD_EVENTFD);
-			ns->efd_armed = true;
-		}
-		__atomic_store_n(&nc->sleeping, 1, __ATOMIC_SEQ_CST);
-		struct io_uring_cqe *cqe;
-		if (rings_nonempty(nc) || ns->proto.backlog_head) {
-			__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
-			io_uring_submit(&nc->ring);
-		} else {
-			int64_t deadline = sluice_proto_next_deadline(nc);
-			int64_t wait_ms = deadline == INT64_MAX ? 500 : deadline - now;
-			if (wait_ms < 0)
-				wait_ms = 0;
-			if (wait_ms > 500)
-				wait_ms = 500;
-			struct __kernel_timespec ts = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
-			io_uring_submit_and_wait_timeout(&nc->ring, &cqe, 1, &ts, NULL);
-			__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
-		}
-		for (int i = 0; i < 1024 && io_uring_peek_cqe(&nc->ring, &cqe) == 0; i++)
-			dispatch(nc, cqe);
-	}
+	while (!__atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE))
+		loop_once(nc, 500);
+	close_all(nc);
 	return NULL;
 }
 

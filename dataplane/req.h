@@ -44,8 +44,8 @@ struct conn {
 	size_t in_len, in_cap;
 	struct req *head, *tail; /* requests in arrival order */
 	int32_t inflight;
-	struct req *sending;     /* response being sent */
 	size_t sent;
+	struct conn *all_prev, *all_next; /* the network core's list of connections */
 	char peer[64];
 	char host[64];      /* "/address", as Kafka shows a client's host */
 	/* The last response buffer sent, kept for the next response: a fetch
