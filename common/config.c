@@ -47,6 +47,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.storage.threads", CFG_INT, F(storage_threads), 1, 64, "1"},
 	{"sluice.cpu.affinity", CFG_BOOL, F(cpu_affinity), 0, 1, "true"},
 	{"max.connections", CFG_INT, F(connections_max), 1, 1000000, "10000"},
+	{"sluice.listener.bind.timeout.ms", CFG_LONG, F(listener_bind_timeout_ms), 0, 3600000, "30000"},
 	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},
 	{"log.message.timestamp.before.max.ms", CFG_LONG, F(timestamp_before_max_ms), 0, INT64_MAX, "9223372036854775807"},
 	{"log.message.timestamp.after.max.ms", CFG_LONG, F(timestamp_after_max_ms), 0, INT64_MAX, "3600000"},

@@ -39,6 +39,7 @@ struct sluice_config {
 	int32_t storage_threads;
 	bool cpu_affinity;
 	int32_t connections_max;
+	int64_t listener_bind_timeout_ms; /* how long a port in use is retried at start */
 	int32_t fetch_max_bytes;
 	int64_t timestamp_before_max_ms;
 	int64_t timestamp_after_max_ms;

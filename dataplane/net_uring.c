@@ -1,6 +1,7 @@
 /* The default network transport: kernel TCP driven through one io_uring per
- * network core. Each core has its own SO_REUSEPORT listener, so the kernel
- * spreads connections across cores. The loop accepts, receives into a
+ * network core. The cores share one listening socket (bound once, by core
+ * 0's init), each keeping an accept armed on it, so a connection goes to
+ * whichever core takes it first. The loop accepts, receives into a
  * per-connection buffer, cuts Kafka frames (4-byte size prefix) and hands
  * them to the protocol layer, sends responses in request order, takes
  * storage-core replies from its rings, and sleeps in io_uring_enter when idle.
@@ -12,6 +13,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +27,8 @@
 enum { UD_ACCEPT = 1, UD_RECV = 2, UD_SEND = 3, UD_EVENTFD = 4 };
 
 #define SLUICE_NET_SHUTDOWN_DRAIN_MS 5000 /* how long shutdown waits for busy connections */
+#define SLUICE_LISTEN_BACKLOG 1024        /* connections the kernel queues before accept */
+#define SLUICE_LISTEN_RETRY_MS 50         /* pause between binds of a port in use */
 
 struct nstate {
 	struct proto_state proto; /* first: the protocol layer's view of nc->state */
@@ -495,6 +499,66 @@ static void *uring_run(void *arg)
 	return NULL;
 }
 
+/* The broker's one listening socket, shared by every network core's accept.
+ * SO_REUSEADDR only, never SO_REUSEPORT: a killed broker's io_uring can keep
+ * its listener open for a moment after the process is gone, and with
+ * SO_REUSEPORT a new broker would bind beside it while the kernel still hands
+ * connections to the dead one. So the port is taken alone or not at all: a
+ * bind that finds it in use is retried for sluice.listener.bind.timeout.ms,
+ * then
+ * the broker fails naming the address. */
+static int listener_try(const struct addrinfo *ai, int *err)
+{
+	int one = 1;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SLUICE_LISTEN_BACKLOG) < 0) {
+		*err = errno;
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int listener_open(const struct sluice_config *cfg)
+{
+	struct addrinfo hints = {0}, *ai = NULL;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	char port[16];
+	snprintf(port, sizeof port, "%d", cfg->listen_port);
+	const char *host = cfg->listen_host[0] ? cfg->listen_host : NULL;
+	int rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc != 0) {
+		SLOG_ERR("net", "listeners: cannot resolve %s: %s", cfg->listen_host, gai_strerror(rc));
+		return -1;
+	}
+	int64_t start = sluice_now_ms(), until = start + cfg->listener_bind_timeout_ms;
+	int fd, err = 0;
+	bool told = false;
+	while ((fd = listener_try(ai, &err)) < 0 && err == EADDRINUSE && sluice_now_ms() < until) {
+		if (!told)
+			SLOG_WARN("net", "listeners: %s:%d is in use; retrying for up to %" PRId64 " ms",
+				  cfg->listen_host, cfg->listen_port, cfg->listener_bind_timeout_ms);
+		told = true;
+		usleep(SLUICE_LISTEN_RETRY_MS * 1000);
+	}
+	freeaddrinfo(ai);
+	if (fd < 0 && err == EADDRINUSE)
+		SLOG_ERR("net", "listeners: %s:%d is in use by another process (still after %" PRId64
+			 " ms, sluice.listener.bind.timeout.ms)", cfg->listen_host, cfg->listen_port,
+			 sluice_now_ms() - start);
+	else if (fd < 0)
+		SLOG_ERR("net", "listeners: cannot listen on %s:%d: %s", cfg->listen_host, cfg->listen_port,
+			 strerror(err));
+	else if (told)
+		SLOG_INFO("net", "listeners: %s:%d is ours after %" PRId64 " ms", cfg->listen_host, cfg->listen_port,
+			  sluice_now_ms() - start);
+	return fd;
+}
+
 static int uring_init(struct netcore *nc)
 {
 	struct nstate *ns = calloc(1, sizeof *ns);
@@ -509,66 +573,18 @@ static int uring_init(struct netcore *nc)
 		SLOG_ERR("net", "io_uring_queue_init: %s", strerror(-rc));
 		return -1;
 	}
-	const struct sluice_config *cfg = &nc->b->cfg;
-	struct addrinfo hints = {0}, *ai = NULL;
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE;
-	char port[16];
-	snprintf(port, sizeof port, "%d", cfg->listen_port);
-	const char *host = cfg->listen_host[0] ? cfg->listen_host : NULL;
-	if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0) {
-		SLOG_ERR("net", "listeners: cannot resolve %s: %s", cfg->listen_host, gai_strerror(rc));
-		return -1;
+	if (nc->id > 0) {
+		nc->listen_fd = nc->b->net[0].listen_fd; /* one listener, shared */
+		return 0;
 	}
-	int one = 1;
-	if (nc->id == 0) {
-		/* SO_REUSEPORT would let a second broker share the port silently:
-		 * if something already accepts connections there, refuse to start.
-		 * (A plain bind probe would also trip over a crashed broker's
-		 * half-closed connections, so this asks the port itself.) */
-		struct sockaddr_storage addr;
-		memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
-		if (addr.ss_family == AF_INET && ((struct sockaddr_in *)&addr)->sin_addr.s_addr == htonl(INADDR_ANY))
-			((struct sockaddr_in *)&addr)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		/* A killed process's io_uring can hold its listener open for a
-		 * moment after exit: only a port that keeps answering is taken. */
-		int answered = 0;
-		for (int attempt = 0; attempt < 20; attempt++) {
-			int probe = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-			bool up = probe >= 0 && connect(probe, (struct sockaddr *)&addr, ai->ai_addrlen) == 0;
-			if (probe >= 0)
-				close(probe);
-			if (!up)
-				break;
-			answered++;
-			usleep(100 * 1000);
-		}
-		if (answered == 20) {
-			SLOG_ERR("net", "listeners: %s:%d is already served by another process", cfg->listen_host,
-				 cfg->listen_port);
-			freeaddrinfo(ai);
-			return -1;
-		}
-	}
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
-		SLOG_ERR("net", "listeners: cannot listen on %s:%d: %s", cfg->listen_host, cfg->listen_port, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(ai);
-		return -1;
-	}
-	freeaddrinfo(ai);
-	nc->listen_fd = fd;
-	return 0;
+	nc->listen_fd = listener_open(&nc->b->cfg);
+	return nc->listen_fd < 0 ? -1 : 0;
 }
 
 static void uring_fini(struct netcore *nc)
 {
-	close(nc->listen_fd);
+	if (nc->id == 0)
+		close(nc->listen_fd); /* main stops every network core before any fini */
 	io_uring_queue_exit(&nc->ring);
 	close(nc->efd);
 	free(nc->state);
