@@ -131,7 +131,7 @@ static void resp_end(struct req *r)
 	}
 	kwr_patch_i32(&r->out, 0, (int32_t)(r->out.len - 4));
 	r->done = true;
-	sluice_conn_response_ready(r->conn);
+	sluice_conn_response_ready(r);
 }
 
 void sluice_req_free(struct req *r)
@@ -690,7 +690,7 @@ static void produce_finish(struct req *r)
 {
 	if (r->no_response) {
 		r->done = true;
-		sluice_conn_response_ready(r->conn);
+		sluice_conn_response_ready(r);
 		return;
 	}
 	struct produce_state *ps = r->api;
@@ -848,6 +848,11 @@ static bool fetch_start(struct req *r, struct krd *rd)
 	if (rd->err)
 		return false;
 	r->deadline_ms = sluice_now_ms() + (fs->max_wait_ms > 0 ? fs->max_wait_ms : 0);
+	/* What the connection must budget for this fetch: every partition's
+	 * read, then the response (the data again, and its framing). */
+	for (int32_t i = 0; i < r->nops; i++)
+		r->resp_bytes_max += r->ops[i].local ? 0 : r->ops[i].max_bytes;
+	r->resp_bytes_max += (int64_t)r->nops * 128 + 256 + fs->max_bytes;
 	fetch_issue(r);
 	return true;
 }
@@ -877,7 +882,7 @@ void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
 				 * may free the connection; r is off the list already). */
 				r->done = true;
 				r->no_response = true;
-				sluice_conn_response_ready(r->conn);
+				sluice_conn_response_ready(r);
 				continue;
 			}
 			((struct fetch_state *)r->api)->final = expired;
@@ -905,7 +910,7 @@ static void fetch_finish(struct req *r)
 		/* The client is gone: build nothing, let the transport drop it. */
 		r->done = true;
 		r->no_response = true;
-		sluice_conn_response_ready(r->conn);
+		sluice_conn_response_ready(r);
 		return;
 	}
 	int64_t bytes = 0;
@@ -970,6 +975,12 @@ static void fetch_finish(struct req *r)
 	}
 	if (flex)
 		kwr_tags_empty(w);
+	/* The records are in the response now: free the reads before it waits
+	 * to be sent (it may wait long for a slow client). */
+	for (int32_t i = 0; i < r->nops; i++) {
+		free(r->ops[i].rdata);
+		r->ops[i].rdata = NULL;
+	}
 	resp_end(r);
 }
 

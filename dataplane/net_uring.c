@@ -29,17 +29,27 @@ enum { UD_ACCEPT = 1, UD_RECV = 2, UD_SEND = 3, UD_EVENTFD = 4 };
 #define SLUICE_NET_SHUTDOWN_DRAIN_MS 5000 /* how long shutdown waits for busy connections */
 #define SLUICE_LISTEN_BACKLOG 1024        /* connections the kernel queues before accept */
 #define SLUICE_LISTEN_RETRY_MS 50         /* pause between binds of a port in use */
+#define SLUICE_NET_SWEEP_MS 100           /* how often idle and slow connections are looked for */
+#define SLUICE_NET_THROTTLE_POLL_MS 10    /* how often a throttled core looks for queue room */
 
 struct nstate {
 	struct proto_state proto; /* first: the protocol layer's view of nc->state */
 	int32_t conns;
-	struct conn *all; /* every connection of this core, for sweeps and shutdown */
+	struct conn *all;       /* every connection of this core, for sweeps and shutdown */
+	struct conn *throttled; /* waiting for room under queued.max.request.bytes */
+	int64_t next_sweep_ms;
 	bool accept_armed;
 	uint64_t efd_buf;
 	bool efd_armed;
 	struct sockaddr_storage accept_addr;
 	socklen_t accept_len;
 };
+
+/* Broker-wide, over every network core (atomics): bytes of request frames
+ * read and not yet served, bounded by queued.max.request.bytes, and open
+ * connections, bounded by max.connections. */
+static int64_t queued_request_bytes;
+static int32_t conns_open;
 
 static struct io_uring_sqe *sqe_get(struct netcore *nc)
 {
@@ -58,7 +68,7 @@ static void conn_put(struct conn *c)
 	if (--c->refs > 0)
 		return;
 	struct nstate *ns = c->nc->state;
-	assert(c->closing && !c->head);
+	assert(c->closing && !c->head && c->held_bytes == 0 && !c->throttled);
 	if (c->all_prev)
 		c->all_prev->all_next = c->all_next;
 	else
@@ -70,14 +80,126 @@ static void conn_put(struct conn *c)
 	free(c->spare);
 	free(c);
 	ns->conns--;
+	__atomic_sub_fetch(&conns_open, 1, __ATOMIC_RELAXED);
 }
 
 static void conn_reap_closing(struct conn *c);
+static void conn_parse(struct conn *c);
+
+/* ---- budgets -------------------------------------------------------------
+ * A connection holds bytes for each request it has in flight: the frame, and
+ * the response (built, or for a Fetch in progress reserved at the most its
+ * data can take: r->resp_bytes_max). While they reach
+ * sluice.connection.response.bytes.max no further request is read from it
+ * (Kafka mutes a channel whose response is unsent): a client that does not
+ * read its responses stops being read. One request is always allowed. And
+ * while the frames read but not yet served, over all connections, reach
+ * queued.max.request.bytes, no connection is read (the bytes wait in the
+ * kernel; nothing is dropped) until they fall. */
+
+static bool queue_has_room(const struct netcore *nc)
+{
+	int64_t max = nc->b->cfg.queued_max_request_bytes;
+	return max <= 0 || __atomic_load_n(&queued_request_bytes, __ATOMIC_RELAXED) < max;
+}
+
+static bool conn_under_budget(const struct conn *c)
+{
+	if (c->inflight >= SLUICE_CONN_INFLIGHT_MAX)
+		return false;
+	return c->inflight == 0 || c->held_bytes < c->nc->b->cfg.connection_response_bytes_max;
+}
+
+/* A request's share of its connection's held bytes becomes n. */
+static void req_hold(struct conn *c, struct req *r, int64_t n)
+{
+	c->held_bytes += n - r->held_bytes;
+	r->held_bytes = n;
+	assert(c->held_bytes >= 0);
+}
+
+static void req_unqueue(struct req *r)
+{
+	if (r->queued_bytes == 0)
+		return;
+	int64_t left = __atomic_sub_fetch(&queued_request_bytes, r->queued_bytes, __ATOMIC_RELAXED);
+	assert(left >= 0);
+	r->queued_bytes = 0;
+}
+
+/* Free a request the caller has unlinked; the caller drops its reference. */
+static void req_drop(struct conn *c, struct req *r)
+{
+	req_unqueue(r);
+	req_hold(c, r, 0);
+	c->inflight--;
+	sluice_req_free(r);
+}
+
+/* A connection stopped by the broker-wide budget waits on its core's list
+ * (holding a reference) until the queue has room again. */
+static void conn_throttle(struct conn *c)
+{
+	struct nstate *ns = c->nc->state;
+	if (c->throttled)
+		return;
+	c->throttled = true;
+	c->refs++;
+	c->throttle_next = ns->throttled;
+	ns->throttled = c;
+}
+
+static void arm_recv(struct conn *c);
+
+/* Read on where a budget stopped: frames already in the buffer, then the socket. */
+static void conn_resume(struct conn *c)
+{
+	if (c->closing || c->parsing)
+		return;
+	c->refs++; /* parsing may close the connection */
+	if (c->in_len >= 4)
+		conn_parse(c);
+	arm_recv(c);
+	conn_put(c);
+}
+
+/* Throttled connections read on once the queue has room; closed ones leave
+ * the list at once (their reference would keep them alive). */
+static void resume_throttled(struct netcore *nc)
+{
+	struct nstate *ns = nc->state;
+	bool room = queue_has_room(nc);
+	struct conn *list = ns->throttled;
+	ns->throttled = NULL;
+	while (list) {
+		struct conn *c = list;
+		list = c->throttle_next;
+		if (!room && !c->closing) {
+			c->throttle_next = ns->throttled;
+			ns->throttled = c;
+			continue;
+		}
+		c->throttled = false;
+		conn_resume(c); /* may throttle it again, on the fresh list */
+		conn_put(c);
+	}
+}
 
 static void arm_recv(struct conn *c)
 {
-	if (c->closing || c->recv_armed || c->parsing || c->inflight >= SLUICE_CONN_INFLIGHT_MAX)
+	if (c->closing || c->recv_armed || c->parsing)
 		return;
+	if (!conn_under_budget(c) || !queue_has_room(c->nc)) {
+		if (conn_under_budget(c))
+			conn_throttle(c);
+		c->paused = true; /* the broker, not the peer, holds the next frame back */
+		return;
+	}
+	if (c->paused) {
+		c->paused = false;
+		if (c->frame_start_ms)
+			c->frame_start_ms = sluice_now_ms();
+	}
 	if (c->in_cap - c->in_len < 4096) {
 		/* Grow by doubling as bytes arrive, never to a size a peer merely
 		 * declared: a frame header claiming 100 MB costs nothing until the
@@ -113,8 +235,7 @@ static void arm_send(struct conn *c)
 		c->head = r->next;
 		if (!c->head)
 			c->tail = NULL;
-		c->inflight--;
-		sluice_req_free(r);
+		req_drop(c, r);
 		conn_put(c);
 	}
 	struct req *r = c->head;
@@ -127,14 +248,20 @@ static void arm_send(struct conn *c)
 	c->refs++;
 }
 
-void sluice_conn_response_ready(struct conn *c)
+void sluice_conn_response_ready(struct req *r)
 {
+	struct conn *c = r->conn;
+	assert(r->done);
+	/* Served: its frame leaves the broker's queue; what the connection holds
+	 * for it is now the response as built (and the frame, freed with it). */
+	req_unqueue(r);
+	req_hold(c, r, r->no_response ? 0 : (int64_t)(r->out.cap + r->frame_len) + 4);
 	if (c->closing) {
 		conn_reap_closing(c);
 		return;
 	}
 	arm_send(c);
-	arm_recv(c); /* a slot may have freed */
+	conn_resume(c); /* a slot may have freed */
 }
 
 /* Whether a closing connection may free a request now: its response is
@@ -162,8 +289,7 @@ static void conn_reap_closing(struct conn *c)
 		struct req *r = *pp;
 		if (req_droppable(c, r)) {
 			*pp = r->next;
-			c->inflight--;
-			sluice_req_free(r);
+			req_drop(c, r);
 			c->refs--; /* the request's reference; the walk's own keeps c */
 			assert(c->refs > 0);
 			continue;
@@ -190,13 +316,43 @@ void sluice_conn_close(struct conn *c)
 	conn_put(c); /* the connection's own reference */
 }
 
-/* Cut complete frames out of the input buffer. */
+/* A frame just handed to the protocol layer, still in progress: it counts
+ * in the broker's queue until served, and the connection holds its bytes
+ * and the most its response may take. (One answered at once is already
+ * accounted by sluice_conn_response_ready.) */
+static void req_account(struct conn *c, struct req *r, uint32_t size)
+{
+	if (r->done)
+		return;
+	assert(r->queued_bytes == 0 && r->held_bytes == 0);
+	r->queued_bytes = (int64_t)size + 4;
+	__atomic_add_fetch(&queued_request_bytes, r->queued_bytes, __ATOMIC_RELAXED);
+	req_hold(c, r, r->queued_bytes + (r->resp_bytes_max > 0 ? r->resp_bytes_max : 0));
+}
+
+/* When the bytes left in the buffer are the start of a frame, the time its
+ * first bytes came (a frame trickled slower than
+ * sluice.request.receive.timeout.ms closes the connection); 0 otherwise. */
+static void frame_clock(struct conn *c, bool consumed)
+{
+	bool partial = c->in_len > 0 && (c->in_len < 4 || c->in_len - 4 < (size_t)kbe32(c->in));
+	if (!partial)
+		c->frame_start_ms = 0;
+	else if (consumed || !c->frame_start_ms)
+		c->frame_start_ms = sluice_now_ms();
+}
+
+/* Cut complete frames out of the input buffer, as far as the budgets allow. */
 static void conn_parse(struct conn *c)
 {
 	const uint32_t max = (uint32_t)c->nc->b->cfg.socket_request_max_bytes;
 	size_t off = 0;
 	c->parsing = true;
-	while (!c->closing && c->in_len - off >= 4 && c->inflight < SLUICE_CONN_INFLIGHT_MAX) {
+	while (!c->closing && c->in_len - off >= 4 && conn_under_budget(c)) {
+		if (!queue_has_room(c->nc)) {
+			conn_throttle(c);
+			break;
+		}
 		int32_t size = (int32_t)kbe32(c->in + off);
 		if (size < 8 || (uint32_t)size > max) {
 			SLOG_INFO("net", "%s: frame size %d outside [8, %u]; closing connection", c->peer, size, max);
@@ -214,23 +370,28 @@ static void conn_parse(struct conn *c)
 		}
 		memcpy(frame, c->in + off + 4, (size_t)size);
 		off += 4 + (size_t)size;
+		struct req *before = c->tail;
 		if (!sluice_proto_on_frame(c, frame, (uint32_t)size)) {
 			c->parsing = false;
 			sluice_conn_close(c);
 			return;
 		}
+		if (c->tail && c->tail != before)
+			req_account(c, c->tail, (uint32_t)size);
 	}
 	c->parsing = false;
 	if (off) {
 		memmove(c->in, c->in + off, c->in_len - off);
 		c->in_len -= off;
 	}
+	frame_clock(c, off > 0);
 	/* Shrink a buffer that grew for one large frame. */
 	if (c->in_cap > SLUICE_CONN_RECV_BYTES && c->in_len < SLUICE_CONN_RECV_BYTES / 2) {
 		uint8_t *n = realloc(c->in, SLUICE_CONN_RECV_BYTES);
 		if (n) {
 			c->in = n;
 			c->in_cap = SLUICE_CONN_RECV_BYTES;
+	c->last_active_ms = sluice_now_ms();
 		}
 	}
 }
@@ -246,6 +407,7 @@ static void on_recv(struct conn *c, int res)
 		return;
 	}
 	c->in_len += (size_t)res;
+	c->last_active_ms = sluice_now_ms();
 	conn_parse(c);
 	arm_recv(c);
 	conn_put(c);
@@ -262,20 +424,65 @@ static void on_send(struct conn *c, int res)
 	struct req *r = c->head;
 	assert(r && r->done);
 	c->sent += (size_t)res;
+	c->last_active_ms = sluice_now_ms();
 	if (c->sent == r->out.len) {
 		c->sent = 0;
 		c->head = r->next;
 		if (!c->head)
 			c->tail = NULL;
-		c->inflight--;
-		sluice_req_free(r);
+		req_drop(c, r);
 		c->refs--; /* the request's reference; the send's is dropped below */
-		if (c->in_len >= 4)
-			conn_parse(c); /* frames held back by the in-flight limit */
-		arm_recv(c);
+		conn_resume(c); /* frames held back by the in-flight limit or budget */
 	}
 	arm_send(c);
 	conn_put(c);
+}
+
+/* Connections idle for connections.max.idle.ms (nothing received or sent,
+ * no request waiting on the broker) and frames arriving slower than
+ * sluice.request.receive.timeout.ms are closed. */
+static bool conn_waits_on_broker(const struct conn *c)
+{
+	for (const struct req *r = c->head; r; r = r->next)
+		if (!r->done)
+			return true;
+	return false;
+}
+
+/* Close with a reset rather than a FIN: a peer that stopped reading would
+ * otherwise keep the kernel's send buffer (megabytes) for minutes after the
+ * close, behind a FIN it never takes. */
+static void conn_abort(struct conn *c)
+{
+	struct linger lg = {1, 0};
+	(void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	sluice_conn_close(c);
+}
+
+static void sweep(struct netcore *nc, int64_t now)
+{
+	struct nstate *ns = nc->state;
+	const struct sluice_config *cfg = &nc->b->cfg;
+	if (now < ns->next_sweep_ms)
+		return;
+	ns->next_sweep_ms = now + SLUICE_NET_SWEEP_MS;
+	for (struct conn *c = ns->all, *next; c; c = next) {
+		next = c->all_next; /* closing may free c, never another connection */
+		if (c->closing)
+			continue;
+		if (cfg->request_receive_timeout_ms > 0 && c->frame_start_ms && !c->paused &&
+		    now - c->frame_start_ms > cfg->request_receive_timeout_ms) {
+			SLOG_INFO("net", "%s: request frame incomplete after %" PRId64
+				  " ms (sluice.request.receive.timeout.ms); closing connection", c->peer,
+				  now - c->frame_start_ms);
+			conn_abort(c);
+		} else if (cfg->connections_max_idle_ms > 0 && now - c->last_active_ms > cfg->connections_max_idle_ms &&
+			   !conn_waits_on_broker(c)) {
+			SLOG_INFO("net", "%s: idle for %" PRId64 " ms (connections.max.idle.ms); closing connection",
+				  c->peer, now - c->last_active_ms);
+			conn_abort(c);
+		}
+	}
 }
 
 static void arm_accept(struct netcore *nc)
@@ -304,8 +511,9 @@ static void on_accept(struct netcore *nc, int res)
 		close(res); /* shutting down: accepted just before the listener closed */
 		return;
 	}
-	if (ns->conns >= nc->b->cfg.connections_max) {
-		SLOG_WARN("net", "connection limit %d reached; refusing", nc->b->cfg.connections_max);
+	if (__atomic_add_fetch(&conns_open, 1, __ATOMIC_RELAXED) > nc->b->cfg.connections_max) {
+		__atomic_sub_fetch(&conns_open, 1, __ATOMIC_RELAXED);
+		SLOG_WARN("net", "connection limit %d reached (max.connections); refusing", nc->b->cfg.connections_max);
 		close(res);
 		arm_accept(nc);
 		return;
@@ -316,6 +524,7 @@ static void on_accept(struct netcore *nc, int res)
 	if (!c || !c->in) {
 		if (c)
 			free(c);
+		__atomic_sub_fetch(&conns_open, 1, __ATOMIC_RELAXED);
 		close(res);
 		arm_accept(nc);
 		return;
@@ -326,6 +535,7 @@ static void on_accept(struct netcore *nc, int res)
 	c->fd = res;
 	c->refs = 1; /* the connection's own reference, dropped at close */
 	c->in_cap = SLUICE_CONN_RECV_BYTES;
+	c->last_active_ms = sluice_now_ms();
 	char host[INET6_ADDRSTRLEN] = "?";
 	int port = 0;
 	if (ns->accept_addr.ss_family == AF_INET) {
@@ -441,6 +651,12 @@ static void loop_once(struct netcore *nc, int64_t wait_max_ms)
 	int64_t now = sluice_now_ms();
 	if (ns->proto.parked_n)
 		sluice_proto_retry_parked(nc, now, false);
+	resume_throttled(nc);
+	sweep(nc, now);
+	if (ns->throttled && wait_max_ms > SLUICE_NET_THROTTLE_POLL_MS)
+		wait_max_ms = SLUICE_NET_THROTTLE_POLL_MS; /* room is made on other cores too */
+	else if (ns->conns > 0 && wait_max_ms > SLUICE_NET_SWEEP_MS)
+		wait_max_ms = SLUICE_NET_SWEEP_MS;
 	if (!ns->efd_armed) {
 		struct io_uring_sqe *sqe = sqe_get(nc);
 		io_uring_prep_read(sqe, nc->efd, &ns->efd_buf, sizeof ns->efd_buf, 0);

@@ -112,8 +112,9 @@ static void reap_closing(struct conn *c)
 	fix_tail(c);
 }
 
-void sluice_conn_response_ready(struct conn *c)
+void sluice_conn_response_ready(struct req *r)
 {
+	struct conn *c = r->conn;
 	stub_response_ready_calls++;
 	if (c->closing)
 		reap_closing(c);

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""One client cannot exhaust the broker: per-connection and per-broker budgets, timeouts.
+
+Proves, with small budgets set in the broker's properties:
+1. A raw client that pipelines hundreds of Fetch requests for a topic holding data
+   and never reads its responses does not grow the broker's memory (VmRSS, from
+   /proc/<pid>/status) by more than a bound near sluice.connection.response.bytes.max:
+   the broker stops reading that connection instead of building every response.
+   Meanwhile another connection (raw client, and kcat) is served, and the stuck
+   connection is closed once it has been idle for connections.max.idle.ms.
+2. An idle connection is closed after connections.max.idle.ms, not before.
+3. A request frame trickled a byte at a time, slower than
+   sluice.request.receive.timeout.ms, gets its connection closed.
+4. Frames read but not yet served count against queued.max.request.bytes for the
+   whole broker: while parked Fetch requests fill it, a request on another
+   connection is not read (its answer waits until they expire) but is not dropped.
+"""
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lib  # noqa: E402
+from lib import Enc, check, frame, log, record_batch, request_header  # noqa: E402
+
+TOPIC = "budgets"
+MiB = 1 << 20
+RESP_BUDGET = 2 * MiB
+FETCH_MAX = 1 * MiB
+IDLE_MS = 3000
+FRAME_MS = 1500
+RSS_GROWTH_MAX = 48 * MiB   # unbounded, 128 fetches x (1 MiB read + 1 MiB response) ~ 256 MiB
+
+
+def fetch_frame(corr, topic, offset, max_wait_ms=0, min_bytes=1, max_bytes=FETCH_MAX):
+    body = Enc().i32(-1).i32(max_wait_ms).i32(min_bytes).i32(max_bytes).i8(0)
+    body.array_len(1).string(topic).array_len(1).i32(0).i64(offset).i32(max_bytes)
+    return frame(request_header(1, 4, corr) + body.done())
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise lib.TestFailure("no VmRSS")
+
+
+def tcp_state(s):
+    return struct.unpack("B", s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[:1])[0]
+
+
+TCP_ESTABLISHED = 1
+
+
+def closed_by_peer(s):
+    """True once the broker has closed s (FIN or RST), without reading data."""
+    return tcp_state(s) != TCP_ESTABLISHED
+
+
+def wait_closed(s, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if closed_by_peer(s):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def served(b, what):
+    with lib.Conn(b.port, timeout=10) as c:
+        t = time.monotonic()
+        err, hw, blob = c.fetch(TOPIC, 0, 0, max_bytes=FETCH_MAX)
+        n = sum(x["count"] for x in lib.parse_batches(blob))
+        check(err == 0 and n > 0, f"{what}: fetch on another connection: error {err}, {n} records")
+        return time.monotonic() - t
+
+
+def test():
+    if lib.TARGET != "sluice":
+        lib.skip("sluice budgets (sluice.* properties, /proc of the broker)")
+    props = {
+        "sluice.connection.response.bytes.max": RESP_BUDGET,
+        "fetch.max.bytes": FETCH_MAX,
+        "connections.max.idle.ms": IDLE_MS,
+        "sluice.request.receive.timeout.ms": FRAME_MS,
+        "queued.max.request.bytes": 4096,
+        "sluice.cache.bytes.max": 16 * MiB,
+    }
+    b = lib.Broker("budgets", props)
+    failed = True
+    try:
+        b.start()
+        with lib.Conn(b.port) as c:
+            c.ensure_topic(TOPIC)
+            for i in range(32):  # 32 x 100 KiB x 3 = ~9.6 MB
+                err, _, _ = c.produce(TOPIC, 0, record_batch([(b"k", os.urandom(100 << 10), [])] * 3))
+                check(err == 0, f"produce error {err}")
+        served(b, "warm-up")
+        time.sleep(0.3)
+        base = rss(b.pid)
+
+        parts = os.environ.get("SLUICE_BUDGETS_PARTS", "1234")  # to run some parts alone
+        if "1" in parts:
+            part_unread(b, base)
+        if "2" in parts:
+            part_idle(b)
+        if "3" in parts:
+            part_trickle(b)
+        if "4" in parts:
+            part_queue(b)
+        check(b.alive(), "broker died")
+        b.stop()
+        failed = False
+    finally:
+        b.cleanup(failed=failed)
+
+
+def part_unread(b, base):
+    # 1. Pipelined fetches never read.
+    hog = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+    hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    hog.setblocking(False)
+    burst = b"".join(fetch_frame(k + 1, TOPIC, 0) for k in range(600))
+    sent = 0
+    t_end = time.monotonic() + 1.5
+    while sent < len(burst) and time.monotonic() < t_end:
+        try:
+            sent += hog.send(burst[sent:])
+        except BlockingIOError:
+            time.sleep(0.01)
+    time.sleep(1.0)
+    peak = max(rss(b.pid) for _ in range(5) if time.sleep(0.05) is None)
+    growth = peak - base
+    log(f"broker RSS {base / MiB:.1f} MiB before, {peak / MiB:.1f} MiB with the unread pipeline "
+        f"({sent} request bytes sent); growth {growth / MiB:.1f} MiB")
+    check(growth < RSS_GROWTH_MAX, f"broker RSS grew {growth / MiB:.1f} MiB for one client that does "
+                                   f"not read (bound {RSS_GROWTH_MAX / MiB:.0f} MiB)")
+    took = served(b, "while a client does not read")
+    check(took < 2.0, f"another connection waited {took:.1f}s for its fetch")
+    kcat = lib.kcat_path(required=False)
+    if kcat:
+        r = lib.run([kcat, "-b", b.bootstrap, "-C", "-t", TOPIC, "-o", "beginning", "-c", "5", "-q",
+                     "-f", "%o\\n"], timeout=30)
+        check(r.returncode == 0 and len(r.stdout.split()) == 5,
+              f"kcat while a client does not read: exit {r.returncode}, {r.stdout[:100]!r} {r.stderr[-300:]}")
+    log("another connection (raw, kcat) served meanwhile")
+    check(not closed_by_peer(hog), "the non-reading connection was closed before it was idle")
+    check(wait_closed(hog, IDLE_MS / 1000 + 3), "the non-reading connection was not closed after "
+                                                f"connections.max.idle.ms={IDLE_MS}")
+    hog.close()
+    log("the non-reading connection was closed once idle")
+
+
+def part_idle(b):
+    # 2. An idle connection.
+    idle = lib.Conn(b.port)
+    idle.api_versions()
+    t0 = time.monotonic()
+    check(wait_closed(idle.sock, IDLE_MS / 1000 + 3), f"an idle connection was not closed after "
+                                                      f"connections.max.idle.ms={IDLE_MS}")
+    took = time.monotonic() - t0
+    check(took > IDLE_MS / 1000 - 0.5, f"an idle connection was closed after {took:.1f}s, "
+                                       f"before connections.max.idle.ms={IDLE_MS}")
+    idle.close()
+    log(f"idle connection closed after {took:.1f}s")
+
+
+def part_trickle(b):
+    # 3. A frame trickled slower than the receive time-out.
+    slow = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+    req = frame(request_header(18, 0, 1))
+    t0 = time.monotonic()
+    closed_at = None
+    for i in range(len(req) - 1):
+        try:
+            slow.send(req[i:i + 1])
+        except OSError:
+            closed_at = time.monotonic() - t0
+            break
+        time.sleep(0.3)
+        if closed_by_peer(slow):
+            closed_at = time.monotonic() - t0
+            break
+    slow.close()
+    check(closed_at is not None, "a frame trickled a byte per 300 ms was still read after "
+                                 f"{time.monotonic() - t0:.1f}s (receive time-out {FRAME_MS} ms)")
+    check(closed_at < IDLE_MS / 1000, f"trickled frame: closed only after {closed_at:.1f}s")
+    log(f"trickled frame: connection closed after {closed_at:.1f}s")
+
+
+def part_queue(b):
+    # 4. queued.max.request.bytes: parked fetches (not yet served) fill it.
+    parker = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+    with lib.Conn(b.port) as c:
+        _, hw, _ = c.fetch(TOPIC, 0, 0, max_wait_ms=0)
+    nparked = 80  # ~80 bytes each: twice the queue; small max_bytes, so the
+    # connection's own response budget is not what stops them
+    parker.sendall(b"".join(fetch_frame(k + 1, TOPIC, hw, max_wait_ms=2000, max_bytes=1024)
+                            for k in range(nparked)))
+    time.sleep(0.3)
+    other = lib.Conn(b.port, timeout=15)
+    t0 = time.monotonic()
+    other.api_versions()
+    waited = time.monotonic() - t0
+    other.close()
+    check(waited > 1.0, f"a request on another connection was answered after {waited:.2f}s while "
+                        f"unserved fetches held queued.max.request.bytes (expected to wait for them)")
+    got = 0
+    parker.settimeout(15)
+    buf = b""
+    while got < nparked:
+        chunk = parker.recv(1 << 16)
+        check(chunk, f"the parked fetches' connection closed after {got} of {nparked} responses")
+        buf += chunk
+        while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
+            buf = buf[4 + struct.unpack(">i", buf[:4])[0]:]
+            got += 1
+    parker.close()
+    log(f"queued.max.request.bytes: another connection waited {waited:.1f}s, then was answered; "
+        f"all {nparked} parked fetches answered")
+
+
+if __name__ == "__main__":
+    lib.main(test)
