@@ -29,7 +29,8 @@ enum { UD_ACCEPT = 1, UD_RECV = 2, UD_SEND = 3, UD_EVENTFD = 4 };
 #define SLUICE_NET_SHUTDOWN_DRAIN_MS 5000 /* how long shutdown waits for busy connections */
 #define SLUICE_LISTEN_BACKLOG 1024        /* connections the kernel queues before accept */
 #define SLUICE_LISTEN_RETRY_MS 50         /* pause between binds of a port in use */
-#define SLUICE_NET_SWEEP_MS 100           /* how often idle and slow connections are looked for */
+#define SLUICE_NET_SWEEP_MS_MIN 10        /* idle and slow connections are looked for at most */
+#define SLUICE_NET_SWEEP_MS_MAX 1000      /* this often, and at least this often */
 #define SLUICE_NET_THROTTLE_POLL_MS 10    /* how often a throttled core looks for queue room */
 
 struct nstate {
@@ -376,7 +377,9 @@ static void conn_parse(struct conn *c)
 			sluice_conn_close(c);
 			return;
 		}
-		if (c->tail && c->tail != before)
+		/* The new request is the tail, unless it is already gone (an
+		 * acks=0 produce answered at once) or the connection closed. */
+		if (!c->closing && c->tail && c->tail != before)
 			req_account(c, c->tail, (uint32_t)size);
 	}
 	c->parsing = false;
@@ -459,13 +462,26 @@ static void conn_abort(struct conn *c)
 	sluice_conn_close(c);
 }
 
+/* A tenth of the shorter time-out, within [10 ms, 1 s]: at most 10% late,
+ * and a core with 10,000 connections walks them once a second by default. */
+static int64_t sweep_interval_ms(const struct sluice_config *cfg)
+{
+	int64_t t = SLUICE_NET_SWEEP_MS_MAX * 10;
+	if (cfg->connections_max_idle_ms > 0 && cfg->connections_max_idle_ms < t)
+		t = cfg->connections_max_idle_ms;
+	if (cfg->request_receive_timeout_ms > 0 && cfg->request_receive_timeout_ms < t)
+		t = cfg->request_receive_timeout_ms;
+	t /= 10;
+	return t < SLUICE_NET_SWEEP_MS_MIN ? SLUICE_NET_SWEEP_MS_MIN : t;
+}
+
 static void sweep(struct netcore *nc, int64_t now)
 {
 	struct nstate *ns = nc->state;
 	const struct sluice_config *cfg = &nc->b->cfg;
 	if (now < ns->next_sweep_ms)
 		return;
-	ns->next_sweep_ms = now + SLUICE_NET_SWEEP_MS;
+	ns->next_sweep_ms = now + sweep_interval_ms(cfg);
 	for (struct conn *c = ns->all, *next; c; c = next) {
 		next = c->all_next; /* closing may free c, never another connection */
 		if (c->closing)
@@ -655,8 +671,8 @@ static void loop_once(struct netcore *nc, int64_t wait_max_ms)
 	sweep(nc, now);
 	if (ns->throttled && wait_max_ms > SLUICE_NET_THROTTLE_POLL_MS)
 		wait_max_ms = SLUICE_NET_THROTTLE_POLL_MS; /* room is made on other cores too */
-	else if (ns->conns > 0 && wait_max_ms > SLUICE_NET_SWEEP_MS)
-		wait_max_ms = SLUICE_NET_SWEEP_MS;
+	else if (ns->conns > 0 && wait_max_ms > sweep_interval_ms(&nc->b->cfg))
+		wait_max_ms = sweep_interval_ms(&nc->b->cfg);
 	if (!ns->efd_armed) {
 		struct io_uring_sqe *sqe = sqe_get(nc);
 		io_uring_prep_read(sqe, nc->efd, &ns->efd_buf, sizeof ns->efd_buf, 0);
