@@ -6,6 +6,14 @@
  * them to the protocol layer, sends responses in request order, takes
  * storage-core replies from its rings, and sleeps in io_uring_enter when idle.
  *
+ * Lifetime: a connection is reference-counted: its own reference (dropped
+ * at close), one per recv or send in flight, one per request it holds, one
+ * while on the throttled list. A closing connection frees each request once
+ * nothing else points at it (a storage core, the parked list, a send in
+ * flight) and is freed by the last put, never inside a walk of its own
+ * requests. Reading is bounded by budgets (see "budgets" below), and a sweep
+ * closes idle and trickling connections.
+ *
  * user_data encoding: a pointer with the low 3 bits as the operation:
  * 1 accept (no pointer), 2 recv (conn), 3 send (conn), 4 eventfd read. */
 #include "common/log.h"
@@ -737,8 +745,7 @@ static void *uring_run(void *arg)
  * SO_REUSEPORT a new broker would bind beside it while the kernel still hands
  * connections to the dead one. So the port is taken alone or not at all: a
  * bind that finds it in use is retried for sluice.listener.bind.timeout.ms,
- * then
- * the broker fails naming the address. */
+ * then the broker fails naming the address. */
 static int listener_try(const struct addrinfo *ai, int *err)
 {
 	int one = 1;
