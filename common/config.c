@@ -50,6 +50,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.listener.bind.timeout.ms", CFG_LONG, F(listener_bind_timeout_ms), 0, 3600000, "30000"},
 	{"queued.max.request.bytes", CFG_LONG, F(queued_max_request_bytes), -1, INT64_MAX, "536870912"},
 	{"sluice.connection.response.bytes.max", CFG_LONG, F(connection_response_bytes_max), 1024, INT64_MAX, "104857600"},
+	{"sluice.response.bytes.max", CFG_LONG, F(response_bytes_max), 1024, INT64_MAX, "1073741824"},
 	{"connections.max.idle.ms", CFG_LONG, F(connections_max_idle_ms), -1, INT64_MAX, "600000"},
 	{"sluice.request.receive.timeout.ms", CFG_LONG, F(request_receive_timeout_ms), -1, INT64_MAX, "60000"},
 	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},

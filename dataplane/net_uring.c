@@ -55,9 +55,11 @@ struct nstate {
 };
 
 /* Broker-wide, over every network core (atomics): bytes of request frames
- * read and not yet served, bounded by queued.max.request.bytes, and open
+ * read and not yet served, bounded by queued.max.request.bytes; bytes held
+ * for requests in flight, bounded by sluice.response.bytes.max; open
  * connections, bounded by max.connections. */
 static int64_t queued_request_bytes;
+static int64_t held_bytes_total; /* the sum of every connection's held_bytes */
 static int32_t conns_open;
 
 static struct io_uring_sqe *sqe_get(struct netcore *nc)
@@ -104,12 +106,24 @@ static void conn_parse(struct conn *c);
  * read its responses stops being read. One request is always allowed. And
  * while the frames read but not yet served, over all connections, reach
  * queued.max.request.bytes, no connection is read (the bytes wait in the
- * kernel; nothing is dropped) until they fall. */
+ * kernel; nothing is dropped) until they fall. While the bytes held by all
+ * connections together reach sluice.response.bytes.max, only a connection
+ * with nothing in flight is read (one request each still moves: a consumer
+ * fetching one request at a time is served; pipelining waits). */
 
 static bool queue_has_room(const struct netcore *nc)
 {
 	int64_t max = nc->b->cfg.queued_max_request_bytes;
 	return max <= 0 || __atomic_load_n(&queued_request_bytes, __ATOMIC_RELAXED) < max;
+}
+
+/* The broker-wide budgets allow reading another request from c. */
+static bool broker_has_room(const struct conn *c)
+{
+	if (!queue_has_room(c->nc))
+		return false;
+	return c->inflight == 0 ||
+	       __atomic_load_n(&held_bytes_total, __ATOMIC_RELAXED) < c->nc->b->cfg.response_bytes_max;
 }
 
 static bool conn_under_budget(const struct conn *c)
@@ -122,9 +136,14 @@ static bool conn_under_budget(const struct conn *c)
 /* A request's share of its connection's held bytes becomes n. */
 static void req_hold(struct conn *c, struct req *r, int64_t n)
 {
-	c->held_bytes += n - r->held_bytes;
+	int64_t delta = n - r->held_bytes;
+	if (delta == 0)
+		return;
+	c->held_bytes += delta;
 	r->held_bytes = n;
 	assert(c->held_bytes >= 0);
+	int64_t total = __atomic_add_fetch(&held_bytes_total, delta, __ATOMIC_RELAXED);
+	assert(total >= 0);
 }
 
 static void req_unqueue(struct req *r)
@@ -172,18 +191,17 @@ static void conn_resume(struct conn *c)
 	conn_put(c);
 }
 
-/* Throttled connections read on once the queue has room; closed ones leave
+/* Throttled connections read on once the broker has room; closed ones leave
  * the list at once (their reference would keep them alive). */
 static void resume_throttled(struct netcore *nc)
 {
 	struct nstate *ns = nc->state;
-	bool room = queue_has_room(nc);
 	struct conn *list = ns->throttled;
 	ns->throttled = NULL;
 	while (list) {
 		struct conn *c = list;
 		list = c->throttle_next;
-		if (!room && !c->closing) {
+		if (!broker_has_room(c) && !c->closing) {
 			c->throttle_next = ns->throttled;
 			ns->throttled = c;
 			continue;
@@ -198,7 +216,7 @@ static void arm_recv(struct conn *c)
 {
 	if (c->closing || c->recv_armed || c->parsing)
 		return;
-	if (!conn_under_budget(c) || !queue_has_room(c->nc)) {
+	if (!conn_under_budget(c) || !broker_has_room(c)) {
 		if (conn_under_budget(c))
 			conn_throttle(c);
 		c->paused = true; /* the broker, not the peer, holds the next frame back */
@@ -358,7 +376,7 @@ static void conn_parse(struct conn *c)
 	size_t off = 0;
 	c->parsing = true;
 	while (!c->closing && c->in_len - off >= 4 && conn_under_budget(c)) {
-		if (!queue_has_room(c->nc)) {
+		if (!broker_has_room(c)) {
 			conn_throttle(c);
 			break;
 		}

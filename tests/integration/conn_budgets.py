@@ -14,6 +14,10 @@ Proves, with small budgets set in the broker's properties:
 4. Frames read but not yet served count against queued.max.request.bytes for the
    whole broker: while parked Fetch requests fill it, a request on another
    connection is not read (its answer waits until they expire) but is not dropped.
+5. (a second broker) Six connections that pipeline unread fetches, each within a
+   large per-connection budget, are bounded together by sluice.response.bytes.max,
+   and a client with one request at a time is still served.
+SLUICE_BUDGETS_PARTS=135 runs only some parts.
 """
 import os
 import socket
@@ -69,6 +73,31 @@ def wait_closed(s, timeout):
     return False
 
 
+def fill(b):
+    with lib.Conn(b.port) as c:
+        c.ensure_topic(TOPIC)
+        for i in range(32):  # 32 x 100 KiB x 3 = ~9.6 MB
+            err, _, _ = c.produce(TOPIC, 0, record_batch([(b"k", os.urandom(100 << 10), [])] * 3))
+            check(err == 0, f"produce error {err}")
+
+
+def unread_pipeline(port, n):
+    """A connection that sends n Fetch requests (as many as the broker takes
+    within 1 s) and never reads."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    s.setblocking(False)
+    burst = b"".join(fetch_frame(k + 1, TOPIC, 0) for k in range(n))
+    sent = 0
+    t_end = time.monotonic() + 1.0
+    while sent < len(burst) and time.monotonic() < t_end:
+        try:
+            sent += s.send(burst[sent:])
+        except BlockingIOError:
+            time.sleep(0.01)
+    return s
+
+
 def served(b, what):
     with lib.Conn(b.port, timeout=10) as c:
         t = time.monotonic()
@@ -91,18 +120,15 @@ def test():
     }
     b = lib.Broker("budgets", props)
     failed = True
+    parts = ""
     try:
         b.start()
-        with lib.Conn(b.port) as c:
-            c.ensure_topic(TOPIC)
-            for i in range(32):  # 32 x 100 KiB x 3 = ~9.6 MB
-                err, _, _ = c.produce(TOPIC, 0, record_batch([(b"k", os.urandom(100 << 10), [])] * 3))
-                check(err == 0, f"produce error {err}")
+        fill(b)
         served(b, "warm-up")
         time.sleep(0.3)
         base = rss(b.pid)
 
-        parts = os.environ.get("SLUICE_BUDGETS_PARTS", "1234")  # to run some parts alone
+        parts = os.environ.get("SLUICE_BUDGETS_PARTS", "12345")  # to run some parts alone
         if "1" in parts:
             part_unread(b, base)
         if "2" in parts:
@@ -116,26 +142,18 @@ def test():
         failed = False
     finally:
         b.cleanup(failed=failed)
+    if "5" in parts:
+        part_broker_budget()
 
 
 def part_unread(b, base):
     # 1. Pipelined fetches never read.
-    hog = socket.create_connection(("127.0.0.1", b.port), timeout=10)
-    hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
-    hog.setblocking(False)
-    burst = b"".join(fetch_frame(k + 1, TOPIC, 0) for k in range(600))
-    sent = 0
-    t_end = time.monotonic() + 1.5
-    while sent < len(burst) and time.monotonic() < t_end:
-        try:
-            sent += hog.send(burst[sent:])
-        except BlockingIOError:
-            time.sleep(0.01)
+    hog = unread_pipeline(b.port, 600)
     time.sleep(1.0)
     peak = max(rss(b.pid) for _ in range(5) if time.sleep(0.05) is None)
     growth = peak - base
-    log(f"broker RSS {base / MiB:.1f} MiB before, {peak / MiB:.1f} MiB with the unread pipeline "
-        f"({sent} request bytes sent); growth {growth / MiB:.1f} MiB")
+    log(f"broker RSS {base / MiB:.1f} MiB before, {peak / MiB:.1f} MiB with the unread pipeline"
+        f"; growth {growth / MiB:.1f} MiB")
     check(growth < RSS_GROWTH_MAX, f"broker RSS grew {growth / MiB:.1f} MiB for one client that does "
                                    f"not read (bound {RSS_GROWTH_MAX / MiB:.0f} MiB)")
     took = served(b, "while a client does not read")
@@ -221,6 +239,41 @@ def part_queue(b):
     parker.close()
     log(f"queued.max.request.bytes: another connection waited {waited:.1f}s, then was answered; "
         f"all {nparked} parked fetches answered")
+
+
+def part_broker_budget():
+    # 5. Many connections that pipeline and never read, each within its own
+    # budget: sluice.response.bytes.max bounds them together, and a client
+    # with one request at a time is still served.
+    props = {
+        "sluice.connection.response.bytes.max": 64 * MiB,
+        "sluice.response.bytes.max": 4 * MiB,
+        "fetch.max.bytes": FETCH_MAX,
+        "sluice.cache.bytes.max": 16 * MiB,
+    }
+    b = lib.Broker("budgets-broker", props)
+    failed = True
+    try:
+        b.start()
+        fill(b)
+        served(b, "warm-up")
+        time.sleep(0.3)
+        base = rss(b.pid)
+        hogs = [unread_pipeline(b.port, 100) for _ in range(6)]
+        time.sleep(1.0)
+        growth = rss(b.pid) - base
+        log(f"6 connections pipelining 100 unread fetches each: broker RSS +{growth / MiB:.1f} MiB")
+        check(growth < RSS_GROWTH_MAX, f"broker RSS grew {growth / MiB:.1f} MiB for 6 clients that do not "
+                                       f"read (sluice.response.bytes.max 4 MiB; bound {RSS_GROWTH_MAX / MiB:.0f} MiB)")
+        took = served(b, "while 6 clients do not read")
+        check(took < 2.0, f"another connection waited {took:.1f}s for its fetch")
+        for h in hogs:
+            h.close()
+        check(b.alive(), "broker died")
+        b.stop()
+        failed = False
+    finally:
+        b.cleanup(failed=failed)
 
 
 if __name__ == "__main__":
