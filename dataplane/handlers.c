@@ -860,6 +860,14 @@ static bool fetch_start(struct req *r, struct krd *rd)
 static void park(struct req *r)
 {
 	struct proto_state *ps = r->nc->state;
+	/* What was read is too little and is read again when the fetch is
+	 * retried: free it, so a waiting fetch holds only its frame. */
+	for (int32_t i = 0; i < r->nops; i++) {
+		free(r->ops[i].rdata);
+		r->ops[i].rdata = NULL;
+		r->ops[i].rlen = 0;
+	}
+	sluice_conn_request_parked(r, true);
 	r->parked = true;
 	r->park_next = ps->parked_head;
 	ps->parked_head = r;
@@ -886,6 +894,7 @@ void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
 				continue;
 			}
 			((struct fetch_state *)r->api)->final = expired;
+			sluice_conn_request_parked(r, false);
 			fetch_issue(r);
 			continue;
 		}

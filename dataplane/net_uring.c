@@ -343,6 +343,12 @@ void sluice_conn_close(struct conn *c)
 	conn_put(c); /* the connection's own reference */
 }
 
+void sluice_conn_request_parked(struct req *r, bool parked)
+{
+	int64_t frame = (int64_t)r->frame_len + 4;
+	req_hold(r->conn, r, parked ? frame : frame + (r->resp_bytes_max > 0 ? r->resp_bytes_max : 0));
+}
+
 /* A frame just handed to the protocol layer, still in progress: it counts
  * in the broker's queue until served, and the connection holds its bytes
  * and the most its response may take. (One answered at once is already
@@ -351,10 +357,11 @@ static void req_account(struct conn *c, struct req *r, uint32_t size)
 {
 	if (r->done)
 		return;
-	assert(r->queued_bytes == 0 && r->held_bytes == 0);
+	assert(r->queued_bytes == 0);
 	r->queued_bytes = (int64_t)size + 4;
 	__atomic_add_fetch(&queued_request_bytes, r->queued_bytes, __ATOMIC_RELAXED);
-	req_hold(c, r, r->queued_bytes + (r->resp_bytes_max > 0 ? r->resp_bytes_max : 0));
+	/* (A Fetch naming no partition parks at once, holding only its frame.) */
+	req_hold(c, r, r->queued_bytes + (!r->parked && r->resp_bytes_max > 0 ? r->resp_bytes_max : 0));
 }
 
 /* When the bytes left in the buffer are the start of a frame, the time its

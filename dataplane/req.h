@@ -84,6 +84,9 @@ int64_t sluice_now_ms(void);
 /* r's response is ready in r->out (or r->no_response): send it in turn. */
 void sluice_conn_response_ready(struct req *r);
 void sluice_conn_close(struct conn *c);
+/* r (a Fetch) starts or stops waiting for data: while parked it holds only
+ * its frame, not the reads it may make when retried. */
+void sluice_conn_request_parked(struct req *r, bool parked);
 
 /* Per network core protocol state. */
 struct proto_state {

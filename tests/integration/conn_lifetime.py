@@ -81,6 +81,14 @@ def test():
                 check(err == 0, f"produce error {err}")
             end = 40
 
+        # 0. A Fetch naming no partition waits max_wait_ms (it parks at once).
+        with lib.Conn(b.port) as c:
+            body = Enc().i32(-1).i32(200).i32(1).i32(1 << 20).i8(0).array_len(0).done()
+            t = time.monotonic()
+            d = c.request(1, 4, body)
+            check(d.i32() == 0 and d.array_len() == 0, "empty fetch: unexpected response")
+            log(f"fetch naming no partition answered after {time.monotonic() - t:.2f}s")
+
         # 1. Parked fetches whose connection closes, then the fetch expires.
         for round_ in range(10):
             s = raw(b.port)

@@ -120,6 +120,12 @@ void sluice_conn_response_ready(struct req *r)
 		reap_closing(c);
 }
 
+void sluice_conn_request_parked(struct req *r, bool parked)
+{
+	(void)r;
+	(void)parked;
+}
+
 void sluice_conn_close(struct conn *c)
 {
 	stub_close_calls++;
