@@ -40,7 +40,7 @@ class Busy(threading.Thread):
         super().__init__(daemon=True)
         self.port = port
         self.stop_ev = threading.Event()
-        blob = record_batch([(None, b"b" * 1000, [])] * 20)
+        blob = record_batch([(None, b"b" * 1000, [])] * 4)  # a few MB per round: recovery stays short
         body = Enc().string(None).i16(1).i32(10000).array_len(1).string(TOPIC)
         body.array_len(1).i32(0).bytes_(blob)
         self.burst = frame(request_header(0, 3, 7) + body.done()) * 16
@@ -54,6 +54,7 @@ class Busy(threading.Thread):
                 for s in socks:
                     s.sendall(self.burst)
                     s.recv(1 << 16)
+                self.stop_ev.wait(0.002)
             except OSError:
                 for s in socks:
                     s.close()
