@@ -743,6 +743,11 @@ struct fetch_state {
 	int32_t max_wait_ms, min_bytes, max_bytes;
 	int32_t ntopics;
 	bool final;
+	/* What the request's reads may still take, shared by its ops on every
+	 * storage core (atomic): a Fetch naming many partitions, or one
+	 * partition many times, reads about MaxBytes, not each partition's
+	 * limit over again. Reset at each issue. */
+	int64_t read_budget;
 };
 
 static void fetch_issue(struct req *r)
@@ -757,7 +762,9 @@ static void fetch_issue(struct req *r)
 			continue;
 		op->error = 0;
 		op->watch = !fs->final && fs->max_wait_ms > 0 && fs->min_bytes > 0;
+		op->read_budget = &fs->read_budget;
 	}
+	__atomic_store_n(&fs->read_budget, (int64_t)fs->max_bytes, __ATOMIC_RELAXED);
 	dispatch_ops(r);
 }
 
@@ -848,11 +855,10 @@ static bool fetch_start(struct req *r, struct krd *rd)
 	if (rd->err)
 		return false;
 	r->deadline_ms = sluice_now_ms() + (fs->max_wait_ms > 0 ? fs->max_wait_ms : 0);
-	/* What the connection must budget for this fetch: every partition's
-	 * read, then the response (the data again, and its framing). */
-	for (int32_t i = 0; i < r->nops; i++)
-		r->resp_bytes_max += r->ops[i].local ? 0 : r->ops[i].max_bytes;
-	r->resp_bytes_max += (int64_t)r->nops * 128 + 256 + fs->max_bytes;
+	/* What the connection must budget for this fetch: the reads (MaxBytes,
+	 * the shared read budget), then the response (the data again, and its
+	 * framing). */
+	r->resp_bytes_max = 2 * (int64_t)fs->max_bytes + (int64_t)r->nops * 128 + 256;
 	fetch_issue(r);
 	return true;
 }

@@ -17,6 +17,8 @@ Proves, with small budgets set in the broker's properties:
 5. (a second broker) Six connections that pipeline unread fetches, each within a
    large per-connection budget, are bounded together by sluice.response.bytes.max,
    and a client with one request at a time is still served.
+6. One Fetch naming a partition 200 times reads about its MaxBytes, not 200 times
+   it (peak RSS, VmHWM).
 SLUICE_BUDGETS_PARTS=135 runs only some parts.
 """
 import os
@@ -128,7 +130,7 @@ def test():
         time.sleep(0.3)
         base = rss(b.pid)
 
-        parts = os.environ.get("SLUICE_BUDGETS_PARTS", "12345")  # to run some parts alone
+        parts = os.environ.get("SLUICE_BUDGETS_PARTS", "123456")  # to run some parts alone
         if "1" in parts:
             part_unread(b, base)
         if "2" in parts:
@@ -137,6 +139,8 @@ def test():
             part_trickle(b)
         if "4" in parts:
             part_queue(b)
+        if "6" in parts:
+            part_one_fetch(b)
         check(b.alive(), "broker died")
         b.stop()
         failed = False
@@ -239,6 +243,42 @@ def part_queue(b):
     parker.close()
     log(f"queued.max.request.bytes: another connection waited {waited:.1f}s, then was answered; "
         f"all {nparked} parked fetches answered")
+
+
+def hwm(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise lib.TestFailure("no VmHWM")
+
+
+def part_one_fetch(b):
+    # 6. One Fetch naming the same partition 200 times, each with the whole
+    # fetch.max.bytes as its partition limit: the broker reads about the
+    # request's MaxBytes, not 200 times it (its peak RSS says so).
+    time.sleep(0.3)
+    peak0 = hwm(b.pid)
+    n = 200
+    body = Enc().i32(-1).i32(0).i32(1).i32(FETCH_MAX).i8(0).array_len(1).string(TOPIC).array_len(n)
+    for _ in range(n):
+        body.i32(0).i64(0).i32(FETCH_MAX)
+    with lib.Conn(b.port, timeout=30) as c:
+        d = c.request(1, 4, body.done())
+        d.i32()
+        check(d.array_len() == 1, "one topic expected")
+        d.string()
+        got = 0
+        for _ in range(d.array_len()):
+            d.i32(), d.i16(), d.i64(), d.i64()
+            d.array_len()
+            got += len(d.bytes_() or b"")
+    grew = hwm(b.pid) - peak0
+    log(f"one Fetch naming a partition {n} times: {got} record bytes answered, broker peak RSS "
+        f"+{grew / MiB:.1f} MiB")
+    check(got > 0, "the fetch returned no records")
+    check(grew < RSS_GROWTH_MAX, f"one Fetch naming a partition {n} times raised the broker's peak RSS by "
+                                 f"{grew / MiB:.1f} MiB (bound {RSS_GROWTH_MAX / MiB:.0f} MiB)")
 
 
 def part_broker_budget():
