@@ -164,8 +164,9 @@ static void req_drop(struct conn *c, struct req *r)
 	sluice_req_free(r);
 }
 
-/* A connection stopped by the broker-wide budget waits on its core's list
- * (holding a reference) until the queue has room again. */
+/* A connection stopped by a broker-wide budget waits on its core's list
+ * (holding a reference) until there is room again: the bytes are released
+ * on any network core, so the list is polled. */
 static void conn_throttle(struct conn *c)
 {
 	struct nstate *ns = c->nc->state;
