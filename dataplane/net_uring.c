@@ -60,6 +60,7 @@ struct nstate {
  * connections, bounded by max.connections. */
 static int64_t queued_request_bytes;
 static int64_t held_bytes_total; /* the sum of every connection's held_bytes */
+static int64_t spare_bytes_total; /* response buffers kept for reuse (conn_spare_sync) */
 static int32_t conns_open;
 
 static struct io_uring_sqe *sqe_get(struct netcore *nc)
@@ -88,6 +89,7 @@ static void conn_put(struct conn *c)
 		c->all_next->all_prev = c->all_prev;
 	close(c->fd);
 	free(c->in);
+	__atomic_sub_fetch(&spare_bytes_total, (int64_t)c->spare_counted, __ATOMIC_RELAXED);
 	free(c->spare);
 	free(c);
 	ns->conns--;
@@ -155,6 +157,28 @@ static void req_unqueue(struct req *r)
 	r->queued_bytes = 0;
 }
 
+/* A connection keeps its last response buffer (up to 16 MiB, handlers.c)
+ * to build the next one without faulting in fresh pages; all connections
+ * together keep at most a quarter of sluice.response.bytes.max so, or
+ * thousands of quiet connections would hold gigabytes. Counted here when
+ * the transport sees the spare change (after a request is freed). */
+static void conn_spare_sync(struct conn *c)
+{
+	size_t have = c->spare ? c->spare_cap : 0;
+	if (have == c->spare_counted)
+		return;
+	int64_t total = __atomic_add_fetch(&spare_bytes_total, (int64_t)have - (int64_t)c->spare_counted,
+					   __ATOMIC_RELAXED);
+	c->spare_counted = have;
+	if (have && total > c->nc->b->cfg.response_bytes_max / 4) {
+		free(c->spare);
+		c->spare = NULL;
+		c->spare_cap = 0;
+		__atomic_sub_fetch(&spare_bytes_total, (int64_t)have, __ATOMIC_RELAXED);
+		c->spare_counted = 0;
+	}
+}
+
 /* Free a request the caller has unlinked; the caller drops its reference. */
 static void req_drop(struct conn *c, struct req *r)
 {
@@ -162,6 +186,7 @@ static void req_drop(struct conn *c, struct req *r)
 	req_hold(c, r, 0);
 	c->inflight--;
 	sluice_req_free(r);
+	conn_spare_sync(c);
 }
 
 /* A connection stopped by a broker-wide budget waits on its core's list
