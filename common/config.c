@@ -49,7 +49,7 @@ static const struct cfg_key keys[] = {
 	{"max.connections", CFG_INT, F(connections_max), 1, 1000000, "10000"},
 	{"sluice.listener.bind.timeout.ms", CFG_LONG, F(listener_bind_timeout_ms), 0, 3600000, "30000"},
 	{"queued.max.request.bytes", CFG_LONG, F(queued_max_request_bytes), -1, INT64_MAX, "536870912"},
-	{"sluice.connection.response.bytes.max", CFG_LONG, F(connection_response_bytes_max), 1024, INT64_MAX, "104857600"},
+	{"sluice.connection.response.bytes.max", CFG_LONG, F(connection_response_bytes_max), 1024, INT64_MAX, "134217728"},
 	{"sluice.response.bytes.max", CFG_LONG, F(response_bytes_max), 1024, INT64_MAX, "1073741824"},
 	{"connections.max.idle.ms", CFG_LONG, F(connections_max_idle_ms), -1, INT64_MAX, "600000"},
 	{"sluice.request.receive.timeout.ms", CFG_LONG, F(request_receive_timeout_ms), -1, INT64_MAX, "60000"},
