@@ -39,6 +39,12 @@ struct sluice_config {
 	int32_t storage_threads;
 	bool cpu_affinity;
 	int32_t connections_max;
+	int64_t listener_bind_timeout_ms; /* how long a port in use is retried at start */
+	int64_t queued_max_request_bytes;  /* frames read, not yet served, whole broker; <= 0: no limit */
+	int64_t connection_response_bytes_max; /* held per connection before it is no longer read */
+	int64_t response_bytes_max;        /* held by all connections before pipelining stops */
+	int64_t connections_max_idle_ms;   /* -1: never */
+	int64_t request_receive_timeout_ms; /* first to last byte of a frame; -1: never */
 	int32_t fetch_max_bytes;
 	int64_t timestamp_before_max_ms;
 	int64_t timestamp_after_max_ms;

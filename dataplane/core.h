@@ -57,6 +57,9 @@ struct partop {
 	int64_t offset;          /* fetch offset, or timestamp for LIST_OFFSETS */
 	int32_t max_bytes;
 	bool min_one;
+	/* READ: bytes the whole request may still read, shared by its ops on
+	 * every storage core (atomic; NULL: only max_bytes limits). */
+	int64_t *read_budget;
 	/* outputs */
 	int64_t base_offset;     /* APPEND base offset, LIST_OFFSETS offset */
 	int64_t last_offset;

@@ -132,7 +132,7 @@ static void resp_end(struct req *r)
 	}
 	kwr_patch_i32(&r->out, 0, (int32_t)(r->out.len - 4));
 	r->done = true;
-	sluice_conn_response_ready(r->conn);
+	sluice_conn_response_ready(r);
 }
 
 void sluice_req_free(struct req *r)
@@ -877,7 +877,7 @@ static void produce_finish(struct req *r)
 {
 	if (r->no_response) {
 		r->done = true;
-		sluice_conn_response_ready(r->conn);
+		sluice_conn_response_ready(r);
 		return;
 	}
 	struct produce_state *ps = r->api;
@@ -921,6 +921,11 @@ struct fetch_state {
 	int32_t max_wait_ms, min_bytes, max_bytes;
 	int32_t ntopics;
 	bool final;
+	/* What the request's reads may still take, shared by its ops on every
+	 * storage core (atomic): a Fetch naming many partitions, or one
+	 * partition many times, reads about MaxBytes, not each partition's
+	 * limit over again. Reset at each issue. */
+	int64_t read_budget;
 };
 
 static void fetch_issue(struct req *r)
@@ -935,7 +940,9 @@ static void fetch_issue(struct req *r)
 			continue;
 		op->error = 0;
 		op->watch = !fs->final && fs->max_wait_ms > 0 && fs->min_bytes > 0;
+		op->read_budget = &fs->read_budget;
 	}
+	__atomic_store_n(&fs->read_budget, (int64_t)fs->max_bytes, __ATOMIC_RELAXED);
 	dispatch_ops(r);
 }
 
@@ -1026,6 +1033,10 @@ static bool fetch_start(struct req *r, struct krd *rd)
 	if (rd->err)
 		return false;
 	r->deadline_ms = sluice_now_ms() + (fs->max_wait_ms > 0 ? fs->max_wait_ms : 0);
+	/* What the connection must budget for this fetch: the reads (MaxBytes,
+	 * the shared read budget), then the response (the data again, and its
+	 * framing). */
+	r->resp_bytes_max = 2 * (int64_t)fs->max_bytes + (int64_t)r->nops * 128 + 256;
 	fetch_issue(r);
 	return true;
 }
@@ -1033,6 +1044,14 @@ static bool fetch_start(struct req *r, struct krd *rd)
 static void park(struct req *r)
 {
 	struct proto_state *ps = r->nc->state;
+	/* What was read is too little and is read again when the fetch is
+	 * retried: free it, so a waiting fetch holds only its frame. */
+	for (int32_t i = 0; i < r->nops; i++) {
+		free(r->ops[i].rdata);
+		r->ops[i].rdata = NULL;
+		r->ops[i].rlen = 0;
+	}
+	sluice_conn_request_parked(r, true);
 	r->parked = true;
 	r->park_next = ps->parked_head;
 	ps->parked_head = r;
@@ -1050,7 +1069,16 @@ void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
 			*pp = r->park_next;
 			ps->parked_n--;
 			r->parked = false;
-			((struct fetch_state *)r->api)->final = expired || r->conn->closing;
+			if (r->conn->closing) {
+				/* Nobody will read the answer: drop the request (this
+				 * may free the connection; r is off the list already). */
+				r->done = true;
+				r->no_response = true;
+				sluice_conn_response_ready(r);
+				continue;
+			}
+			((struct fetch_state *)r->api)->final = expired;
+			sluice_conn_request_parked(r, false);
 			fetch_issue(r);
 			continue;
 		}
@@ -1071,14 +1099,20 @@ int64_t sluice_proto_next_deadline(struct netcore *nc)
 static void fetch_finish(struct req *r)
 {
 	struct fetch_state *fs = r->api;
+	if (r->conn->closing) {
+		/* The client is gone: build nothing, let the transport drop it. */
+		r->done = true;
+		r->no_response = true;
+		sluice_conn_response_ready(r);
+		return;
+	}
 	int64_t bytes = 0;
 	bool errors = false;
 	for (int32_t i = 0; i < r->nops; i++) {
 		bytes += r->ops[i].rlen;
 		errors |= r->ops[i].error != 0;
 	}
-	if (!fs->final && !errors && bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms &&
-	    !r->conn->closing) {
+	if (!fs->final && !errors && bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms) {
 		park(r);
 		return;
 	}
@@ -1134,6 +1168,12 @@ static void fetch_finish(struct req *r)
 	}
 	if (flex)
 		kwr_tags_empty(w);
+	/* The records are in the response now: free the reads before it waits
+	 * to be sent (it may wait long for a slow client). */
+	for (int32_t i = 0; i < r->nops; i++) {
+		free(r->ops[i].rdata);
+		r->ops[i].rdata = NULL;
+	}
 	resp_end(r);
 }
 

@@ -557,11 +557,14 @@ int main(int argc, char **argv)
 	while (!__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
 	SLOG_INFO("broker", "shutting down");
+	/* Every network core stops before any is finalised: they share one
+	 * listening socket, which the first core's fini closes. */
 	for (int n = 0; n < b.net_n; n++) {
 		sluice_core_wake(&(int){1}, b.net[n].efd);
 		pthread_join(b.net[n].thread, NULL);
-		tr->fini(&b.net[n]);
 	}
+	for (int n = 0; n < b.net_n; n++)
+		tr->fini(&b.net[n]);
 	__atomic_store_n(&b.stopping, 2, __ATOMIC_RELEASE);
 	for (int s = 0; s < b.store_n; s++) {
 		sluice_core_wake(&(int){1}, b.store[s].efd);

@@ -29,6 +29,13 @@ struct req {
 	int32_t nops;
 	int32_t pending;    /* ops lent to storage cores */
 	int64_t deadline_ms;
+	/* Budgets (net_uring.c): the most bytes this request's response (and
+	 * the data read for it) may take, set by the handler when it can be
+	 * large (Fetch); the frame bytes counted in the broker's queue until
+	 * served; the bytes counted in its connection's held_bytes. */
+	int64_t resp_bytes_max;
+	int64_t queued_bytes;
+	int64_t held_bytes;
 	void *api;          /* handler-specific decoded request, owned */
 	struct req *next;   /* connection queue */
 	struct req *park_next;
@@ -45,8 +52,14 @@ struct conn {
 	size_t in_len, in_cap;
 	struct req *head, *tail; /* requests in arrival order */
 	int32_t inflight;
-	struct req *sending;     /* response being sent */
 	size_t sent;
+	struct conn *all_prev, *all_next; /* the network core's list of connections */
+	int64_t held_bytes;       /* frames and responses of requests in flight */
+	int64_t last_active_ms;   /* last bytes received or sent */
+	int64_t frame_start_ms;   /* first bytes of an incomplete frame came, or 0 */
+	bool paused;              /* not read: a budget holds the next frame back */
+	bool throttled;           /* on the core's list waiting for queue room */
+	struct conn *throttle_next;
 	char peer[64];
 	char host[64];      /* "/address", as Kafka shows a client's host */
 	/* The last response buffer sent, kept for the next response: a fetch
@@ -54,6 +67,7 @@ struct conn {
 	 * every page again (measured: 335,000 page faults reading 1.5 GB). */
 	uint8_t *spare;
 	size_t spare_cap;
+	size_t spare_counted; /* of it, in the transport's broker-wide total */
 };
 
 /* Protocol layer entry points, called by the transport. */
@@ -69,8 +83,12 @@ void sluice_req_free(struct req *r);
 int64_t sluice_now_ms(void);
 
 /* Transport services the protocol layer uses. */
-void sluice_conn_response_ready(struct conn *c);
+/* r's response is ready in r->out (or r->no_response): send it in turn. */
+void sluice_conn_response_ready(struct req *r);
 void sluice_conn_close(struct conn *c);
+/* r (a Fetch) starts or stops waiting for data: while parked it holds only
+ * its frame, not the reads it may make when retried. */
+void sluice_conn_request_parked(struct req *r, bool parked);
 
 /* Per network core protocol state. */
 struct proto_state {

@@ -160,6 +160,22 @@ static void flush_backlog(struct storecore *sc)
 	st->backlog_n = k;
 }
 
+/* A READ takes from its request's budget at most its own max_bytes; what
+ * it takes is the most it reads. */
+static int32_t read_budget_claim(struct partop *op)
+{
+	if (!op->read_budget)
+		return op->max_bytes;
+	int64_t left = __atomic_load_n(op->read_budget, __ATOMIC_RELAXED);
+	int64_t take;
+	do {
+		take = left < 0 ? 0 : left < op->max_bytes ? left : op->max_bytes;
+	} while (!__atomic_compare_exchange_n(op->read_budget, &left, left - take, false, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	assert(take >= 0 && take <= op->max_bytes);
+	return (int32_t)take;
+}
+
 static void op_done(struct storecore *sc, struct partop *op)
 {
 	reply(sc, op->net_core, (struct sluice_msg){MSG_PARTOP, (uint32_t)sc->id, op});
@@ -769,7 +785,12 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		return;
 	}
 	case PARTOP_READ: {
-		int32_t n = sluice_plog_read(l, op->offset, op->max_bytes, op->min_one, &op->rdata);
+		int32_t claim = read_budget_claim(op);
+		/* Past the request's budget a partition reads nothing, not even
+		 * one oversized batch (Kafka's min-one is for a request's first). */
+		int32_t n = sluice_plog_read(l, op->offset, claim, op->min_one && claim == op->max_bytes, &op->rdata);
+		if (op->read_budget) /* give back what was not read; an oversized batch takes more */
+			__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		if (n == -1)
 			op->error = 1; /* OFFSET_OUT_OF_RANGE */

@@ -38,33 +38,38 @@ if ! command -v clang >/dev/null; then
 elif ! CC=clang setup build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=disabled -Dclients=disabled; then
     broken+=("fuzzer build (clang with libFuzzer: Debian's clang and libclang-rt-14-dev)")
 fi
-for d in build build-asan build-fuzz; do rm -f "$d/meson-logs/testlog.json"; done
+# Each suite's results go to their own log (meson-logs/run-all-<suite>.json), so that a
+# later suite in the same build directory does not hide an earlier one's, and none is
+# left from an earlier run to be counted again.
+for d in build build-asan build-fuzz; do rm -f "$d"/meson-logs/run-all-*.json; done
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 run_suite() { # dir, suite, options...
     local dir=$1 suite=$2; shift 2
     [[ -f $dir/build.ninja ]] || return 0 # its build failure is already counted
-    meson test -C "$dir" --suite "$suite" --print-errorlogs "$@" || fail=1
-    [[ -s $dir/meson-logs/testlog.json ]] || broken+=("$suite tests in $dir: none ran")
+    meson test -C "$dir" --suite "$suite" --print-errorlogs --logbase "run-all-$suite" "$@" || fail=1
+    [[ -s $dir/meson-logs/run-all-$suite.json ]] || broken+=("$suite tests in $dir: none ran")
 }
 run_suite build unit --num-processes 2
 run_suite build-asan unit --num-processes 2
 run_suite build integration --num-processes 1
+# Integration tests that matter most under AddressSanitizer (connection lifetimes, the
+# budgets' bookkeeping) run again with build-asan's broker.
+run_suite build-asan asan --num-processes 1
 run_suite build-fuzz fuzz
 
 # One closing line over every meson run above.
 # A skipped test is a check that could not run (a client that could not be installed, a
 # tool missing): it fails the run too, and is listed by name.
 python3 - "$ROOT" "${broken[@]}" <<'PY'
-import json, os, sys
+import glob, json, os, sys
 root, broken = sys.argv[1], sys.argv[2:]
 p = f = s = 0
 skipped = []
-for d in ("build", "build-asan", "build-fuzz"):
-    log = os.path.join(root, d, "meson-logs", "testlog.json")
-    if not os.path.exists(log):
-        continue
+logs = [(d, log) for d in ("build", "build-asan", "build-fuzz")
+        for log in sorted(glob.glob(os.path.join(root, d, "meson-logs", "run-all-*.json")))]
+for d, log in logs:
     for line in open(log):
         r = json.loads(line)
         res = r.get("result")

@@ -113,11 +113,18 @@ static void reap_closing(struct conn *c)
 	fix_tail(c);
 }
 
-void sluice_conn_response_ready(struct conn *c)
+void sluice_conn_response_ready(struct req *r)
 {
+	struct conn *c = r->conn;
 	stub_response_ready_calls++;
 	if (c->closing)
 		reap_closing(c);
+}
+
+void sluice_conn_request_parked(struct req *r, bool parked)
+{
+	(void)r;
+	(void)parked;
 }
 
 void sluice_conn_close(struct conn *c)
