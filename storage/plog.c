@@ -17,14 +17,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SWAP_GROUP_MAX 1024 /* segments merged into one by a compaction pass */
-#define PREALLOC_STEP_MIN (1ll << 20)
+#define PREALLOC_STEP_MIN SLUICE_PLOG_BLOCK
 #define PREALLOC_STEP_MAX (64ll << 20)
+#define PREALLOC_ALIGN_MAX (1ll << 20) /* large steps end on a MiB boundary */
+/* Preallocation needed again within this long of the previous one doubles
+ * the step (a busy partition), later halves it (a slow one). */
+#define PREALLOC_BUSY_MS 1000
+_Static_assert(PREALLOC_STEP_MIN <= PREALLOC_ALIGN_MAX && PREALLOC_ALIGN_MAX <= PREALLOC_STEP_MAX,
+	       "preallocation steps");
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
 #define SCAN_BUF_BYTES (4u << 20)
 #define PLOG_DECOMPRESS_MAX (64u << 20) /* a batch inflating past this is not searched */
@@ -85,6 +93,9 @@ struct sluice_plog {
 	int64_t inflight_len; /* bytes the write in flight must complete */
 	int64_t unflushed_messages;
 	int64_t prealloc_end; /* the active segment file's size (ahead of the data) */
+	int64_t prealloc_step; /* how far ahead the last preallocation went (write-rate driven) */
+	int64_t prealloc_ms;   /* monotonic time of the last write past prealloc_end, 0: none */
+	int64_t last_append_ms; /* monotonic time of the last append, 0: none since open */
 	uint64_t compact_sig;      /* the closed segments as the last compaction pass left them */
 	int64_t compact_due_ms;    /* a pass is due by then anyway (kept tombstones expire; 0: retry) */
 	int64_t compact_next_base; /* where the next pass starts (0: the oldest segment) */
@@ -102,6 +113,7 @@ struct sluice_plog {
 	bool failed;
 	bool opened;   /* sluice_plog_open completed */
 	bool modified; /* appended to (or recovered) since open: close must sync */
+	bool close_nosync; /* close leaves syncing to the caller (syncfs at shutdown) */
 };
 
 static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
@@ -1139,8 +1151,9 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	s->size += (int64_t)len;
 	l->modified = true;
 	*last_offset = l->leo - 1;
+	l->last_append_ms = mono_ms();
 	if (!l->unflushed_since_ms)
-		l->unflushed_since_ms = mono_ms();
+		l->unflushed_since_ms = l->last_append_ms;
 	return 0;
 }
 
@@ -1216,16 +1229,35 @@ static int prep_writes(struct sluice_plog *l, struct io_uring *ring, int64_t sta
  * an O_DIRECT write inside the file's size over preallocated blocks at once
  * and runs several in parallel, while one that extends the file goes to a
  * worker thread, serialized with the file's other writes: ahead by twice
- * the write (1-64 MiB, at most to segment.bytes), the writes run about 30 %
- * faster on ext4. The zeros past the data are cut off when the segment
- * closes, and by recovery after a crash. */
+ * the write, the writes run about 30 % faster on ext4. How far ahead follows
+ * the partition's write rate: nothing for a write that comes more than
+ * PREALLOC_BUSY_MS after the previous one that extended the file (a
+ * partition written once or now and then: giving back a preallocated block
+ * costs a journal commit, about 4 ms), then twice the write (at least a
+ * block), doubled each time the space runs out within PREALLOC_BUSY_MS, up
+ * to 64 MiB (at most to segment.bytes). So 3,000 partitions written once
+ * hold only their written blocks, not 2 MiB each, and a busy one still gets
+ * large steps. The zeros past the data are cut off when the segment closes,
+ * when the partition goes idle (sluice_plog_trim_prealloc), and by recovery
+ * after a crash. */
 static void prealloc_ahead(struct sluice_plog *l, int64_t start, int64_t end)
 {
 	if (!l->cfg.direct_io || l->prealloc_refused || end <= l->prealloc_end)
 		return;
-	int64_t step = 2 * (end - start);
-	step = step < PREALLOC_STEP_MIN ? PREALLOC_STEP_MIN : step > PREALLOC_STEP_MAX ? PREALLOC_STEP_MAX : step;
-	int64_t target = (end + step + PREALLOC_STEP_MIN - 1) / PREALLOC_STEP_MIN * PREALLOC_STEP_MIN;
+	int64_t now = mono_ms(), step = 0;
+	bool busy = l->prealloc_ms && now - l->prealloc_ms < PREALLOC_BUSY_MS;
+	l->prealloc_ms = now;
+	if (busy) {
+		step = 2 * l->prealloc_step;
+		if (step < 2 * (end - start))
+			step = 2 * (end - start);
+		step = step < PREALLOC_STEP_MIN ? PREALLOC_STEP_MIN : step > PREALLOC_STEP_MAX ? PREALLOC_STEP_MAX : step;
+	}
+	l->prealloc_step = step;
+	if (step == 0)
+		return;
+	int64_t align = step < PREALLOC_ALIGN_MAX ? SLUICE_PLOG_BLOCK : PREALLOC_ALIGN_MAX;
+	int64_t target = (end + step + align - 1) / align * align;
 	if (target > l->cfg.segment_bytes)
 		target = l->cfg.segment_bytes;
 	if (target <= end)
@@ -1236,6 +1268,29 @@ static void prealloc_ahead(struct sluice_plog *l, int64_t start, int64_t end)
 		return;
 	}
 	l->prealloc_end = target;
+}
+
+int64_t sluice_plog_trim_prealloc(struct sluice_plog *l, int64_t now_ms, int64_t idle_ms)
+{
+	struct segment *s = active(l);
+	if (l->failed || l->cfg.preallocate || l->write_inflight || l->fsync_inflight ||
+	    l->prealloc_end <= align_up(s->size) || s->size > l->submitted_end || now_ms - l->last_append_ms < idle_ms)
+		return 0;
+	/* The file keeps its written blocks (the partial last one included, so
+	 * the next write rewrites it in place); only the blocks ahead go. The
+	 * descriptor may have been given back: then by path. */
+	int64_t keep = l->cfg.direct_io ? align_up(s->size) : s->size, gone = l->prealloc_end - keep;
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".log", p);
+	if ((l->fd_write >= 0 ? ftruncate(l->fd_write, keep) : truncate(p, keep)) < 0) {
+		SLOG_DEBUG("storage", "%s: giving back preallocated space failed: %s", p, strerror(errno));
+		return 0;
+	}
+	l->prealloc_end = keep;
+	l->prealloc_step = 0; /* the next write starts small again */
+	l->prealloc_ms = 0;
+	l->modified = true;   /* close cuts the file to its true length */
+	return gone;
 }
 
 int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
@@ -1903,11 +1958,15 @@ void sluice_plog_close(struct sluice_plog *l)
 			l->hooks.wait_write(l, l->hooks.arg);
 		if (sync && !l->failed && write_sync(l) == 0) {
 			struct segment *s = active(l);
-			if (ftruncate(l->fd_write, s->size) == 0 && fdatasync(l->fd_write) == 0) {
+			if (ftruncate(l->fd_write, s->size) == 0 && (l->close_nosync || fdatasync(l->fd_write) == 0)) {
 				if (l->committed_pos < s->size || l->hw < l->leo)
 					advance_commit(l, s->size, l->leo);
 				seg_write_indexes(l, s);
-				write_recovery_point(l, l->leo);
+				/* At shutdown (nosync) the clean-shutdown marker makes the
+				 * next start trust the log; an older recovery point only
+				 * means a later unclean start scans more. */
+				if (!l->close_nosync)
+					write_recovery_point(l, l->leo);
 			}
 		}
 		fd_write_close(l);
@@ -1927,6 +1986,13 @@ void sluice_plog_close(struct sluice_plog *l)
 		seg_free(&l->segs[i]);
 	free(l->segs);
 	free(l);
+}
+
+void sluice_plog_close_nosync(struct sluice_plog *l)
+{
+	if (l)
+		l->close_nosync = true;
+	sluice_plog_close(l);
 }
 
 /* ---- compaction ------------------------------------------------------------ */
@@ -2067,7 +2133,12 @@ struct clean_ctx {
 	bool failed;
 	int64_t tombstone_due_ms; /* when the first tombstone kept may go, INT64_MAX: none kept */
 	struct sluice_plog_clean_job *job;
+	uint8_t *z;  /* a rebuilt batch recompressed with its codec */
+	size_t z_cap;
 };
+
+static void clean_fail(struct sluice_plog_clean_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 
 static bool keep_record(const struct sluice_record *rec, void *arg)
 {
@@ -2086,6 +2157,52 @@ static bool keep_record(const struct sluice_record *rec, void *arg)
 		kwr_raw(&c->out, rec->raw, rec->raw_len);
 		c->kept++;
 	}
+	return true;
+}
+
+/* Rebuild the batch from the records kept (in c->out after room for the
+ * header) as Kafka's cleaner does: the original header (BaseOffset,
+ * LastOffsetDelta, timestamps, producer fields) with the new count and
+ * length, the records recompressed with the batch's own codec, the CRC
+ * recomputed. Sets *out to it; false when it would not be smaller than the
+ * original (which is then kept whole: superseded records may stay, and a
+ * cleaned segment is never larger than what it replaces). */
+static bool clean_rebuild(struct clean_ctx *c, const uint8_t *batch, size_t len, const struct sluice_batch *b,
+			  const uint8_t **out, size_t *out_len)
+{
+	int codec = b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
+	uint8_t *h = c->out.buf;
+	size_t total = c->out.len;
+	if (codec) {
+		size_t plain = c->out.len - SLUICE_BATCH_HEADER_BYTES, need = sluice_compress_bound(codec, plain);
+		if (need == 0)
+			return false;
+		need += SLUICE_BATCH_HEADER_BYTES;
+		if (need > c->z_cap) {
+			uint8_t *z = realloc(c->z, need);
+			if (!z)
+				return false;
+			c->z = z;
+			c->z_cap = need;
+		}
+		int64_t n = sluice_compress(codec, c->out.buf + SLUICE_BATCH_HEADER_BYTES, plain,
+					    c->z + SLUICE_BATCH_HEADER_BYTES, c->z_cap - SLUICE_BATCH_HEADER_BYTES);
+		if (n < 0) {
+			SLOG_WARN("storage", "compaction could not recompress a batch (codec %d): kept whole", codec);
+			return false;
+		}
+		h = c->z;
+		total = SLUICE_BATCH_HEADER_BYTES + (size_t)n;
+	}
+	if (total >= len)
+		return false;
+	memcpy(h, batch, SLUICE_BATCH_HEADER_BYTES);
+	kput32(h + SLUICE_BATCH_OFF_LENGTH, (uint32_t)(total - SLUICE_BATCH_LOG_OVERHEAD));
+	kput32(h + SLUICE_BATCH_OFF_COUNT, (uint32_t)c->kept);
+	kput32(h + SLUICE_BATCH_OFF_CRC,
+	       sluice_crc32c(0, h + SLUICE_BATCH_OFF_ATTRIBUTES, total - SLUICE_BATCH_OFF_ATTRIBUTES));
+	*out = h;
+	*out_len = total;
 	return true;
 }
 
@@ -2108,29 +2225,20 @@ static bool clean_batch(const uint8_t *batch, size_t len, void *arg)
 		  : sluice_batch_records(batch, len, COMPACT_DECOMPRESS_MAX, keep_record, c);
 	const uint8_t *src = batch;
 	size_t src_len = len;
-	if (n < 0 || (c->kept == b.records_count && !(b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK))) {
+	if (n < 0 || c->kept == b.records_count) {
 		/* untouched (or not understood): copied as it is */
 	} else if (c->kept == 0) {
 		c->removed += (int64_t)len;
 		return true;
-	} else {
-		uint8_t *h = c->out.buf;
-		memcpy(h, batch, SLUICE_BATCH_HEADER_BYTES);
-		kput32(h + SLUICE_BATCH_OFF_LENGTH, (uint32_t)(c->out.len - SLUICE_BATCH_LOG_OVERHEAD));
-		uint16_t attr = (uint16_t)b.attributes & (uint16_t)~SLUICE_BATCH_ATTR_CODEC_MASK;
-		h[SLUICE_BATCH_OFF_ATTRIBUTES] = (uint8_t)(attr >> 8);
-		h[SLUICE_BATCH_OFF_ATTRIBUTES + 1] = (uint8_t)attr;
-		kput32(h + SLUICE_BATCH_OFF_COUNT, (uint32_t)c->kept);
-		kput32(h + SLUICE_BATCH_OFF_CRC, sluice_crc32c(0, h + SLUICE_BATCH_OFF_ATTRIBUTES,
-							       c->out.len - SLUICE_BATCH_OFF_ATTRIBUTES));
-		src = c->out.buf;
-		src_len = c->out.len;
+	} else if (clean_rebuild(c, batch, len, &b, &src, &src_len)) {
 		c->removed += (int64_t)len - (int64_t)src_len;
 	}
+	assert(src_len <= len); /* the cleaned file never outgrows its input */
 	size_t done = 0;
 	while (done < src_len) {
 		ssize_t w = pwrite(c->fd, src + done, src_len - done, c->written + (int64_t)done);
 		if (w <= 0) {
+			clean_fail(c->job, "write: %s", w < 0 ? strerror(errno) : "no progress");
 			c->failed = true;
 			return false;
 		}
@@ -2162,8 +2270,20 @@ struct sluice_plog_clean_job {
 	bool *written;           /* per group: a cleaned file is ready to swap in */
 	int64_t tombstone_due_ms; /* INT64_MAX: no tombstone kept for later */
 	bool failed;
+	char why[200];           /* the first failure, for the log */
 	_Atomic bool cancelled;
 };
+
+static void clean_fail(struct sluice_plog_clean_job *j, const char *fmt, ...)
+{
+	j->failed = true;
+	if (j->why[0])
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(j->why, sizeof j->why, fmt, ap);
+	va_end(ap);
+}
 
 /* Signature of the closed segments: a pass is due only when it changed. */
 static uint64_t closed_signature(const struct sluice_plog *l)
@@ -2284,11 +2404,31 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 	struct clean_ctx c = {.map = map, .now_ms = j->now_ms, .delete_retention_ms = j->delete_retention_ms, .job = j,
 			      .tombstone_due_ms = INT64_MAX};
 	kwr_init(&c.out, 4096, (size_t)INT32_MAX);
+	/* The cleaned file is at most its input (clean_batch): with that much
+	 * free, the pass cannot fill the disk. */
+	int64_t in_bytes = 0;
+	for (uint32_t i = i0; i < i1; i++)
+		in_bytes += sh->segs[i].size;
+	struct statvfs vfs;
+	if (statvfs(sh->dir, &vfs) == 0 && (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize < in_bytes) {
+		clean_fail(j, "%" PRId64 " bytes free, the segments at %020" PRId64 " need up to %" PRId64,
+			   (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize, base, in_bytes);
+		kwr_free(&c.out);
+		return;
+	}
 	c.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	bool ok = c.fd >= 0;
-	for (uint32_t i = i0; ok && i < i1; i++)
+	if (!ok)
+		clean_fail(j, "open %s: %s", tmp, strerror(errno));
+	for (uint32_t i = i0; ok && i < i1; i++) {
 		ok = seg_each_batch(sh, &sh->segs[i], clean_batch, &c) == 0 && !c.failed;
-	ok = ok && fdatasync(c.fd) == 0;
+		if (!ok && !j->cancelled)
+			clean_fail(j, "reading segment %020" PRId64 " failed", sh->segs[i].base_offset);
+	}
+	if (ok && fdatasync(c.fd) < 0) {
+		clean_fail(j, "fdatasync %s: %s", tmp, strerror(errno));
+		ok = false;
+	}
 	if (!ok) {
 		j->failed = !j->cancelled || j->failed;
 	} else if (c.removed > 0 || i1 - i0 > 1) {
@@ -2300,7 +2440,7 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 			j->removed[g] = c.removed;
 			j->written[g] = true;
 		} else {
-			j->failed = true;
+			clean_fail(j, "%s does not read back as written", tmp);
 		}
 	}
 	if (c.tombstone_due_ms < j->tombstone_due_ms)
@@ -2310,6 +2450,7 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 	if (!j->written[g])
 		unlink(tmp);
 	kwr_free(&c.out);
+	free(c.z);
 }
 
 static double clean_now_s(void)
@@ -2350,7 +2491,7 @@ void sluice_plog_clean_run(struct sluice_plog_clean_job *j)
 	j->io_start_s = clean_now_s();
 	for (uint32_t i = 0; i < sh->seg_n && !m.map.full && !j->cancelled; i++)
 		if (seg_each_batch(sh, &sh->segs[i], map_batch, &m) < 0)
-			j->failed = true;
+			clean_fail(j, "reading segment %020" PRId64 " failed: %s", sh->segs[i].base_offset, strerror(errno));
 	struct keymap map = m.map;
 	if (!map.full && !j->failed)
 		for (uint32_t g = 0; g < j->ngroups && !j->failed && !j->cancelled; g++)
@@ -2536,6 +2677,8 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 	if (j->next_base == 0 && !j->failed)
 		l->compact_clean_end = j->end_base; /* everything before it has been cleaned */
 	bool failed = j->failed;
+	if (failed)
+		SLOG_WARN("storage", "%s: compaction pass failed: %s", l->dir, j->why[0] ? j->why : "reason unknown");
 	sluice_plog_clean_discard(j);
 	return failed && removed == 0 ? -1 : removed;
 }

@@ -67,6 +67,10 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 /* Write everything out, truncate the active segment to its length, write the
  * indexes and the recovery point, fsync, free. */
 void sluice_plog_close(struct sluice_plog *l);
+/* The same without its fdatasyncs, for a caller that syncs the whole
+ * filesystem after closing many logs (shutdown: one syncfs instead of two
+ * fdatasyncs per partition, which took a minute for 20,000 partitions). */
+void sluice_plog_close_nosync(struct sluice_plog *l);
 
 /* Append already-validated batches (one or more, contiguous). Offsets are
  * assigned by rewriting each batch's BaseOffset in the log's copy. With
@@ -112,6 +116,11 @@ int sluice_plog_release_fds(struct sluice_plog *l);
  * partial tail block back from the cache, or from disk. */
 size_t sluice_plog_cache_bytes(const struct sluice_plog *l);
 size_t sluice_plog_release_cache(struct sluice_plog *l);
+
+/* Give back the active segment's space preallocated past its written
+ * blocks once nothing was appended for idle_ms (not with log.preallocate,
+ * which keeps Kafka's whole-segment file). Returns the bytes given back. */
+int64_t sluice_plog_trim_prealloc(struct sluice_plog *l, int64_t now_ms, int64_t idle_ms);
 
 /* Topic overrides (segment.bytes, flush.messages, segment.ms); <= 0 keeps the current. */
 void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_t flush_messages, int64_t segment_ms);
