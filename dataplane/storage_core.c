@@ -35,6 +35,11 @@
  * transaction). */
 #define PREALLOC_IDLE_MS 5000
 #define PREALLOC_TRIMS_PER_PASS 32
+/* Bytes lookups by timestamp (ListOffsets) may read, decompress and scan in
+ * one loop turn (a few milliseconds of work); lookups past it wait for the
+ * next turn, so pipelined lookups into big compressed batches cannot starve
+ * the core's appends. One lookup is at most one batch (64 MiB inflated). */
+#define STORE_LOOKUP_BYTES_PER_TURN (4 << 20)
 /* Descriptors an op may need beyond what its partition holds (a segment's
  * write, read and direct descriptors, and one spare). */
 #define STORE_OP_FDS_MAX 4
@@ -118,6 +123,7 @@ struct sstate {
 	struct partop *parked_head, *parked_tail;
 	uint32_t parked_n;
 	uint32_t opens_turn;   /* partitions opened this loop turn */
+	int64_t lookup_work_turn; /* bytes lookups by timestamp handled this turn */
 	bool fd_budget_turn;   /* fd_budget already ran this loop turn */
 	uint64_t open_failures; /* logged in full only for the first few */
 	struct sluice_plog_cfg plog_cfg;
@@ -622,15 +628,18 @@ static void fd_budget_once(struct storecore *sc)
 	}
 }
 
-/* Whether an op on p may run this turn. One whose partition holds a
- * descriptor runs (it reopens at most a few); otherwise it needs room under
+/* Whether an op on p may run this turn. A lookup by timestamp waits once
+ * the turn's lookups did STORE_LOOKUP_BYTES_PER_TURN of work. One whose
+ * partition holds a descriptor runs (it reopens at most a few); otherwise it needs room under
  * the descriptor budget, which fills while the partitions opened are still
  * writing and frees as they go idle (fd_budget), and opening the log takes
  * one of the turn's opens. Without this a request naming 100,000 partitions
  * opened them all in one turn and ran out of descriptors. */
-static bool op_can_run(struct storecore *sc, struct spart *p)
+static bool op_can_run(struct storecore *sc, struct spart *p, const struct partop *op)
 {
 	struct sstate *st = sc->state;
+	if (op->kind == PARTOP_LIST_OFFSETS && op->offset >= 0 && st->lookup_work_turn >= STORE_LOOKUP_BYTES_PER_TURN)
+		return false;
 	if (p->log && sluice_plog_open_fds(p->log) > 0)
 		return true;
 	if (!p->log && st->opens_turn >= STORE_OPENS_PER_TURN)
@@ -661,7 +670,7 @@ static void run_parked(struct storecore *sc)
 		struct partop *op = st->parked_head;
 		int16_t error = 0;
 		struct spart *p = part_entry(sc, op->topic, op->partition, &error);
-		if (p && !op_can_run(sc, p))
+		if (p && !op_can_run(sc, p, op))
 			break;
 		st->parked_head = op->next;
 		if (!st->parked_head)
@@ -698,7 +707,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		op_done(sc, op);
 		return;
 	}
-	if (p->parked || !op_can_run(sc, p)) {
+	if (p->parked || !op_can_run(sc, p, op)) {
 		op_park(st, p, op);
 		return;
 	}
@@ -829,7 +838,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		else if (ts < 0)
 			op->base_offset = -1;
 		else
-			op->base_offset = sluice_plog_offset_for_time(l, ts, &op->timestamp);
+			op->base_offset = sluice_plog_offset_for_time_work(l, ts, &op->timestamp, &st->lookup_work_turn);
 		op_done(sc, op);
 		return;
 	}
@@ -859,6 +868,7 @@ static bool drain_rings(struct storecore *sc)
 	struct sstate *st = sc->state;
 	bool any = false;
 	st->opens_turn = 0;
+	st->lookup_work_turn = 0;
 	st->fd_budget_turn = false;
 	run_parked(sc);
 	for (int n = 0; n < sc->b->net_n; n++) {

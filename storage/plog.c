@@ -36,6 +36,7 @@ _Static_assert(PREALLOC_STEP_MIN <= PREALLOC_ALIGN_MAX && PREALLOC_ALIGN_MAX <= 
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
 #define SCAN_BUF_BYTES (4u << 20)
 #define PLOG_DECOMPRESS_MAX (64u << 20) /* a batch inflating past this is not searched */
+#define PLOG_LOOKUP_CACHE_MAX (4u << 20)  /* a lookup keeps a batch's records up to this size */
 
 struct idx_entry {
 	int32_t rel_offset;
@@ -114,6 +115,12 @@ struct sluice_plog {
 	bool opened;   /* sluice_plog_open completed */
 	bool modified; /* appended to (or recovered) since open: close must sync */
 	bool close_nosync; /* close leaves syncing to the caller (syncfs at shutdown) */
+	/* The records of the compressed batch the last lookup by time
+	 * decompressed (BaseOffset, CRC, length name it); freed when idle. */
+	uint8_t *tl_plain;
+	size_t tl_plain_len;
+	int64_t tl_base, tl_len;
+	uint32_t tl_crc;
 };
 
 static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
@@ -671,8 +678,11 @@ size_t sluice_plog_release_cache(struct sluice_plog *l)
 {
 	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
-	size_t n = sluice_plog_cache_bytes(l);
+	size_t n = sluice_plog_cache_bytes(l) + l->tl_plain_len;
 	tail_release(l, l->segs[l->seg_n - 1].base_offset, true);
+	free(l->tl_plain);
+	l->tl_plain = NULL;
+	l->tl_plain_len = 0;
 	return n;
 }
 
@@ -1869,8 +1879,13 @@ int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
 	return 0;
 }
 
-/* Within an uncompressed batch, the first record with timestamp >= ts. */
-static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, int64_t *off, int64_t *rts)
+/* Within a batch, the first record with timestamp >= ts. A compressed
+ * batch's records come from the lookup cache when it holds this batch
+ * (same BaseOffset, CRC and length: 128 pipelined lookups landing in one
+ * batch decompress it once), else decompressed and, when small enough,
+ * cached. *work grows by the record bytes scanned or decompressed. */
+static bool batch_record_for_time(struct sluice_plog *l, const uint8_t *batch, size_t len, int64_t ts,
+				  int64_t *off, int64_t *rts, int64_t *work)
 {
 	struct sluice_batch b;
 	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK)
@@ -1879,12 +1894,26 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 	size_t recs_len = (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES;
 	uint8_t *plain = NULL;
 	int codec = b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
-	if (codec) {
+	uint32_t crc = kbe32(batch + SLUICE_BATCH_OFF_CRC);
+	if (codec && l->tl_plain && l->tl_base == b.base_offset && l->tl_crc == crc && l->tl_len == (int64_t)len) {
+		recs = l->tl_plain;
+		recs_len = l->tl_plain_len;
+	} else if (codec) {
 		int64_t n = sluice_decompress(codec, recs, recs_len, PLOG_DECOMPRESS_MAX, &plain);
 		if (n < 0)
 			return false;
+		*work += n;
 		recs = plain;
 		recs_len = (size_t)n;
+		if ((size_t)n <= PLOG_LOOKUP_CACHE_MAX) {
+			free(l->tl_plain);
+			l->tl_plain = plain;
+			l->tl_plain_len = (size_t)n;
+			l->tl_base = b.base_offset;
+			l->tl_crc = crc;
+			l->tl_len = (int64_t)len;
+			plain = NULL; /* the cache owns it now */
+		}
 	}
 	bool found = false;
 	struct krd r;
@@ -1905,36 +1934,62 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 		}
 		r.p = start + rlen;
 	}
+	*work += r.p - recs;
 	free(plain);
 	return found;
 }
 
-int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts)
+/* Where a lookup for ts may start in segment s: after the batch named by
+ * the last time index entry whose timestamp is below ts (every batch up to
+ * it has a smaller MaxTimestamp), else at 0. */
+static int64_t seg_time_start(struct sluice_plog *l, struct segment *s, int64_t ts, int64_t limit)
+{
+	uint32_t lo = 0, hi = s->tidx_n;
+	while (lo < hi) { /* first entry with timestamp >= ts */
+		uint32_t mid = (lo + hi) / 2;
+		if (s->tidx[mid].timestamp < ts)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	int64_t pos = seg_find_position(l, s, s->base_offset + s->tidx[lo - 1].rel_offset + 1, limit);
+	return pos < 0 ? 0 : pos;
+}
+
+int64_t sluice_plog_offset_for_time_work(struct sluice_plog *l, int64_t ts, int64_t *found_ts, int64_t *work)
 {
 	for (uint32_t si = 0; si < l->seg_n; si++) {
 		struct segment *s = &l->segs[si];
 		if (s->max_ts < ts)
 			continue;
 		int64_t limit = si == l->seg_n - 1 ? l->committed_pos : s->size;
-		int64_t pos = 0;
+		int64_t pos = seg_time_start(l, s, ts, limit);
 		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 		while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
 			if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
 				return -1;
+			*work += (int64_t)sizeof hdr;
 			struct sluice_batch b;
 			if (sluice_batch_parse(hdr, sizeof hdr, &b) == SLUICE_BATCH_BAD_LENGTH)
 				return -1;
 			b.base_offset = (int64_t)kbe64(hdr);
 			int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
 			int64_t max_ts = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_MAX_TS);
+			uint16_t attr = kbe16(hdr + SLUICE_BATCH_OFF_ATTRIBUTES);
 			if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > limit)
 				break;
 			if (max_ts >= ts && b.base_offset >= l->log_start) {
-				uint8_t *buf = malloc((size_t)len);
 				int64_t off = b.base_offset, rts = max_ts;
-				if (buf && seg_read_bytes(l, s, pos, (size_t)len, buf) == 0)
-					(void)batch_record_for_time(buf, (size_t)len, ts, &off, &rts);
-				free(buf);
+				/* LogAppendTime: every record carries MaxTimestamp, so the
+				 * first one is the answer, nothing to decompress. */
+				if (!(attr & SLUICE_BATCH_ATTR_TS_LOG_APPEND)) {
+					uint8_t *buf = malloc((size_t)len);
+					if (buf && seg_read_bytes(l, s, pos, (size_t)len, buf) == 0)
+						(void)batch_record_for_time(l, buf, (size_t)len, ts, &off, &rts, work);
+					free(buf);
+				}
 				*found_ts = rts;
 				return off;
 			}
@@ -1942,6 +1997,12 @@ int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *
 		}
 	}
 	return -1;
+}
+
+int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts)
+{
+	int64_t work = 0;
+	return sluice_plog_offset_for_time_work(l, ts, found_ts, &work);
 }
 
 void sluice_plog_close(struct sluice_plog *l)
@@ -1982,6 +2043,7 @@ void sluice_plog_close(struct sluice_plog *l)
 	} /* else a failed log whose buffers a write still holds: leaked, not freed under the kernel */
 	free(l->tail);
 	free(l->iov);
+	free(l->tl_plain);
 	for (uint32_t i = 0; i < l->seg_n; i++)
 		seg_free(&l->segs[i]);
 	free(l->segs);

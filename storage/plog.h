@@ -179,7 +179,13 @@ int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset);
 struct sluice_batch;
 int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
 			   void (*visit)(const struct sluice_batch *b, void *arg), void *arg);
-/* First offset whose record timestamp >= ts; -1 when none. */
+/* First offset whose record timestamp >= ts; -1 when none. The search
+ * starts at the time index entry before ts; a LogAppendTime batch is
+ * answered from its header; the last compressed batch searched is kept
+ * decompressed (up to 4 MiB) for the next lookup. The _work form adds to
+ * *work the bytes it read, decompressed or scanned, so a caller can bound
+ * lookups per loop turn. */
 int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts);
+int64_t sluice_plog_offset_for_time_work(struct sluice_plog *l, int64_t ts, int64_t *found_ts, int64_t *work);
 
 #endif

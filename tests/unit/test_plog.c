@@ -1953,3 +1953,87 @@ Test(plog, compaction_failure_logged, .init = setup, .fini = teardown)
 	rmdir(p);
 	sluice_plog_close(l);
 }
+
+/* ---- lookups by time: codecs, the lookup cache, the time index, work ------------- */
+
+/* One batch of n records with timestamps base_ts + 10 * i, compressed with
+ * codec (0: none), 2 KiB values; LogAppendTime when lat >= 0. */
+static void append_timed(struct sluice_plog *l, int n, int64_t base_ts, int codec, int64_t lat)
+{
+	static char val[2048];
+	memset(val, 'q', sizeof val);
+	struct tb_rec recs[64];
+	cr_assert_leq(n, 64);
+	for (int i = 0; i < n; i++)
+		recs[i] = (struct tb_rec){"k", 1, val, (int32_t)sizeof val, 10 * i};
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 30);
+	(void)tb_records(&w, recs, n);
+	size_t cap = codec ? sluice_compress_bound(codec, w.len) : w.len;
+	uint8_t *z = malloc(cap);
+	int64_t zl = (int64_t)w.len;
+	if (codec)
+		zl = sluice_compress(codec, w.buf, w.len, z, cap);
+	else
+		memcpy(z, w.buf, w.len);
+	cr_assert_gt(zl, 0);
+	struct tb_hdr h = tb_hdr_default(n, base_ts);
+	h.max_timestamp = base_ts + 10 * (n - 1);
+	h.attributes = (int16_t)codec;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, z, (size_t)zl, &len);
+	int64_t base, last;
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, lat, &base, &last), 0);
+	free(b);
+	free(z);
+	kwr_free(&w);
+}
+
+/* Proves lookups by time answer right inside batches of every codec (the
+ * first record at or after the target, its timestamp), from a batch's
+ * decompressed records kept for the next lookup (a repeat costs no
+ * decompression) as from a fresh one, and that a LogAppendTime batch
+ * is answered from its header alone. The work reported is what bounds
+ * lookups per storage-core turn. */
+Test(plog, offset_for_time_codecs_cache_work, .init = setup, .fini = teardown)
+{
+	struct opts o = BIG;
+	struct sluice_plog *l = open_log(&o, true, NULL);
+	/* batch k (k = 0..39): 20 records, offsets 20k..20k+19, ts 100000k + 10i,
+	 * codec k % 5 */
+	for (int k = 0; k < 40; k++) {
+		append_timed(l, 20, 100000 * (int64_t)k, k % 5, -1);
+		flush_log(l);
+	}
+	for (int k = 0; k < 40; k++) {
+		int64_t found = -7, work = 0;
+		/* the 13th record: ts 100000k + 125 -> offset 20k + 13 at ts + 130 */
+		int64_t off = sluice_plog_offset_for_time_work(l, 100000 * (int64_t)k + 125, &found, &work);
+		cr_expect_eq(off, 20 * k + 13, "batch %d (codec %d): offset %" PRId64, k, k % 5, off);
+		cr_expect_eq(found, 100000 * (int64_t)k + 130, "batch %d: timestamp %" PRId64, k, found);
+		/* one batch inflated and scanned, and a few headers: the time index
+		 * starts the search near the target, not at the first batch */
+		cr_expect_lt(work, 2 * 20 * 2100 + 4 * 61, "batch %d: work %" PRId64, k, work);
+		if (k % 5) {
+			int64_t again = 0;
+			cr_expect_eq(sluice_plog_offset_for_time_work(l, 100000 * (int64_t)k + 125, &found, &again), off);
+			cr_expect_lt(again, work, "a repeat is served from the kept records (%" PRId64 " vs %" PRId64 ")",
+				     again, work);
+		}
+	}
+	int64_t found;
+	cr_expect_eq(sluice_plog_offset_for_time(l, 39 * 100000 + 191, &found), -1);
+	/* LogAppendTime: every record carries the batch's time; no decompression */
+	append_timed(l, 20, 5000000, SLUICE_CODEC_ZSTD, 9000000);
+	flush_log(l);
+	int64_t work = 0;
+	cr_expect_eq(sluice_plog_offset_for_time_work(l, 8999999, &found, &work), 800);
+	cr_expect_eq(found, 9000000);
+	cr_expect_lt(work, 4096, "answered from the header (%" PRId64 " bytes of work)", work);
+	sluice_plog_close(l);
+	/* after a clean reopen (indexes from disk) the answers stay */
+	l = open_log(&o, true, NULL);
+	for (int k = 0; k < 40; k += 7)
+		cr_expect_eq(sluice_plog_offset_for_time(l, 100000 * (int64_t)k + 125, &found), 20 * k + 13);
+	sluice_plog_close(l);
+}
