@@ -133,7 +133,9 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 /* Log compaction (cleanup.policy=compact): over closed segments, keep only
  * the newest record of each key; tombstones (null values) are kept until
  * they are delete_retention_ms old, then removed too. Rewritten batches keep
- * their offsets (and LastOffsetDelta) and are stored uncompressed.
+ * their header (offsets, LastOffsetDelta, timestamps, producer fields) and
+ * their codec, as Kafka's cleaner does; one whose rebuild would not be
+ * smaller is kept whole, so cleaned files never outgrow their input.
  *
  * A pass is a job in three steps, so the work can run on a cleaner thread:
  * prepare (owning core) snapshots the closed segments from where the last
