@@ -871,6 +871,12 @@ static bool drain_rings(struct storecore *sc)
 	st->lookup_work_turn = 0;
 	st->fd_budget_turn = false;
 	run_parked(sc);
+	/* Each parked op owes a reply, as do those in the backlog the network
+	 * cores have not taken yet: past half the backlog's limit no new op is
+	 * taken (the full rings push back on the network cores) rather than
+	 * growing towards it (an assertion). */
+	if (st->backlog_n + st->parked_n >= STORE_BACKLOG_MAX / 2)
+		return any;
 	for (int n = 0; n < sc->b->net_n; n++) {
 		struct sluice_msg m;
 		for (int k = 0; k < 4096 && sluice_ring_pop(&sc->in[n], &m); k++) {
