@@ -117,9 +117,9 @@ struct sstate {
 	uint32_t trim_cursor;  /* where that pass starts in the table */
 	int32_t fds_max;
 	int64_t fds_est; /* open descriptors, exact after fd_budget, estimated between */
-	/* Ops waiting for descriptors or for this turn's opens (oldest first,
-	 * linked through op->next); a partition's later ops queue behind its
-	 * parked ones, so its order holds. */
+	/* Ops waiting for descriptors, for this turn's opens or lookup work
+	 * (oldest first, linked through op->next; op_can_run); a partition's
+	 * later ops queue behind its parked ones, so its order holds. */
 	struct partop *parked_head, *parked_tail;
 	uint32_t parked_n;
 	uint32_t opens_turn;   /* partitions opened this loop turn */
@@ -629,12 +629,13 @@ static void fd_budget_once(struct storecore *sc)
 }
 
 /* Whether an op on p may run this turn. A lookup by timestamp waits once
- * the turn's lookups did STORE_LOOKUP_BYTES_PER_TURN of work. One whose
- * partition holds a descriptor runs (it reopens at most a few); otherwise it needs room under
- * the descriptor budget, which fills while the partitions opened are still
- * writing and frees as they go idle (fd_budget), and opening the log takes
- * one of the turn's opens. Without this a request naming 100,000 partitions
- * opened them all in one turn and ran out of descriptors. */
+ * the turn's lookups did STORE_LOOKUP_BYTES_PER_TURN of work. An op whose
+ * partition holds a descriptor runs (it reopens at most a few); otherwise
+ * it needs room under the descriptor budget, which fills while the
+ * partitions opened are still writing and frees as they go idle
+ * (fd_budget), and opening the log takes one of the turn's opens. Without
+ * this a request naming 100,000 partitions opened them all in one turn and
+ * ran out of descriptors. */
 static bool op_can_run(struct storecore *sc, struct spart *p, const struct partop *op)
 {
 	struct sstate *st = sc->state;
