@@ -28,8 +28,9 @@
 #define PREALLOC_STEP_MIN SLUICE_PLOG_BLOCK
 #define PREALLOC_STEP_MAX (64ll << 20)
 #define PREALLOC_ALIGN_MAX (1ll << 20) /* large steps end on a MiB boundary */
-/* Preallocation needed again within this long of the previous one doubles
- * the step (a busy partition), later halves it (a slow one). */
+/* A write past the preallocated space within this long of the previous
+ * one doubles the step (a busy partition); a later one preallocates
+ * nothing (prealloc_ahead). */
 #define PREALLOC_BUSY_MS 1000
 _Static_assert(PREALLOC_STEP_MIN <= PREALLOC_ALIGN_MAX && PREALLOC_ALIGN_MAX <= PREALLOC_STEP_MAX,
 	       "preallocation steps");
@@ -1983,8 +1984,11 @@ int64_t sluice_plog_offset_for_time_work(struct sluice_plog *l, int64_t ts, int6
 			if (max_ts >= ts && b.base_offset >= l->log_start) {
 				int64_t off = b.base_offset, rts = max_ts;
 				/* LogAppendTime: every record carries MaxTimestamp, so the
-				 * first one is the answer, nothing to decompress. */
-				if (!(attr & SLUICE_BATCH_ATTR_TS_LOG_APPEND)) {
+				 * first one is the answer, nothing to decompress, when it is
+				 * at BaseOffset (no records compacted away: count = deltas). */
+				int32_t count = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_COUNT);
+				int32_t deltas = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA) + 1;
+				if (!(attr & SLUICE_BATCH_ATTR_TS_LOG_APPEND) || count != deltas) {
 					uint8_t *buf = malloc((size_t)len);
 					if (buf && seg_read_bytes(l, s, pos, (size_t)len, buf) == 0)
 						(void)batch_record_for_time(l, buf, (size_t)len, ts, &off, &rts, work);

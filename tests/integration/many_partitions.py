@@ -174,6 +174,10 @@ def test():
         check(wrong == 0, f"ListOffsets: {wrong} wrong answers")
         check(watch.peak < NOFILE, f"descriptors peaked at {watch.peak}, limit {NOFILE}")
 
+        with open(f"/proc/{b.pid}/status") as f:
+            hwm = [ln.split()[1] for ln in f if ln.startswith("VmHWM")]
+        log(f"broker peak RSS {int(hwm[0]) // 1024 if hwm else '?'} MiB")
+
         # SIGTERM while another wide produce is being worked on.
         s = socket.create_connection(("127.0.0.1", b.port))
         body = produce_body(TOPIC, range(PARTS), batch)
