@@ -2054,6 +2054,39 @@ void sluice_plog_close(struct sluice_plog *l)
 	free(l);
 }
 
+int sluice_plog_close_io(struct sluice_plog *l)
+{
+	assert(!l->write_inflight && !l->fsync_inflight && !l->ra_inflight);
+	if (!l->opened || l->failed || !l->modified)
+		return 0;
+	/* Nothing here may reach the storage core: no hooks, and a descriptor
+	 * of its own rather than one registered with the core's ring. */
+	l->hooks.committed = NULL;
+	l->hooks.wait_write = NULL;
+	l->close_nosync = true;
+	bool own = l->fd_write < 0;
+	if (own) {
+		char p[PATH_BYTES];
+		seg_path(l, active(l)->base_offset, ".log", p);
+		l->fd_write = open(p, O_RDWR | O_CLOEXEC | (l->cfg.direct_io ? O_DIRECT : 0));
+		if (l->fd_write < 0)
+			return -1; /* close tries again on the core */
+	}
+	struct segment *s = active(l);
+	int rc = write_sync(l) == 0 && ftruncate(l->fd_write, s->size) == 0 ? 0 : -1;
+	if (rc == 0) {
+		if (l->committed_pos < s->size || l->hw < l->leo)
+			advance_commit(l, s->size, l->leo);
+		seg_write_indexes(l, s);
+		l->modified = false; /* close has nothing left to write */
+	}
+	if (own) {
+		close(l->fd_write);
+		l->fd_write = -1;
+	}
+	return rc;
+}
+
 void sluice_plog_close_nosync(struct sluice_plog *l)
 {
 	if (l)

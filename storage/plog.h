@@ -71,6 +71,12 @@ void sluice_plog_close(struct sluice_plog *l);
  * filesystem after closing many logs (shutdown: one syncfs instead of two
  * fdatasyncs per partition, which took a minute for 20,000 partitions). */
 void sluice_plog_close_nosync(struct sluice_plog *l);
+/* The file work of a nosync close (write what is pending, cut the file to
+ * its length, write the indexes), touching nothing but the log itself: with
+ * nothing in flight, several threads may run it on distinct logs at once
+ * (shutdown, as Kafka closes logs on a thread pool). The hooks are cleared;
+ * close then only frees. Returns 0, or -1 (close tries again). */
+int sluice_plog_close_io(struct sluice_plog *l);
 
 /* Append already-validated batches (one or more, contiguous). Offsets are
  * assigned by rewriting each batch's BaseOffset in the log's copy. With
