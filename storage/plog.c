@@ -17,17 +17,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SWAP_GROUP_MAX 1024 /* segments merged into one by a compaction pass */
-#define PREALLOC_STEP_MIN (1ll << 20)
+#define PREALLOC_STEP_MIN SLUICE_PLOG_BLOCK
 #define PREALLOC_STEP_MAX (64ll << 20)
+#define PREALLOC_ALIGN_MAX (1ll << 20) /* large steps end on a MiB boundary */
+/* A write past the preallocated space within this long of the previous
+ * one doubles the step (a busy partition); a later one preallocates
+ * nothing (prealloc_ahead). */
+#define PREALLOC_BUSY_MS 1000
+_Static_assert(PREALLOC_STEP_MIN <= PREALLOC_ALIGN_MAX && PREALLOC_ALIGN_MAX <= PREALLOC_STEP_MAX,
+	       "preallocation steps");
 #define PATH_BYTES 1024 /* dir (at most PATH_BYTES - 64) + file name */
 #define SCAN_BUF_BYTES (4u << 20)
 #define PLOG_DECOMPRESS_MAX (64u << 20) /* a batch inflating past this is not searched */
+#define PLOG_LOOKUP_CACHE_MAX (4u << 20)  /* a lookup keeps a batch's records up to this size */
 
 struct idx_entry {
 	int32_t rel_offset;
@@ -90,6 +100,9 @@ struct sluice_plog {
 	int64_t inflight_len; /* bytes the write in flight must complete */
 	int64_t unflushed_messages;
 	int64_t prealloc_end; /* the active segment file's size (ahead of the data) */
+	int64_t prealloc_step; /* how far ahead the last preallocation went (write-rate driven) */
+	int64_t prealloc_ms;   /* monotonic time of the last write past prealloc_end, 0: none */
+	int64_t last_append_ms; /* monotonic time of the last append, 0: none since open */
 	uint64_t compact_sig;      /* the closed segments as the last compaction pass left them */
 	int64_t compact_due_ms;    /* a pass is due by then anyway (kept tombstones expire; 0: retry) */
 	int64_t compact_next_base; /* where the next pass starts (0: the oldest segment) */
@@ -107,6 +120,13 @@ struct sluice_plog {
 	bool failed;
 	bool opened;   /* sluice_plog_open completed */
 	bool modified; /* appended to (or recovered) since open: close must sync */
+	bool close_nosync; /* close leaves syncing to the caller (syncfs at shutdown) */
+	/* The records of the compressed batch the last lookup by time
+	 * decompressed (BaseOffset, CRC, length name it); freed when idle. */
+	uint8_t *tl_plain;
+	size_t tl_plain_len;
+	int64_t tl_base, tl_len;
+	uint32_t tl_crc;
 };
 
 static struct segment *active(struct sluice_plog *l) { return &l->segs[l->seg_n - 1]; }
@@ -808,8 +828,11 @@ size_t sluice_plog_release_cache(struct sluice_plog *l)
 {
 	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
-	size_t n = sluice_plog_cache_bytes(l);
+	size_t n = sluice_plog_cache_bytes(l) + l->tl_plain_len;
 	tail_release(l, l->segs[l->seg_n - 1].base_offset, true);
+	free(l->tl_plain);
+	l->tl_plain = NULL;
+	l->tl_plain_len = 0;
 	return n;
 }
 
@@ -1462,8 +1485,9 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	assert(off == len);
 	l->modified = true;
 	*last_offset = l->leo - 1;
+	l->last_append_ms = mono_ms();
 	if (!l->unflushed_since_ms)
-		l->unflushed_since_ms = mono_ms();
+		l->unflushed_since_ms = l->last_append_ms;
 	return 0;
 }
 
@@ -1539,16 +1563,35 @@ static int prep_writes(struct sluice_plog *l, struct io_uring *ring, int64_t sta
  * an O_DIRECT write inside the file's size over preallocated blocks at once
  * and runs several in parallel, while one that extends the file goes to a
  * worker thread, serialized with the file's other writes: ahead by twice
- * the write (1-64 MiB, at most to segment.bytes), the writes run about 30 %
- * faster on ext4. The zeros past the data are cut off when the segment
- * closes, and by recovery after a crash. */
+ * the write, the writes run about 30 % faster on ext4. How far ahead follows
+ * the partition's write rate: nothing for a write that comes more than
+ * PREALLOC_BUSY_MS after the previous one that extended the file (a
+ * partition written once or now and then: giving back a preallocated block
+ * costs a journal commit, about 4 ms), then twice the write (at least a
+ * block), doubled each time the space runs out within PREALLOC_BUSY_MS, up
+ * to 64 MiB (at most to segment.bytes). So 3,000 partitions written once
+ * hold only their written blocks, not 2 MiB each, and a busy one still gets
+ * large steps. The zeros past the data are cut off when the segment closes,
+ * when the partition goes idle (sluice_plog_trim_prealloc), and by recovery
+ * after a crash. */
 static void prealloc_ahead(struct sluice_plog *l, int64_t start, int64_t end)
 {
 	if (!l->cfg.direct_io || l->prealloc_refused || end <= l->prealloc_end)
 		return;
-	int64_t step = 2 * (end - start);
-	step = step < PREALLOC_STEP_MIN ? PREALLOC_STEP_MIN : step > PREALLOC_STEP_MAX ? PREALLOC_STEP_MAX : step;
-	int64_t target = (end + step + PREALLOC_STEP_MIN - 1) / PREALLOC_STEP_MIN * PREALLOC_STEP_MIN;
+	int64_t now = mono_ms(), step = 0;
+	bool busy = l->prealloc_ms && now - l->prealloc_ms < PREALLOC_BUSY_MS;
+	l->prealloc_ms = now;
+	if (busy) {
+		step = 2 * l->prealloc_step;
+		if (step < 2 * (end - start))
+			step = 2 * (end - start);
+		step = step < PREALLOC_STEP_MIN ? PREALLOC_STEP_MIN : step > PREALLOC_STEP_MAX ? PREALLOC_STEP_MAX : step;
+	}
+	l->prealloc_step = step;
+	if (step == 0)
+		return;
+	int64_t align = step < PREALLOC_ALIGN_MAX ? SLUICE_PLOG_BLOCK : PREALLOC_ALIGN_MAX;
+	int64_t target = (end + step + align - 1) / align * align;
 	if (target > l->cfg.segment_bytes)
 		target = l->cfg.segment_bytes;
 	if (target <= end)
@@ -1559,6 +1602,29 @@ static void prealloc_ahead(struct sluice_plog *l, int64_t start, int64_t end)
 		return;
 	}
 	l->prealloc_end = target;
+}
+
+int64_t sluice_plog_trim_prealloc(struct sluice_plog *l, int64_t now_ms, int64_t idle_ms)
+{
+	struct segment *s = active(l);
+	if (l->failed || l->cfg.preallocate || l->write_inflight || l->fsync_inflight ||
+	    l->prealloc_end <= align_up(s->size) || s->size > l->submitted_end || now_ms - l->last_append_ms < idle_ms)
+		return 0;
+	/* The file keeps its written blocks (the partial last one included, so
+	 * the next write rewrites it in place); only the blocks ahead go. The
+	 * descriptor may have been given back: then by path. */
+	int64_t keep = l->cfg.direct_io ? align_up(s->size) : s->size, gone = l->prealloc_end - keep;
+	char p[PATH_BYTES];
+	seg_path(l, s->base_offset, ".log", p);
+	if ((l->fd_write >= 0 ? ftruncate(l->fd_write, keep) : truncate(p, keep)) < 0) {
+		SLOG_DEBUG("storage", "%s: giving back preallocated space failed: %s", p, strerror(errno));
+		return 0;
+	}
+	l->prealloc_end = keep;
+	l->prealloc_step = 0; /* the next write starts small again */
+	l->prealloc_ms = 0;
+	l->modified = true;   /* close cuts the file to its true length */
+	return gone;
 }
 
 int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
@@ -2169,8 +2235,13 @@ int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
 	return 0;
 }
 
-/* Within an uncompressed batch, the first record with timestamp >= ts. */
-static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, int64_t *off, int64_t *rts)
+/* Within a batch, the first record with timestamp >= ts. A compressed
+ * batch's records come from the lookup cache when it holds this batch
+ * (same BaseOffset, CRC and length: 128 pipelined lookups landing in one
+ * batch decompress it once), else decompressed and, when small enough,
+ * cached. *work grows by the record bytes scanned or decompressed. */
+static bool batch_record_for_time(struct sluice_plog *l, const uint8_t *batch, size_t len, int64_t ts,
+				  int64_t *off, int64_t *rts, int64_t *work)
 {
 	struct sluice_batch b;
 	if (sluice_batch_parse(batch, len, &b) != SLUICE_BATCH_OK)
@@ -2179,12 +2250,26 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 	size_t recs_len = (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES;
 	uint8_t *plain = NULL;
 	int codec = b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
-	if (codec) {
+	uint32_t crc = kbe32(batch + SLUICE_BATCH_OFF_CRC);
+	if (codec && l->tl_plain && l->tl_base == b.base_offset && l->tl_crc == crc && l->tl_len == (int64_t)len) {
+		recs = l->tl_plain;
+		recs_len = l->tl_plain_len;
+	} else if (codec) {
 		int64_t n = sluice_decompress(codec, recs, recs_len, PLOG_DECOMPRESS_MAX, &plain);
 		if (n < 0)
 			return false;
+		*work += n;
 		recs = plain;
 		recs_len = (size_t)n;
+		if ((size_t)n <= PLOG_LOOKUP_CACHE_MAX) {
+			free(l->tl_plain);
+			l->tl_plain = plain;
+			l->tl_plain_len = (size_t)n;
+			l->tl_base = b.base_offset;
+			l->tl_crc = crc;
+			l->tl_len = (int64_t)len;
+			plain = NULL; /* the cache owns it now */
+		}
 	}
 	bool found = false;
 	struct krd r;
@@ -2205,36 +2290,65 @@ static bool batch_record_for_time(const uint8_t *batch, size_t len, int64_t ts, 
 		}
 		r.p = start + rlen;
 	}
+	*work += r.p - recs;
 	free(plain);
 	return found;
 }
 
-int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts)
+/* Where a lookup for ts may start in segment s: after the batch named by
+ * the last time index entry whose timestamp is below ts (every batch up to
+ * it has a smaller MaxTimestamp), else at 0. */
+static int64_t seg_time_start(struct sluice_plog *l, struct segment *s, int64_t ts, int64_t limit)
+{
+	uint32_t lo = 0, hi = s->tidx_n;
+	while (lo < hi) { /* first entry with timestamp >= ts */
+		uint32_t mid = (lo + hi) / 2;
+		if (s->tidx[mid].timestamp < ts)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	int64_t pos = seg_find_position(l, s, s->base_offset + s->tidx[lo - 1].rel_offset + 1, limit);
+	return pos < 0 ? 0 : pos;
+}
+
+int64_t sluice_plog_offset_for_time_work(struct sluice_plog *l, int64_t ts, int64_t *found_ts, int64_t *work)
 {
 	for (uint32_t si = 0; si < l->seg_n; si++) {
 		struct segment *s = &l->segs[si];
 		if (s->max_ts < ts)
 			continue;
 		int64_t limit = si == l->seg_n - 1 ? l->committed_pos : s->size;
-		int64_t pos = 0;
+		int64_t pos = seg_time_start(l, s, ts, limit);
 		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 		while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
 			if (seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
 				return -1;
+			*work += (int64_t)sizeof hdr;
 			struct sluice_batch b;
 			if (sluice_batch_parse(hdr, sizeof hdr, &b) == SLUICE_BATCH_BAD_LENGTH)
 				return -1;
 			b.base_offset = (int64_t)kbe64(hdr);
 			int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
 			int64_t max_ts = (int64_t)kbe64(hdr + SLUICE_BATCH_OFF_MAX_TS);
+			uint16_t attr = kbe16(hdr + SLUICE_BATCH_OFF_ATTRIBUTES);
 			if (len < SLUICE_BATCH_HEADER_BYTES || pos + len > limit)
 				break;
 			if (max_ts >= ts && b.base_offset >= l->log_start) {
-				uint8_t *buf = malloc((size_t)len);
 				int64_t off = b.base_offset, rts = max_ts;
-				if (buf && seg_read_bytes(l, s, pos, (size_t)len, buf) == 0)
-					(void)batch_record_for_time(buf, (size_t)len, ts, &off, &rts);
-				free(buf);
+				/* LogAppendTime: every record carries MaxTimestamp, so the
+				 * first one is the answer, nothing to decompress, when it is
+				 * at BaseOffset (no records compacted away: count = deltas). */
+				int32_t count = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_COUNT);
+				int32_t deltas = (int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LAST_DELTA) + 1;
+				if (!(attr & SLUICE_BATCH_ATTR_TS_LOG_APPEND) || count != deltas) {
+					uint8_t *buf = malloc((size_t)len);
+					if (buf && seg_read_bytes(l, s, pos, (size_t)len, buf) == 0)
+						(void)batch_record_for_time(l, buf, (size_t)len, ts, &off, &rts, work);
+					free(buf);
+				}
 				*found_ts = rts;
 				return off;
 			}
@@ -2242,6 +2356,12 @@ int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *
 		}
 	}
 	return -1;
+}
+
+int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts)
+{
+	int64_t work = 0;
+	return sluice_plog_offset_for_time_work(l, ts, found_ts, &work);
 }
 
 void sluice_plog_close(struct sluice_plog *l)
@@ -2258,11 +2378,15 @@ void sluice_plog_close(struct sluice_plog *l)
 			l->hooks.wait_write(l, l->hooks.arg);
 		if (sync && !l->failed && write_sync(l) == 0) {
 			struct segment *s = active(l);
-			if (ftruncate(l->fd_write, s->size) == 0 && fdatasync(l->fd_write) == 0) {
+			if (ftruncate(l->fd_write, s->size) == 0 && (l->close_nosync || fdatasync(l->fd_write) == 0)) {
 				if (l->committed_pos < s->size || l->hw < l->leo)
 					advance_commit(l, s->size, l->leo);
 				seg_write_indexes(l, s);
-				write_recovery_point(l, l->leo);
+				/* At shutdown (nosync) the clean-shutdown marker makes the
+				 * next start trust the log; an older recovery point only
+				 * means a later unclean start scans more. */
+				if (!l->close_nosync)
+					write_recovery_point(l, l->leo);
 			}
 		}
 		fd_write_close(l);
@@ -2278,10 +2402,51 @@ void sluice_plog_close(struct sluice_plog *l)
 	} /* else a failed log whose buffers a write still holds: leaked, not freed under the kernel */
 	free(l->tail);
 	free(l->iov);
+	free(l->tl_plain);
 	for (uint32_t i = 0; i < l->seg_n; i++)
 		seg_free(&l->segs[i]);
 	free(l->segs);
 	free(l);
+}
+
+int sluice_plog_close_io(struct sluice_plog *l)
+{
+	assert(!l->write_inflight && !l->fsync_inflight && !l->ra_inflight);
+	if (!l->opened || l->failed || !l->modified)
+		return 0;
+	/* Nothing here may reach the storage core: no hooks, and a descriptor
+	 * of its own rather than one registered with the core's ring. */
+	l->hooks.committed = NULL;
+	l->hooks.wait_write = NULL;
+	l->close_nosync = true;
+	bool own = l->fd_write < 0;
+	if (own) {
+		char p[PATH_BYTES];
+		seg_path(l, active(l)->base_offset, ".log", p);
+		l->fd_write = open(p, O_RDWR | O_CLOEXEC | (l->cfg.direct_io ? O_DIRECT : 0));
+		if (l->fd_write < 0)
+			return -1; /* close tries again on the core */
+	}
+	struct segment *s = active(l);
+	int rc = write_sync(l) == 0 && ftruncate(l->fd_write, s->size) == 0 ? 0 : -1;
+	if (rc == 0) {
+		if (l->committed_pos < s->size || l->hw < l->leo)
+			advance_commit(l, s->size, l->leo);
+		seg_write_indexes(l, s);
+		l->modified = false; /* close has nothing left to write */
+	}
+	if (own) {
+		close(l->fd_write);
+		l->fd_write = -1;
+	}
+	return rc;
+}
+
+void sluice_plog_close_nosync(struct sluice_plog *l)
+{
+	if (l)
+		l->close_nosync = true;
+	sluice_plog_close(l);
 }
 
 /* ---- compaction ------------------------------------------------------------ */
@@ -2422,7 +2587,12 @@ struct clean_ctx {
 	bool failed;
 	int64_t tombstone_due_ms; /* when the first tombstone kept may go, INT64_MAX: none kept */
 	struct sluice_plog_clean_job *job;
+	uint8_t *z;  /* a rebuilt batch recompressed with its codec */
+	size_t z_cap;
 };
+
+static void clean_fail(struct sluice_plog_clean_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 
 static bool keep_record(const struct sluice_record *rec, void *arg)
 {
@@ -2441,6 +2611,52 @@ static bool keep_record(const struct sluice_record *rec, void *arg)
 		kwr_raw(&c->out, rec->raw, rec->raw_len);
 		c->kept++;
 	}
+	return true;
+}
+
+/* Rebuild the batch from the records kept (in c->out after room for the
+ * header) as Kafka's cleaner does: the original header (BaseOffset,
+ * LastOffsetDelta, timestamps, producer fields) with the new count and
+ * length, the records recompressed with the batch's own codec, the CRC
+ * recomputed. Sets *out to it; false when it would not be smaller than the
+ * original (which is then kept whole: superseded records may stay, and a
+ * cleaned segment is never larger than what it replaces). */
+static bool clean_rebuild(struct clean_ctx *c, const uint8_t *batch, size_t len, const struct sluice_batch *b,
+			  const uint8_t **out, size_t *out_len)
+{
+	int codec = b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
+	uint8_t *h = c->out.buf;
+	size_t total = c->out.len;
+	if (codec) {
+		size_t plain = c->out.len - SLUICE_BATCH_HEADER_BYTES, need = sluice_compress_bound(codec, plain);
+		if (need == 0)
+			return false;
+		need += SLUICE_BATCH_HEADER_BYTES;
+		if (need > c->z_cap) {
+			uint8_t *z = realloc(c->z, need);
+			if (!z)
+				return false;
+			c->z = z;
+			c->z_cap = need;
+		}
+		int64_t n = sluice_compress(codec, c->out.buf + SLUICE_BATCH_HEADER_BYTES, plain,
+					    c->z + SLUICE_BATCH_HEADER_BYTES, c->z_cap - SLUICE_BATCH_HEADER_BYTES);
+		if (n < 0) {
+			SLOG_WARN("storage", "compaction could not recompress a batch (codec %d): kept whole", codec);
+			return false;
+		}
+		h = c->z;
+		total = SLUICE_BATCH_HEADER_BYTES + (size_t)n;
+	}
+	if (total >= len)
+		return false;
+	memcpy(h, batch, SLUICE_BATCH_HEADER_BYTES);
+	kput32(h + SLUICE_BATCH_OFF_LENGTH, (uint32_t)(total - SLUICE_BATCH_LOG_OVERHEAD));
+	kput32(h + SLUICE_BATCH_OFF_COUNT, (uint32_t)c->kept);
+	kput32(h + SLUICE_BATCH_OFF_CRC,
+	       sluice_crc32c(0, h + SLUICE_BATCH_OFF_ATTRIBUTES, total - SLUICE_BATCH_OFF_ATTRIBUTES));
+	*out = h;
+	*out_len = total;
 	return true;
 }
 
@@ -2463,29 +2679,20 @@ static bool clean_batch(const uint8_t *batch, size_t len, void *arg)
 		  : sluice_batch_records(batch, len, COMPACT_DECOMPRESS_MAX, keep_record, c);
 	const uint8_t *src = batch;
 	size_t src_len = len;
-	if (n < 0 || (c->kept == b.records_count && !(b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK))) {
+	if (n < 0 || c->kept == b.records_count) {
 		/* untouched (or not understood): copied as it is */
 	} else if (c->kept == 0) {
 		c->removed += (int64_t)len;
 		return true;
-	} else {
-		uint8_t *h = c->out.buf;
-		memcpy(h, batch, SLUICE_BATCH_HEADER_BYTES);
-		kput32(h + SLUICE_BATCH_OFF_LENGTH, (uint32_t)(c->out.len - SLUICE_BATCH_LOG_OVERHEAD));
-		uint16_t attr = (uint16_t)b.attributes & (uint16_t)~SLUICE_BATCH_ATTR_CODEC_MASK;
-		h[SLUICE_BATCH_OFF_ATTRIBUTES] = (uint8_t)(attr >> 8);
-		h[SLUICE_BATCH_OFF_ATTRIBUTES + 1] = (uint8_t)attr;
-		kput32(h + SLUICE_BATCH_OFF_COUNT, (uint32_t)c->kept);
-		kput32(h + SLUICE_BATCH_OFF_CRC, sluice_crc32c(0, h + SLUICE_BATCH_OFF_ATTRIBUTES,
-							       c->out.len - SLUICE_BATCH_OFF_ATTRIBUTES));
-		src = c->out.buf;
-		src_len = c->out.len;
+	} else if (clean_rebuild(c, batch, len, &b, &src, &src_len)) {
 		c->removed += (int64_t)len - (int64_t)src_len;
 	}
+	assert(src_len <= len); /* the cleaned file never outgrows its input */
 	size_t done = 0;
 	while (done < src_len) {
 		ssize_t w = pwrite(c->fd, src + done, src_len - done, c->written + (int64_t)done);
 		if (w <= 0) {
+			clean_fail(c->job, "write: %s", w < 0 ? strerror(errno) : "no progress");
 			c->failed = true;
 			return false;
 		}
@@ -2517,8 +2724,20 @@ struct sluice_plog_clean_job {
 	bool *written;           /* per group: a cleaned file is ready to swap in */
 	int64_t tombstone_due_ms; /* INT64_MAX: no tombstone kept for later */
 	bool failed;
+	char why[200];           /* the first failure, for the log */
 	_Atomic bool cancelled;
 };
+
+static void clean_fail(struct sluice_plog_clean_job *j, const char *fmt, ...)
+{
+	j->failed = true;
+	if (j->why[0])
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(j->why, sizeof j->why, fmt, ap);
+	va_end(ap);
+}
 
 /* Signature of the closed segments: a pass is due only when it changed. */
 static uint64_t closed_signature(const struct sluice_plog *l)
@@ -2641,11 +2860,31 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 	struct clean_ctx c = {.map = map, .now_ms = j->now_ms, .delete_retention_ms = j->delete_retention_ms, .job = j,
 			      .tombstone_due_ms = INT64_MAX};
 	kwr_init(&c.out, 4096, (size_t)INT32_MAX);
+	/* The cleaned file is at most its input (clean_batch): with that much
+	 * free, the pass cannot fill the disk. */
+	int64_t in_bytes = 0;
+	for (uint32_t i = i0; i < i1; i++)
+		in_bytes += sh->segs[i].size;
+	struct statvfs vfs;
+	if (statvfs(sh->dir, &vfs) == 0 && (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize < in_bytes) {
+		clean_fail(j, "%" PRId64 " bytes free, the segments at %020" PRId64 " need up to %" PRId64,
+			   (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize, base, in_bytes);
+		kwr_free(&c.out);
+		return;
+	}
 	c.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	bool ok = c.fd >= 0;
-	for (uint32_t i = i0; ok && i < i1; i++)
+	if (!ok)
+		clean_fail(j, "open %s: %s", tmp, strerror(errno));
+	for (uint32_t i = i0; ok && i < i1; i++) {
 		ok = seg_each_batch(sh, &sh->segs[i], clean_batch, &c) == 0 && !c.failed;
-	ok = ok && fdatasync(c.fd) == 0;
+		if (!ok && !j->cancelled)
+			clean_fail(j, "reading segment %020" PRId64 " failed", sh->segs[i].base_offset);
+	}
+	if (ok && fdatasync(c.fd) < 0) {
+		clean_fail(j, "fdatasync %s: %s", tmp, strerror(errno));
+		ok = false;
+	}
 	if (!ok) {
 		j->failed = !j->cancelled || j->failed;
 	} else if (c.removed > 0 || i1 - i0 > 1) {
@@ -2657,7 +2896,7 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 			j->removed[g] = c.removed;
 			j->written[g] = true;
 		} else {
-			j->failed = true;
+			clean_fail(j, "%s does not read back as written", tmp);
 		}
 	}
 	if (c.tombstone_due_ms < j->tombstone_due_ms)
@@ -2667,6 +2906,7 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 	if (!j->written[g])
 		unlink(tmp);
 	kwr_free(&c.out);
+	free(c.z);
 }
 
 static double clean_now_s(void)
@@ -2707,7 +2947,7 @@ void sluice_plog_clean_run(struct sluice_plog_clean_job *j)
 	j->io_start_s = clean_now_s();
 	for (uint32_t i = 0; i < sh->seg_n && !m.map.full && !j->cancelled; i++)
 		if (seg_each_batch(sh, &sh->segs[i], map_batch, &m) < 0)
-			j->failed = true;
+			clean_fail(j, "reading segment %020" PRId64 " failed: %s", sh->segs[i].base_offset, strerror(errno));
 	struct keymap map = m.map;
 	if (!map.full && !j->failed)
 		for (uint32_t g = 0; g < j->ngroups && !j->failed && !j->cancelled; g++)
@@ -2925,6 +3165,8 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 	if (j->next_base == 0 && !j->failed)
 		l->compact_clean_end = j->end_base; /* everything before it has been cleaned */
 	bool failed = j->failed;
+	if (failed)
+		SLOG_WARN("storage", "%s: compaction pass failed: %s", l->dir, j->why[0] ? j->why : "reason unknown");
 	sluice_plog_clean_discard(j);
 	return failed && removed == 0 ? -1 : removed;
 }

@@ -1,7 +1,8 @@
-/* Record-batch decompression (see compress.h). Snappy arrives either raw
- * (librdkafka) or in the xerial framing the Java client writes; LZ4 is the
- * LZ4 frame format. Every codec decodes into the inflater's growing buffer;
- * the bomb cap is enforced as output is produced, never after. */
+/* Record-batch decompression and compression (see compress.h). Snappy
+ * arrives either raw (librdkafka) or in the xerial framing the Java client
+ * writes, and is written xerial-framed; LZ4 is the LZ4 frame format. Every
+ * codec decodes into the inflater's growing buffer; the bomb cap is enforced
+ * as output is produced, never after. */
 #include "common/kafka/compress.h"
 #include "common/kafka/codec.h"
 #include <assert.h>
@@ -278,4 +279,80 @@ int64_t sluice_decompress(int codec, const uint8_t *in, size_t in_len, size_t ou
 	}
 	sluice_inflater_free(&z);
 	return n < 0 ? -1 : n;
+}
+
+#define XERIAL_BLOCK_BYTES (32u << 10) /* the Java client's SnappyOutputStream block */
+#define GZIP_LEVEL 6                   /* zlib's default, as java.util.zip writes */
+#define ZSTD_LEVEL 3                   /* zstd's default, as the Java client writes */
+
+size_t sluice_compress_bound(int codec, size_t in_len)
+{
+	switch (codec) {
+	case SLUICE_CODEC_GZIP: return (size_t)compressBound((uLong)in_len) + 32; /* + gzip header and trailer */
+	case SLUICE_CODEC_SNAPPY: {
+		size_t blocks = in_len / XERIAL_BLOCK_BYTES + 1;
+		return 16 + blocks * (4 + snappy_max_compressed_length(XERIAL_BLOCK_BYTES));
+	}
+	case SLUICE_CODEC_LZ4: {
+		LZ4F_preferences_t pr = {.frameInfo = {.blockSizeID = LZ4F_max64KB, .blockMode = LZ4F_blockIndependent}};
+		return LZ4F_compressFrameBound(in_len, &pr);
+	}
+	case SLUICE_CODEC_ZSTD: return ZSTD_compressBound(in_len);
+	default: return 0;
+	}
+}
+
+static int64_t gzip(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap)
+{
+	z_stream z;
+	memset(&z, 0, sizeof z);
+	if (deflateInit2(&z, GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+		return -1;
+	z.next_in = (Bytef *)(uintptr_t)in;
+	z.avail_in = (uInt)in_len;
+	z.next_out = out;
+	z.avail_out = (uInt)cap;
+	int rc = deflate(&z, Z_FINISH);
+	int64_t n = rc == Z_STREAM_END ? (int64_t)(cap - z.avail_out) : -1;
+	deflateEnd(&z);
+	return n;
+}
+
+static int64_t snappy_xerial(const uint8_t *in, size_t in_len, uint8_t *out, size_t cap)
+{
+	if (cap < 16)
+		return -1;
+	memcpy(out, xerial_magic, 8);
+	kput32(out + 8, 1);  /* version */
+	kput32(out + 12, 1); /* minimum compatible version */
+	size_t pos = 16;
+	for (size_t off = 0; off < in_len; off += XERIAL_BLOCK_BYTES) {
+		size_t take = in_len - off < XERIAL_BLOCK_BYTES ? in_len - off : XERIAL_BLOCK_BYTES;
+		if (cap - pos < 4 + snappy_max_compressed_length(take))
+			return -1;
+		size_t n = cap - pos - 4;
+		if (snappy_compress((const char *)in + off, take, (char *)out + pos + 4, &n) != SNAPPY_OK)
+			return -1;
+		kput32(out + pos, (uint32_t)n);
+		pos += 4 + n;
+	}
+	return (int64_t)pos;
+}
+
+int64_t sluice_compress(int codec, const uint8_t *in, size_t in_len, uint8_t *out, size_t out_cap)
+{
+	switch (codec) {
+	case SLUICE_CODEC_GZIP: return gzip(in, in_len, out, out_cap);
+	case SLUICE_CODEC_SNAPPY: return snappy_xerial(in, in_len, out, out_cap);
+	case SLUICE_CODEC_LZ4: {
+		LZ4F_preferences_t pr = {.frameInfo = {.blockSizeID = LZ4F_max64KB, .blockMode = LZ4F_blockIndependent}};
+		size_t n = LZ4F_compressFrame(out, out_cap, in, in_len, &pr);
+		return LZ4F_isError(n) ? -1 : (int64_t)n;
+	}
+	case SLUICE_CODEC_ZSTD: {
+		size_t n = ZSTD_compress(out, out_cap, in, in_len, ZSTD_LEVEL);
+		return ZSTD_isError(n) ? -1 : (int64_t)n;
+	}
+	default: return -1;
+	}
 }

@@ -2,7 +2,9 @@
  * few places that must look inside a compressed batch: the validation of
  * every produced batch, ListOffsets by timestamp and compaction. Output is
  * capped: a batch that inflates past out_max is reported as too large, never
- * allocated for. The broker stores and serves batches as produced. */
+ * allocated for. The broker stores and serves batches as produced;
+ * compaction rebuilds the batches it shrinks with their own codec
+ * (sluice_compress), as Kafka's cleaner does. */
 #ifndef SLUICE_KAFKA_COMPRESS_H
 #define SLUICE_KAFKA_COMPRESS_H
 #include <stddef.h>
@@ -45,5 +47,14 @@ int64_t sluice_inflate(struct sluice_inflater *z, int codec, const uint8_t *in, 
  * than the keep limit (call after use). */
 void sluice_inflater_trim(struct sluice_inflater *z);
 void sluice_inflater_free(struct sluice_inflater *z);
+
+/* Compress in[0..in_len) with codec into out (out_cap bytes), in the form
+ * Kafka's Java client writes: a gzip stream, xerial-framed snappy (32 KiB
+ * blocks), an LZ4 frame of independent 64 KiB blocks, a zstd frame.
+ * sluice_compress_bound gives an out_cap that always suffices (0: unknown
+ * codec). Returns the compressed size, or -1 (unknown codec, a library
+ * error, out_cap too small). */
+size_t sluice_compress_bound(int codec, size_t in_len);
+int64_t sluice_compress(int codec, const uint8_t *in, size_t in_len, uint8_t *out, size_t out_cap);
 
 #endif

@@ -20,6 +20,7 @@
  * reaps completions (kind = user_data & 7) and implements the wait_write hook. */
 #include "batch_build.h"
 #include "common/kafka/batch.h"
+#include "common/kafka/compress.h"
 #include "storage/extent.h"
 #include "storage/plog.h"
 #include <criterion/criterion.h>
@@ -2443,5 +2444,263 @@ Test(plog, compaction_lag_and_dirty_ratio, .init = setup, .fini = teardown)
 	j = sluice_plog_clean_prepare(l, 2000, &(struct sluice_plog_clean_policy){0, 1 << 30, 500, 0, 0});
 	cr_expect_not_null(j, "ratio 0: the new segment is enough");
 	sluice_plog_clean_discard(j);
+	sluice_plog_close(l);
+}
+
+/* ---- compaction keeps each batch's codec ------------------------------------------ */
+
+static const struct opts TINY = {8 << 10, INT64_MAX, true, false};
+
+/* One batch of n records, keys "key<(first + i) % keys>", values "v<tag>-"
+ * followed by 600 bytes of padding (highly compressible), compressed with
+ * codec. */
+static size_t append_keyed_codec(struct sluice_plog *l, int n, int keys, int first, int tag, int codec)
+{
+	struct tb_rec recs[64];
+	char kb[64][16];
+	static char val[64][640];
+	cr_assert_leq(n, 64);
+	for (int i = 0; i < n; i++) {
+		snprintf(kb[i], sizeof kb[i], "key%d", (first + i) % keys);
+		int vl = snprintf(val[i], sizeof val[i], "v%d-", tag);
+		memset(val[i] + vl, 'x', 600);
+		recs[i] = (struct tb_rec){kb[i], (int32_t)strlen(kb[i]), val[i], vl + 600, i};
+	}
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 30);
+	int64_t maxd = tb_records(&w, recs, n);
+	size_t cap = codec ? sluice_compress_bound(codec, w.len) : w.len;
+	uint8_t *z = malloc(cap);
+	int64_t zl = codec ? sluice_compress(codec, w.buf, w.len, z, cap) : (int64_t)w.len;
+	if (!codec)
+		memcpy(z, w.buf, w.len);
+	cr_assert_gt(zl, 0, "compress with codec %d", codec);
+	struct tb_hdr h = tb_hdr_default(n, 1000);
+	h.max_timestamp = 1000 + maxd;
+	h.attributes = (int16_t)codec;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, z, (size_t)zl, &len);
+	int64_t base, last;
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, -1, &base, &last), 0);
+	free(b);
+	free(z);
+	kwr_free(&w);
+	return len;
+}
+
+struct newest {
+	char value[64][16]; /* per key index: the "v<tag>-" prefix of its newest value */
+	int records;
+};
+
+static bool note_record(const struct sluice_record *rec, void *arg)
+{
+	struct newest *nw = arg;
+	int k = -1;
+	if (rec->key && rec->key_len > 3 && sscanf((const char *)rec->key + 3, "%d", &k) == 1 && k >= 0 && k < 64 &&
+	    rec->value) {
+		int vl = 0;
+		while (vl < rec->value_len && vl < 15 && rec->value[vl] != '-')
+			vl++;
+		memcpy(nw->value[k], rec->value, (size_t)vl);
+		nw->value[k][vl] = '\0';
+	}
+	nw->records++;
+	return true;
+}
+
+/* Read the whole log: every batch's codec must be codec; collect each key's
+ * newest value. */
+static void read_newest(struct sluice_plog *l, int codec, struct newest *nw)
+{
+	memset(nw, 0, sizeof *nw);
+	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l);
+	while (off < hw) {
+		uint8_t *buf = NULL;
+		int32_t got = sluice_plog_read(l, off, 1 << 20, true, &buf);
+		cr_assert_gt(got, 0);
+		size_t pos = 0;
+		while (pos < (size_t)got) {
+			struct sluice_batch b;
+			cr_assert_eq(sluice_batch_check_crc(buf + pos, (size_t)got - pos, &b), SLUICE_BATCH_OK);
+			size_t len = (size_t)sluice_batch_total_bytes(&b);
+			cr_expect_eq(b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK, codec, "batch at %" PRId64 ": codec %d",
+				     b.base_offset, b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK);
+			cr_assert_geq(sluice_batch_records(buf + pos, len, 64u << 20, note_record, nw), 0);
+			off = b.base_offset + b.last_offset_delta + 1;
+			pos += len;
+		}
+		free(buf);
+	}
+}
+
+/* Proves compaction rebuilds the batches it shrinks with their own codec
+ * (gzip, snappy, lz4, zstd), as Kafka's cleaner does: every batch after the
+ * pass still carries the codec, the log takes no more space than before
+ * (it used to be rewritten uncompressed: highly compressible batches grew
+ * many times over), each key's newest value is intact, the CRCs check and
+ * the offsets stay. */
+static void compaction_keeps_codec(int codec)
+{
+	struct sluice_plog *l = open_log(&TINY, true, NULL);
+	const int keys = 30, batches = 120;
+	for (int i = 0; i < batches; i++) {
+		append_keyed_codec(l, 20, keys, i * 20, i, codec);
+		flush_log(l);
+	}
+	/* the expected newest value of each key */
+	char want[64][16];
+	for (int i = 0; i < batches; i++)
+		for (int r = 0; r < 20; r++)
+			snprintf(want[(i * 20 + r) % keys], 16, "v%d", i);
+	/* other keys after them, so the batches above sit in closed segments */
+	for (int i = 0; i < 40; i++) {
+		append_keyed_codec(l, 20, 20, 0, 1000 + i, codec);
+		flush_log(l);
+	}
+	int64_t hw = sluice_plog_high_watermark(l), before = sluice_plog_size_bytes(l);
+	int64_t gone = 0, g;
+	for (int pass = 0; pass < 10 && (g = sluice_plog_compact(l, 2000, 0, 1ll << 30)) != 0; pass++) {
+		cr_assert_geq(g, 0, "pass failed");
+		gone += g;
+	}
+	int64_t after = sluice_plog_size_bytes(l);
+	cr_expect_gt(gone, 0, "compaction removed something");
+	cr_expect_leq(after, before, "codec %d: %" PRId64 " bytes after, %" PRId64 " before", codec, after, before);
+	cr_expect_eq(sluice_plog_high_watermark(l), hw, "offsets unchanged");
+	struct newest nw;
+	read_newest(l, codec, &nw);
+	cr_expect_lt(nw.records, batches * 20 + 40 * 20, "records were removed");
+	/* keys 0..19 were rewritten by the later batches ("v1000".."v1039"); 20..29 keep theirs */
+	for (int k = 20; k < keys; k++)
+		cr_expect_str_eq(nw.value[k], want[k], "key%d", k);
+	sluice_plog_close(l);
+	l = open_log(&TINY, true, NULL);
+	read_newest(l, codec, &nw);
+	for (int k = 20; k < keys; k++)
+		cr_expect_str_eq(nw.value[k], want[k], "key%d after reopen", k);
+	sluice_plog_close(l);
+}
+
+Test(plog, compaction_keeps_gzip, .init = setup, .fini = teardown) { compaction_keeps_codec(SLUICE_CODEC_GZIP); }
+Test(plog, compaction_keeps_snappy, .init = setup, .fini = teardown) { compaction_keeps_codec(SLUICE_CODEC_SNAPPY); }
+Test(plog, compaction_keeps_lz4, .init = setup, .fini = teardown) { compaction_keeps_codec(SLUICE_CODEC_LZ4); }
+Test(plog, compaction_keeps_zstd, .init = setup, .fini = teardown) { compaction_keeps_codec(SLUICE_CODEC_ZSTD); }
+
+/* Proves a compaction pass that cannot write its cleaned file fails without
+ * touching the log and logs why (here the file's name is taken by a
+ * directory: "Is a directory"). */
+Test(plog, compaction_failure_logged, .init = setup, .fini = teardown)
+{
+	struct sluice_plog *l = open_log(&TINY, true, NULL);
+	for (int i = 0; i < 60; i++) {
+		append_keyed_codec(l, 20, 10, i * 20, i, SLUICE_CODEC_NONE);
+		flush_log(l);
+	}
+	int64_t hw = sluice_plog_high_watermark(l);
+	char p[300];
+	seg_file(p, sizeof p, 0, ".log.cleaned");
+	cr_assert_eq(mkdir(p, 0755), 0);
+	char logp[300];
+	snprintf(logp, sizeof logp, "%s/stderr.txt", H.root);
+	int fd = open(logp, O_RDWR | O_CREAT | O_TRUNC, 0644), saved = dup(STDERR_FILENO);
+	cr_assert(fd >= 0 && saved >= 0);
+	dup2(fd, STDERR_FILENO);
+	int64_t g = sluice_plog_compact(l, 2000, 0, 1ll << 30);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	char text[4096] = {0};
+	cr_assert_geq(pread(fd, text, sizeof text - 1, 0), 0);
+	close(fd);
+	cr_expect_eq(g, -1);
+	cr_expect_not_null(strstr(text, "compaction pass failed"), "logged: %s", text);
+	cr_expect_not_null(strstr(text, strerror(EISDIR)), "the reason logged: %s", text);
+	cr_expect_eq(sluice_plog_high_watermark(l), hw);
+	cr_expect_eq(count_records(l), 60 * 20, "nothing removed");
+	rmdir(p);
+	sluice_plog_close(l);
+}
+
+/* ---- lookups by time: codecs, the lookup cache, the time index, work ------------- */
+
+/* One batch of n records with timestamps base_ts + 10 * i, compressed with
+ * codec (0: none), 2 KiB values; LogAppendTime when lat >= 0. */
+static void append_timed(struct sluice_plog *l, int n, int64_t base_ts, int codec, int64_t lat)
+{
+	static char val[2048];
+	memset(val, 'q', sizeof val);
+	struct tb_rec recs[64];
+	cr_assert_leq(n, 64);
+	for (int i = 0; i < n; i++)
+		recs[i] = (struct tb_rec){"k", 1, val, (int32_t)sizeof val, 10 * i};
+	struct kwr w;
+	kwr_init(&w, 256, 1u << 30);
+	(void)tb_records(&w, recs, n);
+	size_t cap = codec ? sluice_compress_bound(codec, w.len) : w.len;
+	uint8_t *z = malloc(cap);
+	int64_t zl = (int64_t)w.len;
+	if (codec)
+		zl = sluice_compress(codec, w.buf, w.len, z, cap);
+	else
+		memcpy(z, w.buf, w.len);
+	cr_assert_gt(zl, 0);
+	struct tb_hdr h = tb_hdr_default(n, base_ts);
+	h.max_timestamp = base_ts + 10 * (n - 1);
+	h.attributes = (int16_t)codec;
+	size_t len;
+	uint8_t *b = tb_wrap(&h, z, (size_t)zl, &len);
+	int64_t base, last;
+	cr_assert_eq(sluice_plog_append(l, b, len, 0, lat, &base, &last), 0);
+	free(b);
+	free(z);
+	kwr_free(&w);
+}
+
+/* Proves lookups by time answer right inside batches of every codec (the
+ * first record at or after the target, its timestamp), from a batch's
+ * decompressed records kept for the next lookup (a repeat costs no
+ * decompression) as from a fresh one, and that a LogAppendTime batch
+ * is answered from its header alone. The work reported is what bounds
+ * lookups per storage-core turn. */
+Test(plog, offset_for_time_codecs_cache_work, .init = setup, .fini = teardown)
+{
+	struct opts o = BIG;
+	struct sluice_plog *l = open_log(&o, true, NULL);
+	/* batch k (k = 0..39): 20 records, offsets 20k..20k+19, ts 100000k + 10i,
+	 * codec k % 5 */
+	for (int k = 0; k < 40; k++) {
+		append_timed(l, 20, 100000 * (int64_t)k, k % 5, -1);
+		flush_log(l);
+	}
+	for (int k = 0; k < 40; k++) {
+		int64_t found = -7, work = 0;
+		/* the 13th record: ts 100000k + 125 -> offset 20k + 13 at ts + 130 */
+		int64_t off = sluice_plog_offset_for_time_work(l, 100000 * (int64_t)k + 125, &found, &work);
+		cr_expect_eq(off, 20 * k + 13, "batch %d (codec %d): offset %" PRId64, k, k % 5, off);
+		cr_expect_eq(found, 100000 * (int64_t)k + 130, "batch %d: timestamp %" PRId64, k, found);
+		/* one batch inflated and scanned, and a few headers: the time index
+		 * starts the search near the target, not at the first batch */
+		cr_expect_lt(work, 2 * 20 * 2100 + 4 * 61, "batch %d: work %" PRId64, k, work);
+		if (k % 5) {
+			int64_t again = 0;
+			cr_expect_eq(sluice_plog_offset_for_time_work(l, 100000 * (int64_t)k + 125, &found, &again), off);
+			cr_expect_lt(again, work, "a repeat is served from the kept records (%" PRId64 " vs %" PRId64 ")",
+				     again, work);
+		}
+	}
+	int64_t found;
+	cr_expect_eq(sluice_plog_offset_for_time(l, 39 * 100000 + 191, &found), -1);
+	/* LogAppendTime: every record carries the batch's time; no decompression */
+	append_timed(l, 20, 5000000, SLUICE_CODEC_ZSTD, 9000000);
+	flush_log(l);
+	int64_t work = 0;
+	cr_expect_eq(sluice_plog_offset_for_time_work(l, 8999999, &found, &work), 800);
+	cr_expect_eq(found, 9000000);
+	cr_expect_lt(work, 4096, "answered from the header (%" PRId64 " bytes of work)", work);
+	sluice_plog_close(l);
+	/* after a clean reopen (indexes from disk) the answers stay */
+	l = open_log(&o, true, NULL);
+	for (int k = 0; k < 40; k += 7)
+		cr_expect_eq(sluice_plog_offset_for_time(l, 100000 * (int64_t)k + 125, &found), 20 * k + 13);
 	sluice_plog_close(l);
 }
