@@ -364,6 +364,12 @@ static void seg_write_indexes_as(struct sluice_plog *l, struct segment *s, const
 	}
 }
 
+/* The recovery point: below it the log was on stable storage, so recovery
+ * treats missing or bad bytes there as damage to keep and report, and only
+ * what lies past it as a torn write to cut. At a shutdown (close_nosync) the
+ * file is not synced here: the storage core syncs each data directory's
+ * filesystem once afterwards, and writes the clean-shutdown marker only if
+ * that worked. */
 static void write_recovery_point(struct sluice_plog *l, int64_t offset)
 {
 	char p[PATH_BYTES], tmp[PATH_BYTES];
@@ -374,7 +380,8 @@ static void write_recovery_point(struct sluice_plog *l, int64_t offset)
 		return;
 	fprintf(f, "%" PRId64 "\n", offset);
 	fflush(f);
-	fdatasync(fileno(f));
+	if (!l->close_nosync)
+		fdatasync(fileno(f));
 	fclose(f);
 	if (rename(tmp, p) == 0)
 		l->recovery_point = offset;
@@ -2382,11 +2389,7 @@ void sluice_plog_close(struct sluice_plog *l)
 				if (l->committed_pos < s->size || l->hw < l->leo)
 					advance_commit(l, s->size, l->leo);
 				seg_write_indexes(l, s);
-				/* At shutdown (nosync) the clean-shutdown marker makes the
-				 * next start trust the log; an older recovery point only
-				 * means a later unclean start scans more. */
-				if (!l->close_nosync)
-					write_recovery_point(l, l->leo);
+				write_recovery_point(l, l->leo);
 			}
 		}
 		fd_write_close(l);
@@ -2433,6 +2436,7 @@ int sluice_plog_close_io(struct sluice_plog *l)
 		if (l->committed_pos < s->size || l->hw < l->leo)
 			advance_commit(l, s->size, l->leo);
 		seg_write_indexes(l, s);
+		write_recovery_point(l, l->leo);
 		l->modified = false; /* close has nothing left to write */
 	}
 	if (own) {

@@ -70,6 +70,22 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 
 static void empty_dir(void) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
+static int rm_any(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+/* The scratch directory goes when the fuzzer exits normally (a crash leaves
+ * it for the post-mortem). */
+static void remove_root(void)
+{
+	if (root[0])
+		nftw(root, rm_any, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static struct sluice_plog *open_dir(bool clean, int *rc, char *err, size_t errlen)
 {
 	struct sluice_plog_cfg cfg = {.segment_bytes = SEGMENT_BYTES, .index_interval_bytes = 1024,
@@ -151,6 +167,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		 stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp");
 	if (!mkdtemp(root))
 		abort();
+	atexit(remove_root);
 	snprintf(dir, sizeof dir, "%s/t-0", root);
 	int rc;
 	char err[512];

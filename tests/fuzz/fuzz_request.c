@@ -42,12 +42,16 @@ static void open_broker(void)
 	struct stat st;
 	const char *base = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
 	if (dir[0]) {
+		/* Every metadata file goes (snapshot, journal, producer ids): a
+		 * journal left without its snapshot is refused at open, rightly. */
 		stub_broker_close();
-		char meta[256];
-		snprintf(meta, sizeof meta, "%s/sluice-topics", dir);
-		unlink(meta);
-		snprintf(meta, sizeof meta, "%s/sluice-producer-ids", dir);
-		unlink(meta);
+		static const char *const files[] = {"sluice-topics", "sluice-topics.journal", "sluice-topics.tmp",
+						    "sluice-producer-ids"};
+		for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+			char meta[256];
+			snprintf(meta, sizeof meta, "%s/%s", dir, files[i]);
+			unlink(meta);
+		}
 	} else {
 		snprintf(dir, sizeof dir, "%s/sluice-fuzz-XXXXXX", base);
 		if (!mkdtemp(dir))
