@@ -34,6 +34,10 @@ enum sluice_batch_result sluice_batch_parse(const uint8_t *p, size_t avail, stru
 	b->producer_epoch = (int16_t)kbe16(p + SLUICE_BATCH_OFF_PRODUCER_EPOCH);
 	b->base_sequence = (int32_t)kbe32(p + SLUICE_BATCH_OFF_BASE_SEQ);
 	b->records_count = (int32_t)kbe32(p + SLUICE_BATCH_OFF_COUNT);
+	/* BaseOffset is outside the CRC: a stored batch whose last offset
+	 * would pass INT64_MAX is damage, and every caller adds the two. */
+	if (b->last_offset_delta > 0 && b->base_offset > INT64_MAX - b->last_offset_delta)
+		return SLUICE_BATCH_BAD_COUNT;
 	return SLUICE_BATCH_OK;
 }
 
@@ -94,8 +98,12 @@ int32_t sluice_batch_records(const uint8_t *p, size_t len, size_t out_max,
 		krd_init(&rr, start, (size_t)rlen);
 		struct sluice_record rec;
 		(void)krd_i8(&rr);
-		rec.timestamp = b.base_timestamp + krd_varlong(&rr);
-		rec.offset = b.base_offset + krd_varint(&rr);
+		/* Deltas wrap as Kafka's Java arithmetic does: a hostile
+		 * FirstTimestamp or delta must not be undefined behaviour here
+		 * (fuzz_batch found FirstTimestamp INT64_MIN with delta -23);
+		 * the produce path checks each record's timestamp itself. */
+		rec.timestamp = (int64_t)((uint64_t)b.base_timestamp + (uint64_t)krd_varlong(&rr));
+		rec.offset = (int64_t)((uint64_t)b.base_offset + (uint64_t)(int64_t)krd_varint(&rr));
 		rec.key_len = krd_varint(&rr);
 		rec.key = rec.key_len >= 0 ? rr.p : NULL;
 		if (rec.key_len > 0)

@@ -1021,3 +1021,38 @@ Test(batch_verify, zstd_window_released)
 	kwr_free(&w);
 	sluice_inflater_free(&z);
 }
+
+static bool collect_ts(const struct sluice_record *rec, void *arg)
+{
+	int64_t *out = arg;
+	out[rec->offset & 1] = rec->timestamp;
+	return true;
+}
+
+/* Proves a hostile FirstTimestamp with negative record deltas is decoded
+ * with Kafka's wrapping arithmetic instead of overflowing (fuzz_batch found
+ * FirstTimestamp INT64_MIN with delta -23: undefined behaviour, caught by
+ * UBSan in the sanitizer build), and a BaseOffset whose last offset would
+ * pass INT64_MAX is refused as damage. */
+Test(batch, hostile_timestamps_and_offsets)
+{
+	struct tb_rec recs[2] = {{"k", 1, "v", 1, -23}, {"k", 1, "v", 1, 0}};
+	struct kwr w;
+	kwr_init(&w, 64, 1u << 20);
+	(void)tb_records(&w, recs, 2);
+	struct tb_hdr h = tb_hdr_default(2, INT64_MIN);
+	size_t len = 0;
+	uint8_t *b = tb_wrap(&h, w.buf, w.len, &len);
+	kwr_free(&w);
+	cr_assert_not_null(b);
+	int64_t ts[2] = {0, 0};
+	cr_expect_eq(sluice_batch_records(b, len, 1u << 20, collect_ts, ts), 2);
+	cr_expect_eq(ts[0], (int64_t)((uint64_t)INT64_MIN - 23u));
+	cr_expect_eq(ts[1], INT64_MIN);
+	kput64(b, (uint64_t)(INT64_MAX - 0)); /* BaseOffset: last offset INT64_MAX + 1 */
+	struct sluice_batch sb;
+	cr_expect_neq(sluice_batch_parse(b, len, &sb), SLUICE_BATCH_OK);
+	kput64(b, (uint64_t)(INT64_MAX - 1)); /* last offset exactly INT64_MAX */
+	cr_expect_eq(sluice_batch_parse(b, len, &sb), SLUICE_BATCH_OK);
+	free(b);
+}
