@@ -121,8 +121,10 @@ def test():
         check(all(len(topics[n][1]) == 2 for n in names[:2000]) and len(topics[names[2000]][1]) == 1,
               "partition counts after the restart")
 
-        # kill -9 while another 5,000 are being created in requests of 250
-        more = [f"k-{i:05d}" for i in range(5000)]
+        # kill -9 while another 40,000 are being created in requests of 250 (far
+        # more than are acknowledged before the kill: an idle machine creates
+        # 5,000 in about 50 ms, so a smaller round could finish before it)
+        more = [f"k-{i:05d}" for i in range(40000)]
         acked = []
 
         def creator():
@@ -139,7 +141,7 @@ def test():
         target = rnd.randint(1, 12) * 250
         while len(acked) < target and th.is_alive() and time.monotonic() < wait:
             time.sleep(0.001)
-        time.sleep(rnd.uniform(0, 0.05))
+        time.sleep(rnd.uniform(0, 0.005))
         broker.kill9()
         th.join(30)
         log(f"kill -9 after {len(acked)} acknowledged topics of the second round")
