@@ -36,7 +36,7 @@ static bool count_record(const struct sluice_record *rec, void *arg)
 {
 	struct tally *t = arg;
 	t->in_order &= rec->offset == t->next_offset;
-	t->next_offset++;
+	t->next_offset = (int64_t)((uint64_t)t->next_offset + 1); /* wraps as the decoder's offsets do */
 	t->raw_bytes += rec->raw_len;
 	t->n++;
 	return true;
