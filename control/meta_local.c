@@ -18,6 +18,7 @@
  * and collision checks O(1). */
 #include "control/meta.h"
 #include "common/crc32c.h"
+#include "common/kafka/errors.h"
 #include "common/log.h"
 #include <assert.h>
 #include <errno.h>
@@ -122,7 +123,7 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 {
 	if (!sluice_topic_config_known(key)) {
 		snprintf(msg, msglen, "Unknown topic config name: %s", key);
-		return 40;
+		return KERR_INVALID_CONFIG;
 	}
 	for (size_t i = 0; i < sizeof config_types / sizeof *config_types; i++) {
 		if (strcmp(config_types[i].key, key) != 0)
@@ -147,14 +148,14 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 		}
 		if (!ok) {
 			snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
-			return 40;
+			return KERR_INVALID_CONFIG;
 		}
 	}
 	if (!strcmp(key, "segment.bytes")) {
 		long long v = atoll(value);
 		if (v < 1048576 || v > INT32_MAX) {
 			snprintf(msg, msglen, "Invalid value %s for configuration segment.bytes: must be in [1048576, %d]", value, INT32_MAX);
-			return 40;
+			return KERR_INVALID_CONFIG;
 		}
 	}
 	return 0;
@@ -838,7 +839,7 @@ static int16_t stage_commit(struct meta_local *m, char *msg, size_t msglen)
 	if (!s) {
 		stage_discard(m);
 		snprintf(msg, msglen, "out of memory staging topic metadata");
-		return 56; /* KAFKA_STORAGE_ERROR */
+		return KERR_KAFKA_STORAGE_ERROR;
 	}
 	s->version = m->current->version + 1;
 	int rc;
@@ -851,7 +852,7 @@ static int16_t stage_commit(struct meta_local *m, char *msg, size_t msglen)
 		SLOG_ERR("meta", "%s", msg);
 		snap_free(s);
 		stage_discard(m);
-		return 56;
+		return KERR_KAFKA_STORAGE_ERROR;
 	}
 	publish(m, s);
 	stage_reset(m);
@@ -907,14 +908,14 @@ static int16_t check_spec(const struct meta_local *m, const struct sluice_topic_
 	if (!sluice_topic_name_valid(spec->name, spec->name_len)) {
 		snprintf(msg, msglen, "Topic name is invalid: '%.*s' (legal characters are [a-zA-Z0-9._-], length 1-249)",
 			 (int)(spec->name_len > 249 ? 249 : spec->name_len), spec->name);
-		return 17; /* INVALID_TOPIC_EXCEPTION */
+		return KERR_INVALID_TOPIC_EXCEPTION;
 	}
 	*parts = spec->partitions == -1 ? m->default_partitions : spec->partitions;
 	if (*parts <= 0 || *parts > SLUICE_PARTITIONS_PER_TOPIC_MAX) {
 		snprintf(msg, msglen, "Number of partitions was set to an invalid non-positive value.");
 		if (*parts > 0)
 			snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", *parts, SLUICE_PARTITIONS_PER_TOPIC_MAX);
-		return 37; /* INVALID_PARTITIONS */
+		return KERR_INVALID_PARTITIONS;
 	}
 	if (spec->replication_factor != -1 && spec->replication_factor != 1) {
 		if (spec->replication_factor <= 0)
@@ -922,7 +923,7 @@ static int16_t check_spec(const struct meta_local *m, const struct sluice_topic_
 		else
 			snprintf(msg, msglen, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.",
 				 spec->replication_factor, spec->replication_factor);
-		return 38; /* INVALID_REPLICATION_FACTOR */
+		return KERR_INVALID_REPLICATION_FACTOR;
 	}
 	for (int32_t i = 0; i < spec->config_n; i++) {
 		int16_t e = sluice_topic_config_check(spec->configs[i].key, spec->configs[i].value, msg, msglen);
@@ -938,16 +939,16 @@ static int16_t check_new_name(const struct meta_local *m, const char *name, size
 	struct sluice_topic *o = m->names[names_slot(m, name, len)];
 	if (o && cmp_name(name, len, o->name) == 0) {
 		snprintf(msg, msglen, "Topic '%.*s' already exists.", (int)len, name);
-		return 36; /* TOPIC_ALREADY_EXISTS */
+		return KERR_TOPIC_ALREADY_EXISTS;
 	}
 	if (o) {
 		snprintf(msg, msglen, "Topic '%.*s' collides with an existing topic ('.' and '_' are treated alike).",
 			 (int)len, name);
-		return 17;
+		return KERR_INVALID_TOPIC_EXCEPTION;
 	}
 	if (live_count(m) >= SLUICE_TOPICS_MAX) {
 		snprintf(msg, msglen, "Topic limit %d reached.", SLUICE_TOPICS_MAX);
-		return 37;
+		return KERR_INVALID_PARTITIONS;
 	}
 	return 0;
 }
@@ -973,7 +974,7 @@ static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool 
 	struct sluice_topic *t = calloc(1, topic_size(spec->config_n));
 	if (!t) {
 		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, -1, msg, msglen);
+		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
 	}
 	memcpy(t->name, spec->name, spec->name_len);
 	t->partitions = parts;
@@ -992,11 +993,11 @@ static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool 
 	if (stage_add(m, t) < 0) {
 		free(t);
 		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, -1, msg, msglen);
+		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
 	}
 	topic_copy_out(out, t);
 	SLOG_INFO("meta", "created topic %s with %d partition(s)", t->name, parts);
-	return op_leave(m, own, 0, msg, msglen);
+	return op_leave(m, own, KERR_NONE, msg, msglen);
 }
 
 static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice_topic *out, char *msg, size_t msglen)
@@ -1007,15 +1008,15 @@ static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice
 	struct sluice_topic *t = staged_find(m, name, len, &slot);
 	if (!t) {
 		snprintf(msg, msglen, "This server does not host this topic-partition.");
-		return op_leave(m, own, 3, msg, msglen); /* UNKNOWN_TOPIC_OR_PARTITION */
+		return op_leave(m, own, KERR_UNKNOWN_TOPIC_OR_PARTITION, msg, msglen);
 	}
 	topic_copy_out(out, t);
 	if (stage_remove(m, t, slot) < 0) {
 		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, -1, msg, msglen);
+		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
 	}
 	SLOG_INFO("meta", "deleted topic %.*s", (int)len, name);
-	return op_leave(m, own, 0, msg, msglen);
+	return op_leave(m, own, KERR_NONE, msg, msglen);
 }
 
 static void ml_forget_deleted(void *self, const uint8_t id[16])
@@ -1076,11 +1077,11 @@ static int16_t modify_topic(struct meta_local *m, const char *name, size_t len, 
 	struct sluice_topic *cur = staged_find(m, name, len, &slot);
 	if (!cur) {
 		snprintf(msg, msglen, "Topic '%.*s' does not exist.", (int)(len > 249 ? 249 : len), name);
-		return op_leave(m, own, 3, msg, msglen);
+		return op_leave(m, own, KERR_UNKNOWN_TOPIC_OR_PARTITION, msg, msglen);
 	}
 	struct sluice_topic *nt = malloc(sizeof *nt);
 	if (!nt)
-		return op_leave(m, own, -1, msg, msglen);
+		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
 	topic_copy_out(nt, cur);
 	nt->refs = 1;
 	int16_t e = fn(nt, arg, msg, msglen);
@@ -1094,9 +1095,9 @@ static int16_t modify_topic(struct meta_local *m, const char *name, size_t len, 
 	if (stage_replace(m, cur, nt, slot) < 0) {
 		free(nt);
 		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, -1, msg, msglen);
+		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
 	}
-	return op_leave(m, own, 0, msg, msglen);
+	return op_leave(m, own, KERR_NONE, msg, msglen);
 }
 
 static int16_t grow_partitions(struct sluice_topic *t, const void *arg, char *msg, size_t msglen)
@@ -1107,11 +1108,11 @@ static int16_t grow_partitions(struct sluice_topic *t, const void *arg, char *ms
 			 t->partitions, count);
 		if (count == t->partitions)
 			snprintf(msg, msglen, "Topic already has %d partitions.", t->partitions);
-		return 37; /* INVALID_PARTITIONS */
+		return KERR_INVALID_PARTITIONS;
 	}
 	if (count > SLUICE_PARTITIONS_PER_TOPIC_MAX) {
 		snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", count, SLUICE_PARTITIONS_PER_TOPIC_MAX);
-		return 37;
+		return KERR_INVALID_PARTITIONS;
 	}
 	t->partitions = count;
 	return 0;
@@ -1136,7 +1137,7 @@ static int16_t replace_configs(struct sluice_topic *t, const void *arg, char *ms
 	const struct config_set *cs = arg;
 	if (cs->n > SLUICE_TOPIC_CONFIGS_MAX) {
 		snprintf(msg, msglen, "More than %d topic config overrides.", SLUICE_TOPIC_CONFIGS_MAX);
-		return 40;
+		return KERR_INVALID_CONFIG;
 	}
 	for (int32_t i = 0; i < cs->n; i++) {
 		int16_t e = sluice_topic_config_check(cs->configs[i].key, cs->configs[i].value, msg, msglen);

@@ -27,6 +27,7 @@
 #include "dataplane/group.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
+#include "common/kafka/errors.h"
 #include "common/log.h"
 #include "storage/plog.h"
 #include <assert.h>
@@ -51,14 +52,6 @@
 enum { G_EMPTY, G_PREPARING, G_COMPLETING, G_STABLE, G_DEAD };
 static const char *const state_names[] = {"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"};
 
-enum {
-	E_NONE = 0, E_UNKNOWN_TOPIC_OR_PARTITION = 3, E_OFFSET_METADATA_TOO_LARGE = 12, E_COORDINATOR_NOT_AVAILABLE = 15,
-	E_NOT_COORDINATOR = 16,
-	E_ILLEGAL_GENERATION = 22, E_INCONSISTENT_GROUP_PROTOCOL = 23, E_INVALID_GROUP_ID = 24, E_UNKNOWN_MEMBER_ID = 25,
-	E_INVALID_SESSION_TIMEOUT = 26, E_REBALANCE_IN_PROGRESS = 27, E_INVALID_REQUEST = 42, E_KAFKA_STORAGE_ERROR = 56,
-	E_NON_EMPTY_GROUP = 68, E_GROUP_ID_NOT_FOUND = 69, E_MEMBER_ID_REQUIRED = 79, E_FENCED_INSTANCE_ID = 82,
-	E_GROUP_MAX_SIZE_REACHED = 81, E_GROUP_SUBSCRIBED_TO_TOPIC = 86, E_UNKNOWN_SERVER_ERROR = -1,
-};
 
 /* A Kafka string (or bytes) owned by the struct holding it: len bytes at
  * ptr, NULs allowed (a NUL is kept after them for log lines only); ptr NULL
@@ -523,12 +516,12 @@ static int16_t member_check(struct group *g, struct kstr id, struct kstr inst, s
 	*out = NULL;
 	struct member *bi = member_by_instance(g, inst);
 	if (bi && !kstr_same(id, gk(bi->id)))
-		return E_FENCED_INSTANCE_ID;
+		return KERR_FENCED_INSTANCE_ID;
 	struct member *m = member_find(g, id);
 	if (!m)
-		return E_UNKNOWN_MEMBER_ID;
+		return KERR_UNKNOWN_MEMBER_ID;
 	*out = m;
-	return E_NONE;
+	return KERR_NONE;
 }
 
 static bool pending_take(struct group *g, struct kstr id)
@@ -1029,7 +1022,7 @@ static void prepare_rebalance(struct storecore *sc, struct group *g, int64_t now
 {
 	if (g->state == G_PREPARING)
 		return;
-	fail_pending_syncs(sc, g, E_REBALANCE_IN_PROGRESS);
+	fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
 	int32_t timeout = 0;
 	for (struct member *m = g->members; m; m = m->next)
 		if (m->rebalance_timeout_ms > timeout)
@@ -1119,7 +1112,7 @@ static void complete_join(struct storecore *sc, struct group *g)
 		m->assignment = NULL;
 		m->assignment_len = 0;
 		bool leader = gstr_same(m->id, g->leader);
-		join_response(op, g->protocol.ptr ? E_NONE : E_INCONSISTENT_GROUP_PROTOCOL, g, m, leader);
+		join_response(op, g->protocol.ptr ? KERR_NONE : KERR_INCONSISTENT_GROUP_PROTOCOL, g, m, leader);
 		reply(sc, op);
 	}
 	SLOG_DEBUG("group", "group %s generation %d: %d member(s), protocol %s, leader %s", g->id.ptr, g->generation,
@@ -1188,7 +1181,7 @@ void sluice_group_tick(struct storecore *sc, int64_t now)
 				else {
 					g->state = G_EMPTY;
 					g->empty_since_ms = sluice_now_ms();
-					fail_pending_syncs(sc, g, E_REBALANCE_IN_PROGRESS);
+					fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
 				}
 			}
 			if (g->state == G_COMPLETING && now >= g->rebalance_deadline_ms) {
@@ -1270,16 +1263,16 @@ static bool join_decode(struct krd *rd, bool flex, int16_t v, struct join_req *q
 static int16_t join_check(const struct sluice_config *cfg, const struct join_req *q)
 {
 	if (!q->gid.ptr || q->gid.len == 0 || q->gid.len > GROUP_STRING_MAX)
-		return E_INVALID_GROUP_ID;
+		return KERR_INVALID_GROUP_ID;
 	if (q->session < cfg->group_min_session_timeout_ms || q->session > cfg->group_max_session_timeout_ms)
-		return E_INVALID_SESSION_TIMEOUT;
+		return KERR_INVALID_SESSION_TIMEOUT;
 	if (q->nprot == 0 || !q->ptype.ptr || q->ptype.len == 0)
-		return E_INCONSISTENT_GROUP_PROTOCOL;
+		return KERR_INCONSISTENT_GROUP_PROTOCOL;
 	/* Strings the group's record keeps must fit its int16 lengths. */
 	bool long_str = q->ptype.len > GROUP_STRING_MAX || (q->inst.ptr && q->inst.len > GROUP_STRING_MAX);
 	for (int32_t i = 0; i < q->nprot; i++)
 		long_str |= q->prot[i].name.len > GROUP_STRING_MAX;
-	return long_str ? E_INVALID_REQUEST : E_NONE;
+	return long_str ? KERR_INVALID_REQUEST : KERR_NONE;
 }
 
 /* KIP-394: hand out a member id (kept pending) and ask the member to come
@@ -1295,7 +1288,7 @@ static void join_member_id_required(struct storecore *sc, struct group *g, struc
 	 * refuses it now. Pending ids are bounded by group.max.size. */
 	bool settled = g->state == G_STABLE || g->state == G_COMPLETING;
 	if ((settled && g->nmembers >= cfg->group_max_size) || g->pending.n >= (uint32_t)cfg->group_max_size) {
-		join_response(op, E_GROUP_MAX_SIZE_REACHED, g, NULL, false);
+		join_response(op, KERR_GROUP_MAX_SIZE_REACHED, g, NULL, false);
 		reply(sc, op);
 		return;
 	}
@@ -1303,7 +1296,7 @@ static void join_member_id_required(struct storecore *sc, struct group *g, struc
 	struct idslot *s = gstr_copy(&owned, id) ? idtab_add(&g->pending, owned) : NULL;
 	if (!s) {
 		gstr_free(&owned);
-		join_response(op, E_COORDINATOR_NOT_AVAILABLE, g, NULL, false);
+		join_response(op, KERR_COORDINATOR_NOT_AVAILABLE, g, NULL, false);
 		reply(sc, op);
 		return;
 	}
@@ -1317,7 +1310,7 @@ static void join_member_id_required(struct storecore *sc, struct group *g, struc
 	kwr_init(w, 128, 1 << 20);
 	if (v >= 2)
 		kwr_i32(w, 0);
-	kwr_i16(w, E_MEMBER_ID_REQUIRED);
+	kwr_i16(w, KERR_MEMBER_ID_REQUIRED);
 	kwr_i32(w, -1);
 	if (v >= 7)
 		kwr_cstr(w, flex, NULL);
@@ -1337,14 +1330,14 @@ static void join_member_id_required(struct storecore *sc, struct group *g, struc
 static struct member *member_add(struct storecore *sc, struct group *g, struct kstr id, struct kstr inst, int16_t *err)
 {
 	if (g->nmembers >= sc->b->cfg.group_max_size) {
-		*err = E_GROUP_MAX_SIZE_REACHED;
+		*err = KERR_GROUP_MAX_SIZE_REACHED;
 		return NULL;
 	}
 	struct member *m = calloc(1, sizeof *m);
 	if (!m || !gstr_copy(&m->instance_id, inst) || !member_set_id(g, m, id)) {
 		if (m)
 			member_free(m);
-		*err = E_COORDINATOR_NOT_AVAILABLE;
+		*err = KERR_COORDINATOR_NOT_AVAILABLE;
 		return NULL;
 	}
 	if (g->members_tail)
@@ -1408,13 +1401,13 @@ static struct member *join_member(struct storecore *sc, struct group *g, struct 
 				  bool *added, int16_t *err)
 {
 	*added = false;
-	*err = E_NONE;
+	*err = KERR_NONE;
 	if (q->mid.len > 0) {
 		struct member *m = member_find(g, q->mid);
 		if (m)
 			return m;
 		if (!idtab_find(&g->pending, q->mid)) {
-			*err = member_by_instance(g, q->inst) ? E_FENCED_INSTANCE_ID : E_UNKNOWN_MEMBER_ID;
+			*err = member_by_instance(g, q->inst) ? KERR_FENCED_INSTANCE_ID : KERR_UNKNOWN_MEMBER_ID;
 			return NULL;
 		}
 		m = member_add(sc, g, q->mid, q->inst, err);
@@ -1437,7 +1430,7 @@ static struct member *join_member(struct storecore *sc, struct group *g, struct 
 	/* Static member back under a new id: the old id is fenced. */
 	bool was_leader = gstr_same(g->leader, bi->id);
 	if (!member_set_id(g, bi, id) || (was_leader && !gstr_replace(&g->leader, id))) {
-		*err = E_COORDINATOR_NOT_AVAILABLE;
+		*err = KERR_COORDINATOR_NOT_AVAILABLE;
 		return NULL;
 	}
 	/* KIP-345: a follower coming back to a stable group keeps its
@@ -1446,7 +1439,7 @@ static struct member *join_member(struct storecore *sc, struct group *g, struct 
 		bi->last_seen_ms = sluice_now_ms();
 		bi->session_timeout_ms = q->session;
 		bi->rebalance_timeout_ms = q->rebalance;
-		join_response(op, E_NONE, g, bi, false);
+		join_response(op, KERR_NONE, g, bi, false);
 		reply(sc, op);
 		return NULL;
 	}
@@ -1468,14 +1461,14 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 		load_partition(sc, gc, op->partition);
 		g = group_get(gc, q.gid, op->partition);
 		if (!g)
-			err = E_COORDINATOR_NOT_AVAILABLE;
+			err = KERR_COORDINATOR_NOT_AVAILABLE;
 	}
 	if (!err && g->members && g->protocol_type.ptr && !kstr_same(q.ptype, gk(g->protocol_type)))
-		err = E_INCONSISTENT_GROUP_PROTOCOL;
+		err = KERR_INCONSISTENT_GROUP_PROTOCOL;
 	bool added = false;
 	struct member *m = err ? NULL : join_member(sc, g, op, &q, &added, &err);
 	if (m && !member_update(m, op, &q))
-		err = E_COORDINATOR_NOT_AVAILABLE;
+		err = KERR_COORDINATOR_NOT_AVAILABLE;
 	if (err) {
 		join_response(op, err, g, NULL, false);
 		reply(sc, op);
@@ -1487,7 +1480,7 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	if (added)
 		initial_delay_extend(sc, g, now);
 	if (m->join_op) { /* a duplicate join replaces the older one */
-		join_response(m->join_op, E_REBALANCE_IN_PROGRESS, g, NULL, false);
+		join_response(m->join_op, KERR_REBALANCE_IN_PROGRESS, g, NULL, false);
 		reply(sc, m->join_op);
 	}
 	m->last_seen_ms = now;
@@ -1567,18 +1560,18 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	}
 	struct group *g = NULL;
 	struct member *m = NULL;
-	int16_t err = !q.gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
+	int16_t err = !q.gid.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
 	if (!err) {
 		load_partition(sc, gc, op->partition);
 		g = group_find(gc, q.gid);
-		err = g ? member_check(g, q.mid, q.inst, &m) : E_UNKNOWN_MEMBER_ID;
+		err = g ? member_check(g, q.mid, q.inst, &m) : KERR_UNKNOWN_MEMBER_ID;
 	}
 	if (!err && q.gen != g->generation)
-		err = E_ILLEGAL_GENERATION;
+		err = KERR_ILLEGAL_GENERATION;
 	if (!err && g->state == G_PREPARING)
-		err = E_REBALANCE_IN_PROGRESS;
+		err = KERR_REBALANCE_IN_PROGRESS;
 	if (!err && (g->state == G_EMPTY || g->state == G_DEAD))
-		err = E_UNKNOWN_MEMBER_ID;
+		err = KERR_UNKNOWN_MEMBER_ID;
 	if (err) {
 		sync_response(op, err, g, NULL);
 		reply(sc, op);
@@ -1586,13 +1579,13 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	}
 	m->last_seen_ms = sluice_now_ms();
 	if (g->state == G_STABLE) {
-		sync_response(op, E_NONE, g, m);
+		sync_response(op, KERR_NONE, g, m);
 		reply(sc, op);
 		return;
 	}
 	/* CompletingRebalance */
 	if (m->sync_op) {
-		sync_response(m->sync_op, E_REBALANCE_IN_PROGRESS, g, NULL);
+		sync_response(m->sync_op, KERR_REBALANCE_IN_PROGRESS, g, NULL);
 		reply(sc, m->sync_op);
 	}
 	m->sync_op = op;
@@ -1605,12 +1598,12 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	for (struct member *x = g->members; x; x = x->next) {
 		if (!x->sync_op || x == m)
 			continue;
-		sync_response(x->sync_op, E_NONE, g, x);
+		sync_response(x->sync_op, KERR_NONE, g, x);
 		reply(sc, x->sync_op);
 		x->sync_op = NULL;
 	}
 	m->sync_op = NULL;
-	sync_response(op, E_NONE, g, m);
+	sync_response(op, KERR_NONE, g, m);
 	if (write_group(sc, g, false, op) < 0)
 		reply(sc, op);
 }
@@ -1635,18 +1628,18 @@ static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op
 	}
 	struct group *g = NULL;
 	struct member *m = NULL;
-	int16_t err = !gid.ptr ? E_INVALID_GROUP_ID : E_NONE;
+	int16_t err = !gid.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
 	if (!err) {
 		load_partition(sc, gc, op->partition);
 		g = group_find(gc, gid);
-		err = g ? member_check(g, mid, inst, &m) : E_UNKNOWN_MEMBER_ID;
+		err = g ? member_check(g, mid, inst, &m) : KERR_UNKNOWN_MEMBER_ID;
 	}
 	if (!err) {
 		m->last_seen_ms = sluice_now_ms();
 		if (g->state == G_PREPARING)
-			err = E_REBALANCE_IN_PROGRESS;
+			err = KERR_REBALANCE_IN_PROGRESS;
 		else if (gen != g->generation)
-			err = E_ILLEGAL_GENERATION;
+			err = KERR_ILLEGAL_GENERATION;
 	}
 	struct kwr *w = &op->gout;
 	kwr_init(w, 16, 1024);
@@ -1662,11 +1655,11 @@ static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op
 static void member_leave(struct storecore *sc, struct group *g, struct member *m)
 {
 	if (m->join_op) {
-		join_response(m->join_op, E_UNKNOWN_MEMBER_ID, g, NULL, false);
+		join_response(m->join_op, KERR_UNKNOWN_MEMBER_ID, g, NULL, false);
 		reply(sc, m->join_op);
 	}
 	if (m->sync_op) {
-		sync_response(m->sync_op, E_UNKNOWN_MEMBER_ID, g, NULL);
+		sync_response(m->sync_op, KERR_UNKNOWN_MEMBER_ID, g, NULL);
 		reply(sc, m->sync_op);
 	}
 	remove_member(g, m);
@@ -1679,7 +1672,7 @@ static bool leave_members_walk(struct storecore *sc, struct group *g, struct krd
 {
 	int32_t n = krd_array(rd, flex, 2);
 	if (w) {
-		kwr_i16(w, E_NONE);
+		kwr_i16(w, KERR_NONE);
 		kwr_array(w, flex, n > 0 ? n : 0);
 	}
 	for (int32_t i = 0; i < n && !rd->err; i++) {
@@ -1692,14 +1685,14 @@ static bool leave_members_walk(struct storecore *sc, struct group *g, struct krd
 		if (!w)
 			continue;
 		struct member *m = NULL;
-		int16_t e = E_UNKNOWN_MEMBER_ID;
+		int16_t e = KERR_UNKNOWN_MEMBER_ID;
 		if (g) {
 			if (mid.len == 0 && inst.ptr)
 				m = member_by_instance(g, inst);
 			else
 				e = member_check(g, mid, inst, &m);
 			if (m)
-				e = E_NONE;
+				e = KERR_NONE;
 		}
 		kwr_string(w, flex, mid.ptr ? mid.ptr : "", mid.ptr ? mid.len : 0);
 		kwr_string(w, flex, inst.ptr, inst.len);
@@ -1748,7 +1741,7 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 		kwr_i32(w, 0);
 	if (v <= 2) {
 		struct member *m = g ? member_find(g, mid) : NULL;
-		kwr_i16(w, m ? E_NONE : E_UNKNOWN_MEMBER_ID);
+		kwr_i16(w, m ? KERR_NONE : KERR_UNKNOWN_MEMBER_ID);
 		if (m) {
 			member_leave(sc, g, m);
 			left = true;
@@ -1764,7 +1757,7 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 		if (g->members)
 			prepare_rebalance(sc, g, now);
 		else {
-			fail_pending_syncs(sc, g, E_REBALANCE_IN_PROGRESS);
+			fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
 			g->state = G_EMPTY;
 			g->empty_since_ms = sluice_now_ms();
 			g->generation++;
@@ -1827,11 +1820,11 @@ static void pending_fail(const struct pending_offsets *pc, struct kwr *w)
 	for (int32_t i = 0; i < pc->n; i++)
 		if (pc->it[i].err_pos + 2 <= w->len) {
 			w->buf[pc->it[i].err_pos] = 0;
-			w->buf[pc->it[i].err_pos + 1] = (uint8_t)E_NOT_COORDINATOR;
+			w->buf[pc->it[i].err_pos + 1] = (uint8_t)KERR_NOT_COORDINATOR;
 		}
 	if (pc->top_error && w->len >= 2) {
 		w->buf[0] = 0;
-		w->buf[1] = (uint8_t)E_NOT_COORDINATOR;
+		w->buf[1] = (uint8_t)KERR_NOT_COORDINATOR;
 	}
 }
 
@@ -1890,20 +1883,20 @@ static int16_t commit_partition(struct commit_walk *cw, const struct sluice_topi
 	if (meta_max > GROUP_STRING_MAX) /* the record's string has an int16 length */
 		meta_max = GROUP_STRING_MAX;
 	if (!t || part < 0 || part >= t->partitions)
-		return E_UNKNOWN_TOPIC_OR_PARTITION;
+		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	if (cw->gerr)
 		return cw->gerr;
 	if (meta.ptr && meta.len > meta_max)
-		return E_OFFSET_METADATA_TOO_LARGE;
+		return KERR_OFFSET_METADATA_TOO_LARGE;
 	if (!offset_find(cw->g, topic, part) && cw->g->off_n + (uint32_t)cw->pc->n >= OFFSETS_PER_GROUP_MAX)
-		return E_COORDINATOR_NOT_AVAILABLE;
+		return KERR_COORDINATOR_NOT_AVAILABLE;
 	/* Applied to the group only once the record is written. */
 	if (!pending_add(cw->pc, topic, part, val, meta.ptr ? meta : (struct kstr){"", 0}, cw->w->len))
-		return E_COORDINATOR_NOT_AVAILABLE;
+		return KERR_COORDINATOR_NOT_AVAILABLE;
 	struct pending_item *it = &cw->pc->it[cw->pc->n - 1];
 	struct group *g = cw->g;
 	recset_offset(cw->rs, g, &it->e, true);
-	return E_NONE;
+	return KERR_NONE;
 }
 
 static void commit_walk_topics(struct commit_walk *cw, struct krd *rd, bool flex, int16_t v)
@@ -1955,20 +1948,20 @@ static int16_t commit_group_check(struct storecore *sc, struct gcoord *gc, struc
 {
 	*out = NULL;
 	if (!gid.ptr || gid.len == 0 || gid.len > GROUP_STRING_MAX)
-		return E_INVALID_GROUP_ID;
+		return KERR_INVALID_GROUP_ID;
 	load_partition(sc, gc, op->partition);
 	struct group *g = group_get(gc, gid, op->partition);
 	if (!g)
-		return E_COORDINATOR_NOT_AVAILABLE;
+		return KERR_COORDINATOR_NOT_AVAILABLE;
 	*out = g;
 	if (gen < 0 && g->state == G_EMPTY && !g->members)
-		return E_NONE; /* a standalone consumer committing without group membership */
+		return KERR_NONE; /* a standalone consumer committing without group membership */
 	struct member *m;
 	int16_t err = member_check(g, mid, inst, &m);
 	if (!err && gen != g->generation)
-		err = E_ILLEGAL_GENERATION;
+		err = KERR_ILLEGAL_GENERATION;
 	if (!err && g->state == G_COMPLETING)
-		err = E_REBALANCE_IN_PROGRESS;
+		err = KERR_REBALANCE_IN_PROGRESS;
 	if (!err)
 		m->last_seen_ms = sluice_now_ms();
 	return err;
@@ -2087,7 +2080,7 @@ static void fetch_offsets_walk(struct kwr *w, struct group *g, struct krd *rd, b
 				continue;
 			kwr_gstr(w, flex, e->topic);
 			kwr_array(w, flex, 1);
-			fetch_partition_encode(w, e, e->partition, flex, epoch, E_NONE);
+			fetch_partition_encode(w, e, e->partition, flex, epoch, KERR_NONE);
 			if (flex)
 				kwr_tags_empty(w);
 		}
@@ -2104,7 +2097,7 @@ static void fetch_offsets_walk(struct kwr *w, struct group *g, struct krd *rd, b
 		for (int32_t p = 0; p < np && !rd->err; p++) {
 			int32_t part = krd_i32(rd);
 			if (w)
-				fetch_partition_encode(w, offset_find(g, topic, part), part, flex, epoch, E_NONE);
+				fetch_partition_encode(w, offset_find(g, topic, part), part, flex, epoch, KERR_NONE);
 		}
 		if (flex)
 			krd_tags_skip(rd);
@@ -2147,7 +2140,7 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 		/* one element of Groups: data holds this group's part of the request */
 		kwr_string(w, flex, gid.ptr ? gid.ptr : "", gid.ptr ? gid.len : 0);
 		fetch_offsets_walk(w, g, &topics, flex, v, true);
-		kwr_i16(w, E_NONE);
+		kwr_i16(w, KERR_NONE);
 		if (flex)
 			kwr_tags_empty(w);
 		reply(sc, op);
@@ -2157,7 +2150,7 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 		kwr_i32(w, 0);
 	fetch_offsets_walk(w, g, &topics, flex, v, false);
 	if (v >= 2)
-		kwr_i16(w, E_NONE);
+		kwr_i16(w, KERR_NONE);
 	if (flex)
 		kwr_tags_empty(w);
 	reply(sc, op);
@@ -2181,11 +2174,11 @@ static void delete_walk(struct group *g, struct krd *rd, struct kwr *w, struct r
 			int32_t part = krd_i32(rd);
 			if (!w)
 				continue;
-			int16_t e = g->members ? E_GROUP_SUBSCRIBED_TO_TOPIC : E_NONE;
+			int16_t e = g->members ? KERR_GROUP_SUBSCRIBED_TO_TOPIC : KERR_NONE;
 			struct offset_entry *oe = e ? NULL : offset_find(g, topic, part);
 			kwr_i32(w, part);
 			if (oe && !pending_add(pc, topic, part, NULL, (struct kstr){NULL, 0}, w->len))
-				e = E_COORDINATOR_NOT_AVAILABLE;
+				e = KERR_COORDINATOR_NOT_AVAILABLE;
 			else if (oe)
 				recset_offset(rs, g, oe, false);
 			kwr_i16(w, e);
@@ -2211,7 +2204,7 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 	}
 	struct kwr *w = &op->gout;
 	kwr_init(w, 128, 64u << 20);
-	kwr_i16(w, g ? E_NONE : E_GROUP_ID_NOT_FOUND);
+	kwr_i16(w, g ? KERR_NONE : KERR_GROUP_ID_NOT_FOUND);
 	kwr_i32(w, 0);
 	if (!g) {
 		kwr_array(w, false, 0);
@@ -2261,7 +2254,7 @@ static void describe_group(struct storecore *sc, struct gcoord *gc, struct parto
 	struct group *g = group_find(gc, op->gname);
 	struct kwr *w = &op->gout;
 	kwr_init(w, 256, 64u << 20);
-	kwr_i16(w, E_NONE);
+	kwr_i16(w, KERR_NONE);
 	kwr_string(w, flex, op->gname.ptr ? op->gname.ptr : "", op->gname.ptr ? op->gname.len : 0);
 	kwr_cstr(w, flex, g ? state_names[g->state] : "Dead");
 	if (g)
@@ -2300,7 +2293,7 @@ static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop 
 	bool flex = op->flex;
 	load_partition(sc, gc, op->partition);
 	struct group *g = group_find(gc, op->gname);
-	int16_t err = !g ? E_GROUP_ID_NOT_FOUND : g->members ? E_NON_EMPTY_GROUP : E_NONE;
+	int16_t err = !g ? KERR_GROUP_ID_NOT_FOUND : g->members ? KERR_NON_EMPTY_GROUP : KERR_NONE;
 	struct kwr *w = &op->gout;
 	kwr_init(w, 64, 1 << 20);
 	kwr_string(w, flex, op->gname.ptr ? op->gname.ptr : "", op->gname.ptr ? op->gname.len : 0);
@@ -2370,7 +2363,7 @@ void sluice_group_handle(struct storecore *sc, struct partop *op)
 {
 	struct gcoord *gc = coord(sc);
 	if (op->partition < 0 || op->partition >= gc->partitions) {
-		op->error = E_COORDINATOR_NOT_AVAILABLE;
+		op->error = KERR_COORDINATOR_NOT_AVAILABLE;
 		reply(sc, op);
 		return;
 	}
@@ -2386,7 +2379,7 @@ void sluice_group_handle(struct storecore *sc, struct partop *op)
 	case 42: delete_group(sc, gc, op); break;
 	case 47: offset_delete_api(sc, gc, op); break;
 	default:
-		op->error = E_UNKNOWN_SERVER_ERROR;
+		op->error = KERR_UNKNOWN_SERVER_ERROR;
 		reply(sc, op);
 	}
 }

@@ -5,6 +5,7 @@
  * back. A decode failure closes the connection (as Kafka does) after a log
  * line naming the API, version and byte offset. */
 #include "common/kafka/batch.h"
+#include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/group.h"
 #include "dataplane/req.h"
@@ -15,15 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-enum {
-	ERR_NONE = 0, ERR_OFFSET_OUT_OF_RANGE = 1, ERR_CORRUPT_MESSAGE = 2, ERR_UNKNOWN_TOPIC_OR_PARTITION = 3,
-	ERR_MESSAGE_TOO_LARGE = 10, ERR_INVALID_TOPIC = 17, ERR_RECORD_LIST_TOO_LARGE = 18,
-	ERR_INVALID_REQUIRED_ACKS = 21, ERR_UNSUPPORTED_VERSION = 35, ERR_INVALID_REQUEST = 42,
-	ERR_INVALID_REPLICA_ASSIGNMENT = 39, ERR_INVALID_CONFIG = 40, ERR_POLICY_VIOLATION = 44,
-	ERR_KAFKA_STORAGE_ERROR = 56, ERR_INVALID_RECORD = 87, ERR_UNKNOWN_TOPIC_ID = 100,
-	ERR_TOPIC_DELETION_DISABLED = 73, ERR_NOT_ENOUGH_REPLICAS = 19, ERR_INVALID_PARTITIONS = 37, ERR_INVALID_TIMESTAMP = 32, ERR_UNKNOWN_SERVER_ERROR = -1,
-	ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53, ERR_UNSUPPORTED_COMPRESSION_TYPE = 76,
-};
 
 typedef bool (*start_fn)(struct req *r, struct krd *rd);
 typedef void (*finish_fn)(struct req *r);
@@ -183,7 +175,7 @@ static bool api_versions_unsupported(struct req *r)
 	 * UNSUPPORTED_VERSION, and only ApiVersions' own range. */
 	r->flexible = false;
 	resp_begin(r);
-	kwr_i16(&r->out, ERR_UNSUPPORTED_VERSION);
+	kwr_i16(&r->out, KERR_UNSUPPORTED_VERSION);
 	kwr_array(&r->out, false, 1);
 	kwr_i16(&r->out, 18);
 	kwr_i16(&r->out, apis[18].adv_min);
@@ -295,7 +287,7 @@ static void op_resolve(struct req *r, struct partop *op, struct kstr name)
 	const struct sluice_topic *t = name.ptr ? sluice_meta_find(snap(r), name.ptr, (size_t)name.len) : NULL;
 	if (!t || op->partition < 0 || op->partition >= t->partitions) {
 		op->local = true;
-		op->error = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+		op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 		return;
 	}
 	op->topic = t->name;
@@ -316,7 +308,7 @@ static bool api_versions_start(struct req *r, struct krd *rd)
 	if (rd->err)
 		return false;
 	resp_begin(r);
-	kwr_i16(&r->out, ERR_NONE);
+	kwr_i16(&r->out, KERR_NONE);
 	int32_t n = 0;
 	for (int k = 0; k < API_KEY_MAX; k++)
 		n += apis[k].start != NULL;
@@ -365,7 +357,7 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 	}
 	if (v >= 1)
 		kwr_bool(w, t && !strcmp(t->name, SLUICE_OFFSETS_TOPIC)); /* IsInternal */
-	int32_t parts = t && error == ERR_NONE ? t->partitions : 0;
+	int32_t parts = t && error == KERR_NONE ? t->partitions : 0;
 	kwr_array(w, flex, parts);
 	int32_t node = r->nc->b->cfg.node_id;
 	uint32_t offline = __atomic_load_n(&r->nc->b->offline_dirs, __ATOMIC_ACQUIRE);
@@ -377,7 +369,7 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 			int d = sluice_partition_dir(r->nc->b, t->name, p, false, path, sizeof path);
 			down = d >= 0 && (offline & (1u << d));
 		}
-		kwr_i16(w, down ? ERR_KAFKA_STORAGE_ERROR : ERR_NONE);
+		kwr_i16(w, down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
 		kwr_i32(w, p);
 		kwr_i32(w, down ? -1 : node);
 		if (v >= 7)
@@ -483,21 +475,21 @@ static bool metadata_start(struct req *r, struct krd *rd)
 	if (all) {
 		kwr_array(w, flex, (int32_t)s->topic_n);
 		for (uint32_t i = 0; i < s->topic_n; i++)
-			md_write_topic(r, s->topics[i], (struct kstr){0}, NULL, ERR_NONE);
+			md_write_topic(r, s->topics[i], (struct kstr){0}, NULL, KERR_NONE);
 	} else {
 		kwr_array(w, flex, n);
 		for (int32_t i = 0; i < n; i++) {
 			const struct sluice_topic *t;
-			int16_t err = ERR_NONE;
+			int16_t err = KERR_NONE;
 			if (ts[i].by_id) {
 				t = find_by_id(s, ts[i].id);
 				if (!t)
-					err = ERR_UNKNOWN_TOPIC_ID;
+					err = KERR_UNKNOWN_TOPIC_ID;
 			} else {
 				t = ts[i].name.ptr ? sluice_meta_find(s, ts[i].name.ptr, (size_t)ts[i].name.len) : NULL;
 				if (!t)
 					err = ts[i].name.ptr && !sluice_topic_name_valid(ts[i].name.ptr, (size_t)ts[i].name.len)
-						      ? ERR_INVALID_TOPIC : ERR_UNKNOWN_TOPIC_OR_PARTITION;
+						      ? KERR_INVALID_TOPIC_EXCEPTION : KERR_UNKNOWN_TOPIC_OR_PARTITION;
 			}
 			md_write_topic(r, t, ts[i].name, ts[i].by_id ? ts[i].id : NULL, err);
 		}
@@ -593,61 +585,61 @@ static int16_t validate_header(const struct req *r, int64_t max_bytes, const uin
 			       struct sluice_batch *b, const char **msg)
 {
 	if (!p || len <= 0)
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	enum sluice_batch_result res = sluice_batch_check(p, (size_t)len, b);
 	switch (res) {
 	case SLUICE_BATCH_OK: break;
-	case SLUICE_BATCH_BAD_MAGIC: return ERR_INVALID_RECORD;
-	case SLUICE_BATCH_BAD_COUNT: return ERR_INVALID_RECORD;
-	default: return ERR_CORRUPT_MESSAGE;
+	case SLUICE_BATCH_BAD_MAGIC: return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_COUNT: return KERR_INVALID_RECORD;
+	default: return KERR_CORRUPT_MESSAGE;
 	}
 	if (sluice_batch_total_bytes(b) != len)
-		return ERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
+		return KERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
 	if (b->base_offset != 0) {
 		*msg = "The baseOffset of a record batch from a client should be 0";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	}
 	if (len > max_bytes)
-		return ERR_MESSAGE_TOO_LARGE;
+		return KERR_MESSAGE_TOO_LARGE;
 	if ((b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK) == SLUICE_CODEC_ZSTD && r->api_version < 7) {
 		*msg = "Produce requests with version below 7 are not allowed to use ZStandard compression";
-		return ERR_UNSUPPORTED_COMPRESSION_TYPE;
+		return KERR_UNSUPPORTED_COMPRESSION_TYPE;
 	}
 	if (b->attributes & SLUICE_BATCH_ATTR_CONTROL) {
 		*msg = "Clients are not allowed to write control records";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	}
 	if (b->producer_id >= 0 && b->base_sequence < 0) {
 		*msg = "Invalid sequence number in a record batch with a producer id";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	}
 	if (b->attributes & SLUICE_BATCH_ATTR_TRANSACTIONAL) {
 		*msg = "Transactions are not supported by this broker";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	}
-	return ERR_NONE;
+	return KERR_NONE;
 }
 
 static int16_t verify_fault(enum sluice_batch_result res, const char **msg)
 {
 	switch (res) {
-	case SLUICE_BATCH_BAD_CODEC: *msg = "Unknown compression codec"; return ERR_INVALID_RECORD;
-	case SLUICE_BATCH_BAD_PAYLOAD: *msg = "Failed to decompress record stream"; return ERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_CODEC: *msg = "Unknown compression codec"; return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_PAYLOAD: *msg = "Failed to decompress record stream"; return KERR_INVALID_RECORD;
 	case SLUICE_BATCH_TOO_BIG_INFLATED:
 		*msg = "The record batch decompresses to more than 64 MiB";
-		return ERR_MESSAGE_TOO_LARGE;
+		return KERR_MESSAGE_TOO_LARGE;
 	case SLUICE_BATCH_FEWER_RECORDS:
 		*msg = "Incorrect declared batch size, premature EOF reached";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	case SLUICE_BATCH_EXTRA_BYTES:
 		*msg = "Incorrect declared batch size, records still remaining in file";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	case SLUICE_BATCH_BAD_DELTA:
 		*msg = "Record offset deltas must be 0, 1, 2, ... in order";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	default:
 		*msg = "Invalid record size or structure";
-		return ERR_INVALID_RECORD;
+		return KERR_INVALID_RECORD;
 	}
 }
 
@@ -692,7 +684,7 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 		 * batch lies in the request's frame, which the request owns. */
 		if (create_time && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND) && v.max_timestamp != b.max_timestamp)
 			sluice_batch_set_max_timestamp((uint8_t *)(uintptr_t)p, v.max_timestamp);
-		return ERR_NONE;
+		return KERR_NONE;
 	}
 	int32_t kept = v.nerrors < SLUICE_BATCH_RECORD_ERRORS_MAX ? v.nerrors : SLUICE_BATCH_RECORD_ERRORS_MAX;
 	bool any_ts = false;
@@ -709,7 +701,7 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 	}
 	/* INVALID_RECORD's text lists the errors: produce_finish writes it. */
 	op->error_message = any_ts ? msg_invalid_ts : NULL;
-	return any_ts ? ERR_INVALID_TIMESTAMP : ERR_INVALID_RECORD;
+	return any_ts ? KERR_INVALID_TIMESTAMP : KERR_INVALID_RECORD;
 }
 
 /* Kafka refuses a whole request that carries a transactional batch without
@@ -782,7 +774,7 @@ static bool produce_start(struct req *r, struct krd *rd)
 			op_resolve(r, op, name);
 			if (txn_denied) { /* the whole request, as Kafka */
 				op->local = true;
-				op->error = ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+				op->error = KERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
 				op->error_message = NULL;
 				continue;
 			}
@@ -791,13 +783,13 @@ static bool produce_start(struct req *r, struct krd *rd)
 			const struct sluice_topic_limits *lim = &op->tinfo->limits;
 			int64_t max_bytes = lim->max_message_bytes >= 0 ? lim->max_message_bytes : cfg->message_max_bytes;
 			int64_t min_isr = lim->min_insync_replicas > 0 ? lim->min_insync_replicas : cfg->min_insync_replicas;
-			int16_t e = v < 3 ? ERR_UNSUPPORTED_VERSION
-				  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? ERR_INVALID_TOPIC
-				  : acks != 0 && acks != 1 && acks != -1 ? ERR_INVALID_REQUIRED_ACKS
+			int16_t e = v < 3 ? KERR_UNSUPPORTED_VERSION
+				  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? KERR_INVALID_TOPIC_EXCEPTION
+				  : acks != 0 && acks != 1 && acks != -1 ? KERR_INVALID_REQUIRED_ACKS
 				  : validate_records(r, op, max_bytes, recs, len);
 			if (!e && acks == -1 && min_isr > 1) {
 				/* One broker: the in-sync replica set is just this one. */
-				e = ERR_NOT_ENOUGH_REPLICAS;
+				e = KERR_NOT_ENOUGH_REPLICAS;
 				op->error_message = "The size of the current ISR is less than min.insync.replicas";
 			}
 			if (e) {
@@ -1128,7 +1120,7 @@ static void fetch_finish(struct req *r)
 		w->len = at;
 	kwr_i32(w, 0); /* ThrottleTimeMs */
 	if (v >= 7) {
-		kwr_i16(w, ERR_NONE);
+		kwr_i16(w, KERR_NONE);
 		kwr_i32(w, 0); /* SessionId: no incremental sessions */
 	}
 	kwr_array(w, flex, topics_answered(r));
@@ -1152,10 +1144,10 @@ static void fetch_finish(struct req *r)
 			}
 			kwr_i32(w, op->partition);
 			kwr_i16(w, op->error);
-			kwr_i64(w, op->error == ERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->high_watermark);
-			kwr_i64(w, op->error == ERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->high_watermark); /* LSO */
+			kwr_i64(w, op->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->high_watermark);
+			kwr_i64(w, op->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->high_watermark); /* LSO */
 			if (v >= 5)
-				kwr_i64(w, op->error == ERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->log_start);
+				kwr_i64(w, op->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? -1 : op->log_start);
 			kwr_array(w, flex, flex ? 0 : 0); /* AbortedTransactions: none */
 			if (v >= 11)
 				kwr_i32(w, -1); /* PreferredReadReplica */
@@ -1355,7 +1347,7 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 			int32_t nb = krd_array(rd, flex, 4);
 			for (int32_t b = 0; b < nb && !rd->err; b++)
 				if (krd_i32(rd) != r->nc->b->cfg.node_id && !cts[i].err) {
-					cts[i].err = ERR_INVALID_REPLICA_ASSIGNMENT;
+					cts[i].err = KERR_INVALID_REPLICA_ASSIGNMENT;
 					snprintf(cts[i].msg, sizeof cts[i].msg, "Replica assignment names a broker that does not exist.");
 				}
 			if (flex)
@@ -1363,7 +1355,7 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 		}
 		if (na > 0 && !cts[i].err) {
 			if (cts[i].partitions != -1 || cts[i].rf != -1) {
-				cts[i].err = ERR_INVALID_REQUEST;
+				cts[i].err = KERR_INVALID_REQUEST;
 				snprintf(cts[i].msg, sizeof cts[i].msg,
 					 "Both numPartitions or replicationFactor and replicasAssignments were set.");
 			}
@@ -1381,7 +1373,7 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 				continue;
 			if (c >= SLUICE_TOPIC_CONFIGS_MAX || key.len >= SLUICE_TOPIC_CONFIG_KEY_MAX ||
 			    (val.ptr && val.len >= SLUICE_TOPIC_CONFIG_VALUE_MAX)) {
-				cts[i].err = ERR_INVALID_CONFIG;
+				cts[i].err = KERR_INVALID_CONFIG;
 				snprintf(cts[i].msg, sizeof cts[i].msg, "Too many or too long topic configs.");
 			}
 		}
@@ -1424,7 +1416,7 @@ static bool create_topics_start(struct req *r, struct krd *rd)
 		if (cts[i].err)
 			continue;
 		if (dup[i]) {
-			cts[i].err = ERR_INVALID_REQUEST;
+			cts[i].err = KERR_INVALID_REQUEST;
 			snprintf(cts[i].msg, sizeof cts[i].msg, "Create topics request from client contains a duplicate topic.");
 			continue;
 		}
@@ -1570,21 +1562,21 @@ static bool delete_topics_start(struct req *r, struct krd *rd)
 	for (int32_t i = 0; i < ds->n; i++) {
 		struct dt *d = &ds->topics[i];
 		if (!r->nc->b->cfg.delete_topic_enable) {
-			d->err = ERR_TOPIC_DELETION_DISABLED;
+			d->err = KERR_TOPIC_DELETION_DISABLED;
 			snprintf(d->msg, sizeof d->msg, "Topic deletion is disabled.");
 			continue;
 		}
 		if (!d->name.ptr) {
 			const struct sluice_topic *t = find_by_id(snap(r), d->id);
 			if (!t) {
-				d->err = ERR_UNKNOWN_TOPIC_ID;
+				d->err = KERR_UNKNOWN_TOPIC_ID;
 				snprintf(d->msg, sizeof d->msg, "This server does not host this topic ID.");
 				continue;
 			}
 			snprintf(d->deleted_name, sizeof d->deleted_name, "%s", t->name);
 		} else if (d->name.len > SLUICE_TOPIC_NAME_MAX) {
 			/* never truncate: that would name another topic */
-			d->err = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+			d->err = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 			snprintf(d->msg, sizeof d->msg, "This server does not host this topic-partition.");
 			continue;
 		} else
@@ -1837,23 +1829,23 @@ static bool describe_configs_start(struct req *r, struct krd *rd)
 	for (int32_t i = 0; i < n; i++) {
 		struct dres *d = &res[i];
 		const struct sluice_topic *t = NULL;
-		int16_t err = ERR_NONE;
+		int16_t err = KERR_NONE;
 		const char *msg = NULL;
 		char node[16];
 		snprintf(node, sizeof node, "%d", cfg->node_id);
 		if (d->type == 2) {
 			t = d->name.ptr ? sluice_meta_find(snap(r), d->name.ptr, (size_t)d->name.len) : NULL;
 			if (!t) {
-				err = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+				err = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 				msg = "The topic does not exist.";
 			}
 		} else if (d->type == 4) {
 			if (d->name.ptr && d->name.len > 0 && !kstr_eq(d->name, node)) {
-				err = ERR_INVALID_REQUEST;
+				err = KERR_INVALID_REQUEST;
 				msg = "Unexpected broker id";
 			}
 		} else if (d->type != 8) {
-			err = ERR_INVALID_REQUEST;
+			err = KERR_INVALID_REQUEST;
 			msg = "Unsupported resource type";
 		}
 		kwr_i16(w, err);
@@ -1952,7 +1944,7 @@ static bool find_coordinator_start(struct req *r, struct krd *rd)
 	if (v >= 1)
 		kwr_i32(w, 0);
 	if (v <= 3) {
-		kwr_i16(w, ERR_NONE);
+		kwr_i16(w, KERR_NONE);
 		if (v >= 1)
 			kwr_cstr(w, flex, NULL);
 		kwr_i32(w, cfg->node_id);
@@ -1965,7 +1957,7 @@ static bool find_coordinator_start(struct req *r, struct krd *rd)
 			kwr_i32(w, cfg->node_id);
 			kwr_cstr(w, flex, cfg->advertised_host);
 			kwr_i32(w, cfg->advertised_port);
-			kwr_i16(w, ERR_NONE);
+			kwr_i16(w, KERR_NONE);
 			kwr_cstr(w, flex, NULL);
 			kwr_tags_empty(w);
 		}
@@ -1996,9 +1988,9 @@ static bool init_producer_id_start(struct req *r, struct krd *rd)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
-	int16_t err = ERR_NONE;
+	int16_t err = KERR_NONE;
 	if (txn.ptr) {
-		err = ERR_INVALID_REQUEST; /* transactions are not supported yet */
+		err = KERR_INVALID_REQUEST; /* transactions are not supported yet */
 		pid = -1;
 		epoch = -1;
 	} else if (pid >= 0 && epoch >= 0 && epoch < INT16_MAX - 1) {
@@ -2007,7 +1999,7 @@ static bool init_producer_id_start(struct req *r, struct krd *rd)
 		pid = r->nc->b->meta.ops->allocate_producer_id(r->nc->b->meta.self);
 		epoch = 0;
 		if (pid < 0) {
-			err = ERR_KAFKA_STORAGE_ERROR;
+			err = KERR_KAFKA_STORAGE_ERROR;
 			epoch = -1;
 		}
 	}
@@ -2048,7 +2040,7 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 			int32_t nb = krd_array(rd, flex, 4);
 			for (int32_t b = 0; b < nb && !rd->err; b++)
 				if (krd_i32(rd) != node && !cps[i].err) {
-					cps[i].err = ERR_INVALID_REPLICA_ASSIGNMENT;
+					cps[i].err = KERR_INVALID_REPLICA_ASSIGNMENT;
 					snprintf(cps[i].msg, sizeof cps[i].msg, "Replica assignment names a broker that does not exist.");
 				}
 			if (flex)
@@ -2084,17 +2076,17 @@ static bool create_partitions_start(struct req *r, struct krd *rd)
 		if (cps[i].err)
 			continue;
 		if (dup[i]) {
-			cps[i].err = ERR_INVALID_REQUEST;
+			cps[i].err = KERR_INVALID_REQUEST;
 			snprintf(cps[i].msg, sizeof cps[i].msg, "Duplicate topic in request.");
 			continue;
 		}
 		if (!cps[i].name.ptr) {
-			cps[i].err = ERR_INVALID_REQUEST;
+			cps[i].err = KERR_INVALID_REQUEST;
 			continue;
 		}
 		cps[i].err = r->nc->b->meta.ops->create_partitions(r->nc->b->meta.self, cps[i].name.ptr, (size_t)cps[i].name.len,
 								   cps[i].count, validate_only, cps[i].msg, sizeof cps[i].msg);
-		if (cps[i].err == ERR_UNKNOWN_TOPIC_OR_PARTITION)
+		if (cps[i].err == KERR_UNKNOWN_TOPIC_OR_PARTITION)
 			snprintf(cps[i].msg, sizeof cps[i].msg, "The topic '%.*s' does not exist.",
 				 cps[i].name.len > 200 ? 200 : cps[i].name.len, cps[i].name.ptr);
 	}
@@ -2149,13 +2141,13 @@ static int16_t cfg_apply(struct sluice_topic_config *c, int32_t *n, int8_t op, c
 	}
 	if (!value) {
 		snprintf(msg, msglen, "Null value not supported for %s", key);
-		return ERR_INVALID_REQUEST;
+		return KERR_INVALID_REQUEST;
 	}
 	char merged[SLUICE_TOPIC_CONFIG_VALUE_MAX];
 	if (op == OP_APPEND || op == OP_SUBTRACT) {
 		if (strcmp(key, "cleanup.policy") != 0) {
 			snprintf(msg, msglen, "Config value append or subtract is not allowed for config key %s", key);
-			return ERR_INVALID_CONFIG;
+			return KERR_INVALID_CONFIG;
 		}
 		bool has_del = false, has_comp = false;
 		const char *curv = e ? e->value : "delete";
@@ -2174,19 +2166,19 @@ static int16_t cfg_apply(struct sluice_topic_config *c, int32_t *n, int8_t op, c
 		value = merged;
 	} else if (op != OP_SET) {
 		snprintf(msg, msglen, "Unknown config operation %d", op);
-		return ERR_INVALID_REQUEST;
+		return KERR_INVALID_REQUEST;
 	}
 	int16_t err = sluice_topic_config_check(key, value, msg, msglen);
 	if (err)
 		return err;
 	if (strlen(key) >= SLUICE_TOPIC_CONFIG_KEY_MAX || strlen(value) >= SLUICE_TOPIC_CONFIG_VALUE_MAX) {
 		snprintf(msg, msglen, "Config key or value too long");
-		return ERR_INVALID_CONFIG;
+		return KERR_INVALID_CONFIG;
 	}
 	if (!e) {
 		if (*n >= SLUICE_TOPIC_CONFIGS_MAX) {
 			snprintf(msg, msglen, "Too many topic config overrides");
-			return ERR_INVALID_CONFIG;
+			return KERR_INVALID_CONFIG;
 		}
 		e = &c[(*n)++];
 		snprintf(e->key, sizeof e->key, "%s", key);
@@ -2201,7 +2193,7 @@ static int16_t logger_apply(const char *value, char *msg, size_t msglen)
 	int lvl = value ? sluice_log_level_parse(value) : SLUICE_LOG_INFO;
 	if (lvl < 0) {
 		snprintf(msg, msglen, "Invalid log level %s", value);
-		return ERR_INVALID_CONFIG;
+		return KERR_INVALID_CONFIG;
 	}
 	sluice_log_set_level(lvl);
 	SLOG_INFO("broker", "log level set to %s", value ? value : "INFO");
@@ -2246,7 +2238,7 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 		if (a->type == 2) {
 			t = a->name.ptr ? sluice_meta_find(snap(r), a->name.ptr, (size_t)a->name.len) : NULL;
 			if (!t) {
-				a->err = ERR_UNKNOWN_TOPIC_OR_PARTITION;
+				a->err = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 				snprintf(a->msg, sizeof a->msg, "The topic does not exist.");
 			} else if (incremental) {
 				a->cn = t->config_n;
@@ -2255,10 +2247,10 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 		} else if (a->type == 8) {
 			a->logger = true;
 		} else if (a->type == 4) {
-			a->err = ERR_INVALID_REQUEST;
+			a->err = KERR_INVALID_REQUEST;
 			snprintf(a->msg, sizeof a->msg, "Broker configs are read-only in this release (set them in server.properties)");
 		} else {
-			a->err = ERR_INVALID_REQUEST;
+			a->err = KERR_INVALID_REQUEST;
 			snprintf(a->msg, sizeof a->msg, "Unsupported resource type %d", a->type);
 		}
 		int32_t nc = krd_array(rd, flex, 3);
@@ -2272,7 +2264,7 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 				continue;
 			char kbuf[SLUICE_TOPIC_CONFIG_KEY_MAX], vbuf[SLUICE_TOPIC_CONFIG_VALUE_MAX];
 			if (key.len >= (int32_t)sizeof kbuf || (val.ptr && val.len >= (int32_t)sizeof vbuf)) {
-				a->err = ERR_INVALID_CONFIG;
+				a->err = KERR_INVALID_CONFIG;
 				snprintf(a->msg, sizeof a->msg, "Config key or value too long");
 				continue;
 			}
@@ -2285,7 +2277,7 @@ static bool alter_configs_start(struct req *r, struct krd *rd)
 			if (a->logger) {
 				int lvl = val.ptr ? sluice_log_level_parse(vbuf) : SLUICE_LOG_INFO;
 				if (lvl < 0) {
-					a->err = ERR_INVALID_CONFIG;
+					a->err = KERR_INVALID_CONFIG;
 					snprintf(a->msg, sizeof a->msg, "Invalid log level %.32s for logger %.64s", vbuf, kbuf);
 				} else
 					snprintf(a->level, sizeof a->level, "%.15s", val.ptr && op != OP_DELETE ? vbuf : "INFO");
@@ -2388,7 +2380,7 @@ static bool delete_records_start(struct req *r, struct krd *rd)
 			op_resolve(r, op, name);
 			if (!op->local && op->offset < -1) {
 				op->local = true;
-				op->error = ERR_OFFSET_OUT_OF_RANGE;
+				op->error = KERR_OFFSET_OUT_OF_RANGE;
 			}
 		}
 		if (flex)
@@ -2446,7 +2438,7 @@ static bool describe_cluster_start(struct req *r, struct krd *rd)
 	resp_begin(r);
 	struct kwr *w = &r->out;
 	kwr_i32(w, 0);
-	int16_t err = endpoint_type == 1 ? ERR_NONE : 114; /* UNSUPPORTED_ENDPOINT_TYPE */
+	int16_t err = endpoint_type == 1 ? KERR_NONE : 114; /* UNSUPPORTED_ENDPOINT_TYPE */
 	kwr_i16(w, err);
 	kwr_cstr(w, true, err ? "Only broker endpoints are served" : NULL);
 	if (v >= 1)
@@ -2651,7 +2643,7 @@ static void list_groups_finish(struct req *r)
 	struct kwr *w = &r->out;
 	if (r->api_version >= 1)
 		kwr_i32(w, 0);
-	kwr_i16(w, ERR_NONE);
+	kwr_i16(w, KERR_NONE);
 	int32_t total = 0;
 	for (int32_t i = 0; i < r->nops; i++)
 		total += r->ops[i].gcount;
@@ -2729,7 +2721,7 @@ static bool describe_topic_partitions_start(struct req *r, struct krd *rd)
 		}
 		budget -= last - first;
 		topics++;
-		kwr_i16(w, ERR_NONE);
+		kwr_i16(w, KERR_NONE);
 		kwr_cstr(w, true, t->name);
 		kwr_uuid(w, t->id);
 		kwr_bool(w, !strcmp(t->name, SLUICE_OFFSETS_TOPIC));
@@ -2741,7 +2733,7 @@ static bool describe_topic_partitions_start(struct req *r, struct krd *rd)
 				int d = sluice_partition_dir(r->nc->b, t->name, p, false, path, sizeof path);
 				down = d >= 0 && (offline & (1u << d));
 			}
-			kwr_i16(w, down ? ERR_KAFKA_STORAGE_ERROR : ERR_NONE);
+			kwr_i16(w, down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
 			kwr_i32(w, p);
 			kwr_i32(w, down ? -1 : node);
 			kwr_i32(w, 0);
@@ -2765,7 +2757,7 @@ static bool describe_topic_partitions_start(struct req *r, struct krd *rd)
 		if (!names[i].ptr || sluice_meta_find(s, names[i].ptr, (size_t)names[i].len))
 			continue;
 		topics++;
-		kwr_i16(w, ERR_UNKNOWN_TOPIC_OR_PARTITION);
+		kwr_i16(w, KERR_UNKNOWN_TOPIC_OR_PARTITION);
 		kwr_string(w, true, names[i].ptr, names[i].len);
 		static const uint8_t zero[16];
 		kwr_uuid(w, zero);

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "dataplane/core.h"
 #include "common/kafka/batch.h"
+#include "common/kafka/errors.h"
 #include "dataplane/group.h"
 #include "storage/extent.h"
 #include "storage/plog.h"
@@ -225,7 +226,7 @@ static void on_committed(struct sluice_plog *l, void *arg)
 		p->wait_head = op->next;
 		op->next = NULL;
 		if (failed && op->last_offset >= hw)
-			op->error = 56; /* KAFKA_STORAGE_ERROR */
+			op->error = KERR_KAFKA_STORAGE_ERROR;
 		if (op->kind == PARTOP_GROUP)
 			sluice_group_written(p->sc, op, op->error == 0);
 		op->high_watermark = hw;
@@ -376,12 +377,12 @@ static int16_t prod_check(struct spart *p, struct partop *op, const struct sluic
 	int32_t last_seq = seq_add(b->base_sequence, b->last_offset_delta);
 	if (b->producer_epoch < pr->epoch) {
 		op->error_message = "Producer's epoch is older than the broker's";
-		return 47; /* INVALID_PRODUCER_EPOCH */
+		return KERR_INVALID_PRODUCER_EPOCH;
 	}
 	if (b->producer_epoch > pr->epoch) {
 		if (b->base_sequence != 0) {
 			op->error_message = "A new producer epoch must start at sequence 0";
-			return 45; /* OUT_OF_ORDER_SEQUENCE_NUMBER */
+			return KERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
 		}
 		return 0;
 	}
@@ -393,7 +394,7 @@ static int16_t prod_check(struct spart *p, struct partop *op, const struct sluic
 		}
 	if (b->base_sequence != seq_add(pr->last_seq, 1)) {
 		op->error_message = "Out of order sequence number";
-		return 45;
+		return KERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
 	}
 	return 0;
 }
@@ -560,13 +561,13 @@ static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t
 	if (p)
 		return p;
 	if (st->count >= SLUICE_STORE_PARTITIONS_MAX || offline_find(st, topic, partition) < st->offline_n) {
-		*error = 56;
+		*error = KERR_KAFKA_STORAGE_ERROR;
 		return NULL;
 	}
 	p = calloc(1, sizeof *p);
 	if (!p || !(p->topic = strdup(topic))) {
 		free(p);
-		*error = -1;
+		*error = KERR_UNKNOWN_SERVER_ERROR;
 		return NULL;
 	}
 	p->partition = partition;
@@ -585,12 +586,12 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 	char dir[900], err[512];
 	assert(!p->log);
 	if (offline_find(st, p->topic, p->partition) < st->offline_n)
-		return 56; /* offline until a restart: its files are not opened again */
+		return KERR_KAFKA_STORAGE_ERROR; /* offline until a restart: its files are not opened again */
 	p->dir = sluice_partition_dir(sc->b, p->topic, p->partition, true, dir, sizeof dir);
 	if (p->dir < 0 || dir_offline(sc->b, p->dir))
-		return 56; /* KAFKA_STORAGE_ERROR: no usable data directory */
+		return KERR_KAFKA_STORAGE_ERROR; /* no usable data directory */
 	if (part_metadata_check(sc->b, p->topic, dir, false) < 0)
-		return 56; /* the directory is another topic id's: never served */
+		return KERR_KAFKA_STORAGE_ERROR; /* the directory is another topic id's: never served */
 	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
 	struct sluice_plog_recovery rec;
 	/* Opening takes descriptors: stay within the budget first. */
@@ -616,7 +617,7 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 		} else {
 			offline_add(sc, p->topic, p->partition, dir, err);
 		}
-		return 56; /* KAFKA_STORAGE_ERROR */
+		return KERR_KAFKA_STORAGE_ERROR;
 	}
 	if (rec.bytes_truncated || rec.segments_damaged)
 		SLOG_WARN("storage", "recovered %s-%d: %" PRId64 " batches scanned%s, %" PRId64
@@ -662,7 +663,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		while (p->wait_head) {
 			struct partop *op = p->wait_head;
 			p->wait_head = op->next;
-			op->error = 3;
+			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 			if (op->kind == PARTOP_GROUP)
 				sluice_group_written(sc, op, false);
 			op_done(sc, op);
@@ -685,7 +686,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			st->parked_n--;
 			p->parked--;
 			op->next = NULL;
-			op->error = 3; /* UNKNOWN_TOPIC_OR_PARTITION */
+			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 			op_done(sc, op);
 		}
 		if (p->cleaning) {
@@ -819,7 +820,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	struct sstate *st = sc->state;
 	if (op->kind == PARTOP_DELETE) {
 		if (part_delete(sc, op->topic, op->partition, op->topic_id) < 0)
-			op->error = 56; /* KAFKA_STORAGE_ERROR: the topic keeps its tombstone */
+			op->error = KERR_KAFKA_STORAGE_ERROR; /* the topic keeps its tombstone */
 		op_done(sc, op);
 		return;
 	}
@@ -862,7 +863,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 	op->log_start = sluice_plog_log_start(l);
 	op->high_watermark = sluice_plog_high_watermark(l);
 	if (sluice_plog_failed(l) || dir_offline(sc->b, p->dir)) {
-		op->error = 56;
+		op->error = KERR_KAFKA_STORAGE_ERROR;
 		op_done(sc, op);
 		return;
 	}
@@ -873,7 +874,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 	case PARTOP_DELETE_RECORDS: {
 		int64_t ls = sluice_plog_delete_records(l, op->offset);
 		if (ls < 0)
-			op->error = 1; /* OFFSET_OUT_OF_RANGE */
+			op->error = KERR_OFFSET_OUT_OF_RANGE;
 		op->log_start = ls;
 		op_done(sc, op);
 		return;
@@ -916,7 +917,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		}
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		if (rc < 0) {
-			op->error = 56;
+			op->error = KERR_KAFKA_STORAGE_ERROR;
 			op_done(sc, op);
 			return;
 		}
@@ -948,11 +949,11 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 			__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		if (n == -1)
-			op->error = 1; /* OFFSET_OUT_OF_RANGE */
+			op->error = KERR_OFFSET_OUT_OF_RANGE;
 		else if (n == -3)
-			op->error = 2; /* CORRUPT_MESSAGE */
+			op->error = KERR_CORRUPT_MESSAGE;
 		else if (n < 0)
-			op->error = 56;
+			op->error = KERR_KAFKA_STORAGE_ERROR;
 		else
 			op->rlen = n;
 		if (n == 0 && op->watch)
