@@ -824,7 +824,7 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 	if (!p)
 		return;
 	struct sluice_plog *l = sluice_store_log(p);
-	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l), records = 0;
+	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_written_end(l), records = 0;
 	while (off < hw) {
 		uint8_t *buf = NULL;
 		int32_t n = sluice_plog_read(l, off, 1 << 20, true, &buf);

@@ -8,6 +8,7 @@
 #include "common/kafka/batch.h"
 #include "common/kafka/errors.h"
 #include "dataplane/group.h"
+#include "dataplane/partition.h"
 #include "storage/extent.h"
 #include "storage/plog.h"
 #include <assert.h>
@@ -46,35 +47,18 @@
  * write, read and direct descriptors, and one spare). */
 #define STORE_OP_FDS_MAX 4
 
-#define PRODUCER_RECENT_BATCHES 5
-#define PRODUCERS_PER_PARTITION_MAX 65536
-
-/* Idempotent-producer state for one producer on one partition: its epoch,
- * last sequence, and the last five batches so a retry gets its original
- * offsets instead of a second append. */
-struct producer {
-	int64_t pid; /* -1: free slot */
-	int16_t epoch;
-	int32_t last_seq;
-	uint8_t n, pos;
-	struct {
-		int32_t first_seq, last_seq;
-		int64_t base_offset, last_offset;
-	} recent[PRODUCER_RECENT_BATCHES];
-};
-
+/* A storage core's table entry: the partition's state (partition.h) and
+ * what the core keeps to run it: the log it opened (the partition borrows
+ * it), its directory, descriptor budget, parking and housekeeping. */
 struct spart {
 	char *topic;
 	int32_t partition;
 	struct sluice_plog *log;
-	struct partop *wait_head, *wait_tail; /* appends waiting for their write */
-	uint64_t fetch_watchers;              /* bit per network core */
+	struct sluice_partition part;
 	bool dirty;
 	struct spart *dirty_next;
 	int dir;                /* index into log.dirs */
 	int64_t last_used_ms;   /* monotonic, for giving idle descriptors back */
-	struct producer *prods; /* open addressing by pid */
-	uint32_t prod_cap, prod_n;
 	struct storecore *sc;
 	struct clean_item *cleaning; /* compaction job out on the cleaner thread */
 	uint32_t parked;             /* this partition's ops in the core's parked queue */
@@ -213,18 +197,26 @@ static void op_done(struct storecore *sc, struct partop *op)
 	reply(sc, op->net_core, (struct sluice_msg){MSG_PARTOP, (uint32_t)sc->id, op});
 }
 
-/* Hook from the plog: its high watermark moved (or it failed). */
-static void on_committed(struct sluice_plog *l, void *arg)
+static void wake_fetch_watchers(struct spart *p)
+{
+	for (int n = 0; (n = sluice_partition_take_watcher(&p->part, n)) >= 0; n++) {
+		assert(n < p->sc->b->net_n);
+		reply(p->sc, n, (struct sluice_msg){MSG_WAKE_FETCHES, (uint32_t)p->sc->id, NULL});
+	}
+}
+
+/* Hook from the plog: its written end moved (or it failed). The high
+ * watermark follows (on a single node, exactly); appends below it are
+ * answered and waiting fetches woken. */
+static void on_written(struct sluice_plog *l, void *arg)
 {
 	struct spart *p = arg;
-	int64_t hw = sluice_plog_high_watermark(l);
 	bool failed = sluice_plog_failed(l);
+	(void)sluice_partition_on_written(&p->part, sluice_plog_written_end(l));
+	int64_t hw = sluice_partition_high_watermark(&p->part);
 	if (failed)
 		sluice_dir_failed(p->sc->b, p->dir, "write failed");
-	while (p->wait_head && (failed || p->wait_head->last_offset < hw)) {
-		struct partop *op = p->wait_head;
-		p->wait_head = op->next;
-		op->next = NULL;
+	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, failed));) {
 		if (failed && op->last_offset >= hw)
 			op->error = KERR_KAFKA_STORAGE_ERROR;
 		if (op->kind == PARTOP_GROUP)
@@ -233,15 +225,7 @@ static void on_committed(struct sluice_plog *l, void *arg)
 		op->log_start = sluice_plog_log_start(l);
 		op_done(p->sc, op);
 	}
-	if (!p->wait_head)
-		p->wait_tail = NULL;
-	if (p->fetch_watchers) {
-		uint64_t w = p->fetch_watchers;
-		p->fetch_watchers = 0;
-		for (int n = 0; n < p->sc->b->net_n; n++)
-			if (w & (1ull << n))
-				reply(p->sc, n, (struct sluice_msg){MSG_WAKE_FETCHES, (uint32_t)p->sc->id, NULL});
-	}
+	wake_fetch_watchers(p);
 }
 
 static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe);
@@ -289,114 +273,6 @@ static void table_grow(struct sstate *st)
 			st->table[slot] = old[i];
 		}
 	free(old);
-}
-
-static struct producer *prod_slot(struct spart *p, int64_t pid, bool create)
-{
-	if (create && (p->prod_n + 1) * 2 > p->prod_cap) {
-		uint32_t old_cap = p->prod_cap, cap = old_cap ? old_cap * 2 : 16;
-		if (cap > PRODUCERS_PER_PARTITION_MAX * 2) {
-			/* Full: forget every producer (they are treated as unknown,
-			 * which accepts their next sequence). Bounded memory wins. */
-			for (uint32_t i = 0; i < old_cap; i++)
-				p->prods[i].pid = -1;
-			p->prod_n = 0;
-			cap = old_cap;
-		} else {
-			struct producer *old = p->prods, *n = malloc(cap * sizeof *n);
-			assert(n);
-			for (uint32_t i = 0; i < cap; i++)
-				n[i].pid = -1;
-			p->prods = n;
-			p->prod_cap = cap;
-			p->prod_n = 0;
-			for (uint32_t i = 0; i < old_cap; i++)
-				if (old[i].pid >= 0)
-					*prod_slot(p, old[i].pid, true) = old[i];
-			free(old);
-		}
-	}
-	if (!p->prod_cap)
-		return NULL;
-	uint32_t mask = p->prod_cap - 1;
-	for (uint32_t i = (uint32_t)((uint64_t)pid * 0x9E3779B97F4A7C15ull >> 32) & mask;; i = (i + 1) & mask) {
-		if (p->prods[i].pid == pid)
-			return &p->prods[i];
-		if (p->prods[i].pid < 0) {
-			if (!create)
-				return NULL;
-			memset(&p->prods[i], 0, sizeof p->prods[i]);
-			p->prods[i].pid = pid;
-			p->prods[i].epoch = -1;
-			p->prod_n++;
-			return &p->prods[i];
-		}
-	}
-}
-
-static int32_t seq_add(int32_t seq, int32_t delta)
-{
-	return (int32_t)(((int64_t)seq + delta) % ((int64_t)INT32_MAX + 1));
-}
-
-static void prod_record(struct producer *pr, int16_t epoch, int32_t first_seq, int32_t last_seq, int64_t base,
-			int64_t last)
-{
-	if (epoch != pr->epoch) {
-		pr->epoch = epoch;
-		pr->n = pr->pos = 0;
-	}
-	pr->last_seq = last_seq;
-	pr->recent[pr->pos].first_seq = first_seq;
-	pr->recent[pr->pos].last_seq = last_seq;
-	pr->recent[pr->pos].base_offset = base;
-	pr->recent[pr->pos].last_offset = last;
-	pr->pos = (uint8_t)((pr->pos + 1) % PRODUCER_RECENT_BATCHES);
-	if (pr->n < PRODUCER_RECENT_BATCHES)
-		pr->n++;
-}
-
-static void prod_rebuild_visit(const struct sluice_batch *b, void *arg)
-{
-	struct spart *p = arg;
-	if (b->producer_id < 0)
-		return;
-	struct producer *pr = prod_slot(p, b->producer_id, true);
-	if (pr && b->producer_epoch >= pr->epoch)
-		prod_record(pr, b->producer_epoch, b->base_sequence, seq_add(b->base_sequence, b->last_offset_delta),
-			    b->base_offset, b->base_offset + b->last_offset_delta);
-}
-
-/* Kafka's idempotence rules. Returns an error code, 0 to append, or 1 for
- * a duplicate whose original offsets were put in op. */
-static int16_t prod_check(struct spart *p, struct partop *op, const struct sluice_batch *b)
-{
-	struct producer *pr = prod_slot(p, b->producer_id, false);
-	if (!pr)
-		return 0; /* unknown producer: any sequence is accepted */
-	int32_t last_seq = seq_add(b->base_sequence, b->last_offset_delta);
-	if (b->producer_epoch < pr->epoch) {
-		op->error_message = "Producer's epoch is older than the broker's";
-		return KERR_INVALID_PRODUCER_EPOCH;
-	}
-	if (b->producer_epoch > pr->epoch) {
-		if (b->base_sequence != 0) {
-			op->error_message = "A new producer epoch must start at sequence 0";
-			return KERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
-		}
-		return 0;
-	}
-	for (uint8_t i = 0; i < pr->n; i++)
-		if (pr->recent[i].first_seq == b->base_sequence && pr->recent[i].last_seq == last_seq) {
-			op->base_offset = pr->recent[i].base_offset;
-			op->last_offset = pr->recent[i].last_offset;
-			return 1;
-		}
-	if (b->base_sequence != seq_add(pr->last_seq, 1)) {
-		op->error_message = "Out of order sequence number";
-		return KERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
-	}
-	return 0;
 }
 
 int sluice_partition_dir(struct broker *b, const char *topic, int32_t partition, bool create, char *out, size_t len)
@@ -463,9 +339,10 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	int64_t base, last;
 	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
 		return -EIO; /* as for clients: the directory's partitions are offline */
-	int rc = sluice_plog_append(p->log, batch, len, 0, -1, &base, &last);
+	int rc = sluice_plog_append(p->log, batch, len, p->part.leader_epoch, -1, &base, &last);
 	if (rc < 0)
 		return rc;
+	sluice_partition_on_append(&p->part, base);
 	if (!p->dirty) {
 		p->dirty = true;
 		p->dirty_next = st->dirty_head;
@@ -473,12 +350,7 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	}
 	if (wait_op) {
 		wait_op->last_offset = last;
-		wait_op->next = NULL;
-		if (p->wait_tail)
-			p->wait_tail->next = wait_op;
-		else
-			p->wait_head = wait_op;
-		p->wait_tail = wait_op;
+		sluice_partition_wait_append(&p->part, wait_op);
 	}
 	return 0;
 }
@@ -573,6 +445,7 @@ static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t
 	p->partition = partition;
 	p->sc = sc;
 	p->dir = -1;
+	sluice_partition_init(&p->part, sc->b->cfg.node_id);
 	st->table[slot] = p;
 	st->count++;
 	return p;
@@ -592,7 +465,7 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 		return KERR_KAFKA_STORAGE_ERROR; /* no usable data directory */
 	if (part_metadata_check(sc->b, p->topic, dir, false) < 0)
 		return KERR_KAFKA_STORAGE_ERROR; /* the directory is another topic id's: never served */
-	struct sluice_plog_hooks hooks = {wait_write, on_committed, p};
+	struct sluice_plog_hooks hooks = {wait_write, on_written, p};
 	struct sluice_plog_recovery rec;
 	/* Opening takes descriptors: stay within the budget first. */
 	if (st->fds_est + 4 > st->fds_max)
@@ -625,8 +498,8 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 			  p->topic, p->partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
 			  rec.bytes_truncated, rec.segments_damaged);
 	(void)part_metadata_check(sc->b, p->topic, dir, true);
-	/* Idempotent-producer state from the newest two segments. */
-	(void)sluice_plog_visit_tail(p->log, 2, prod_rebuild_visit, p);
+	/* The high watermark, idempotent-producer state and leader epochs. */
+	sluice_partition_attach(&p->part, p->log);
 	st->fds_est += sluice_plog_open_fds(p->log);
 	return 0;
 }
@@ -660,9 +533,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 	if (p) {
 		/* Fail anything still waiting, close the log, then drop the entry
 		 * and re-insert the rest of its probe cluster. */
-		while (p->wait_head) {
-			struct partop *op = p->wait_head;
-			p->wait_head = op->next;
+		for (struct partop *op; (op = sluice_partition_wait_pop(&p->part));) {
 			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
 			if (op->kind == PARTOP_GROUP)
 				sluice_group_written(sc, op, false);
@@ -697,7 +568,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			pthread_mutex_unlock(&st->cleaner.mu);
 		}
 		sluice_plog_close(p->log);
-		free(p->prods);
+		sluice_partition_fini(&p->part);
 		free(p->topic);
 		free(p);
 		st->table[slot] = NULL;
@@ -861,7 +732,8 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 	 * made room): count what it opens. */
 	int fds_before = sluice_plog_open_fds(l);
 	op->log_start = sluice_plog_log_start(l);
-	op->high_watermark = sluice_plog_high_watermark(l);
+	int64_t hw = sluice_partition_high_watermark(&p->part);
+	op->high_watermark = hw;
 	if (sluice_plog_failed(l) || dir_offline(sc->b, p->dir)) {
 		op->error = KERR_KAFKA_STORAGE_ERROR;
 		op_done(sc, op);
@@ -872,7 +744,10 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		assert(!"group ops are handled before partition lookup");
 		return;
 	case PARTOP_DELETE_RECORDS: {
-		int64_t ls = sluice_plog_delete_records(l, op->offset);
+		/* Up to the high watermark (-1: to it), never into what consumers
+		 * cannot see yet. */
+		int64_t to = op->offset == -1 ? hw : op->offset;
+		int64_t ls = to > hw ? -1 : sluice_plog_delete_records(l, to);
 		if (ls < 0)
 			op->error = KERR_OFFSET_OUT_OF_RANGE;
 		op->log_start = ls;
@@ -893,26 +768,30 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		assert(br == SLUICE_BATCH_OK); /* validated by the network core */
 		(void)br;
 		bool idempotent = b.producer_id >= 0;
-		int16_t pe = idempotent ? prod_check(p, op, &b) : 0;
-		if (pe == 1) { /* duplicate: answer with the original offsets once committed */
-			if (op->last_offset < sluice_plog_high_watermark(l)) {
+		enum sluice_producer_verdict pv = SLUICE_PRODUCER_APPEND;
+		if (idempotent)
+			pv = sluice_partition_producer_check(&p->part, &b, &op->base_offset, &op->last_offset, &op->error,
+							     &op->error_message);
+		if (pv == SLUICE_PRODUCER_DUPLICATE) { /* answer with the original offsets once visible */
+			if (op->last_offset < hw) {
 				op_done(sc, op);
 				return;
 			}
 			goto wait;
 		}
-		if (pe) {
-			op->error = pe;
+		if (pv == SLUICE_PRODUCER_REFUSED) {
+			assert(op->error != 0);
 			op_done(sc, op);
 			return;
 		}
 		/* message.timestamp.type=LogAppendTime: the broker's clock, now */
 		int8_t lat = op->tinfo->limits.log_append_time;
 		op->timestamp = (lat >= 0 ? lat : sc->b->cfg.log_append_time) ? wall_now_ms() : -1;
-		int rc = sluice_plog_append(l, op->data, op->len, 0, op->timestamp, &op->base_offset, &op->last_offset);
+		int32_t epoch = p->part.leader_epoch;
+		int rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset, &op->last_offset);
 		if (rc == -EMFILE || rc == -ENFILE) {
 			fd_budget(sc);
-			rc = sluice_plog_append(l, op->data, op->len, 0, op->timestamp, &op->base_offset,
+			rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset,
 						&op->last_offset);
 		}
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
@@ -921,30 +800,25 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 			op_done(sc, op);
 			return;
 		}
-		if (idempotent) {
-			struct producer *pr = prod_slot(p, b.producer_id, true);
-			prod_record(pr, b.producer_epoch, b.base_sequence, seq_add(b.base_sequence, b.last_offset_delta),
-				    op->base_offset, op->last_offset);
-		}
+		sluice_partition_on_append(&p->part, op->base_offset);
+		if (idempotent)
+			sluice_partition_producer_record(&p->part, &b, op->base_offset, op->last_offset);
 		if (!p->dirty) {
 			p->dirty = true;
 			p->dirty_next = st->dirty_head;
 			st->dirty_head = p;
 		}
 	wait:
-		op->next = NULL;
-		if (p->wait_tail)
-			p->wait_tail->next = op;
-		else
-			p->wait_head = op;
-		p->wait_tail = op;
+		sluice_partition_wait_append(&p->part, op);
 		return;
 	}
 	case PARTOP_READ: {
 		int32_t claim = read_budget_claim(op);
 		/* Past the request's budget a partition reads nothing, not even
 		 * one oversized batch (Kafka's min-one is for a request's first). */
-		int32_t n = sluice_plog_read(l, op->offset, claim, op->min_one && claim == op->max_bytes, &op->rdata);
+		/* A consumer never reads past the high watermark. */
+		int32_t n = sluice_plog_read_below(l, op->offset, hw, claim, op->min_one && claim == op->max_bytes,
+						   &op->rdata);
 		if (op->read_budget) /* give back what was not read; an oversized batch takes more */
 			__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
@@ -957,7 +831,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		else
 			op->rlen = n;
 		if (n == 0 && op->watch)
-			p->fetch_watchers |= 1ull << op->net_core;
+			sluice_partition_watch(&p->part, op->net_core);
 		op_done(sc, op);
 		return;
 	}
@@ -965,7 +839,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		int64_t ts = op->offset;
 		op->timestamp = -1;
 		if (ts == -1)
-			op->base_offset = sluice_plog_high_watermark(l);
+			op->base_offset = hw;
 		else if (ts == -2)
 			op->base_offset = sluice_plog_log_start(l);
 		else if (ts < 0)
@@ -1036,7 +910,7 @@ static void submit_writes(struct storecore *sc)
 			}
 		}
 		/* keep it listed while its write is in flight; it may need another */
-		if (!sluice_plog_write_pending(p->log) && !p->wait_head) {
+		if (!sluice_plog_write_pending(p->log) && !p->part.wait_head) {
 			p->dirty = false;
 			*pp = p->dirty_next;
 			continue;
@@ -1089,7 +963,7 @@ static void fd_budget(struct storecore *sc)
 	 * wait for descriptors made a wide Fetch quadratic (50 s). */
 	for (uint32_t i = 0; i < st->table_cap; i++) {
 		struct spart *p = st->table[i];
-		if (p && p->log && !p->dirty && !p->wait_head &&
+		if (p && p->log && !p->dirty && !p->part.wait_head &&
 		    (sluice_plog_open_fds(p->log) > 0 || sluice_plog_cache_bytes(p->log) > 0))
 			idle[n++] = p;
 	}
@@ -1254,7 +1128,7 @@ static void trim_idle(struct storecore *sc, int64_t now)
 	uint32_t trims = 0, mask = st->table_cap - 1;
 	for (uint32_t k = 0; k < st->table_cap && trims < PREALLOC_TRIMS_PER_PASS; k++) {
 		struct spart *p = st->table[(st->trim_cursor + k) & mask];
-		if (p && p->log && !p->dirty && !p->wait_head && sluice_plog_trim_prealloc(p->log, now, PREALLOC_IDLE_MS) > 0)
+		if (p && p->log && !p->dirty && !p->part.wait_head && sluice_plog_trim_prealloc(p->log, now, PREALLOC_IDLE_MS) > 0)
 			trims++;
 		if (trims == PREALLOC_TRIMS_PER_PASS)
 			st->trim_cursor = (st->trim_cursor + k + 1) & mask;

@@ -88,8 +88,8 @@ struct sluice_plog {
 	struct iovec *iov; /* a write spanning more extents than SQEs allowed */
 	uint32_t iov_cap;
 	int64_t leo;          /* next offset to assign */
-	int64_t hw;           /* next offset after committed data */
-	int64_t committed_pos; /* byte position in the active segment matching hw */
+	int64_t written_end;  /* next offset after the data written locally (write completed) */
+	int64_t committed_pos; /* byte position in the active segment matching written_end */
 	int64_t log_start;
 	int64_t submitted_end; /* active segment position covered by submitted writes */
 	bool write_inflight, fsync_inflight, fsync_linked;
@@ -1200,7 +1200,7 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		return -1;
 	}
 	l->log_start = l->segs[0].base_offset;
-	l->leo = l->hw = active(l)->next_offset;
+	l->leo = l->written_end = active(l)->next_offset;
 	{
 		char p[PATH_BYTES];
 		snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
@@ -1225,13 +1225,13 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 
 /* ---- append and the write path ----------------------------------------- */
 
-static void advance_commit(struct sluice_plog *l, int64_t end_pos, int64_t end_offset)
+static void advance_written(struct sluice_plog *l, int64_t end_pos, int64_t end_offset)
 {
-	assert(end_offset >= l->hw);
+	assert(end_offset >= l->written_end);
 	l->committed_pos = end_pos;
-	l->hw = end_offset;
-	if (l->hooks.committed)
-		l->hooks.committed(l, l->hooks.arg);
+	l->written_end = end_offset;
+	if (l->hooks.written)
+		l->hooks.written(l, l->hooks.arg);
 }
 
 /* Zero the padding of the last block of a write ending at end (an O_DIRECT
@@ -1287,21 +1287,21 @@ static int roll(struct sluice_plog *l)
 	assert(!l->write_inflight);
 	int rc = write_sync(l);
 	if (rc < 0) {
-		if (l->hooks.committed)
-			l->hooks.committed(l, l->hooks.arg);
+		if (l->hooks.written)
+			l->hooks.written(l, l->hooks.arg);
 		return rc;
 	}
 	struct segment *s = active(l);
 	if (ftruncate(l->fd_write, s->size) < 0 || fdatasync(l->fd_write) < 0) {
 		SLOG_ERR("storage", "%s: closing segment failed: %s", l->dir, strerror(errno));
 		l->failed = true;
-		if (l->hooks.committed)
-			l->hooks.committed(l, l->hooks.arg); /* answers the waiting appends */
+		if (l->hooks.written)
+			l->hooks.written(l, l->hooks.arg); /* answers the waiting appends */
 		return -EIO;
 	}
 	/* Acknowledged only now that the closing segment is on stable storage. */
-	if (l->committed_pos < s->size || l->hw < l->leo)
-		advance_commit(l, s->size, l->leo);
+	if (l->committed_pos < s->size || l->written_end < l->leo)
+		advance_written(l, s->size, l->leo);
 	seg_write_indexes(l, s);
 	fd_write_close(l);
 	l->unflushed_messages = 0;
@@ -1314,8 +1314,8 @@ static int roll(struct sluice_plog *l)
 	if (open_active(l, err, sizeof err) < 0) {
 		SLOG_ERR("storage", "%s: roll failed: %s", l->dir, err);
 		l->failed = true;
-		if (l->hooks.committed)
-			l->hooks.committed(l, l->hooks.arg);
+		if (l->hooks.written)
+			l->hooks.written(l, l->hooks.arg);
 		return -EIO;
 	}
 	return 0;
@@ -1713,13 +1713,13 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 		if (res < 0) {
 			SLOG_ERR("storage", "%s: write failed: %s", l->dir, strerror(-res));
 			l->failed = true;
-			if (l->hooks.committed)
-				l->hooks.committed(l, l->hooks.arg);
+			if (l->hooks.written)
+				l->hooks.written(l, l->hooks.arg);
 			return;
 		}
 		tail_trim(l);
 		if (!l->fsync_linked)
-			advance_commit(l, l->inflight_end_pos, l->inflight_end_offset);
+			advance_written(l, l->inflight_end_pos, l->inflight_end_offset);
 		return;
 	}
 	assert(kind == 2 && l->fsync_inflight);
@@ -1728,12 +1728,12 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 		if (res < 0)
 			SLOG_ERR("storage", "%s: fdatasync failed: %s", l->dir, strerror(-res));
 		l->failed = true;
-		if (l->hooks.committed)
-			l->hooks.committed(l, l->hooks.arg);
+		if (l->hooks.written)
+			l->hooks.written(l, l->hooks.arg);
 		return;
 	}
 	if (l->fsync_linked)
-		advance_commit(l, l->inflight_end_pos, l->inflight_end_offset);
+		advance_written(l, l->inflight_end_pos, l->inflight_end_offset);
 }
 
 int sluice_plog_sync(struct sluice_plog *l)
@@ -1763,8 +1763,8 @@ int sluice_plog_sync_if_due(struct sluice_plog *l, int64_t now_ms, int64_t inter
 		/* After a failed fsync the page state is unknown: stop trusting the log. */
 		SLOG_ERR("storage", "%s: fdatasync failed: %s", l->dir, strerror(-rc));
 		l->failed = true;
-		if (l->hooks.committed)
-			l->hooks.committed(l, l->hooks.arg);
+		if (l->hooks.written)
+			l->hooks.written(l, l->hooks.arg);
 	}
 	return rc;
 }
@@ -1787,7 +1787,7 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 		return 0;
 	struct segment *act = active(l);
 	if (retention_ms >= 0 && act->size > 0 && act->max_ts >= 0 && now_ms - act->max_ts > retention_ms &&
-	    l->hw == l->leo && (fd_write_open(l) < 0 || roll(l) < 0))
+	    l->written_end == l->leo && (fd_write_open(l) < 0 || roll(l) < 0))
 		return 0;
 	int64_t total = sluice_plog_size_bytes(l);
 	int deleted = 0;
@@ -1813,7 +1813,7 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 	return deleted;
 }
 
-int64_t sluice_plog_high_watermark(const struct sluice_plog *l) { return l->hw; }
+int64_t sluice_plog_written_end(const struct sluice_plog *l) { return l->written_end; }
 int64_t sluice_plog_log_start(const struct sluice_plog *l) { return l->log_start; }
 int64_t sluice_plog_log_end(const struct sluice_plog *l) { return l->leo; }
 bool sluice_plog_failed(const struct sluice_plog *l) { return l->failed; }
@@ -2067,11 +2067,22 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one, uint8_t **out)
 {
+	return sluice_plog_read_below(l, offset, l->written_end, max_bytes, min_one, out);
+}
+
+int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t end, int32_t max_bytes, bool min_one,
+			       uint8_t **out)
+{
 	*out = NULL;
+	assert(end <= l->written_end);
 	if (offset < l->log_start || offset > l->leo)
 		return -1;
-	if (offset >= l->hw)
-		return 0; /* at or past the high watermark: nothing committed yet */
+	if (offset >= end)
+		return 0; /* at or past the end the caller may see: nothing to read yet */
+	/* Batches at or past end are written but not to be served: cut the
+	 * copy at the first one. Below the written end only, so the reads of
+	 * a single node (end == written end) take the path they always took. */
+	bool cut = end < l->written_end;
 	uint32_t si = find_segment(l, offset);
 	for (; si < l->seg_n; si++) {
 		struct segment *s = &l->segs[si];
@@ -2107,6 +2118,8 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 				malformed = n == 0;
 				break;
 			}
+			if (cut && (int64_t)kbe64(buf + n) >= end)
+				break;
 			if (n + (size_t)len > want) {
 				if (n == 0 && min_one) {
 					/* The first batch is larger than max_bytes: whole, as Kafka does. */
@@ -2187,8 +2200,8 @@ static void write_log_start(struct sluice_plog *l)
 int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
 {
 	if (offset == -1)
-		offset = l->hw;
-	if (offset < 0 || offset > l->hw)
+		offset = l->written_end;
+	if (offset < 0 || offset > l->written_end)
 		return -1;
 	if (offset <= l->log_start)
 		return l->log_start;
@@ -2386,8 +2399,8 @@ void sluice_plog_close(struct sluice_plog *l)
 		if (sync && !l->failed && write_sync(l) == 0) {
 			struct segment *s = active(l);
 			if (ftruncate(l->fd_write, s->size) == 0 && (l->close_nosync || fdatasync(l->fd_write) == 0)) {
-				if (l->committed_pos < s->size || l->hw < l->leo)
-					advance_commit(l, s->size, l->leo);
+				if (l->committed_pos < s->size || l->written_end < l->leo)
+					advance_written(l, s->size, l->leo);
 				seg_write_indexes(l, s);
 				write_recovery_point(l, l->leo);
 			}
@@ -2419,7 +2432,7 @@ int sluice_plog_close_io(struct sluice_plog *l)
 		return 0;
 	/* Nothing here may reach the storage core: no hooks, and a descriptor
 	 * of its own rather than one registered with the core's ring. */
-	l->hooks.committed = NULL;
+	l->hooks.written = NULL;
 	l->hooks.wait_write = NULL;
 	l->close_nosync = true;
 	bool own = l->fd_write < 0;
@@ -2433,8 +2446,8 @@ int sluice_plog_close_io(struct sluice_plog *l)
 	struct segment *s = active(l);
 	int rc = write_sync(l) == 0 && ftruncate(l->fd_write, s->size) == 0 ? 0 : -1;
 	if (rc == 0) {
-		if (l->committed_pos < s->size || l->hw < l->leo)
-			advance_commit(l, s->size, l->leo);
+		if (l->committed_pos < s->size || l->written_end < l->leo)
+			advance_written(l, s->size, l->leo);
 		seg_write_indexes(l, s);
 		write_recovery_point(l, l->leo);
 		l->modified = false; /* close has nothing left to write */

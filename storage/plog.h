@@ -7,8 +7,11 @@
  *
  * Threading: a plog belongs to exactly one storage core and is touched only
  * by it. Appends copy validated batches into the tail extents and assign
- * offsets; data becomes visible to readers (the high watermark advances)
- * once the write that carries it has completed. One group commit per
+ * offsets; data becomes readable (the log's written end advances) once the
+ * write that carries it has completed. What consumers may see, the high
+ * watermark, is not the log's business: the partition above it
+ * (dataplane/partition.h) keeps it, at or below the written end, and reads
+ * through sluice_plog_read_below. One group commit per
  * partition is in flight at a time, covering everything appended since the
  * previous one (one SQE per extent it touches, so large commits reach the
  * device in parallel); the partial tail block is rewritten by the next. */
@@ -48,10 +51,10 @@ struct sluice_plog;
 
 /* Hooks to the owning storage core. wait_write blocks until this log's
  * in-flight write (if any) has completed, reaping other completions normally.
- * committed is called whenever the high watermark advances. */
+ * written is called whenever the written end advances (or the log fails). */
 struct sluice_plog_hooks {
 	void (*wait_write)(struct sluice_plog *l, void *arg);
-	void (*committed)(struct sluice_plog *l, void *arg);
+	void (*written)(struct sluice_plog *l, void *arg);
 	void *arg;
 };
 
@@ -117,13 +120,16 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res);
 /* fdatasync now (used by the flush.ms timer and at shutdown). */
 int sluice_plog_sync(struct sluice_plog *l);
 
-int64_t sluice_plog_high_watermark(const struct sluice_plog *l);
+/* The next offset after the data whose write has completed here (the
+ * "log end written"): what a single node may serve. Never above log_end. */
+int64_t sluice_plog_written_end(const struct sluice_plog *l);
 int64_t sluice_plog_log_start(const struct sluice_plog *l);
+/* The next offset to assign (Kafka's log end offset). */
 int64_t sluice_plog_log_end(const struct sluice_plog *l);
 bool sluice_plog_failed(const struct sluice_plog *l);
 int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
 
-/* Copy whole committed batches starting with the one holding offset into a
+/* Copy whole written batches starting with the one holding offset into a
  * buffer allocated here (caller frees): at most max_bytes, except that the
  * first batch is returned whole when min_one. Returns bytes (0: nothing yet),
  * -1 for an offset out of range, -2 for an I/O error, -3 when the batch at
@@ -133,6 +139,11 @@ int64_t sluice_plog_size_bytes(const struct sluice_plog *l);
  * the producer's validation checked, are not checked twice). */
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one,
 			 uint8_t **out);
+/* The same, serving no batch whose base offset is at or past end (at most
+ * the written end): a consumer reads below the high watermark only. An
+ * offset in [end, log end] answers 0 (nothing yet), as at the written end. */
+int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t end, int32_t max_bytes, bool min_one,
+			       uint8_t **out);
 /* Descriptors this log holds open, and giving them back while it is idle
  * (nothing in flight or pending; a later fdatasync covers the file). Both are
  * reopened on demand. Returns the number closed. */
@@ -198,9 +209,10 @@ int64_t sluice_plog_compact(struct sluice_plog *l, int64_t now_ms, int64_t delet
 
 /* fdatasync when data has waited unflushed for at least interval_ms. */
 int sluice_plog_sync_if_due(struct sluice_plog *l, int64_t now_ms, int64_t interval_ms);
-/* Move the log start offset up to offset (-1: the high watermark), removing
+/* Move the log start offset up to offset (-1: the written end), removing
  * segments that lie wholly below it. Returns the new log start offset, or -1
- * when offset is beyond the high watermark. Persisted in the partition
+ * when offset is beyond the written end (a caller that serves a high
+ * watermark below it checks against that first). Persisted in the partition
  * directory (sluice-log-start-offset). */
 int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset);
 

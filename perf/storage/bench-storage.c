@@ -143,7 +143,7 @@ int main(int argc, char **argv)
 	while (written < total) {
 		bool appended = false;
 		for (int p = 0; p < parts && written < total; p++) {
-			if (sluice_plog_log_end(logs[p]) - sluice_plog_high_watermark(logs[p]) >= unacked_max)
+			if (sluice_plog_log_end(logs[p]) - sluice_plog_written_end(logs[p]) >= unacked_max)
 				continue;
 			int64_t base, last;
 			if (sluice_plog_append(logs[p], w.buf, w.len, 0, -1, &base, &last) < 0) {
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 	double secs = now_s() - t0;
 	int64_t hw = 0;
 	for (int p = 0; p < parts; p++)
-		hw += sluice_plog_high_watermark(logs[p]);
+		hw += sluice_plog_written_end(logs[p]);
 	printf("{\"bytes\": %" PRId64 ", \"batches\": %" PRId64 ", \"records\": %" PRId64 ", \"seconds\": %.3f, "
 	       "\"mb_per_s\": %.1f, \"partitions\": %d, \"batch_bytes\": %zu, \"fsync_per_commit\": %s}\n",
 	       written, batches, hw, secs, (double)written / secs / 1e6, parts, w.len, fsync_each ? "true" : "false");

@@ -351,7 +351,7 @@ static void check_log(struct sluice_plog *l)
 		}
 		free(buf);
 	}
-	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l);
+	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_written_end(l);
 	int steps = 0;
 	while (off < hw && steps++ < 4 * BATCHES_MAX) {
 		uint8_t *buf = NULL;

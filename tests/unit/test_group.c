@@ -81,7 +81,7 @@ int64_t sluice_plog_log_start(const struct sluice_plog *l)
 	(void)l;
 	return 0;
 }
-int64_t sluice_plog_high_watermark(const struct sluice_plog *l) { return ((const struct spart *)l)->next_offset; }
+int64_t sluice_plog_written_end(const struct sluice_plog *l) { return ((const struct spart *)l)->next_offset; }
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one, uint8_t **out)
 {
 	(void)max_bytes, (void)min_one;

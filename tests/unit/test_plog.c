@@ -93,7 +93,7 @@ static void hook_wait_write(struct sluice_plog *l, void *arg)
 		reap_one();
 }
 
-static void hook_committed(struct sluice_plog *l, void *arg)
+static void hook_written(struct sluice_plog *l, void *arg)
 {
 	(void)l; (void)arg;
 	H.commits++;
@@ -132,7 +132,7 @@ static struct sluice_plog *open_log(const struct opts *o, bool clean, struct slu
 		.direct_io = o->direct,
 		.preallocate = o->preallocate,
 	};
-	struct sluice_plog_hooks hooks = {hook_wait_write, hook_committed, NULL};
+	struct sluice_plog_hooks hooks = {hook_wait_write, hook_written, NULL};
 	struct sluice_plog *l = NULL;
 	char err[256] = "";
 	int rc = sluice_plog_open(H.dir, &cfg, clean, &hooks, &l, rec, err, sizeof err);
@@ -220,11 +220,11 @@ static int verify_all(struct sluice_plog *l, const struct expect *e, int from_in
 {
 	int k = from_index;
 	int64_t off = e->base[from_index];
-	int64_t hw = sluice_plog_high_watermark(l);
-	while (off < hw) {
+	int64_t written = sluice_plog_written_end(l);
+	while (off < written) {
 		uint8_t *buf = NULL;
 		int32_t n = sluice_plog_read(l, off, max_bytes, true, &buf);
-		cr_assert_gt(n, 0, "read at %" PRId64 " (hw %" PRId64 ") gave %d", off, hw, n);
+		cr_assert_gt(n, 0, "read at %" PRId64 " (written end %" PRId64 ") gave %d", off, written, n);
 		size_t pos = 0;
 		while (pos < (size_t)n) {
 			struct sluice_batch b;
@@ -323,7 +323,7 @@ Test(plog, open_empty, .init = setup, .fini = teardown)
 	struct sluice_plog *l = open_log(&BIG, true, NULL);
 	cr_expect_eq(sluice_plog_log_start(l), 0);
 	cr_expect_eq(sluice_plog_log_end(l), 0);
-	cr_expect_eq(sluice_plog_high_watermark(l), 0);
+	cr_expect_eq(sluice_plog_written_end(l), 0);
 	uint8_t *buf = (uint8_t *)"x";
 	cr_expect_eq(sluice_plog_read(l, 0, 1 << 20, true, &buf), 0);
 	cr_expect_null(buf);
@@ -346,14 +346,14 @@ static void append_read(const struct opts *o)
 	}
 	cr_expect_eq(sluice_plog_log_end(l), 30);
 	/* Nothing is visible before the write completes. */
-	cr_expect_eq(sluice_plog_high_watermark(l), 0);
+	cr_expect_eq(sluice_plog_written_end(l), 0);
 	uint8_t *buf = NULL;
 	cr_expect_eq(sluice_plog_read(l, 0, 1 << 20, true, &buf), 0);
 	cr_expect(sluice_plog_write_pending(l));
 	int64_t commits = H.commits;
 	flush_log(l);
 	cr_expect_gt(H.commits, commits, "committed hook called");
-	cr_expect_eq(sluice_plog_high_watermark(l), 30);
+	cr_expect_eq(sluice_plog_written_end(l), 30);
 	cr_expect(!sluice_plog_write_pending(l));
 	cr_expect_eq(verify_all(l, e, 0, 1 << 20), 10);
 	cr_expect_eq(verify_all(l, e, 0, 1), 10, "min_one: one whole batch per read");
@@ -405,7 +405,7 @@ Test(plog, append_read_buffered, .init = setup, .fini = teardown)
 }
 
 /* Proves the fsync path: with flush.messages=1 every write is followed by a
- * linked fdatasync, and the high watermark moves only when that completes. */
+ * linked fdatasync, and the written end moves only when that completes. */
 Test(plog, linked_fsync, .init = setup, .fini = teardown)
 {
 	struct opts o = BIG;
@@ -416,13 +416,13 @@ Test(plog, linked_fsync, .init = setup, .fini = teardown)
 		expect_add(e, append_batch(l, 2, 500, 50, (uint8_t)('a' + i)), 2, (uint8_t)('a' + i));
 		cr_assert_eq(sluice_plog_submit_write(l, &H.ring), 0);
 		cr_expect(sluice_plog_write_inflight(l));
-		int64_t hw = sluice_plog_high_watermark(l);
+		int64_t written = sluice_plog_written_end(l);
 		reap_one(); /* the write; the fsync is still outstanding */
 		if (sluice_plog_write_inflight(l))
-			cr_expect_eq(sluice_plog_high_watermark(l), hw, "no commit before the fsync");
+			cr_expect_eq(sluice_plog_written_end(l), written, "no commit before the fsync");
 		while (sluice_plog_write_inflight(l))
 			reap_one();
-		cr_expect_eq(sluice_plog_high_watermark(l), (i + 1) * 2);
+		cr_expect_eq(sluice_plog_written_end(l), (i + 1) * 2);
 	}
 	cr_expect_eq(verify_all(l, e, 0, 1 << 20), 5);
 	sluice_plog_close(l);
@@ -449,10 +449,10 @@ Test(plog, appends_during_inflight_write, .init = setup, .fini = teardown)
 		tag++;
 		while (sluice_plog_write_inflight(l))
 			reap_one();
-		cr_expect_leq(sluice_plog_high_watermark(l), leo_at_submit, "data appended after the submit is not yet committed");
+		cr_expect_leq(sluice_plog_written_end(l), leo_at_submit, "data appended after the submit is not yet committed");
 	}
 	flush_log(l);
-	cr_expect_eq(sluice_plog_high_watermark(l), sluice_plog_log_end(l));
+	cr_expect_eq(sluice_plog_written_end(l), sluice_plog_log_end(l));
 	cr_expect_eq(verify_all(l, e, 0, 1 << 20), e->count);
 	cr_expect_eq(verify_all(l, e, 0, 1000), e->count);
 	sluice_plog_close(l);
@@ -644,7 +644,7 @@ Test(plog, roll_with_write_in_flight, .init = setup, .fini = teardown)
 	free(e);
 }
 
-/* Proves close + clean reopen preserves everything: offsets, high watermark,
+/* Proves close + clean reopen preserves everything: offsets, written end,
  * every batch, offset_for_time, and that appends continue at the old end. */
 Test(plog, clean_reopen, .init = setup, .fini = teardown)
 {
@@ -656,7 +656,7 @@ Test(plog, clean_reopen, .init = setup, .fini = teardown)
 	struct sluice_plog_recovery rec;
 	l = open_log(&SMALL, true, &rec);
 	cr_expect_eq(sluice_plog_log_end(l), leo);
-	cr_expect_eq(sluice_plog_high_watermark(l), leo);
+	cr_expect_eq(sluice_plog_written_end(l), leo);
 	cr_expect_eq(sluice_plog_size_bytes(l), size);
 	cr_expect_eq(rec.bytes_truncated, 0);
 	cr_expect_eq(rec.segments_deleted, 0);
@@ -775,7 +775,7 @@ Test(plog, recovery_flipped_byte_active_segment, .init = setup, .fini = teardown
 	l = open_log(&BIG, false, &rec);
 	cr_expect_eq(rec.bytes_truncated, size - pos[5]);
 	cr_expect_eq(sluice_plog_log_end(l), e->base[5]);
-	cr_expect_eq(sluice_plog_high_watermark(l), e->base[5]);
+	cr_expect_eq(sluice_plog_written_end(l), e->base[5]);
 	e->count = 5;
 	cr_expect_eq(verify_all(l, e, 0, 1 << 20), 5);
 	sluice_plog_close(l);
@@ -820,7 +820,7 @@ Test(plog, recovery_flipped_byte_closed_segment_kept, .init = setup, .fini = tea
 	cr_expect_eq(rec.segments_damaged, 1);
 	cr_expect_eq(rec.bytes_truncated, 0);
 	cr_expect_eq(sluice_plog_log_end(l), leo, "the log end stays: no offset is reused");
-	cr_expect_eq(sluice_plog_high_watermark(l), leo);
+	cr_expect_eq(sluice_plog_written_end(l), leo);
 	int64_t left[64];
 	cr_expect_eq(list_logs(left, 64), nseg, "no segment deleted");
 	cr_expect_eq(file_size(p), size, "the damaged segment is kept whole");
@@ -964,7 +964,7 @@ Test(plog, recovery_after_process_crash, .init = setup, .fini = teardown)
 		flush_log(l);
 		for (int i = 0; i < 4; i++)
 			(void)append_batch(l, 3, 100, 333, 'X'); /* never written */
-		_exit(sluice_plog_high_watermark(l) == 21 ? 0 : 4);
+		_exit(sluice_plog_written_end(l) == 21 ? 0 : 4);
 	}
 	int status;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -1044,7 +1044,7 @@ static int try_open(bool clean, char *err, size_t errlen, struct sluice_plog **o
 {
 	struct sluice_plog_cfg cfg = {.segment_bytes = SMALL.segment_bytes, .index_interval_bytes = 4096,
 				      .flush_interval_messages = INT64_MAX, .direct_io = true};
-	struct sluice_plog_hooks hooks = {hook_wait_write, hook_committed, NULL};
+	struct sluice_plog_hooks hooks = {hook_wait_write, hook_written, NULL};
 	*out = NULL;
 	err[0] = '\0';
 	return sluice_plog_open(H.dir, &cfg, clean, &hooks, out, NULL, err, errlen);
@@ -1308,7 +1308,7 @@ static void expect_sparse_layout(struct sluice_plog *l)
 	expect_batch_at(l, TWO31 + 2, TWO31 + 2, 'D');
 	expect_batch_at(l, 2 * TWO31 + 1, TWO31 + 2, 'D');
 	expect_batch_at(l, 2 * TWO31 + 2, 2 * TWO31 + 2, 'E');
-	cr_expect_eq(sluice_plog_high_watermark(l), 2 * TWO31 + 3);
+	cr_expect_eq(sluice_plog_written_end(l), 2 * TWO31 + 3);
 }
 
 /* Proves honest batches whose offsets jump past 2^31 from the segment's
@@ -1481,7 +1481,7 @@ Test(plog, visit_tail, .init = setup, .fini = teardown)
 }
 
 /* Proves delete_records moves the log start (reads below it are out of
- * range), refuses offsets past the high watermark, removes whole segments
+ * range), refuses offsets past the written end, removes whole segments
  * below it, and persists it across a reopen. */
 Test(plog, delete_records, .init = setup, .fini = teardown)
 {
@@ -1490,8 +1490,8 @@ Test(plog, delete_records, .init = setup, .fini = teardown)
 	int64_t bases[64];
 	int nseg = list_logs(bases, 64);
 	cr_assert_geq(nseg, 3);
-	int64_t hw = sluice_plog_high_watermark(l);
-	cr_expect_eq(sluice_plog_delete_records(l, hw + 1), -1);
+	int64_t written = sluice_plog_written_end(l);
+	cr_expect_eq(sluice_plog_delete_records(l, written + 1), -1);
 	int64_t cut = bases[2] + 1;
 	cr_expect_eq(sluice_plog_delete_records(l, cut), cut);
 	cr_expect_eq(sluice_plog_log_start(l), cut);
@@ -1603,7 +1603,7 @@ Test(plog, preallocated_segments_crash, .init = setup, .fini = teardown)
 			(void)append_batch(l, 2, 100, 1500, (uint8_t)(i + 1));
 			flush_log(l);
 		}
-		_exit(sluice_plog_high_watermark(l) == 60 ? 0 : 4);
+		_exit(sluice_plog_written_end(l) == 60 ? 0 : 4);
 	}
 	int status;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -1829,8 +1829,8 @@ static void append_keyed(struct sluice_plog *l, int n, int keys, int first, uint
 /* Records readable from offset 0 on (whole log), counted. */
 static int64_t count_records(struct sluice_plog *l)
 {
-	int64_t off = sluice_plog_log_start(l), n = 0, hw = sluice_plog_high_watermark(l);
-	while (off < hw) {
+	int64_t off = sluice_plog_log_start(l), n = 0, written = sluice_plog_written_end(l);
+	while (off < written) {
 		uint8_t *buf = NULL;
 		int32_t got = sluice_plog_read(l, off, 1 << 20, true, &buf);
 		cr_assert_gt(got, 0);
@@ -1872,7 +1872,7 @@ Test(plog, compaction_job, .init = setup, .fini = teardown)
 	int64_t after = count_records(l);
 	cr_expect_lt(after, before);
 	cr_expect_geq(after, 20, "each key's newest record stays");
-	cr_expect_eq(sluice_plog_high_watermark(l), 400, "offsets unchanged");
+	cr_expect_eq(sluice_plog_written_end(l), 400, "offsets unchanged");
 	/* a pass that changed something is due again (shrunk neighbours merge);
 	 * the passes converge, and then none is due while nothing changes */
 	int passes = 0;
@@ -1909,7 +1909,7 @@ Test(plog, compaction_job, .init = setup, .fini = teardown)
 	cr_expect_gt(count_records(l), 0);
 	sluice_plog_close(l);
 	l = open_log(&SMALL, true, NULL);
-	cr_expect_eq(sluice_plog_high_watermark(l), 480);
+	cr_expect_eq(sluice_plog_written_end(l), 480);
 	(void)count_records(l);
 	sluice_plog_close(l);
 }
@@ -2128,12 +2128,12 @@ Test(plog, compaction_merges_segments, .init = setup, .fini = teardown)
 	int64_t b[128];
 	int before = list_logs(b, 128);
 	cr_assert_geq(before, 4);
-	int64_t hw = sluice_plog_high_watermark(l);
+	int64_t written = sluice_plog_written_end(l);
 	cr_expect_gt(sluice_plog_compact(l, 2000, 0, 1ll << 30), 0);
 	(void)sluice_plog_compact(l, 2000, 0, 1ll << 30);
 	int after = list_logs(b, 128);
 	cr_expect_lt(after, before, "segments merged: %d -> %d", before, after);
-	cr_expect_eq(sluice_plog_high_watermark(l), hw);
+	cr_expect_eq(sluice_plog_written_end(l), written);
 	int64_t n = count_records(l);
 	cr_expect_geq(n, 10);
 	sluice_plog_close(l);
@@ -2307,8 +2307,8 @@ Test(plog, random_damage_recovery, .init = setup, .fini = teardown)
 			}
 			free(ob->bytes);
 		}
-		int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l), last = -1;
-		while (off < hw) {
+		int64_t off = sluice_plog_log_start(l), written = sluice_plog_written_end(l), last = -1;
+		while (off < written) {
 			uint8_t *buf = NULL;
 			int32_t got = sluice_plog_read(l, off, 1 << 20, true, &buf);
 			if (got == -3 || got == 0) { /* refused (CRC, damage) or a gap: go on */
@@ -2336,7 +2336,7 @@ Test(plog, random_damage_recovery, .init = setup, .fini = teardown)
 			     round);
 		free(b);
 		flush_log(l);
-		cr_expect_eq(sluice_plog_high_watermark(l), lastoff + 1);
+		cr_expect_eq(sluice_plog_written_end(l), lastoff + 1);
 		cr_expect_geq(base, old_leo, "round %d", round);
 		sluice_plog_close(l);
 	}
@@ -2514,8 +2514,8 @@ static bool note_record(const struct sluice_record *rec, void *arg)
 static void read_newest(struct sluice_plog *l, int codec, struct newest *nw)
 {
 	memset(nw, 0, sizeof *nw);
-	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_high_watermark(l);
-	while (off < hw) {
+	int64_t off = sluice_plog_log_start(l), written = sluice_plog_written_end(l);
+	while (off < written) {
 		uint8_t *buf = NULL;
 		int32_t got = sluice_plog_read(l, off, 1 << 20, true, &buf);
 		cr_assert_gt(got, 0);
@@ -2558,7 +2558,7 @@ static void compaction_keeps_codec(int codec)
 		append_keyed_codec(l, 20, 20, 0, 1000 + i, codec);
 		flush_log(l);
 	}
-	int64_t hw = sluice_plog_high_watermark(l), before = sluice_plog_size_bytes(l);
+	int64_t written = sluice_plog_written_end(l), before = sluice_plog_size_bytes(l);
 	int64_t gone = 0, g;
 	for (int pass = 0; pass < 10 && (g = sluice_plog_compact(l, 2000, 0, 1ll << 30)) != 0; pass++) {
 		cr_assert_geq(g, 0, "pass failed");
@@ -2567,7 +2567,7 @@ static void compaction_keeps_codec(int codec)
 	int64_t after = sluice_plog_size_bytes(l);
 	cr_expect_gt(gone, 0, "compaction removed something");
 	cr_expect_leq(after, before, "codec %d: %" PRId64 " bytes after, %" PRId64 " before", codec, after, before);
-	cr_expect_eq(sluice_plog_high_watermark(l), hw, "offsets unchanged");
+	cr_expect_eq(sluice_plog_written_end(l), written, "offsets unchanged");
 	struct newest nw;
 	read_newest(l, codec, &nw);
 	cr_expect_lt(nw.records, batches * 20 + 40 * 20, "records were removed");
@@ -2597,7 +2597,7 @@ Test(plog, compaction_failure_logged, .init = setup, .fini = teardown)
 		append_keyed_codec(l, 20, 10, i * 20, i, SLUICE_CODEC_NONE);
 		flush_log(l);
 	}
-	int64_t hw = sluice_plog_high_watermark(l);
+	int64_t written = sluice_plog_written_end(l);
 	char p[300];
 	seg_file(p, sizeof p, 0, ".log.cleaned");
 	cr_assert_eq(mkdir(p, 0755), 0);
@@ -2615,7 +2615,7 @@ Test(plog, compaction_failure_logged, .init = setup, .fini = teardown)
 	cr_expect_eq(g, -1);
 	cr_expect_not_null(strstr(text, "compaction pass failed"), "logged: %s", text);
 	cr_expect_not_null(strstr(text, strerror(EISDIR)), "the reason logged: %s", text);
-	cr_expect_eq(sluice_plog_high_watermark(l), hw);
+	cr_expect_eq(sluice_plog_written_end(l), written);
 	cr_expect_eq(count_records(l), 60 * 20, "nothing removed");
 	rmdir(p);
 	sluice_plog_close(l);

@@ -1,0 +1,395 @@
+/* A partition's state above its log (see partition.h): offsets as consumers
+ * and replicas see them, the leader-epoch cache, the idempotent-producer
+ * table, append and fetch waiters. Leaf functions only: no I/O, no rings;
+ * the storage core calls them and does the messaging. */
+#include "dataplane/partition.h"
+#include "common/kafka/batch.h"
+#include "common/kafka/errors.h"
+#include "storage/plog.h"
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(SLUICE_PARTITION_EPOCHS_MAX <= UINT8_MAX, "epoch_n is uint8_t");
+
+void sluice_partition_init(struct sluice_partition *p, int32_t self_id)
+{
+	assert(self_id >= 0);
+	memset(p, 0, sizeof *p);
+	p->self_id = self_id;
+	p->replicas[0] = (struct sluice_replica){self_id, true, 0};
+	p->replica_n = 1;
+}
+
+void sluice_partition_fini(struct sluice_partition *p)
+{
+	assert(!p->wait_head);
+	free(p->prods);
+	p->prods = NULL;
+	p->prod_cap = p->prod_n = 0;
+	p->log = NULL;
+}
+
+static void rebuild_visit(const struct sluice_batch *b, void *arg)
+{
+	struct sluice_partition *p = arg;
+	sluice_partition_epoch_assign(p, b->leader_epoch, b->base_offset);
+	if (b->producer_id < 0)
+		return;
+	struct sluice_producer *pr = sluice_partition_producer(p, b->producer_id, true);
+	if (pr && b->producer_epoch >= pr->epoch)
+		sluice_partition_producer_record(p, b, b->base_offset, b->base_offset + b->last_offset_delta);
+}
+
+void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log)
+{
+	assert(log && !p->log);
+	p->log = log;
+	/* The written end on open is what recovery kept: a single node served
+	 * it before the stop. TODO(replication): restore the high watermark
+	 * from Kafka's replication-offset-checkpoint instead. */
+	int64_t written = sluice_plog_written_end(log);
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].id == p->self_id)
+			p->replicas[i].log_end = written;
+	p->high_watermark = p->replica_n == 1 ? written : sluice_plog_log_start(log);
+	/* Idempotent-producer state and epochs from the newest two segments. */
+	(void)sluice_plog_visit_tail(log, 2, rebuild_visit, p);
+	assert(p->high_watermark <= written);
+}
+
+int64_t sluice_partition_log_start(const struct sluice_partition *p) { return sluice_plog_log_start(p->log); }
+int64_t sluice_partition_log_end(const struct sluice_partition *p) { return sluice_plog_log_end(p->log); }
+int64_t sluice_partition_written_end(const struct sluice_partition *p) { return sluice_plog_written_end(p->log); }
+int64_t sluice_partition_high_watermark(const struct sluice_partition *p) { return p->high_watermark; }
+
+/* ---- high watermark ------------------------------------------------------ */
+
+/* The least log end over the ISR, capped by what is written here (a
+ * consumer is served from this log). Kafka's leader never moves it back. */
+static bool hw_update(struct sluice_partition *p, int64_t written)
+{
+	int64_t hw = written;
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].in_isr && p->replicas[i].log_end < hw)
+			hw = p->replicas[i].log_end;
+	if (hw <= p->high_watermark)
+		return false;
+	p->high_watermark = hw;
+	assert(p->high_watermark <= written);
+	return true;
+}
+
+/* This replica's position: the log's written end, or (without a log: unit
+ * tests, the controller's stubs) the last one reported for self. */
+static int64_t local_end(const struct sluice_partition *p)
+{
+	if (p->log)
+		return sluice_plog_written_end(p->log);
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].id == p->self_id)
+			return p->replicas[i].log_end;
+	return 0;
+}
+
+bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset)
+{
+	assert(log_end_offset >= 0);
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].id == replica_id) {
+			p->replicas[i].log_end = log_end_offset;
+			return hw_update(p, local_end(p));
+		}
+	return false;
+}
+
+bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end)
+{
+	assert(!p->log || written_end == sluice_plog_written_end(p->log));
+	bool moved = sluice_partition_replica_position(p, p->self_id, written_end);
+	assert(p->high_watermark <= written_end);
+	return moved;
+}
+
+static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
+{
+	for (uint8_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+int sluice_partition_set_leader(struct sluice_partition *p, int32_t epoch, const int32_t *replicas, uint8_t replica_n,
+				const int32_t *isr, uint8_t isr_n)
+{
+	assert(epoch >= 0);
+	if (replica_n > SLUICE_PARTITION_REPLICAS_MAX || isr_n > replica_n || !id_in(p->self_id, replicas, replica_n) ||
+	    !id_in(p->self_id, isr, isr_n))
+		return -1;
+	struct sluice_replica next[SLUICE_PARTITION_REPLICAS_MAX];
+	for (uint8_t i = 0; i < replica_n; i++) {
+		next[i] = (struct sluice_replica){replicas[i], id_in(replicas[i], isr, isr_n), 0};
+		/* A replica kept keeps its position; a new one starts unknown (0). */
+		for (uint8_t k = 0; k < p->replica_n; k++)
+			if (p->replicas[k].id == replicas[i])
+				next[i].log_end = p->replicas[k].log_end;
+	}
+	memcpy(p->replicas, next, replica_n * sizeof *next);
+	p->replica_n = replica_n;
+	if (epoch > p->leader_epoch)
+		p->leader_epoch = epoch;
+	/* TODO(replication): a new leader epoch truncates to the epoch cache's
+	 * answer, starts or stops the follower fetcher, and persists the epoch. */
+	(void)hw_update(p, local_end(p));
+	assert(p->replica_n >= 1);
+	return 0;
+}
+
+/* ---- leader-epoch cache -------------------------------------------------- */
+
+void sluice_partition_epoch_assign(struct sluice_partition *p, int32_t epoch, int64_t start_offset)
+{
+	if (epoch < 0 || start_offset < 0)
+		return;
+	if (p->epoch_n) {
+		const struct sluice_epoch_entry *last = &p->epochs[p->epoch_n - 1];
+		if (last->epoch == epoch && last->start_offset <= start_offset)
+			return;
+	}
+	/* Entries that would no longer increase in both go (Kafka's
+	 * maybeTruncateNonMonotonicEntries). */
+	while (p->epoch_n && (p->epochs[p->epoch_n - 1].epoch >= epoch ||
+			      p->epochs[p->epoch_n - 1].start_offset >= start_offset))
+		p->epoch_n--;
+	if (p->epoch_n == SLUICE_PARTITION_EPOCHS_MAX) {
+		memmove(p->epochs, p->epochs + 1, (p->epoch_n - 1) * sizeof *p->epochs);
+		p->epoch_n--;
+		p->epochs_dropped = true;
+	}
+	p->epochs[p->epoch_n++] = (struct sluice_epoch_entry){epoch, start_offset};
+	assert(p->epoch_n <= SLUICE_PARTITION_EPOCHS_MAX);
+}
+
+int64_t sluice_partition_epoch_end_offset(const struct sluice_partition *p, int32_t requested_epoch,
+					  int64_t log_end_offset, int32_t *epoch_out)
+{
+	*epoch_out = SLUICE_EPOCH_UNDEFINED;
+	if (requested_epoch < 0 || p->epoch_n == 0)
+		return SLUICE_EPOCH_OFFSET_UNDEFINED;
+	if (p->epochs[p->epoch_n - 1].epoch == requested_epoch) {
+		*epoch_out = requested_epoch;
+		return log_end_offset;
+	}
+	uint8_t higher = 0;
+	while (higher < p->epoch_n && p->epochs[higher].epoch <= requested_epoch)
+		higher++;
+	if (higher == p->epoch_n)
+		return SLUICE_EPOCH_OFFSET_UNDEFINED; /* above every known epoch */
+	if (higher == 0) {
+		if (p->epochs_dropped)
+			return SLUICE_EPOCH_OFFSET_UNDEFINED; /* its entry may have been dropped */
+		*epoch_out = requested_epoch;
+		return p->epochs[0].start_offset;
+	}
+	*epoch_out = p->epochs[higher - 1].epoch;
+	assert(*epoch_out <= requested_epoch);
+	return p->epochs[higher].start_offset;
+}
+
+void sluice_partition_epoch_truncate_from_end(struct sluice_partition *p, int64_t end_offset)
+{
+	while (p->epoch_n && p->epochs[p->epoch_n - 1].start_offset >= end_offset)
+		p->epoch_n--;
+}
+
+void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int64_t start_offset)
+{
+	uint8_t below = 0;
+	while (below < p->epoch_n && p->epochs[below].start_offset <= start_offset)
+		below++;
+	if (below == 0)
+		return;
+	/* The last entry starting at or below start_offset holds it: keep it,
+	 * moved up to start there; those before it go. */
+	p->epochs[below - 1].start_offset = start_offset;
+	memmove(p->epochs, p->epochs + below - 1, (size_t)(p->epoch_n - below + 1) * sizeof *p->epochs);
+	p->epoch_n = (uint8_t)(p->epoch_n - below + 1);
+	assert(p->epoch_n >= 1);
+}
+
+void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset)
+{
+	sluice_partition_epoch_assign(p, p->leader_epoch, base_offset);
+}
+
+/* ---- idempotent producers ------------------------------------------------ */
+
+static void producers_grow(struct sluice_partition *p)
+{
+	uint32_t old_cap = p->prod_cap, cap = old_cap ? old_cap * 2 : 16;
+	if (cap > SLUICE_PARTITION_PRODUCERS_MAX * 2) {
+		/* Full: forget every producer (they are treated as unknown,
+		 * which accepts their next sequence). Bounded memory wins. */
+		for (uint32_t i = 0; i < old_cap; i++)
+			p->prods[i].pid = -1;
+		p->prod_n = 0;
+		return;
+	}
+	struct sluice_producer *old = p->prods, *n = malloc(cap * sizeof *n);
+	assert(n);
+	for (uint32_t i = 0; i < cap; i++)
+		n[i].pid = -1;
+	p->prods = n;
+	p->prod_cap = cap;
+	p->prod_n = 0;
+	for (uint32_t i = 0; i < old_cap; i++)
+		if (old[i].pid >= 0)
+			*sluice_partition_producer(p, old[i].pid, true) = old[i];
+	free(old);
+	assert(p->prod_cap <= SLUICE_PARTITION_PRODUCERS_MAX * 2);
+}
+
+struct sluice_producer *sluice_partition_producer(struct sluice_partition *p, int64_t pid, bool create)
+{
+	assert(pid >= 0);
+	if (create && (p->prod_n + 1) * 2 > p->prod_cap)
+		producers_grow(p);
+	if (!p->prod_cap)
+		return NULL;
+	uint32_t mask = p->prod_cap - 1;
+	for (uint32_t i = (uint32_t)((uint64_t)pid * 0x9E3779B97F4A7C15ull >> 32) & mask;; i = (i + 1) & mask) {
+		if (p->prods[i].pid == pid)
+			return &p->prods[i];
+		if (p->prods[i].pid < 0) {
+			if (!create)
+				return NULL;
+			memset(&p->prods[i], 0, sizeof p->prods[i]);
+			p->prods[i].pid = pid;
+			p->prods[i].epoch = -1;
+			p->prod_n++;
+			return &p->prods[i];
+		}
+	}
+}
+
+static int32_t seq_add(int32_t seq, int32_t delta)
+{
+	return (int32_t)(((int64_t)seq + delta) % ((int64_t)INT32_MAX + 1));
+}
+
+void sluice_partition_producer_record(struct sluice_partition *p, const struct sluice_batch *b, int64_t base,
+				      int64_t last)
+{
+	struct sluice_producer *pr = sluice_partition_producer(p, b->producer_id, true);
+	assert(pr && last >= base);
+	if (b->producer_epoch != pr->epoch) {
+		pr->epoch = b->producer_epoch;
+		pr->n = pr->pos = 0;
+	}
+	int32_t last_seq = seq_add(b->base_sequence, b->last_offset_delta);
+	pr->last_seq = last_seq;
+	pr->recent[pr->pos].first_seq = b->base_sequence;
+	pr->recent[pr->pos].last_seq = last_seq;
+	pr->recent[pr->pos].base_offset = base;
+	pr->recent[pr->pos].last_offset = last;
+	pr->pos = (uint8_t)((pr->pos + 1) % SLUICE_PARTITION_PRODUCER_BATCHES);
+	if (pr->n < SLUICE_PARTITION_PRODUCER_BATCHES)
+		pr->n++;
+}
+
+enum sluice_producer_verdict sluice_partition_producer_check(struct sluice_partition *p, const struct sluice_batch *b,
+							     int64_t *base, int64_t *last, int16_t *error,
+							     const char **why)
+{
+	assert(b->producer_id >= 0);
+	struct sluice_producer *pr = sluice_partition_producer(p, b->producer_id, false);
+	if (!pr)
+		return SLUICE_PRODUCER_APPEND; /* unknown producer: any sequence is accepted */
+	int32_t last_seq = seq_add(b->base_sequence, b->last_offset_delta);
+	if (b->producer_epoch < pr->epoch) {
+		*why = "Producer's epoch is older than the broker's";
+		*error = KERR_INVALID_PRODUCER_EPOCH;
+		return SLUICE_PRODUCER_REFUSED;
+	}
+	if (b->producer_epoch > pr->epoch) {
+		if (b->base_sequence == 0)
+			return SLUICE_PRODUCER_APPEND;
+		*why = "A new producer epoch must start at sequence 0";
+		*error = KERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+		return SLUICE_PRODUCER_REFUSED;
+	}
+	for (uint8_t i = 0; i < pr->n; i++)
+		if (pr->recent[i].first_seq == b->base_sequence && pr->recent[i].last_seq == last_seq) {
+			*base = pr->recent[i].base_offset;
+			*last = pr->recent[i].last_offset;
+			return SLUICE_PRODUCER_DUPLICATE;
+		}
+	if (b->base_sequence != seq_add(pr->last_seq, 1)) {
+		*why = "Out of order sequence number";
+		*error = KERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+		return SLUICE_PRODUCER_REFUSED;
+	}
+	return SLUICE_PRODUCER_APPEND;
+}
+
+/* ---- waiters ------------------------------------------------------------- */
+
+void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op)
+{
+	assert(op && op != p->wait_tail);
+	op->next = NULL;
+	if (p->wait_tail)
+		p->wait_tail->next = op;
+	else
+		p->wait_head = op;
+	p->wait_tail = op;
+}
+
+struct partop *sluice_partition_wait_pop(struct sluice_partition *p)
+{
+	struct partop *op = p->wait_head;
+	if (!op)
+		return NULL;
+	p->wait_head = op->next;
+	if (!p->wait_head)
+		p->wait_tail = NULL;
+	op->next = NULL;
+	return op;
+}
+
+struct partop *sluice_partition_wait_pop_visible(struct sluice_partition *p, bool failed)
+{
+	if (!p->wait_head || (!failed && p->wait_head->last_offset >= p->high_watermark))
+		return NULL;
+	return sluice_partition_wait_pop(p);
+}
+
+void sluice_partition_watch(struct sluice_partition *p, int core)
+{
+	assert(core >= 0 && core < SLUICE_CORES_MAX);
+	p->fetch_waiters[core / 64] |= 1ull << (core % 64);
+}
+
+bool sluice_partition_watched(const struct sluice_partition *p, int core)
+{
+	assert(core >= 0 && core < SLUICE_CORES_MAX);
+	return p->fetch_waiters[core / 64] & (1ull << (core % 64));
+}
+
+int sluice_partition_take_watcher(struct sluice_partition *p, int from)
+{
+	assert(from >= 0);
+	for (int w = from / 64; w < SLUICE_PARTITION_WAITER_WORDS; w++) {
+		uint64_t bits = p->fetch_waiters[w];
+		if (w == from / 64)
+			bits &= ~0ull << (from % 64);
+		if (!bits)
+			continue;
+		int core = w * 64 + __builtin_ctzll(bits);
+		if (core >= SLUICE_CORES_MAX)
+			return -1;
+		p->fetch_waiters[w] &= ~(1ull << (core % 64));
+		return core;
+	}
+	return -1;
+}

@@ -1,0 +1,175 @@
+/* A partition's state above its log, in one place: what consumers may read
+ * (the high watermark) as opposed to what is written here (the log's written
+ * end) and what is assigned (the log end offset), the leader epoch and its
+ * epoch -> start offset cache, the idempotent-producer table, the appends
+ * waiting for their data to become visible and the network cores whose
+ * fetches wait for new data. It is the seam replication fills: a follower's
+ * fetch position reaches sluice_partition_replica_position, which moves the
+ * high watermark to the slowest in-sync replica, and the controller names
+ * leader, epoch and ISR through sluice_partition_set_leader. On a single node
+ * the ISR is {self} and the high watermark follows the written end exactly.
+ *
+ * Ownership: a partition belongs to the storage core that owns its log and
+ * is touched only by it. The log (storage/plog.h) is the storage core's: it
+ * opens, budgets and closes it; the partition borrows it between
+ * sluice_partition_attach and sluice_partition_fini. storage/ knows nothing
+ * of this module. */
+#ifndef SLUICE_PARTITION_H
+#define SLUICE_PARTITION_H
+#include "dataplane/core.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+struct sluice_plog;
+struct sluice_batch;
+
+/* Replicas a partition may have (Kafka's practical maximum is far below). */
+#define SLUICE_PARTITION_REPLICAS_MAX 16
+/* Entries of the leader-epoch cache kept in memory; past it the oldest is
+ * dropped (see sluice_partition_epoch_end_offset). Leader changes are rare:
+ * a log's retained range seldom spans more. */
+#define SLUICE_PARTITION_EPOCHS_MAX 16
+/* Idempotent producers remembered per partition; past it all are forgotten
+ * (treated as unknown, which accepts their next sequence): bounded memory. */
+#define SLUICE_PARTITION_PRODUCERS_MAX 65536
+/* Batches remembered per producer, so a retry gets its original offsets. */
+#define SLUICE_PARTITION_PRODUCER_BATCHES 5
+/* Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET. */
+#define SLUICE_EPOCH_UNDEFINED (-1)
+#define SLUICE_EPOCH_OFFSET_UNDEFINED (-1)
+
+#define SLUICE_PARTITION_WAITER_WORDS ((SLUICE_CORES_MAX + 63) / 64)
+_Static_assert(SLUICE_PARTITION_WAITER_WORDS * 64 >= SLUICE_CORES_MAX, "a fetch-waiter bit for every core");
+_Static_assert(SLUICE_CORES_MAX - 1 <= UINT8_MAX, "partop.net_core (uint8_t) holds every network core id");
+_Static_assert(SLUICE_PARTITION_PRODUCER_BATCHES <= UINT8_MAX, "producer ring positions are uint8_t");
+_Static_assert(SLUICE_PARTITION_REPLICAS_MAX <= UINT8_MAX, "replica counts are uint8_t");
+
+/* Idempotent-producer state for one producer on one partition: its epoch,
+ * last sequence, and its last batches. */
+struct sluice_producer {
+	int64_t pid; /* -1: free slot */
+	int16_t epoch;
+	int32_t last_seq;
+	uint8_t n, pos;
+	struct {
+		int32_t first_seq, last_seq;
+		int64_t base_offset, last_offset;
+	} recent[SLUICE_PARTITION_PRODUCER_BATCHES];
+};
+
+struct sluice_epoch_entry {
+	int32_t epoch;
+	int64_t start_offset; /* first offset appended under this epoch */
+};
+
+struct sluice_replica {
+	int32_t id;       /* broker id */
+	bool in_isr;
+	int64_t log_end;  /* its last known log end offset (for self: the written end) */
+};
+
+struct sluice_partition {
+	struct sluice_plog *log; /* borrowed from the storage core; NULL while not open */
+	int32_t self_id;         /* this broker's replica id */
+	int32_t leader_epoch;
+	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
+	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
+	uint8_t replica_n;
+	/* Leader-epoch cache, oldest first, epochs and start offsets both
+	 * increasing. TODO(replication): persist it as Kafka's
+	 * leader-epoch-checkpoint in the partition directory; it is rebuilt
+	 * from the newest segments at open until then. */
+	struct sluice_epoch_entry epochs[SLUICE_PARTITION_EPOCHS_MAX];
+	uint8_t epoch_n;
+	bool epochs_dropped;     /* the oldest entries were dropped for room */
+	struct sluice_producer *prods; /* open addressing by pid, owned */
+	uint32_t prod_cap, prod_n;
+	struct partop *wait_head, *wait_tail; /* appends waiting to become visible */
+	uint64_t fetch_waiters[SLUICE_PARTITION_WAITER_WORDS]; /* bit per network core */
+};
+
+/* Set up p (zeroed or not) for replica self_id: no log, epoch 0, the ISR
+ * {self}. fini frees what p owns (not the log, nor waiting ops, which the
+ * caller must have answered). */
+void sluice_partition_init(struct sluice_partition *p, int32_t self_id);
+void sluice_partition_fini(struct sluice_partition *p);
+/* The log is open: the high watermark starts at its written end (a single
+ * node serves what recovery kept), and the producer table and epoch cache are
+ * rebuilt from its newest segments. */
+void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log);
+
+/* Offsets. log_end: the next offset to assign; written_end: the end of
+ * what is written here; high_watermark: what consumers may read. Always
+ * log_start <= high_watermark <= written_end <= log_end. */
+int64_t sluice_partition_log_start(const struct sluice_partition *p);
+int64_t sluice_partition_log_end(const struct sluice_partition *p);
+int64_t sluice_partition_written_end(const struct sluice_partition *p);
+int64_t sluice_partition_high_watermark(const struct sluice_partition *p);
+
+/* The local log's written end moved (the plog's written hook, which may
+ * come while the log is still opening): this replica's position, and so
+ * the high watermark. Returns true when the high watermark moved. This is
+ * the one function through which a single node's high watermark follows
+ * its written end. */
+bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end);
+/* A replica's log end offset is known (the leader's own, or a follower's
+ * fetch position): the high watermark becomes the least position over the
+ * ISR, never moving back and never past the local written end. Returns true
+ * when it moved; unknown replica ids are ignored. */
+bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset);
+/* The controller's word: leader epoch, replicas and ISR (ids; isr a subset
+ * of replicas, at most SLUICE_PARTITION_REPLICAS_MAX). A stub for now: it
+ * records them and recomputes the high watermark; leadership moves
+ * (truncation, follower fetching) come with the replication issue. Returns
+ * 0, or -1 when the lists are refused (too long, self not a replica). */
+int sluice_partition_set_leader(struct sluice_partition *p, int32_t epoch, const int32_t *replicas, uint8_t replica_n,
+				const int32_t *isr, uint8_t isr_n);
+
+/* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). assign:
+ * epoch's first batch starts at start_offset (no change when epoch is the
+ * latest already and starts no later; entries that would no longer
+ * increase are dropped). end_offset: where requested_epoch ends: the log
+ * end for the latest epoch, else the start of the next higher epoch, with
+ * *epoch_out the largest known epoch <= requested (both UNDEFINED when
+ * requested is above every epoch, or below the oldest kept after entries
+ * were dropped). truncate_from_end: remove entries starting at or past
+ * end_offset (the log was cut there). truncate_from_start: entries wholly
+ * below start_offset go, the one holding it starts there. */
+void sluice_partition_epoch_assign(struct sluice_partition *p, int32_t epoch, int64_t start_offset);
+int64_t sluice_partition_epoch_end_offset(const struct sluice_partition *p, int32_t requested_epoch,
+					  int64_t log_end_offset, int32_t *epoch_out);
+void sluice_partition_epoch_truncate_from_end(struct sluice_partition *p, int64_t end_offset);
+void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int64_t start_offset);
+/* A batch was appended at base_offset under the current leader epoch. */
+void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset);
+
+/* Kafka's idempotence rules for batch b. */
+enum sluice_producer_verdict {
+	SLUICE_PRODUCER_APPEND,    /* append it (and then record it) */
+	SLUICE_PRODUCER_DUPLICATE, /* a retry: *base and *last are its original offsets */
+	SLUICE_PRODUCER_REFUSED,   /* *error (a Kafka error code) and *why say why */
+};
+enum sluice_producer_verdict sluice_partition_producer_check(struct sluice_partition *p, const struct sluice_batch *b,
+							     int64_t *base, int64_t *last, int16_t *error,
+							     const char **why);
+/* b was appended at [base, last]. */
+void sluice_partition_producer_record(struct sluice_partition *p, const struct sluice_batch *b, int64_t base,
+				      int64_t last);
+/* The producer's entry, or NULL (create: added when absent). */
+struct sluice_producer *sluice_partition_producer(struct sluice_partition *p, int64_t pid, bool create);
+
+/* Appends waiting for the high watermark to pass their last offset, in
+ * offset order (linked through op->next). pop_visible: the first one the
+ * high watermark passed (all of them when failed), else NULL; pop: the first
+ * whatever its offset. */
+void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op);
+struct partop *sluice_partition_wait_pop_visible(struct sluice_partition *p, bool failed);
+struct partop *sluice_partition_wait_pop(struct sluice_partition *p);
+
+/* Fetch waiters: network core `core` has a fetch waiting for data here.
+ * take: the next waiting core at or after *from (cleared), or -1. */
+void sluice_partition_watch(struct sluice_partition *p, int core);
+bool sluice_partition_watched(const struct sluice_partition *p, int core);
+int sluice_partition_take_watcher(struct sluice_partition *p, int from);
+
+#endif
