@@ -1,0 +1,414 @@
+/* Partition state tests: dataplane/partition.c on its own, and over a real
+ * partition log for the offsets it reads from it. They prove that the high
+ * watermark is the least position over the ISR and never passes the local
+ * written end (on a single node it follows the written end exactly); that a
+ * read clamped to the high watermark serves nothing past it while the log
+ * has more written; the leader-epoch cache's append, end-offset lookup and
+ * truncations (Kafka's LeaderEpochFileCache semantics) and its bound; the
+ * idempotent-producer rules (duplicates, order, epoch fencing) and the
+ * producer table's bound; the append wait list; and a fetch-waiter bit for
+ * every core id up to SLUICE_CORES_MAX - 1. */
+#include "batch_build.h"
+#include "common/kafka/batch.h"
+#include "common/kafka/errors.h"
+#include "dataplane/partition.h"
+#include "storage/plog.h"
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define SELF 1
+
+static struct sluice_partition P;
+
+static void part_setup(void) { sluice_partition_init(&P, SELF); }
+static void part_teardown(void) { sluice_partition_fini(&P); }
+
+TestSuite(partition, .init = part_setup, .fini = part_teardown);
+
+/* ---- high watermark -------------------------------------------------------- */
+
+/* Proves a single node's high watermark (ISR = {self}) is its written end,
+ * moving with every report of it. */
+Test(partition, hw_single_node_follows_written_end)
+{
+	cr_expect_eq(sluice_partition_high_watermark(&P), 0);
+	cr_expect(sluice_partition_on_written(&P, 10));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 10);
+	cr_expect_not(sluice_partition_on_written(&P, 10), "no move, no news");
+	cr_expect(sluice_partition_on_written(&P, 25));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 25);
+}
+
+/* Proves the high watermark is the slowest ISR member's position, never
+ * past the local written end, never moving back, and not held by a replica
+ * outside the ISR; unknown replicas and refused lists change nothing. */
+Test(partition, hw_is_min_over_isr)
+{
+	int32_t all[] = {SELF, 2, 3};
+	cr_assert_eq(sluice_partition_set_leader(&P, 1, all, 3, all, 3), 0);
+	cr_expect_eq(P.leader_epoch, 1);
+	cr_expect_not(sluice_partition_on_written(&P, 100), "followers at 0 hold it");
+	cr_expect_eq(sluice_partition_high_watermark(&P), 0);
+	cr_expect_not(sluice_partition_replica_position(&P, 2, 50));
+	cr_expect(sluice_partition_replica_position(&P, 3, 70));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 50);
+	cr_expect(sluice_partition_replica_position(&P, 2, 120));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 70);
+	cr_expect(sluice_partition_replica_position(&P, 3, 200));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 100, "capped by the local written end");
+	cr_expect_not(sluice_partition_replica_position(&P, 3, 60));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 100, "never moves back");
+	cr_expect_not(sluice_partition_replica_position(&P, 9, 500), "unknown replica");
+
+	/* Replica 3 leaves the ISR: only self (130) and 2 (120) count. */
+	int32_t isr[] = {SELF, 2};
+	cr_assert_eq(sluice_partition_set_leader(&P, 2, all, 3, isr, 2), 0);
+	cr_expect(sluice_partition_on_written(&P, 130));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 120);
+	cr_expect_not(sluice_partition_replica_position(&P, 3, 0), "outside the ISR");
+
+	int32_t others[] = {2, 3};
+	cr_expect_eq(sluice_partition_set_leader(&P, 3, others, 2, others, 2), -1, "self not a replica");
+	int32_t many[SLUICE_PARTITION_REPLICAS_MAX + 1] = {SELF};
+	for (int i = 1; i <= SLUICE_PARTITION_REPLICAS_MAX; i++)
+		many[i] = i + 1;
+	cr_expect_eq(sluice_partition_set_leader(&P, 3, many, SLUICE_PARTITION_REPLICAS_MAX + 1, many, 1), -1);
+	cr_expect_eq(P.leader_epoch, 2);
+	cr_expect_eq(P.replica_n, 3);
+}
+
+/* ---- over a real log -------------------------------------------------------- */
+
+static struct {
+	struct io_uring ring;
+	char root[64], dir[96];
+} L;
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	return remove(p);
+}
+
+static void reap_one(void)
+{
+	struct io_uring_cqe *cqe;
+	io_uring_submit(&L.ring);
+	cr_assert_eq(io_uring_wait_cqe(&L.ring, &cqe), 0);
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	int res = cqe->res;
+	io_uring_cqe_seen(&L.ring, cqe);
+	if (ud & ~(uint64_t)7)
+		sluice_plog_complete((struct sluice_plog *)(uintptr_t)(ud & ~(uint64_t)7), (int)(ud & 7), res);
+}
+
+static void wait_write(struct sluice_plog *l, void *arg)
+{
+	(void)arg;
+	while (sluice_plog_write_inflight(l))
+		reap_one();
+}
+
+/* The storage core's hook, as dataplane/storage_core.c has it. */
+static void on_written(struct sluice_plog *l, void *arg)
+{
+	(void)sluice_partition_on_written(arg, sluice_plog_written_end(l));
+}
+
+static void flush(struct sluice_plog *l)
+{
+	while (sluice_plog_write_pending(l)) {
+		cr_assert_eq(sluice_plog_submit_write(l, &L.ring), 0);
+		while (sluice_plog_write_inflight(l))
+			reap_one();
+	}
+}
+
+static struct sluice_plog *open_log(void)
+{
+	snprintf(L.root, sizeof L.root, "/tmp/sluice-partition-XXXXXX");
+	cr_assert_not_null(mkdtemp(L.root));
+	snprintf(L.dir, sizeof L.dir, "%s/t-0", L.root);
+	int rc = io_uring_queue_init(16, &L.ring, 0);
+	if (rc < 0)
+		cr_skip_test("io_uring unavailable: %s", strerror(-rc));
+	struct sluice_plog_cfg cfg = {.segment_bytes = 1 << 30, .index_interval_bytes = 4096,
+				      .flush_interval_messages = INT64_MAX, .direct_io = true};
+	struct sluice_plog_hooks hooks = {wait_write, on_written, &P};
+	struct sluice_plog *l = NULL;
+	char err[256] = "";
+	cr_assert_eq(sluice_plog_open(L.dir, &cfg, true, &hooks, &l, NULL, err, sizeof err), 0, "%s", err);
+	return l;
+}
+
+static void close_log(struct sluice_plog *l)
+{
+	sluice_plog_close(l);
+	io_uring_queue_exit(&L.ring);
+	nftw(L.root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void append(struct sluice_plog *l, int n)
+{
+	size_t len;
+	uint8_t *b = tb_simple(n, 1000, 10, &len);
+	int64_t base, last;
+	cr_assert_eq(sluice_plog_append(l, b, len, P.leader_epoch, -1, &base, &last), 0);
+	sluice_partition_on_append(&P, base);
+	free(b);
+}
+
+/* Proves log end, written end and high watermark stay apart: an append
+ * moves the log end only; its write moves the written end and (single
+ * node) the high watermark with it; with a follower behind, a read stops at
+ * the high watermark although more is written, and an offset between the
+ * two answers "nothing yet", not out of range. */
+Test(partition, offsets_over_a_log)
+{
+	struct sluice_plog *l = open_log();
+	sluice_partition_attach(&P, l);
+	append(l, 3);
+	cr_expect_eq(sluice_partition_log_end(&P), 3);
+	cr_expect_eq(sluice_partition_written_end(&P), 0);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 0);
+	flush(l);
+	cr_expect_eq(sluice_partition_written_end(&P), 3);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 3, "single node: follows the written end");
+
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(sluice_partition_set_leader(&P, 1, all, 2, all, 2), 0);
+	append(l, 2); /* offsets 3..4, epoch 1 */
+	append(l, 4); /* offsets 5..8 */
+	flush(l);
+	cr_expect_eq(sluice_partition_written_end(&P), 9);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 3, "the follower has not fetched");
+	cr_expect(sluice_partition_replica_position(&P, 2, 5));
+	int64_t hw = sluice_partition_high_watermark(&P);
+	cr_expect_eq(hw, 5);
+	uint8_t *out = NULL;
+	int32_t n = sluice_plog_read_below(l, 0, hw, 1 << 20, true, &out);
+	cr_assert_gt(n, 0);
+	int64_t end = -1;
+	for (int32_t pos = 0; pos < n;) {
+		struct sluice_batch b;
+		cr_assert_eq(sluice_batch_parse(out + pos, (size_t)(n - pos), &b), SLUICE_BATCH_OK);
+		end = b.base_offset + b.last_offset_delta + 1;
+		pos += (int32_t)sluice_batch_total_bytes(&b);
+	}
+	free(out);
+	cr_expect_eq(end, 5, "served up to the high watermark, not the written end");
+	cr_expect_eq(sluice_plog_read_below(l, 5, hw, 1 << 20, true, &out), 0, "past it: nothing yet");
+	cr_expect_eq(sluice_plog_read_below(l, 10, hw, 1 << 20, true, &out), -1, "past the log end");
+	cr_expect_gt(sluice_plog_read(l, 5, 1 << 20, true, &out), 0, "the log itself has it");
+	free(out);
+	int32_t e;
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 0, sluice_partition_log_end(&P), &e), 3);
+	cr_expect_eq(e, 0);
+	close_log(l);
+}
+
+/* ---- leader-epoch cache ------------------------------------------------------- */
+
+/* Proves Kafka's epoch -> start offset rules: a new epoch appends, the
+ * latest epoch again changes nothing, lookups answer the next epoch's start
+ * (the log end for the latest), an epoch above every known one is
+ * undefined, and truncating from the end or the start cuts entries. */
+Test(partition, epoch_cache)
+{
+	int32_t e;
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 0, 50, &e), SLUICE_EPOCH_OFFSET_UNDEFINED, "empty");
+	sluice_partition_epoch_assign(&P, 0, 0);
+	sluice_partition_epoch_assign(&P, 0, 5);
+	cr_expect_eq(P.epoch_n, 1, "same epoch, later offset: no change");
+	sluice_partition_epoch_assign(&P, 1, 10);
+	sluice_partition_epoch_assign(&P, 3, 20);
+	cr_expect_eq(P.epoch_n, 3);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 0, 30, &e), 10);
+	cr_expect_eq(e, 0);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 1, 30, &e), 20);
+	cr_expect_eq(e, 1);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 2, 30, &e), 20, "unknown epoch: the floor's end");
+	cr_expect_eq(e, 1);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 3, 30, &e), 30, "latest: the log end");
+	cr_expect_eq(e, 3);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 4, 30, &e), SLUICE_EPOCH_OFFSET_UNDEFINED);
+	cr_expect_eq(e, SLUICE_EPOCH_UNDEFINED);
+
+	sluice_partition_epoch_truncate_from_end(&P, 20);
+	cr_expect_eq(P.epoch_n, 2, "epoch 3 started at the cut");
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 1, 20, &e), 20);
+	cr_expect_eq(e, 1);
+	sluice_partition_epoch_truncate_from_start(&P, 12);
+	cr_expect_eq(P.epoch_n, 1);
+	cr_expect_eq(P.epochs[0].epoch, 1);
+	cr_expect_eq(P.epochs[0].start_offset, 12);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 0, 20, &e), 12, "below every epoch: the first start");
+	cr_expect_eq(e, 0);
+
+	/* Entries that would no longer increase go. */
+	sluice_partition_epoch_assign(&P, 4, 30);
+	sluice_partition_epoch_assign(&P, 5, 25);
+	cr_expect_eq(P.epoch_n, 2);
+	cr_expect_eq(P.epochs[1].epoch, 5);
+	cr_expect_eq(P.epochs[1].start_offset, 25);
+	sluice_partition_epoch_assign(&P, -1, 40);
+	cr_expect_eq(P.epoch_n, 2, "producer-supplied -1 is no epoch");
+}
+
+/* Proves the cache is bounded: past SLUICE_PARTITION_EPOCHS_MAX the oldest
+ * entries go, and a lookup below the oldest kept is then undefined rather
+ * than a guess. */
+Test(partition, epoch_cache_bounded)
+{
+	for (int32_t i = 0; i < SLUICE_PARTITION_EPOCHS_MAX + 4; i++)
+		sluice_partition_epoch_assign(&P, i, 10 * i);
+	cr_expect_eq(P.epoch_n, SLUICE_PARTITION_EPOCHS_MAX);
+	cr_expect_eq(P.epochs[0].epoch, 4);
+	int32_t e;
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 1, 1000, &e), SLUICE_EPOCH_OFFSET_UNDEFINED);
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 4, 1000, &e), 50);
+	cr_expect_eq(e, 4);
+	/* The leader's appends under one epoch add one entry. */
+	P.leader_epoch = 100;
+	sluice_partition_on_append(&P, 1000);
+	sluice_partition_on_append(&P, 1001);
+	cr_expect_eq(P.epochs[P.epoch_n - 1].epoch, 100);
+	cr_expect_eq(P.epochs[P.epoch_n - 1].start_offset, 1000);
+}
+
+/* ---- idempotent producers ---------------------------------------------------- */
+
+static struct sluice_batch pbatch(int64_t pid, int16_t epoch, int32_t first_seq, int32_t count)
+{
+	struct sluice_batch b = {0};
+	b.producer_id = pid;
+	b.producer_epoch = epoch;
+	b.base_sequence = first_seq;
+	b.last_offset_delta = count - 1;
+	b.records_count = count;
+	return b;
+}
+
+static enum sluice_producer_verdict check(struct sluice_batch b, int64_t *base, int64_t *last, int16_t *err)
+{
+	const char *why = NULL;
+	*err = 0;
+	enum sluice_producer_verdict v = sluice_partition_producer_check(&P, &b, base, last, err, &why);
+	cr_expect_eq(v == SLUICE_PRODUCER_REFUSED, why != NULL, "a refusal says why");
+	return v;
+}
+
+/* Proves the idempotence rules: an unknown producer's batch is accepted at
+ * any sequence; a retry of one of the last batches is a duplicate answered
+ * with its original offsets; a gap is out of order; an older epoch is
+ * fenced; a newer one must start at sequence 0; sequences wrap at
+ * INT32_MAX. */
+Test(partition, producer_rules)
+{
+	int64_t base = -1, last = -1;
+	int16_t err;
+	cr_expect_eq(check(pbatch(7, 0, 40, 5), &base, &last, &err), SLUICE_PRODUCER_APPEND, "unknown producer");
+	struct sluice_batch b = pbatch(7, 0, 0, 5);
+	sluice_partition_producer_record(&P, &b, 100, 104);
+	b = pbatch(7, 0, 5, 2);
+	cr_expect_eq(check(b, &base, &last, &err), SLUICE_PRODUCER_APPEND);
+	sluice_partition_producer_record(&P, &b, 105, 106);
+	cr_expect_eq(check(pbatch(7, 0, 0, 5), &base, &last, &err), SLUICE_PRODUCER_DUPLICATE);
+	cr_expect_eq(base, 100);
+	cr_expect_eq(last, 104);
+	cr_expect_eq(check(pbatch(7, 0, 5, 2), &base, &last, &err), SLUICE_PRODUCER_DUPLICATE);
+	cr_expect_eq(base, 105);
+	cr_expect_eq(check(pbatch(7, 0, 9, 1), &base, &last, &err), SLUICE_PRODUCER_REFUSED);
+	cr_expect_eq(err, KERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+
+	b = pbatch(7, 1, 0, 1);
+	cr_expect_eq(check(b, &base, &last, &err), SLUICE_PRODUCER_APPEND, "a new epoch from 0");
+	sluice_partition_producer_record(&P, &b, 107, 107);
+	cr_expect_eq(check(pbatch(7, 0, 7, 1), &base, &last, &err), SLUICE_PRODUCER_REFUSED);
+	cr_expect_eq(err, KERR_INVALID_PRODUCER_EPOCH, "the old epoch is fenced");
+	cr_expect_eq(check(pbatch(7, 2, 3, 1), &base, &last, &err), SLUICE_PRODUCER_REFUSED);
+	cr_expect_eq(err, KERR_OUT_OF_ORDER_SEQUENCE_NUMBER, "a new epoch must start at 0");
+	cr_expect_eq(check(pbatch(7, 1, 0, 5), &base, &last, &err), SLUICE_PRODUCER_REFUSED,
+		     "not a retry of a batch it remembers: out of order");
+
+	/* Only the last SLUICE_PARTITION_PRODUCER_BATCHES are remembered. */
+	int32_t seq = 1;
+	for (int i = 0; i < SLUICE_PARTITION_PRODUCER_BATCHES + 1; i++, seq++) {
+		b = pbatch(7, 1, seq, 1);
+		sluice_partition_producer_record(&P, &b, 108 + i, 108 + i);
+	}
+	cr_expect_eq(check(pbatch(7, 1, 1, 1), &base, &last, &err), SLUICE_PRODUCER_REFUSED, "too old to be known");
+	cr_expect_eq(check(pbatch(7, 1, 2, 1), &base, &last, &err), SLUICE_PRODUCER_DUPLICATE);
+
+	/* Sequences wrap after INT32_MAX. */
+	b = pbatch(8, 0, INT32_MAX - 1, 2);
+	sluice_partition_producer_record(&P, &b, 200, 201);
+	cr_expect_eq(check(pbatch(8, 0, 0, 1), &base, &last, &err), SLUICE_PRODUCER_APPEND);
+}
+
+/* Proves the producer table is bounded: SLUICE_PARTITION_PRODUCERS_MAX fit;
+ * one more forgets them all (they are unknown again, which accepts their
+ * next sequence) instead of growing. */
+Test(partition, producer_table_bounded)
+{
+	for (int64_t pid = 0; pid < SLUICE_PARTITION_PRODUCERS_MAX; pid++) {
+		struct sluice_batch b = pbatch(pid, 0, 0, 1);
+		sluice_partition_producer_record(&P, &b, pid, pid);
+	}
+	cr_expect_eq(P.prod_n, SLUICE_PARTITION_PRODUCERS_MAX);
+	cr_expect_not_null(sluice_partition_producer(&P, 0, false));
+	uint32_t cap = P.prod_cap;
+	struct sluice_batch b = pbatch(SLUICE_PARTITION_PRODUCERS_MAX, 0, 0, 1);
+	sluice_partition_producer_record(&P, &b, 0, 0);
+	cr_expect_eq(P.prod_cap, cap, "no growth past the bound");
+	cr_expect_eq(P.prod_n, 1);
+	cr_expect_null(sluice_partition_producer(&P, 0, false), "forgotten");
+	int64_t base, last;
+	int16_t err;
+	cr_expect_eq(check(pbatch(0, 0, 77, 1), &base, &last, &err), SLUICE_PRODUCER_APPEND);
+}
+
+/* ---- waiters ------------------------------------------------------------------ */
+
+/* Proves appends are answered in order once the high watermark passes their
+ * last offset, all of them when the log failed. */
+Test(partition, append_waiters)
+{
+	struct partop a = {.last_offset = 4}, b = {.last_offset = 9};
+	sluice_partition_wait_append(&P, &a);
+	sluice_partition_wait_append(&P, &b);
+	cr_expect_null(sluice_partition_wait_pop_visible(&P, false));
+	(void)sluice_partition_on_written(&P, 5);
+	cr_expect_eq(sluice_partition_wait_pop_visible(&P, false), &a);
+	cr_expect_null(sluice_partition_wait_pop_visible(&P, false));
+	cr_expect_eq(sluice_partition_wait_pop_visible(&P, true), &b, "a failed log answers everything");
+	cr_expect_null(P.wait_head);
+	cr_expect_null(P.wait_tail);
+}
+
+/* Proves every core id from 0 to SLUICE_CORES_MAX - 1 has its own waiter
+ * bit, and taking them yields each once, in order. */
+Test(partition, fetch_waiter_bitmap)
+{
+	for (int c = 0; c < SLUICE_CORES_MAX; c += 3)
+		sluice_partition_watch(&P, c);
+	sluice_partition_watch(&P, SLUICE_CORES_MAX - 1);
+	sluice_partition_watch(&P, SLUICE_CORES_MAX - 1);
+	for (int c = 0; c < SLUICE_CORES_MAX; c++)
+		cr_expect_eq(sluice_partition_watched(&P, c), c % 3 == 0 || c == SLUICE_CORES_MAX - 1, "core %d", c);
+	int want = 0, got;
+	for (int from = 0; (got = sluice_partition_take_watcher(&P, from)) >= 0; from = got + 1) {
+		cr_expect_eq(got, want);
+		want = want + 3 < SLUICE_CORES_MAX ? want + 3 : SLUICE_CORES_MAX - 1;
+		if (got == SLUICE_CORES_MAX - 1)
+			want = -1;
+	}
+	cr_expect_eq(want, -1, "the last core was taken");
+	for (int c = 0; c < SLUICE_CORES_MAX; c++)
+		cr_expect_not(sluice_partition_watched(&P, c));
+	cr_expect_eq(sluice_partition_take_watcher(&P, 0), -1);
+}
