@@ -22,10 +22,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PEER_ORDER = ["sluice", "sluice-fsync", "kafka", "rabbitmq", "null"]
+# "before" and "after" are perf/compare-revs.sh's two Sluice revisions.
+PEER_ORDER = ["before", "after", "sluice", "sluice-fsync", "kafka", "rabbitmq", "null"]
 PEER_LABEL = {"sluice": "Sluice", "sluice-fsync": "Sluice (fsync)", "kafka": "Apache Kafka",
               "rabbitmq": "RabbitMQ", "null": "null sink"}
-PEER_COLOR = {"sluice": "#1f77b4", "sluice-fsync": "#6baed6", "kafka": "#d62728",
+PEER_COLOR = {"before": "#9ecae1", "after": "#08519c", "sluice": "#1f77b4", "sluice-fsync": "#6baed6", "kafka": "#d62728",
               "rabbitmq": "#ff7f0e", "null": "#7f7f7f"}
 PCTS = [("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("p99_99", "p99.99"), ("max", "max")]
 
@@ -78,6 +79,8 @@ def collect(raw):
                                              "result": load(os.path.join(pdir, name + ".json")),
                                              "log": os.path.join("raw", wl, peer, name + ".log")}
             data.setdefault(wl, {})[peer] = entry
+            if peer not in PEER_LABEL and entry["peer"].get("version"):
+                PEER_LABEL[peer] = entry["peer"]["version"]  # an extra Sluice binary
     return data
 
 
