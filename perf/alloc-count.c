@@ -207,9 +207,15 @@ static void ac_put_str(char *buf, size_t *at, const char *s)
 		buf[(*at)++] = *s++;
 }
 
+/* A dump: the header (3 numbers of at most 20 digits and a word) and per class its name
+ * and AC_FNS numbers of at most 20 digits, each with a separator. */
+enum { AC_DUMP_MAX = 1024 };
+_Static_assert(64 + AC_CLASSES * (16 + AC_FNS * 21 + 1) <= AC_DUMP_MAX,
+	       "a dump must fit its buffer");
+
 static void ac_dump(const char *reason)
 {
-	char buf[1024];
+	char buf[AC_DUMP_MAX];
 	size_t at = 0;
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -5,7 +5,7 @@
 #
 # Peers: Sluice (single node, default flush: ack after the O_DIRECT write, no fsync);
 # sluice-fsync (the same with log.flush.interval.messages=1: fdatasync per group commit,
-# workload 2 only); Apache Kafka 4.1.1 in KRaft mode from Maven Central jars
+# workload 2 only); Apache Kafka 4.4.0 (kafka-ref.sh's default) in KRaft mode from Maven Central jars
 # (tests/reference/kafka-ref.sh) with the production heap and GC settings of Kafka's
 # documentation and its default flush (page cache, no fsync); RabbitMQ from Debian
 # (perf/rabbitmq-ref.sh) with durable streams and publisher confirms, driven by
@@ -63,7 +63,7 @@ build="$root/build-release"
 scale=full
 peers="sluice kafka rabbitmq null sluice-fsync"
 workloads="1 2 3 4"
-declare -A sluice_bin=() sluice_label=()
+declare -A sluice_bin=() sluice_label=() sluice_conf=()
 sluice_extra=()
 opt_warmup="" opt_duration="" opt_readback=""
 out="$here/results"
@@ -177,6 +177,9 @@ for kv in "${sluice_extra[@]}"; do
   bin=$(cd "$(dirname "${kv#*=}")" && pwd)/$(basename "${kv#*=}")
   [ -x "$bin" ] || die "--sluice $name: $bin is not an executable"
   sluice_bin[$name]=$bin
+  # A binary built from another revision's tree runs with that tree's configuration.
+  conf="$(dirname "$bin")/../../deploy/single-node.properties"
+  [ -f "$conf" ] && sluice_conf[$name]=$(cd "$(dirname "$conf")" && pwd)/single-node.properties
 done
 is_sluice() { [ -n "${sluice_bin[$1]:-}" ]; }
 
@@ -222,7 +225,7 @@ peer_start() {
   if is_sluice "$peer"; then
     local extra=()
     [ "$peer" = sluice-fsync ] && extra=(--override log.flush.interval.messages=1)
-    sluice_cmd=("${sluice_bin[$peer]}" "$root/deploy/single-node.properties"
+    sluice_cmd=("${sluice_bin[$peer]}" "${sluice_conf[$peer]:-$root/deploy/single-node.properties}"
       --override "log.dirs=$dir/data"
       --override "listeners=PLAINTEXT://127.0.0.1:$port"
       --override "advertised.listeners=PLAINTEXT://127.0.0.1:$port"
@@ -330,7 +333,7 @@ peer_config() {
     kafka) echo "KRaft combined node, -Xmx6g -Xms6g G1 (MaxGCPauseMillis=20), 3 network + 8 I/O threads; consumers: $membership" ;;
     rabbitmq) echo "one node, one durable stream per partition over AMQP 0-9-1, publisher confirms (window 8192), prefetch 2000 per stream within 20000 per connection; consumers: streams assigned directly" ;;
     null) echo "thread per connection" ;;
-    *) is_sluice "$1" && echo "${sluice_bin[$1]} with deploy/single-node.properties: 1 network core, 1 storage core; consumers: $membership" ;;
+    *) is_sluice "$1" && echo "${sluice_bin[$1]} with ${sluice_conf[$1]:-deploy/single-node.properties}: 1 network core, 1 storage core; consumers: $membership" ;;
   esac
 }
 
