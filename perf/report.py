@@ -506,7 +506,6 @@ def summary(raw, data):
     """One column per peer: what perf/compare-revs.sh puts into docs/benchmarks.md."""
     peers = [p for p in PEER_ORDER if any(p in data.get(w, {}) for w in data)]
     peers += sorted({p for w in data.values() for p in w} - set(peers))
-    sl = [p for p in peers if is_sluice(p)]
 
     def cell(wl, name, s, what, p):
         ph = phase_of(data, wl, p, name)
@@ -551,22 +550,20 @@ def summary(raw, data):
     for title, wl, name, s, what in spec:
         if wl not in data:
             continue
-        cells = [cell(wl, name, s, what, p) for p in peers]
-        ratios = []
+        rows.append([title] + [cell(wl, name, s, what, p) for p in peers])
         if what == "cpu":
+            # Kafka's CPU per record over each Sluice peer's: the issue's "x less CPU".
             k = cpu_us_per_record(phase_of(data, wl, KAFKA_PEER, name))
-            for p in sl:
-                c = cpu_us_per_record(phase_of(data, wl, p, name))
-                ratios.append(fmt_x(k / c) if k and c else "–")
-        else:
-            ratios = [""] * len(sl)
-        rows.append([title] + cells + ratios)
+            ratio = []
+            for p in peers:
+                c = cpu_us_per_record(phase_of(data, wl, p, name)) if is_sluice(p) else None
+                ratio.append(f"**{fmt_x(k / c)}**" if k and c else "")
+            rows.append([title.replace("CPU µs/record", "Kafka's CPU per record / this")] + ratio)
     if "alloc" in data:
         for name, kind in (("produce", "Produce"), ("fetch", "Fetch")):
             rows.append([f"allocations per {kind} request"]
-                        + [alloc_cell(p, name, kind) for p in peers] + [""] * len(sl))
-    return table(["measure"] + [label(p) for p in peers]
-                 + [f"Kafka/{label(p)} CPU" for p in sl], rows)
+                        + [alloc_cell(p, name, kind) for p in peers])
+    return table(["measure"] + [label(p) for p in peers], rows)
 
 
 # ------------------------------------------------------------------ charts

@@ -35,7 +35,7 @@
 # major page faults over the phase; report.py divides the CPU time by the records.
 #
 # usage: perf/run-all.sh [--scale quick|full] [--peers "sluice kafka rabbitmq null
-#          sluice-fsync"] [--workloads "1 2 3 4"] [--out DIR] [--workdir DIR]
+#          sluice-fsync"] [--workloads "1 2 3 4 readback alloc"] [--out DIR] [--workdir DIR]
 #          [--membership group|assign] [--quiet-wait S] [--no-install] [--no-build]
 #          [--keep] [--warmup S] [--duration S] [--readback-bytes B]
 #          [--sluice NAME=BROKER-BINARY]... [--label NAME=TEXT]...
@@ -62,7 +62,7 @@ root=$(cd "$here/.." && pwd)
 build="$root/build-release"
 scale=full
 peers="sluice kafka rabbitmq null sluice-fsync"
-workloads="1 2 3 4"
+workloads="1 2 3 4 readback alloc"
 declare -A sluice_bin=() sluice_label=() sluice_conf=()
 sluice_extra=()
 opt_warmup="" opt_duration="" opt_readback=""
@@ -99,7 +99,7 @@ while [ $# -gt 0 ]; do
     --label)
       [[ $2 == *=* ]] || die "--label needs NAME=TEXT"
       sluice_label[${2%%=*}]=${2#*=}; shift 2 ;;
-    -h|--help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
