@@ -79,8 +79,10 @@ def collect(raw):
                                              "result": load(os.path.join(pdir, name + ".json")),
                                              "log": os.path.join("raw", wl, peer, name + ".log")}
             data.setdefault(wl, {})[peer] = entry
+            if peer not in PEER_ORDER:  # an extra Sluice binary (run-all.sh --sluice)
+                PEER_ORDER.append(peer)
             if peer not in PEER_LABEL and entry["peer"].get("version"):
-                PEER_LABEL[peer] = entry["peer"]["version"]  # an extra Sluice binary
+                PEER_LABEL[peer] = entry["peer"]["version"]
     return data
 
 
@@ -633,7 +635,7 @@ def chart_throughput(data, out, target):
         for h, l in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(l, h)
     order = [label(p) for p in PEER_ORDER if label(p) in seen]
-    fig.legend([seen[l] for l in order], order, loc="upper center", ncol=len(order), fontsize=9)
+    fig.legend([seen[l] for l in order], order, loc="upper center", ncol=max(len(order), 1), fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     path = os.path.join(out, "throughput.png")
     fig.savefig(path, dpi=110)
@@ -729,7 +731,8 @@ def scaled_sizes(a):
         "alloc": f"the broker started with perf/alloc-count preloaded; 1 producer of 100 B records, "
                  f"6 partitions, acks=1, at maximum rate for {a.alloc_warm + a.alloc_measure + 1:g} s, "
                  f"then 1 consumer reads them back; in each phase the counters are dumped "
-                 f"{a.alloc_warm:g} s after the client started and {a.alloc_measure:g} s later (or "
+                 f"{a.alloc_warm:g} s (fetch: 1 s) after the client started and "
+                 f"{a.alloc_measure:g} s later (or "
                  f"when the client ends, if sooner), and requests are counted by the client's "
                  f"librdkafka statistics at the same instants (interpolated between 100 ms samples)",
     }

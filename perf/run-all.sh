@@ -398,7 +398,7 @@ phase() {
   if [ -n "$preload" ]; then
     # Two dumps of the allocation counters: after the warm-up and after the window.
     dumps0=$(grep -c '^dump' "$dumpf" 2>/dev/null || true)
-    (sleep "$ALLOC_WARM"; kill -USR2 "$cur_bpid"; sleep "$ALLOC_MEASURE"; kill -USR2 "$cur_bpid") &
+    (sleep "${alloc_warm_now:-$ALLOC_WARM}"; kill -USR2 "$cur_bpid"; sleep "$ALLOC_MEASURE"; kill -USR2 "$cur_bpid") &
     sampler=$!
   fi
   "$tool" "$@" "${members[@]}" -b "$addr" --interval 1 --json "$dir/$name.json" \
@@ -505,7 +505,10 @@ wl_alloc() { # Sluice only, alloc-count preloaded: allocations per Produce / Fet
   local peer=$1 d="$raw/alloc/$1"
   phase alloc "$peer" produce produce -t alloc -p 6 --create -s 100 --acks 1 \
     -d $((ALLOC_WARM + ALLOC_MEASURE + 1)) --stats "$d/produce.stats.jsonl"
+  # The consumer reads faster than the producer wrote: its warm-up is 1 s (the group join).
+  alloc_warm_now=1
   phase alloc "$peer" fetch consume -t alloc -p 6 --timeout 5 --stats "$d/fetch.stats.jsonl"
+  alloc_warm_now=""
 }
 
 partitions_of() {
