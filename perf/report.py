@@ -5,7 +5,12 @@ Reads raw/<workload>/<peer>/ (peer.json: version, flush mode, config; <phase>.js
 sluice-perf or amqp-perf wrote; <phase>.meta.json: exit status, wall time, load) and writes
 a Markdown table per workload, a headline table, the list of everything that failed, and
 three charts: throughput per workload, latency percentiles, and workload 3's rate over time.
-Nothing here measures anything: every number comes from the tools' JSON.
+It also writes the efficiency figures: the broker's CPU time per record of every phase
+(from run-all.sh's /proc samples in the meta files), the ratio Kafka/Sluice of it, the
+share of the null sink's rate each peer reaches, the read-back's page faults and the
+allocations per request of the alloc workload (alloc-count dumps and librdkafka's
+statistics), and summary.md, one column per peer, for docs/benchmarks.md.
+Nothing here measures anything: every number comes from the tools' and run-all's files.
 """
 import argparse
 import json
@@ -17,10 +22,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PEER_ORDER = ["sluice", "sluice-fsync", "kafka", "rabbitmq", "null"]
+# "before" and "after" are perf/compare-revs.sh's two Sluice revisions.
+PEER_ORDER = ["before", "after", "sluice", "sluice-fsync", "kafka", "rabbitmq", "null"]
 PEER_LABEL = {"sluice": "Sluice", "sluice-fsync": "Sluice (fsync)", "kafka": "Apache Kafka",
               "rabbitmq": "RabbitMQ", "null": "null sink"}
-PEER_COLOR = {"sluice": "#1f77b4", "sluice-fsync": "#6baed6", "kafka": "#d62728",
+PEER_COLOR = {"before": "#9ecae1", "after": "#08519c", "sluice": "#1f77b4", "sluice-fsync": "#6baed6", "kafka": "#d62728",
               "rabbitmq": "#ff7f0e", "null": "#7f7f7f"}
 PCTS = [("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("p99_99", "p99.99"), ("max", "max")]
 
@@ -36,7 +42,14 @@ WORKLOADS = {
                    "per topic on average; does each system hold the rate, and its end-to-end latency"},
     "4": {"name": "backlog", "title": "4. Backlog drain",
           "issue": "5 GB written, then read from the start by a bulk consumer"},
+    "readback": {"name": "readback", "title": "Read-back of 1 GB, page faults",
+                 "issue": "page faults of the broker during a 1 GB read-back (issue 11)"},
+    "alloc": {"name": "alloc", "title": "Allocations per request (Sluice)",
+              "issue": "allocations per produce and per fetch request in steady state "
+                       "(issue 11: about 5 today, target 0)"},
 }
+SLUICE_FAMILY_FIXED = ("sluice", "sluice-fsync")
+KAFKA_PEER = "kafka"
 
 
 def load(path):
@@ -66,6 +79,10 @@ def collect(raw):
                                              "result": load(os.path.join(pdir, name + ".json")),
                                              "log": os.path.join("raw", wl, peer, name + ".log")}
             data.setdefault(wl, {})[peer] = entry
+            if peer not in PEER_ORDER:  # an extra Sluice binary (run-all.sh --sluice)
+                PEER_ORDER.append(peer)
+            if peer not in PEER_LABEL and entry["peer"].get("version"):
+                PEER_LABEL[peer] = entry["peer"]["version"]
     return data
 
 
@@ -266,6 +283,291 @@ def headline(data, target):
         "client's and loopback's share of an end-to-end latency.")
 
 
+# ------------------------------------------------------------------ efficiency
+
+NOT_SLUICE = ("kafka", "rabbitmq", "null")
+# (workload, phase, stream whose rate and p99 are shown); the CPU time is the broker's over
+# the whole phase, divided by the records the phase moved.
+EFF_PHASES = [("1", "produce", "produce"), ("1", "consume", "consume"),
+              ("2", "max", "e2e"), ("2", "half", "e2e"),
+              ("3", "rate", "e2e"), ("3", "low", "e2e"),
+              ("4", "write", "produce"), ("4", "drain", "consume"),
+              ("readback", "write", "produce"), ("readback", "read", "consume"),
+              ("alloc", "produce", "produce"), ("alloc", "fetch", "consume")]
+
+
+def is_sluice(peer):
+    return peer not in NOT_SLUICE
+
+
+def phase_of(data, wl, peer, name):
+    return data.get(wl, {}).get(peer, {}).get("phases", {}).get(name)
+
+
+def phase_records(ph):
+    """Records the phase moved: acknowledged (warm-up included) or consumed."""
+    res = (ph or {}).get("result") or {}
+    if res.get("mode") == "consume":
+        return (res.get("consume") or {}).get("records")
+    return res.get("delivered")
+
+
+def cpu_us_per_record(ph):
+    meta = (ph or {}).get("meta") or {}
+    n = phase_records(ph)
+    cpu = meta.get("broker_cpu_s")
+    if cpu is None or not n or not meta.get("broker_pid"):
+        return None
+    return cpu * 1e6 / n
+
+
+def shown_stream(ph, peer, s):
+    """The stream whose rate and p99 a phase is judged by (the null sink has no e2e)."""
+    st = stream(ph, s)
+    if st is None and s == "e2e":
+        st = stream(ph, "produce")
+    return st
+
+
+def null_ratio(data, wl, peer, name, s):
+    """The share of the null sink's rate this peer reached, for phases at maximum rate."""
+    ph, nph = phase_of(data, wl, peer, name), phase_of(data, wl, "null", name)
+    res = (ph or {}).get("result") or {}
+    if not nph or res.get("config", {}).get("rate") or s == "consume":
+        return None
+    a, b = stream(ph, "produce"), stream(nph, "produce")
+    if not a or not b or not b.get("records_per_s"):
+        return None
+    return a["records_per_s"] / b["records_per_s"]
+
+
+def fmt_us(v):
+    if v is None:
+        return "–"
+    return f"{v:.3g}" if v < 1000 else f"{v:,.0f}"
+
+
+def fmt_x(v):
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def fmt_pct(v):
+    return "–" if v is None else f"{100 * v:.0f}%"
+
+
+def efficiency_table(data):
+    rows = []
+    for wl, name, s in EFF_PHASES:
+        if wl not in data:
+            continue
+        kafka_cpu = cpu_us_per_record(phase_of(data, wl, KAFKA_PEER, name))
+        for p in peers_in(data[wl]):
+            ph = phase_of(data, wl, p, name)
+            if not ph:
+                continue
+            st = shown_stream(ph, p, s)
+            meta = ph.get("meta") or {}
+            cpu = cpu_us_per_record(ph)
+            ratio = kafka_cpu / cpu if (kafka_cpu and cpu and is_sluice(p)) else None
+            p99 = fmt_ms(st["latency_us"]["p99"]) if st and "latency_us" in st else "–"
+            rows.append([f"{wl} {name}", label(p), fmt_rate(st and st.get("records_per_s")),
+                         p99, f"{meta['broker_cpu_s']:.2f}" if "broker_cpu_s" in meta else "–",
+                         fmt_us(cpu), fmt_x(ratio), fmt_pct(null_ratio(data, wl, p, name, s)),
+                         f"{meta.get('broker_minflt', 0):,} / {meta.get('broker_majflt', 0):,}"
+                         if "broker_minflt" in meta else "–"])
+    return table(["workload phase", "peer", "records/s", "p99 ms", "broker CPU s",
+                  "CPU µs/record", "Kafka/this CPU", "of null sink", "page faults minor / major"],
+                 rows)
+
+
+# --- allocation counting
+
+def read_dumps(path):
+    """alloc-count's dumps: [(t_ns, {class: allocation calls, 'free': frees})]."""
+    dumps, cur = [], None
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return dumps
+    for line in lines:
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "dump":
+            cur = {"t_ns": int(f[2]), "reason": f[3], "allocs": {}, "frees": {}}
+            dumps.append(cur)
+        elif cur is not None and len(f) == 7:
+            n = [int(x) for x in f[1:]]
+            cur["allocs"][f[0]] = sum(n[:5])
+            cur["frees"][f[0]] = n[5]
+    return dumps
+
+
+def read_requests(path):
+    """librdkafka statistics: per client, [(t_us, {request type: sent so far})]."""
+    series = {}
+    try:
+        f = open(path)
+    except OSError:
+        return series
+    for line in f:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        req = {}
+        for b in d.get("brokers", {}).values():
+            for k, v in (b.get("req") or {}).items():
+                req[k] = req.get(k, 0) + v
+        series.setdefault(d.get("name", "?"), []).append((d.get("ts", 0), req))
+    return series
+
+
+def requests_at(series, t_us, kind):
+    """Requests of one type sent by all clients by t_us, interpolated between samples."""
+    total = 0.0
+    for samples in series.values():
+        samples.sort(key=lambda x: x[0])
+        prev = None
+        for ts, req in samples:
+            v = req.get(kind, 0) if kind else sum(req.values())
+            if ts >= t_us:
+                if prev is None:
+                    total += 0 if ts > t_us + 200000 else v
+                else:
+                    pt, pv = prev
+                    total += pv + (v - pv) * (t_us - pt) / max(ts - pt, 1)
+                break
+            prev = (ts, v)
+        else:
+            if prev:
+                total += prev[1]
+    return total
+
+
+def alloc_result(raw, peer, name, kind):
+    """Allocations per request of one alloc phase, by thread class, or None."""
+    d = os.path.join(raw, "alloc", peer)
+    ph = load(os.path.join(d, name + ".meta.json")) or {}
+    lo, hi = (ph.get("alloc_dumps") or [0, 0])[:2]
+    dumps = read_dumps(os.path.join(d, "alloc-count.txt"))[lo:hi]
+    if len(dumps) < 2:
+        return None
+    a, b = dumps[0], dumps[-1]
+    series = read_requests(os.path.join(d, name + ".stats.jsonl"))
+    reqs = requests_at(series, b["t_ns"] / 1000, kind) - requests_at(series, a["t_ns"] / 1000, kind)
+    every = requests_at(series, b["t_ns"] / 1000, None) - requests_at(series, a["t_ns"] / 1000, None)
+    allocs = {c: b["allocs"].get(c, 0) - a["allocs"].get(c, 0) for c in b["allocs"]}
+    return {"window_s": (b["t_ns"] - a["t_ns"]) / 1e9, "requests": reqs, "all_requests": every,
+            "allocs": allocs, "per_request": {c: (v / reqs if reqs else None)
+                                              for c, v in allocs.items()},
+            "total_per_request": (sum(allocs.values()) / reqs) if reqs else None}
+
+
+def fmt_per(v):
+    return "–" if v is None else f"{v:.2f}"
+
+
+def alloc_table(raw, data):
+    rows = []
+    for p in peers_in(data.get("alloc", {})):
+        for name, kind in (("produce", "Produce"), ("fetch", "Fetch")):
+            r = alloc_result(raw, p, name, kind)
+            if r is None:
+                rows.append([label(p), kind, "–", "–", "–", "–", "–", "–", "–"])
+                continue
+            pr = r["per_request"]
+            rows.append([label(p), kind, f"{r['window_s']:.1f} s",
+                         f"{r['requests']:,.0f} (of {r['all_requests']:,.0f})",
+                         f"{sum(r['allocs'].values()):,}",
+                         fmt_per(pr.get("net")), fmt_per(pr.get("store")),
+                         fmt_per(pr.get("other")), f"**{fmt_per(r['total_per_request'])}**"])
+    return table(["peer", "request", "window", "requests in window (of all types)",
+                  "allocation calls", "per request: net", "store", "other", "all threads"],
+                 rows)
+
+
+def readback_table(data):
+    w = data.get("readback", {})
+    rows = []
+    for p in peers_in(w):
+        ph = w[p]["phases"]
+        wr, rd = stream(ph.get("write"), "produce"), stream(ph.get("read"), "consume")
+        meta = (ph.get("read") or {}).get("meta") or {}
+        rows.append([label(p), f"{wr['bytes'] / 1e9:.2f} GB" if wr else "–",
+                     fmt_mb(wr and wr["mb_per_s"]),
+                     fmt_mb(rd and rd["mb_per_s"]) if p != "null" else "n/a",
+                     fmt_us(cpu_us_per_record(ph.get("read"))) if p != "null" else "n/a",
+                     f"{meta['broker_minflt']:,}" if "broker_minflt" in meta else "–",
+                     f"{meta['broker_majflt']:,}" if "broker_majflt" in meta else "–"])
+    return table(["peer", "written", "write MB/s", "read-back MB/s", "read CPU µs/record",
+                  "page faults during read: minor", "major"], rows)
+
+
+def summary(raw, data):
+    """One column per peer: what perf/compare-revs.sh puts into docs/benchmarks.md."""
+    peers = [p for p in PEER_ORDER if any(p in data.get(w, {}) for w in data)]
+    peers += sorted({p for w in data.values() for p in w} - set(peers))
+
+    def cell(wl, name, s, what, p):
+        ph = phase_of(data, wl, p, name)
+        if not ph:
+            return "–"
+        st = shown_stream(ph, p, s)
+        if what == "rate":
+            return fmt_rate(st and st.get("records_per_s"))
+        if what == "mb":
+            return fmt_mb(st and st.get("mb_per_s"))
+        if what == "p99":
+            return fmt_ms(st["latency_us"]["p99"]) if st and "latency_us" in st else "–"
+        if what == "cpu":
+            return fmt_us(cpu_us_per_record(ph))
+        if what == "null":
+            return fmt_pct(null_ratio(data, wl, p, name, s))
+        if what in ("minflt", "majflt"):
+            m = ph.get("meta") or {}
+            return f"{m['broker_' + what]:,}" if "broker_" + what in m else "–"
+        return "?"
+
+    def alloc_cell(p, name, kind):
+        r = alloc_result(raw, p, name, kind) if is_sluice(p) else None
+        return fmt_per(r and r["total_per_request"]) if r else ("n/a" if not is_sluice(p) else "–")
+
+    spec = [("1 produce records/s (100 B, acks=1)", "1", "produce", "produce", "rate"),
+            ("1 produce p99 ms", "1", "produce", "produce", "p99"),
+            ("1 produce CPU µs/record", "1", "produce", "produce", "cpu"),
+            ("1 produce: share of the null sink", "1", "produce", "produce", "null"),
+            ("1 consume records/s", "1", "consume", "consume", "rate"),
+            ("1 consume CPU µs/record", "1", "consume", "consume", "cpu"),
+            ("2 max records/s (1 KiB, acks=all, 100 partitions)", "2", "max", "e2e", "rate"),
+            ("2 max e2e p99 ms", "2", "max", "e2e", "p99"),
+            ("2 max CPU µs/record", "2", "max", "e2e", "cpu"),
+            ("2 max: share of the null sink", "2", "max", "e2e", "null"),
+            ("2 at 50%: e2e p99 ms", "2", "half", "e2e", "p99"),
+            ("2 at 50%: CPU µs/record", "2", "half", "e2e", "cpu"),
+            ("read-back MB/s", "readback", "read", "consume", "mb"),
+            ("read-back page faults, minor", "readback", "read", "consume", "minflt"),
+            ("read-back page faults, major", "readback", "read", "consume", "majflt")]
+    rows = []
+    for title, wl, name, s, what in spec:
+        if wl not in data:
+            continue
+        rows.append([title] + [cell(wl, name, s, what, p) for p in peers])
+        if what == "cpu":
+            # Kafka's CPU per record over each Sluice peer's: the issue's "x less CPU".
+            k = cpu_us_per_record(phase_of(data, wl, KAFKA_PEER, name))
+            ratio = []
+            for p in peers:
+                c = cpu_us_per_record(phase_of(data, wl, p, name)) if is_sluice(p) else None
+                ratio.append(f"**{fmt_x(k / c)}**" if k and c else "")
+            rows.append([title.replace("CPU µs/record", "Kafka's CPU per record / this")] + ratio)
+    if "alloc" in data:
+        for name, kind in (("produce", "Produce"), ("fetch", "Fetch")):
+            rows.append([f"allocations per {kind} request"]
+                        + [alloc_cell(p, name, kind) for p in peers])
+    return table(["measure"] + [label(p) for p in peers], rows)
+
+
 # ------------------------------------------------------------------ charts
 
 def bars(ax, groups, values_by_peer, ylabel, title, log=False):
@@ -333,7 +635,7 @@ def chart_throughput(data, out, target):
         for h, l in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(l, h)
     order = [label(p) for p in PEER_ORDER if label(p) in seen]
-    fig.legend([seen[l] for l in order], order, loc="upper center", ncol=len(order), fontsize=9)
+    fig.legend([seen[l] for l in order], order, loc="upper center", ncol=max(len(order), 1), fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     path = os.path.join(out, "throughput.png")
     fig.savefig(path, dpi=110)
@@ -423,6 +725,16 @@ def scaled_sizes(a):
              f"after the producers",
         "4": f"{a.w4_bytes / 1e9:g} GB of 1 KiB records instead of 5 GB, 1 producer, acks=1; page "
              f"cache dropped before the drain (cold read)",
+        "readback": f"{a.readback_bytes / 1e9:g} GB of 1 KiB records, 8 partitions, 1 producer, "
+                    f"acks=1, then read back at once by 1 consumer (warm); page faults are the "
+                    f"broker's over the read",
+        "alloc": f"the broker started with perf/alloc-count preloaded; 1 producer of 100 B records, "
+                 f"6 partitions, acks=1, at maximum rate for {a.alloc_warm + a.alloc_measure + 1:g} s, "
+                 f"then 1 consumer reads them back; in each phase the counters are dumped "
+                 f"{a.alloc_warm:g} s (fetch: 1 s) after the client started and "
+                 f"{a.alloc_measure:g} s later (or "
+                 f"when the client ends, if sooner), and requests are counted by the client's "
+                 f"librdkafka statistics at the same instants (interpolated between 100 ms samples)",
     }
 
 
@@ -462,7 +774,7 @@ def markdown(data, a, charts):
         "",
     ]
     sizes = scaled_sizes(a)
-    for wl in ("1", "2", "3", "4"):
+    for wl in ("1", "2", "3", "4", "readback", "alloc"):
         if wl not in data:
             continue
         info = WORKLOADS[wl]
@@ -481,9 +793,29 @@ def markdown(data, a, charts):
                       "up; unconsumed = delivered records some group had not read by the end of "
                       "the tail.", "",
                       f"![web timeline]({os.path.basename(charts[2])})"]
-        else:
+        elif wl == "4":
             lines.append(wl4_table(data[wl]))
+        elif wl == "readback":
+            lines.append(readback_table(data))
+        else:
+            lines += [alloc_table(a.raw, data), "",
+                      "Allocation calls = malloc + calloc + realloc + posix_memalign + "
+                      "aligned_alloc, by the thread that made them (net: sluice-net*, store: "
+                      "sluice-store*, other: every other thread); requests of the phase's type "
+                      "(Produce or Fetch) sent by the client in the window, and of every type "
+                      "in brackets (the consumer's heartbeats and commits also cost the broker "
+                      "allocations, charged here to Fetch)."]
         lines.append("")
+    lines += ["## Efficiency: broker CPU per record, and the null sink's share", "",
+              "Broker CPU s = user + system time of the broker process (all its threads; "
+              "Kafka's JVM, RabbitMQ's Erlang VM) over the whole phase, warm-up and tail "
+              "included, from /proc/PID/stat; CPU µs/record divides it by the records the "
+              "phase acknowledged (warm-up included) or consumed; for e2e phases the CPU "
+              "includes serving the consumers. Kafka/this CPU = Kafka's CPU per record over "
+              "this peer's (above 1: this peer spends less). Of null sink = this peer's "
+              "produce rate over the null sink's in the same phase, at maximum rate only. "
+              "Records/s and p99 are those of the phase's main stream (produce, consume or "
+              "end-to-end).", "", efficiency_table(data), ""]
     lines += ["## What failed or fell short", ""]
     found = False
     for wl in sorted(data):
@@ -582,7 +914,12 @@ def summary_json(data, a):
                 for s in ("produce", "consume", "e2e"):
                     if s in res:
                         res[s] = {k: v for k, v in res[s].items() if k != "intervals"}
-                entry["phases"][name] = {"meta": ph["meta"], "result": res}
+                entry["phases"][name] = {"meta": ph["meta"], "result": res,
+                                         "broker_cpu_us_per_record": cpu_us_per_record(ph)}
+            if wl == "alloc":
+                entry["allocs_per_request"] = {
+                    kind: alloc_result(a.raw, p, name, kind)
+                    for name, kind in (("produce", "Produce"), ("fetch", "Fetch"))}
             if wl == "3":
                 entry["holds_rate"] = held((e["phases"].get("rate") or {}).get("result"), a.w3_rate)
                 if "low" in e["phases"]:
@@ -610,6 +947,9 @@ def main():
     ap.add_argument("--w3-rate", type=int, default=172000)
     ap.add_argument("--w3-low-rate", type=int, default=0)
     ap.add_argument("--w4-bytes", type=int, default=2 * 10**9)
+    ap.add_argument("--readback-bytes", type=int, default=10**9)
+    ap.add_argument("--alloc-warm", type=float, default=3)
+    ap.add_argument("--alloc-measure", type=float, default=10)
     ap.add_argument("--readme", help="README whose latest-run block to rewrite")
     a = ap.parse_args()
     data = collect(a.raw)
@@ -619,6 +959,8 @@ def main():
               chart_timeline(data, a.out, a.w3_rate)]
     with open(os.path.join(a.out, "latest.md"), "w") as f:
         f.write(markdown(data, a, charts))
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
+        f.write(summary(a.raw, data) + "\n")
     with open(os.path.join(a.out, "latest.json"), "w") as f:
         json.dump(summary_json(data, a), f, indent=1)
     if a.readme:

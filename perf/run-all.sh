@@ -5,7 +5,7 @@
 #
 # Peers: Sluice (single node, default flush: ack after the O_DIRECT write, no fsync);
 # sluice-fsync (the same with log.flush.interval.messages=1: fdatasync per group commit,
-# workload 2 only); Apache Kafka 4.1.1 in KRaft mode from Maven Central jars
+# workload 2 only); Apache Kafka 4.4.0 (kafka-ref.sh's default) in KRaft mode from Maven Central jars
 # (tests/reference/kafka-ref.sh) with the production heap and GC settings of Kafka's
 # documentation and its default flush (page cache, no fsync); RabbitMQ from Debian
 # (perf/rabbitmq-ref.sh) with durable streams and publisher confirms, driven by
@@ -23,11 +23,26 @@
 #                  Then a tenth of the rate, for latency where it can be held
 #   4 backlog      GB of 1 KiB records written (8 partitions), page cache dropped, then
 #                  read from the start by one bulk consumer
+#   readback       1 GB of 1 KiB records (8 partitions, acks=1) written, then read back at
+#                  once by one consumer (page cache warm): MB/s and the broker's page faults
+#   alloc          Sluice peers only, broker started with perf/alloc-count preloaded:
+#                  100 B records (6 partitions, acks=1) produced, then read back; the
+#                  allocations per Produce and per Fetch request between two dumps taken
+#                  after a warm-up (requests counted by the client's librdkafka statistics)
+#
+# Every phase also records the broker process's CPU time (utime + stime of all its
+# threads, from /proc/PID/stat; Kafka: the JVM; RabbitMQ: the Erlang VM) and its minor and
+# major page faults over the phase; report.py divides the CPU time by the records.
 #
 # usage: perf/run-all.sh [--scale quick|full] [--peers "sluice kafka rabbitmq null
-#          sluice-fsync"] [--workloads "1 2 3 4"] [--out DIR] [--workdir DIR]
+#          sluice-fsync"] [--workloads "1 2 3 4 readback alloc"] [--out DIR] [--workdir DIR]
 #          [--membership group|assign] [--quiet-wait S] [--no-install] [--no-build]
-#          [--keep]
+#          [--keep] [--warmup S] [--duration S] [--readback-bytes B]
+#          [--sluice NAME=BROKER-BINARY]... [--label NAME=TEXT]...
+# --sluice NAME=PATH adds a peer NAME that runs Sluice from another binary, configured as
+# the sluice peer (perf/compare-revs.sh uses it to run two revisions side by side);
+# --label NAME=TEXT is the version string reported for peer NAME;
+# --warmup, --duration, --readback-bytes override the scale's sizes.
 # --membership group (default): Kafka-protocol consumers are real consumer-group members
 # (subscribe, the group's assignor, auto-commit); assign: direct partition assignment, for
 # a broker without consumer groups. RabbitMQ's stream consumers are always assigned their
@@ -47,7 +62,10 @@ root=$(cd "$here/.." && pwd)
 build="$root/build-release"
 scale=full
 peers="sluice kafka rabbitmq null sluice-fsync"
-workloads="1 2 3 4"
+workloads="1 2 3 4 readback alloc"
+declare -A sluice_bin=() sluice_label=() sluice_conf=()
+sluice_extra=()
+opt_warmup="" opt_duration="" opt_readback=""
 out="$here/results"
 workdir="$build/perf/run-all"
 install=1
@@ -72,7 +90,16 @@ while [ $# -gt 0 ]; do
     --keep) keep=1; shift ;;
     --quiet-wait) quiet_wait=$2; shift 2 ;;
     --membership) membership=$2; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --warmup) opt_warmup=$2; shift 2 ;;
+    --duration) opt_duration=$2; shift 2 ;;
+    --readback-bytes) opt_readback=$2; shift 2 ;;
+    --sluice)
+      [[ $2 == *=* ]] || die "--sluice needs NAME=BROKER-BINARY"
+      sluice_extra+=("$2"); shift 2 ;;
+    --label)
+      [[ $2 == *=* ]] || die "--label needs NAME=TEXT"
+      sluice_label[${2%%=*}]=${2#*=}; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -84,14 +111,21 @@ case "$scale" in
   full)
     WARMUP=5; DURATION=20; TAIL=10
     W3_RATE=172000; W3_LOW_RATE=17200
-    W4_BYTES=$((2 * 1000 * 1000 * 1000)) ;;
+    W4_BYTES=$((2 * 1000 * 1000 * 1000))
+    ALLOC_WARM=3; ALLOC_MEASURE=10 ;;
   quick)
     WARMUP=2; DURATION=5; TAIL=5
     W3_RATE=172000; W3_LOW_RATE=0
-    W4_BYTES=$((200 * 1000 * 1000)) ;;
+    W4_BYTES=$((200 * 1000 * 1000))
+    ALLOC_WARM=2; ALLOC_MEASURE=3 ;;
   *) die "--scale must be quick or full" ;;
 esac
+RB_BYTES=$((1000 * 1000 * 1000))
+[ -n "$opt_warmup" ] && WARMUP=$opt_warmup
+[ -n "$opt_duration" ] && DURATION=$opt_duration
+[ -n "$opt_readback" ] && RB_BYTES=$opt_readback
 W4_RECORDS=$((W4_BYTES / 1024))
+RB_RECORDS=$((RB_BYTES / 1024))
 
 # ------------------------------------------------------------------ set-up
 install_deps() {
@@ -119,7 +153,9 @@ build_tools() {
   fi
   # Only the targets the benchmark runs: an unrelated test that does not build does not
   # stop a benchmark of the broker.
-  ninja -C "$build" dataplane/sluice-broker perf/sluice-perf perf/amqp-perf perf/null-sink >&2
+  local targets=(dataplane/sluice-broker perf/sluice-perf perf/null-sink perf/liballoc-count.so)
+  [[ " $peers " == *" rabbitmq "* ]] && targets+=(perf/amqp-perf)
+  ninja -C "$build" "${targets[@]}" >&2
 }
 
 [ "$install" = 1 ] && install_deps
@@ -129,7 +165,23 @@ broker="$build/dataplane/sluice-broker"
 sperf="$build/perf/sluice-perf"
 aperf="$build/perf/amqp-perf"
 nsink="$build/perf/null-sink"
-for f in "$broker" "$sperf" "$aperf" "$nsink"; do [ -x "$f" ] || die "missing $f"; done
+alloc_lib="$build/perf/liballoc-count.so"
+for f in "$broker" "$sperf" "$nsink"; do [ -x "$f" ] || die "missing $f"; done
+[[ " $peers " != *" rabbitmq "* ]] || [ -x "$aperf" ] || die "missing $aperf"
+[[ " $workloads " != *" alloc "* ]] || [ -f "$alloc_lib" ] || die "missing $alloc_lib"
+
+# The Sluice family: peers that run a Sluice broker binary with Sluice's configuration.
+sluice_bin[sluice]=$broker sluice_bin[sluice-fsync]=$broker
+for kv in "${sluice_extra[@]}"; do
+  name=${kv%%=*}
+  bin=$(cd "$(dirname "${kv#*=}")" && pwd)/$(basename "${kv#*=}")
+  [ -x "$bin" ] || die "--sluice $name: $bin is not an executable"
+  sluice_bin[$name]=$bin
+  # A binary built from another revision's tree runs with that tree's configuration.
+  conf="$(dirname "$bin")/../../deploy/single-node.properties"
+  [ -f "$conf" ] && sluice_conf[$name]=$(cd "$(dirname "$conf")" && pwd)/single-node.properties
+done
+is_sluice() { [ -n "${sluice_bin[$1]:-}" ]; }
 
 mkdir -p "$workdir" "$out"
 workdir=$(cd "$workdir" && pwd)
@@ -149,7 +201,7 @@ free_port() {
   echo "$p"
 }
 
-cur_peer="" cur_dir="" cur_pid=""
+cur_peer="" cur_dir="" cur_pid="" cur_bpid="" preload=""
 
 wait_port() { # port pid log
   local i
@@ -169,20 +221,29 @@ peer_start() {
   local peer=$1 dir=$2 port=$3 parts=$4
   rm -rf "$dir"
   mkdir -p "$dir"
-  cur_peer=$peer cur_dir=$dir cur_pid=""
-  case "$peer" in
-    sluice|sluice-fsync)
-      local extra=()
-      [ "$peer" = sluice-fsync ] && extra=(--override log.flush.interval.messages=1)
-      sluice_cmd=("$broker" "$root/deploy/single-node.properties" --override "log.dirs=$dir/data"
-        --override "listeners=PLAINTEXT://127.0.0.1:$port"
-        --override "advertised.listeners=PLAINTEXT://127.0.0.1:$port"
-        --override "num.partitions=$parts" --override group.initial.rebalance.delay.ms=0
-        "${extra[@]}")
+  cur_peer=$peer cur_dir=$dir cur_pid="" cur_bpid=""
+  if is_sluice "$peer"; then
+    local extra=()
+    [ "$peer" = sluice-fsync ] && extra=(--override log.flush.interval.messages=1)
+    sluice_cmd=("${sluice_bin[$peer]}" "${sluice_conf[$peer]:-$root/deploy/single-node.properties}"
+      --override "log.dirs=$dir/data"
+      --override "listeners=PLAINTEXT://127.0.0.1:$port"
+      --override "advertised.listeners=PLAINTEXT://127.0.0.1:$port"
+      --override "num.partitions=$parts" --override group.initial.rebalance.delay.ms=0
+      "${extra[@]}")
+    if [ -n "$preload" ]; then
+      # The alloc workload: every allocation call of the broker counted by thread class.
+      LD_PRELOAD=$alloc_lib SLUICE_ALLOC_COUNT_FILE=$dir/alloc-count.txt \
+        "${sluice_cmd[@]}" >>"$dir/server.log" 2>&1 &
+    else
       "${sluice_cmd[@]}" >>"$dir/server.log" 2>&1 &
-      cur_pid=$!
-      cur_port=$port
-      wait_port "$port" "$cur_pid" "$dir/server.log" ;;
+    fi
+    cur_pid=$! cur_bpid=$!
+    cur_port=$port
+    wait_port "$port" "$cur_pid" "$dir/server.log"
+    return
+  fi
+  case "$peer" in
     kafka)
       # Kafka's documented production JVM settings (heap 6 GB, G1 tuned for short pauses);
       # the broker's own defaults for threads and flushing (no fsync per write).
@@ -190,12 +251,14 @@ peer_start() {
 -XX:InitiatingHeapOccupancyPercent=35 -XX:G1HeapRegionSize=16M \
 -XX:MinMetaspaceFreeRatio=50 -XX:MaxMetaspaceFreeRatio=80" \
         "$root/tests/reference/kafka-ref.sh" start "$port" "$dir/data" "num.partitions=$parts" \
-        num.network.threads=3 num.io.threads=8 >"$dir/server.log" 2>&1 ;;
+        num.network.threads=3 num.io.threads=8 >"$dir/server.log" 2>&1 || return 1
+      cur_bpid=$(cat "$dir/data/kafka.pid") ;;
     rabbitmq)
-      "$here/rabbitmq-ref.sh" start "$port" "$dir/data" >"$dir/server.log" 2>&1 ;;
+      "$here/rabbitmq-ref.sh" start "$port" "$dir/data" >"$dir/server.log" 2>&1 || return 1
+      cur_bpid=$(cat "$dir/data/rabbitmq.pid" 2>/dev/null || true) ;;
     null)
       "$nsink" --port "$port" --partitions "$parts" >"$dir/server.log" 2>&1 &
-      cur_pid=$!
+      cur_pid=$! cur_bpid=$!
       wait_port "$port" "$cur_pid" "$dir/server.log" ;;
   esac
 }
@@ -215,7 +278,7 @@ peer_stop() {
       fi ;;
   esac
   [ "$keep" = 1 ] || rm -rf "$cur_dir/data"
-  cur_peer="" cur_dir="" cur_pid=""
+  cur_peer="" cur_dir="" cur_pid="" cur_bpid=""
 }
 # Sluice keeps its own cache of segment extents (O_DIRECT bypasses the page cache), which
 # dropping the page cache does not touch: for a cold read it is stopped cleanly and
@@ -226,7 +289,7 @@ sluice_restart() {
   for i in $(seq 1 300); do kill -0 "$cur_pid" 2>/dev/null || break; sleep 0.1; done
   wait "$cur_pid" 2>/dev/null || true
   "${sluice_cmd[@]}" >>"$cur_dir/server.log" 2>&1 &
-  cur_pid=$!
+  cur_pid=$! cur_bpid=$!
   wait_port "$cur_port" "$cur_pid" "$cur_dir/server.log"
 }
 trap peer_stop EXIT
@@ -243,11 +306,13 @@ sluice_dirty=$( { git -C "$root" status --porcelain --untracked-files=no 2>/dev/
 sluice_version() { echo "Sluice $sluice_v ($sluice_rev)"; }
 
 peer_version() {
+  if [ -n "${sluice_label[$1]:-}" ]; then echo "${sluice_label[$1]}"; return; fi
   case "$1" in
     sluice|sluice-fsync) sluice_version ;;
     kafka) "$root/tests/reference/kafka-ref.sh" version 2>/dev/null | sed 's/ (.*//' ;;
     rabbitmq) "$here/rabbitmq-ref.sh" version ;;
     null) echo "null-sink ($sluice_rev)" ;;
+    *) is_sluice "$1" && echo "Sluice from ${sluice_bin[$1]}" ;;
   esac
 }
 
@@ -258,6 +323,7 @@ peer_flush() {
     kafka) echo "page cache, no fsync (log.flush.interval.* unset)" ;;
     rabbitmq) echo "durable stream, confirm after the write, no fsync per message" ;;
     null) echo "stores nothing" ;;
+    *) is_sluice "$1" && echo "ack after O_DIRECT write completes, no fsync" ;;
   esac
 }
 
@@ -267,6 +333,7 @@ peer_config() {
     kafka) echo "KRaft combined node, -Xmx6g -Xms6g G1 (MaxGCPauseMillis=20), 3 network + 8 I/O threads; consumers: $membership" ;;
     rabbitmq) echo "one node, one durable stream per partition over AMQP 0-9-1, publisher confirms (window 8192), prefetch 2000 per stream within 20000 per connection; consumers: streams assigned directly" ;;
     null) echo "thread per connection" ;;
+    *) is_sluice "$1" && echo "${sluice_bin[$1]} with ${sluice_conf[$1]:-deploy/single-node.properties}: 1 network core, 1 storage core; consumers: $membership" ;;
   esac
 }
 
@@ -293,6 +360,21 @@ wait_quiet() {
 }
 
 # ------------------------------------------------------------------ running one phase
+# The broker process's CPU time (clock ticks, utime + stime: every thread, live or gone)
+# and its minor and major page faults, from /proc/PID/stat; "0 0 0" without a broker.
+broker_sample() {
+  local st
+  if [ -n "$cur_bpid" ] && st=$(cat "/proc/$cur_bpid/stat" 2>/dev/null); then
+    # Fields after the ')' closing the command name: 3 state ... 10 minflt, 12 majflt,
+    # 14 utime, 15 stime (proc(5)); the name itself may hold spaces.
+    set -- ${st##*) }
+    echo "$(( ${12} + ${13} )) ${8} ${10}"
+  else
+    echo "0 0 0"
+  fi
+}
+clk_tck=$(getconf CLK_TCK)
+
 # phase WL PEER NAME TOOL-ARGS...: runs the peer's client with --json, keeps its output,
 # and records the exit status and the machine's load in the phase's meta file.
 phase() {
@@ -310,13 +392,36 @@ phase() {
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   idle=$(cpu_idle_pct)
   log "workload $wl, $peer: $name (load $load, CPU idle ${idle}% just before)"
-  local t0=$SECONDS rc=0
+  local t0=$SECONDS rc=0 b0 b1 dumps0=0 dumps1=0 sampler=""
+  local dumpf="$cur_dir/alloc-count.txt"
+  b0=($(broker_sample))
+  if [ -n "$preload" ]; then
+    # Two dumps of the allocation counters: after the warm-up and after the window.
+    dumps0=$(grep -c '^dump' "$dumpf" 2>/dev/null || true)
+    (sleep "${alloc_warm_now:-$ALLOC_WARM}"; kill -USR2 "$cur_bpid"; sleep "$ALLOC_MEASURE"; kill -USR2 "$cur_bpid") &
+    sampler=$!
+  fi
   "$tool" "$@" "${members[@]}" -b "$addr" --interval 1 --json "$dir/$name.json" \
     >"$dir/$name.log" 2>&1 || rc=$?
+  b1=($(broker_sample))
+  if [ -n "$sampler" ]; then
+    if kill -0 "$sampler" 2>/dev/null; then
+      # The client finished inside the window: it ends here (the dump marks the end).
+      kill "$sampler" 2>/dev/null || true
+      wait "$sampler" 2>/dev/null || true
+      kill -USR2 "$cur_bpid" 2>/dev/null || true
+    fi
+    wait "$sampler" 2>/dev/null || true
+    sleep 0.2
+    dumps1=$(grep -c '^dump' "$dumpf" 2>/dev/null || true)
+    cp "$dumpf" "$dir/alloc-count.txt"
+  fi
   grep -E '^(produce|consume|e2e)[: ]' "$dir/$name.log" | sed 's/^/    /' >&2 || true
   [ "$rc" = 0 ] || { log "  exit status $rc; last lines:"; tail -n 5 "$dir/$name.log" >&2; }
-  printf '{"phase": "%s", "rc": %d, "wall_s": %d, "loadavg_before": "%s", "cpu_idle_before_pct": %d}\n' \
-    "$name" "$rc" $((SECONDS - t0)) "$load" "$idle" >"$dir/$name.meta.json"
+  printf '{"phase": "%s", "rc": %d, "wall_s": %d, "loadavg_before": "%s", "cpu_idle_before_pct": %d, "broker_pid": "%s", "broker_cpu_s": %.2f, "broker_minflt": %d, "broker_majflt": %d, "alloc_dumps": [%d, %d]}\n' \
+    "$name" "$rc" $((SECONDS - t0)) "$load" "$idle" "$cur_bpid" \
+    "$(echo "${b1[0]} ${b0[0]} $clk_tck" | awk '{printf "%.2f", ($1 - $2) / $3}')" \
+    $((b1[1] - b0[1])) $((b1[2] - b0[2])) "$dumps0" "$dumps1" >"$dir/$name.meta.json"
 }
 
 json_get() { # file python-expression-on-d
@@ -383,7 +488,32 @@ wl_4() { # backlog drain
   fi
 }
 
-partitions_of() { case "$1" in 1) echo 6 ;; 2) echo 100 ;; 3) echo 2 ;; 4) echo 8 ;; esac; }
+wl_readback() { # 1 GB written, then read back at once (warm): MB/s and page faults
+  local peer=$1
+  phase readback "$peer" write produce -t readback -p 8 --create -s 1024 --acks 1 \
+    -n "$RB_RECORDS"
+  [ "$peer" = null ] && return 0
+  local n; n=$(json_get "$raw/readback/$peer/write.json" 'd["delivered"]') || n=0
+  if [ "$peer" = rabbitmq ]; then
+    phase readback "$peer" read consume -t readback -p 8 -n "$n" --timeout 20
+  else
+    phase readback "$peer" read consume -t readback -p 8 --timeout 20
+  fi
+}
+
+wl_alloc() { # Sluice only, alloc-count preloaded: allocations per Produce / Fetch request
+  local peer=$1 d="$raw/alloc/$1"
+  phase alloc "$peer" produce produce -t alloc -p 6 --create -s 100 --acks 1 \
+    -d $((ALLOC_WARM + ALLOC_MEASURE + 1)) --stats "$d/produce.stats.jsonl"
+  # The consumer reads faster than the producer wrote: its warm-up is 1 s (the group join).
+  alloc_warm_now=1
+  phase alloc "$peer" fetch consume -t alloc -p 6 --timeout 5 --stats "$d/fetch.stats.jsonl"
+  alloc_warm_now=""
+}
+
+partitions_of() {
+  case "$1" in 1) echo 6 ;; 2) echo 100 ;; 3) echo 2 ;; 4|readback) echo 8 ;; alloc) echo 6 ;; esac
+}
 
 # ------------------------------------------------------------------ the run
 df_line=$(df -h "$workdir" | tail -1)
@@ -397,6 +527,10 @@ run_t0=$SECONDS
 for wl in $workloads; do
   for peer in $peers; do
     [ "$peer" = sluice-fsync ] && [ "$wl" != 2 ] && continue
+    # Allocation counting needs Sluice's thread names and the preloaded counter.
+    [ "$wl" = alloc ] && { is_sluice "$peer" && [ "$peer" != sluice-fsync ] || continue; }
+    preload=""
+    [ "$wl" = alloc ] && preload=1
     port=$(free_port)
     addr="127.0.0.1:$port"
     mkdir -p "$raw/$wl/$peer"
@@ -433,6 +567,7 @@ $(free -g | awk '/^Mem:/{print $2}') GiB, kernel $(uname -r), $(df -PT "$workdir
   --librdkafka "$(pkg-config --modversion rdkafka 2>/dev/null || echo '?')" \
   --librabbitmq "$(pkg-config --modversion librabbitmq 2>/dev/null || echo '?')" \
   --warmup "$WARMUP" --duration "$DURATION" --tail "$TAIL" --w3-rate "$W3_RATE" --w3-low-rate "$W3_LOW_RATE" \
-  --w4-bytes "$W4_BYTES" \
+  --w4-bytes "$W4_BYTES" --readback-bytes "$RB_BYTES" \
+  --alloc-warm "$ALLOC_WARM" --alloc-measure "$ALLOC_MEASURE" \
   $([ "$out" = "$here/results" ] && echo "--readme $here/README.md")
 log "done in $((SECONDS - run_t0)) s: $out/latest.md"

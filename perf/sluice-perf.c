@@ -98,6 +98,7 @@ struct perf_config {
     double groups;          /* groups per topic on average: 5.5 = half the topics have 6 */
     enum perf_membership membership;
     const char *json_path;
+    const char *stats_path; /* --stats: librdkafka's statistics, one JSON line each */
     const char *extra[PERF_CONF_EXTRA_MAX]; /* -X key=value, passed to librdkafka */
     int extra_count;
 };
@@ -235,6 +236,10 @@ static void usage(FILE *out)
 "                              e2e consumers stop at most S s after the producers (what\n"
 "                              they have not read counts as unconsumed); default 30\n"
 "      --json FILE             write the results as JSON\n"
+"      --stats FILE            append librdkafka's statistics of every client, every\n"
+"                              100 ms, one JSON object a line (request counts per type\n"
+"                              and librdkafka's monotonic clock: perf/run-all.sh's alloc\n"
+"                              workload counts requests with it)\n"
 "  -X key=value                any librdkafka property, for producers and consumers\n",
         out);
 }
@@ -262,7 +267,7 @@ static const char *mode_name(enum perf_mode m)
 
 enum { OPT_CREATE = 256, OPT_KEY, OPT_ACKS, OPT_COMPRESSION, OPT_LINGER, OPT_BATCH,
        OPT_RATE, OPT_WARMUP, OPT_INTERVAL, OPT_TIMEOUT, OPT_JSON, OPT_TOPICS,
-       OPT_PRODUCERS, OPT_CONSUMERS, OPT_GROUPS, OPT_TAIL, OPT_MEMBERSHIP };
+       OPT_PRODUCERS, OPT_CONSUMERS, OPT_GROUPS, OPT_TAIL, OPT_MEMBERSHIP, OPT_STATS };
 
 static const struct option long_options[] = {
     {"bootstrap", required_argument, NULL, 'b'},
@@ -288,6 +293,7 @@ static const struct option long_options[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"tail", required_argument, NULL, OPT_TAIL},
     {"json", required_argument, NULL, OPT_JSON},
+    {"stats", required_argument, NULL, OPT_STATS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -325,6 +331,7 @@ static void parse_option(struct perf_config *cfg, int c, const char *arg)
     case OPT_TIMEOUT: cfg->timeout_s = perf_parse_seconds(arg, "--timeout"); break;
     case OPT_TAIL: cfg->tail_s = perf_parse_seconds(arg, "--tail"); break;
     case OPT_JSON: cfg->json_path = arg; break;
+    case OPT_STATS: cfg->stats_path = arg; break;
     case 'X':
         if (cfg->extra_count == PERF_CONF_EXTRA_MAX)
             perf_die("too many -X options (max %d)", PERF_CONF_EXTRA_MAX);
@@ -414,8 +421,38 @@ static void conf_set(rd_kafka_conf_t *conf, const char *name, const char *value)
         perf_die("librdkafka %s=%s: %s", name, value, err);
 }
 
+/* --stats: every client's statistics go to one file, a line each. Not on the hot path:
+ * librdkafka calls this from the poll of the client's thread every 100 ms. */
+static FILE *stats_file;
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    pthread_mutex_lock(&stats_lock);
+    fwrite(json, 1, len, stats_file);
+    fputc('\n', stats_file);
+    fflush(stats_file);
+    pthread_mutex_unlock(&stats_lock);
+    return 0; /* librdkafka frees json */
+}
+
+static void conf_stats(rd_kafka_conf_t *conf, const struct perf_config *cfg)
+{
+    if (!cfg->stats_path)
+        return;
+    pthread_mutex_lock(&stats_lock);
+    if (!stats_file && !(stats_file = fopen(cfg->stats_path, "a")))
+        perf_die("cannot write %s: %s", cfg->stats_path, strerror(errno));
+    pthread_mutex_unlock(&stats_lock);
+    conf_set(conf, "statistics.interval.ms", "100");
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
+}
+
 static void conf_extra(rd_kafka_conf_t *conf, const struct perf_config *cfg)
 {
+    conf_stats(conf, cfg);
     for (int i = 0; i < cfg->extra_count; i++) {
         char buf[1024];
         const char *eq = strchr(cfg->extra[i], '=');

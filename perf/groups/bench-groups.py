@@ -108,7 +108,7 @@ def run_target(target):
         rebalance_round(lib, broker, kcat, "warm")  # creates __consumer_offsets, warms the JVM
         rounds = [rebalance_round(lib, broker, kcat, f"rb{i}") for i in range(3)]
         rate = commit_rate(lib, broker)
-        version = "sluice" if target == "sluice" else "Apache Kafka " + os.environ.get("KAFKA_VERSION", "4.1.1")
+        version = "sluice" if target == "sluice" else "Apache Kafka " + os.environ.get("KAFKA_VERSION", "4.4.0")
         broker.stop()
     ok = [r for r in rounds if r is not None]
     return {"target": target, "version": version,

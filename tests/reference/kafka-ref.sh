@@ -18,12 +18,12 @@
 #                                        like start, but in the foreground (exec java;
 #                                        formats DATADIR only if it is not formatted yet)
 #
-# Environment: KAFKA_VERSION (default 4.1.1), SLUICE_CACHE (default ~/.cache/sluice),
+# Environment: KAFKA_VERSION (default 4.4.0, the newest 4.x on Maven Central in 2026-11), SLUICE_CACHE (default ~/.cache/sluice),
 # KAFKA_HEAP (default -Xmx1g -Xms256m), KAFKA_START_TIMEOUT seconds (default 90).
 # The server's pid is in DATADIR/kafka.pid, its console output in DATADIR/kafka.out.
 set -euo pipefail
 
-KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
+KAFKA_VERSION=${KAFKA_VERSION:-4.4.0}
 CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
 HOME_DIR="$CACHE/kafka-$KAFKA_VERSION"
 LIB="$HOME_DIR/lib"
