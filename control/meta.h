@@ -6,7 +6,14 @@
  * sluice-controller quorum without touching the broker. Deleted topics
  * leave a tombstone (name, id, partition count) until the storage has
  * renamed their directories away, so that a directory found at start is
- * either a live topic's, provably a deleted topic's, or unknown. */
+ * either a live topic's, provably a deleted topic's, or unknown.
+ * A snapshot also says who serves what: per partition its leader, leader
+ * epoch, replicas, ISR and offline replicas, and the cluster's brokers with
+ * their endpoints and racks (the local backend: one node, leader of all).
+ * Changes are submitted asynchronously and complete on the backend's own
+ * thread once durable and published, so that no network core waits for an
+ * fsync (see "asynchronous changes" below). Topic-name and topic-config
+ * checks, shared by every backend, are in control/topic_config.h. */
 #ifndef SLUICE_META_H
 #define SLUICE_META_H
 #include <stdbool.h>

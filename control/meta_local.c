@@ -10,6 +10,12 @@
  * amortised, not a rewrite of every topic. A file that does not parse stops
  * the open with what was found: metadata is never taken as empty.
  *
+ * Changes arrive as batches on a bounded queue and are committed by one
+ * writer thread: it takes the batches queued together (up to one batch's
+ * worth of changes; a validate-only batch alone), stages them, appends the
+ * journal once and fdatasyncs, publishes, and then completes each batch.
+ * The synchronous operations submit a one-change batch and wait for it.
+ *
  * In memory: writers serialise on `lock` and stage their changes in a batch
  * (one clone of the topic pointer array per batch, new topics merged in once
  * at commit), persist them, and publish the new snapshot under `pub_lock`,
