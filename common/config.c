@@ -79,6 +79,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.cache.bytes.max", CFG_LONG, F(cache_bytes_max), 1048576, INT64_MAX, "1073741824"},
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
+	{"broker.rack", CFG_STRING, F(broker_rack), 0, 0, ""},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 
@@ -98,7 +99,8 @@ static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const c
 		size_t n = strlen(value);
 		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ||
 				     strcmp(k->name, "log.cleaner.min.cleanable.ratio") == 0 ? 32 :
-			     strcmp(k->name, "cluster.id") == 0 ? 64 : SLUICE_CONFIG_STRING_MAX;
+			     strcmp(k->name, "cluster.id") == 0 ? 64 :
+			     strcmp(k->name, "broker.rack") == 0 ? sizeof cfg->broker_rack : SLUICE_CONFIG_STRING_MAX;
 		if (n >= cap) {
 			snprintf(err, errlen, "%s: value is longer than %zu bytes", k->name, cap - 1);
 			return -1;
@@ -152,6 +154,8 @@ int sluice_config_set(struct sluice_config *cfg, const char *key, const char *va
 	if (!k) {
 		if (strcmp(key, "log.dir") == 0)
 			k = key_find("log.dirs");
+		else if (strcmp(key, "broker.id") == 0) /* its name before KRaft */
+			k = key_find("node.id");
 		else {
 			SLOG_WARN("config", "unknown property '%s' ignored", key);
 			return 0;

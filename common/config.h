@@ -73,6 +73,7 @@ struct sluice_config {
 	int64_t cache_bytes_max; /* tail-chunk memory over all storage cores */
 	char log_level[32];
 	char cluster_id[64];
+	char broker_rack[256]; /* broker.rack; "": none */
 	/* parsed from listeners / advertised.listeners / log.dirs */
 	char listen_host[256];
 	int listen_port;

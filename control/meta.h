@@ -6,43 +6,44 @@
  * sluice-controller quorum without touching the broker. Deleted topics
  * leave a tombstone (name, id, partition count) until the storage has
  * renamed their directories away, so that a directory found at start is
- * either a live topic's, provably a deleted topic's, or unknown. */
+ * either a live topic's, provably a deleted topic's, or unknown.
+ * A snapshot also says who serves what: per partition its leader, leader
+ * epoch, replicas, ISR and offline replicas, and the cluster's brokers with
+ * their endpoints and racks (the local backend: one node, leader of all).
+ * Changes are submitted asynchronously and complete on the backend's own
+ * thread once durable and published, so that no network core waits for an
+ * fsync (see "asynchronous changes" below). Topic-name and topic-config
+ * checks, shared by every backend, are in control/topic_config.h. */
 #ifndef SLUICE_META_H
 #define SLUICE_META_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "control/topic_config.h"
 
-#define SLUICE_TOPIC_NAME_MAX 249
-#define SLUICE_TOPIC_CONFIGS_MAX 32
-#define SLUICE_TOPIC_CONFIG_KEY_MAX 64
-#define SLUICE_TOPIC_CONFIG_VALUE_MAX 256
 #define SLUICE_TOPICS_MAX 100000
 #define SLUICE_PARTITIONS_PER_TOPIC_MAX 100000
+/* Replicas of one partition: the largest replication factor a backend may report. */
+#define SLUICE_REPLICAS_MAX 16
+#define SLUICE_BROKER_HOST_MAX 255
+#define SLUICE_BROKER_RACK_MAX 255
 
-struct sluice_topic_config {
-	char key[SLUICE_TOPIC_CONFIG_KEY_MAX];
-	char value[SLUICE_TOPIC_CONFIG_VALUE_MAX];
+/* One partition as the cluster sees it: node ids, -1 leader for none. */
+struct sluice_partition_state {
+	int32_t leader;
+	int32_t leader_epoch;
+	int32_t replica_n, isr_n, offline_n;
+	int32_t replicas[SLUICE_REPLICAS_MAX]; /* the assignment, preferred leader first */
+	int32_t isr[SLUICE_REPLICAS_MAX];
+	int32_t offline[SLUICE_REPLICAS_MAX]; /* replicas on an offline log directory */
 };
 
-/* Topic-level overrides parsed from configs[]; SLUICE_LIMIT_UNSET means
- * "broker default" (-1 is a real value: retention.ms=-1 keeps forever). */
-#define SLUICE_LIMIT_UNSET INT64_MIN
-struct sluice_topic_limits {
-	int64_t segment_bytes;
-	int64_t max_message_bytes;
-	int64_t retention_ms;
-	int64_t retention_bytes;
-	int64_t flush_messages;
-	int64_t min_insync_replicas;
-	int64_t segment_ms;
-	int8_t cleanup_compact; /* -1 default (delete), 0 delete, 1 compact */
-	bool cleanup_delete;    /* retention applies ("delete" or "compact,delete") */
-	int64_t delete_retention_ms;
-	int8_t log_append_time; /* message.timestamp.type: -1 broker default, 0 CreateTime, 1 LogAppendTime */
-	int64_t min_compaction_lag_ms;
-	int64_t max_compaction_lag_ms;
-	double min_cleanable_dirty_ratio; /* < 0: unset */
+/* A broker of the cluster and the endpoint clients reach it at. */
+struct sluice_meta_broker {
+	int32_t node_id;
+	int32_t port;
+	char host[SLUICE_BROKER_HOST_MAX + 1];
+	char rack[SLUICE_BROKER_RACK_MAX + 1]; /* "": none (Kafka's null) */
 };
 
 /* A snapshot's topics are allocated with room for config_n configs only
@@ -53,6 +54,12 @@ struct sluice_topic {
 	int32_t partitions;
 	int32_t config_n;
 	struct sluice_topic_limits limits;
+	/* Partition p's state is states[state_n == 1 ? 0 : p]: a backend whose
+	 * partitions all look alike (the local one: leader = self) shares one
+	 * entry; read it through sluice_topic_partition. Owned by the backend,
+	 * valid while a snapshot holding the topic is held. */
+	const struct sluice_partition_state *states;
+	int32_t state_n; /* 1 or partitions */
 	int refs;             /* snapshots holding this (immutable) topic; atomic */
 	uint32_t stage_index; /* the metadata writer's bookkeeping while the topic is new */
 	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
@@ -63,7 +70,18 @@ struct sluice_meta_snapshot {
 	int refs; /* atomic */
 	uint32_t topic_n;
 	struct sluice_topic **topics; /* sorted by name */
+	uint32_t broker_n;
+	const struct sluice_meta_broker *brokers; /* sorted by node id; owned by the backend */
 };
+
+/* Partition p of t (0 <= p < t->partitions), or NULL if the backend has
+ * not said (the local one before sluice_meta_local_set_node). */
+static inline const struct sluice_partition_state *sluice_topic_partition(const struct sluice_topic *t, int32_t p)
+{
+	if (!t->states || p < 0 || p >= t->partitions)
+		return NULL;
+	return &t->states[t->state_n == 1 ? 0 : p];
+}
 
 struct sluice_topic_spec {
 	const char *name;
@@ -75,10 +93,84 @@ struct sluice_topic_spec {
 	const uint8_t *id; /* NULL: a new random topic id (adoption at start passes the one found on disk) */
 };
 
-/* The metadata authority the broker talks to. Results are Kafka error codes. */
+/* ---- asynchronous changes ----------------------------------------------------
+ *
+ * A request's metadata changes are submitted together as one batch, a struct
+ * the caller owns (with its changes[]) until completion. The backend checks
+ * and stages every change, makes the batch durable (the local one: one
+ * journal append and one fdatasync, shared with the batches queued beside
+ * it), publishes the snapshot that shows it, and only then calls done(batch),
+ * exactly once, on a thread of its own (never the submitter's): the caller
+ * passes the result to the thread that wants it (a network core: a post to
+ * its runtime). done may free the batch. A validate-only batch checks each
+ * change against the current state and completes without writing anything. */
+enum sluice_meta_change_kind {
+	SLUICE_META_CREATE_TOPIC = 1,
+	SLUICE_META_DELETE_TOPIC,       /* leaves a tombstone (see above) */
+	SLUICE_META_CREATE_PARTITIONS,  /* grow to `partitions` (never shrink) */
+	SLUICE_META_SET_TOPIC_CONFIGS,  /* replace the overrides by configs[0..config_n) */
+	SLUICE_META_ALLOCATE_PRODUCER_ID, /* never handed out before, across restarts */
+	SLUICE_META_FORGET_DELETED,     /* storage renamed every directory of topic `id` away */
+};
+
+#define SLUICE_META_MSG_MAX 200
+/* Changes in one batch: a CreateTopics naming every topic the broker may hold fits. */
+#define SLUICE_META_BATCH_CHANGES_MAX SLUICE_TOPICS_MAX
+/* Changes submitted and not yet completed, over all batches: past it a
+ * submit answers SLUICE_META_BUSY. */
+#define SLUICE_META_QUEUE_CHANGES_MAX (2 * SLUICE_META_BATCH_CHANGES_MAX)
+_Static_assert(SLUICE_META_QUEUE_CHANGES_MAX >= SLUICE_META_BATCH_CHANGES_MAX, "a whole batch fits the queue");
+_Static_assert(SLUICE_META_BATCH_CHANGES_MAX >= SLUICE_TOPICS_MAX, "one request may create every topic");
+
+struct sluice_meta_change {
+	/* Inputs, set by the submitter; what they point to stays valid until done. */
+	enum sluice_meta_change_kind kind;
+	const char *name; /* the topic: CREATE_TOPIC, DELETE_TOPIC, CREATE_PARTITIONS, SET_TOPIC_CONFIGS */
+	size_t name_len;
+	int32_t partitions;         /* CREATE_TOPIC (-1: broker default); CREATE_PARTITIONS: the new count */
+	int32_t replication_factor; /* CREATE_TOPIC (-1: broker default) */
+	const struct sluice_topic_config *configs; /* CREATE_TOPIC, SET_TOPIC_CONFIGS */
+	int32_t config_n;
+	const uint8_t *id; /* CREATE_TOPIC: NULL for a new random id; FORGET_DELETED: the deleted topic's */
+	struct sluice_topic *topic_out; /* optional: a full copy of the resulting (or deleted) topic */
+	/* Outputs, set by the backend before done. */
+	int16_t error; /* Kafka error code; 0: the change happened (validate-only: would happen) */
+	char msg[SLUICE_META_MSG_MAX]; /* with error */
+	uint8_t topic_id[16];          /* the resulting (or deleted) topic's id and partition count */
+	int32_t topic_partitions;
+	int64_t producer_id; /* ALLOCATE_PRODUCER_ID; -1 on failure */
+};
+
+struct sluice_meta_batch {
+	struct sluice_meta_change *changes;
+	uint32_t change_n;
+	bool validate_only;
+	void (*done)(struct sluice_meta_batch *batch);
+	void *arg; /* the submitter's */
+	/* Output: the version of the snapshot that shows the batch (of the one
+	 * it was checked against, if nothing changed). */
+	uint64_t version;
+	struct sluice_meta_batch *next; /* the backend's while queued */
+};
+
+enum sluice_meta_submit_result {
+	SLUICE_META_SUBMITTED = 0, /* done will be called */
+	SLUICE_META_BUSY,          /* the queue is full: nothing happened, retry later (a retriable error) */
+	SLUICE_META_TOO_LARGE,     /* change_n > SLUICE_META_BATCH_CHANGES_MAX: nothing happened */
+};
+
+/* The metadata authority the broker talks to. Results are Kafka error codes.
+ *
+ * Only acquire, release and submit may be called on a network core. The
+ * synchronous operations below wait for the backend's write (an fsync,
+ * seconds for a large batch): they are for start-up code and for callers
+ * not yet converted to submit. Outside batch_begin/batch_commit each is a
+ * one-change batch submitted and waited for; between the two, changes are
+ * staged on the calling thread, which holds the writer lock meanwhile. */
 struct sluice_meta_ops {
 	struct sluice_meta_snapshot *(*acquire)(void *self);
 	void (*release)(void *self, struct sluice_meta_snapshot *snap);
+	enum sluice_meta_submit_result (*submit)(void *self, struct sluice_meta_batch *batch);
 	int16_t (*create_topic)(void *self, const struct sluice_topic_spec *spec, bool validate_only,
 				char *msg, size_t msglen, struct sluice_topic *out);
 	int16_t (*delete_topic)(void *self, const char *name, size_t name_len, struct sluice_topic *out,
@@ -117,6 +209,19 @@ struct sluice_meta {
 int sluice_meta_local_open(struct sluice_meta *m, const char *dir, int32_t default_partitions,
 			   char *err, size_t errlen);
 void sluice_meta_local_close(struct sluice_meta *m);
+/* This broker, as the snapshots describe it: node id (node.id or
+ * broker.id), advertised host and port, broker.rack. Every partition's
+ * leader is this node, its replicas and ISR [this node], epoch 0. Call
+ * once, after open and before other threads use m. */
+struct sluice_config;
+void sluice_meta_local_set_node(struct sluice_meta *m, const struct sluice_config *cfg);
+/* Counters of the local backend's writer, for tests and diagnostics. */
+struct sluice_meta_local_stats {
+	uint64_t journal_appends; /* each one write and one fdatasync */
+	uint64_t snapshot_writes; /* each a rewrite of sluice-topics */
+	uint64_t commits;         /* groups of batches staged and committed together */
+};
+void sluice_meta_local_stats(const struct sluice_meta *m, struct sluice_meta_local_stats *out);
 /* Whether open found metadata on disk (false on a first start). */
 bool sluice_meta_local_found(const struct sluice_meta *m);
 /* The tombstone of deleted topic id, or NULL. */
@@ -130,15 +235,6 @@ const struct sluice_meta_tombstone *sluice_meta_local_tombstone(const struct slu
 int sluice_meta_local_forget_all(struct sluice_meta *m);
 
 const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s, const char *name, size_t len);
-/* Kafka's topic-name rule: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
-bool sluice_topic_name_valid(const char *name, size_t len);
-/* Topic config keys accepted at creation (Kafka's names). */
-bool sluice_topic_config_known(const char *key);
-/* Check one topic config value; returns 0 or INVALID_CONFIG (40) with msg. */
-int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen);
-/* Parse a topic's overrides into limits. */
-void sluice_topic_limits_parse(struct sluice_topic *t);
-
 /* A topic id as Kafka prints it: URL-safe base64 without padding (22 chars). */
 void sluice_topic_id_base64(const uint8_t id[16], char out[23]);
 /* <dir>/partition.metadata, Kafka's "version: 0\ntopic_id: <base64>\n": the

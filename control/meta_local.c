@@ -10,6 +10,12 @@
  * amortised, not a rewrite of every topic. A file that does not parse stops
  * the open with what was found: metadata is never taken as empty.
  *
+ * Changes arrive as batches on a bounded queue and are committed by one
+ * writer thread: it takes the batches queued together (up to one batch's
+ * worth of changes; a validate-only batch alone), stages them, appends the
+ * journal once and fdatasyncs, publishes, and then completes each batch.
+ * The synchronous operations submit a one-change batch and wait for it.
+ *
  * In memory: writers serialise on `lock` and stage their changes in a batch
  * (one clone of the topic pointer array per batch, new topics merged in once
  * at commit), persist them, and publish the new snapshot under `pub_lock`,
@@ -17,6 +23,7 @@
  * names folded as Kafka compares them ('.' and '_' alike) makes the existence
  * and collision checks O(1). */
 #include "control/meta.h"
+#include "common/config.h"
 #include "common/crc32c.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
@@ -24,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,147 +86,25 @@ struct meta_local {
 	uint32_t tomb_n_at_begin;
 	bool changed, oom;
 	bool replaying; /* open: no journal records */
+	/* This node, as every snapshot describes it (sluice_meta_local_set_node):
+	 * one broker, and the state every partition shares. */
+	struct sluice_meta_broker self_broker;
+	struct sluice_partition_state self_state;
+	bool node_set;
+	struct sluice_meta_local_stats stats; /* under lock */
+	/* The writer thread and its queue of submitted batches (under q_lock). */
+	pthread_t writer;
+	bool writer_running;
+	pthread_mutex_t q_lock;
+	pthread_cond_t q_cond;  /* a batch was queued, or stopping */
+	pthread_cond_t q_space; /* changes were completed */
+	struct sluice_meta_batch *q_head, *q_tail;
+	uint32_t q_changes; /* submitted, not yet completed */
+	bool stopping;
 };
+_Static_assert(SLUICE_META_QUEUE_CHANGES_MAX <= UINT32_MAX / 2, "q_changes holds the queue and one batch more");
 
 #define PRODUCER_ID_BLOCK 1000
-
-static const char *const topic_config_keys[] = {
-	"cleanup.policy", "compression.type", "delete.retention.ms", "file.delete.delay.ms",
-	"flush.messages", "flush.ms", "index.interval.bytes", "max.compaction.lag.ms",
-	"max.message.bytes", "message.timestamp.difference.max.ms", "message.timestamp.type",
-	"min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
-	"retention.bytes", "retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms",
-	"segment.ms", "unclean.leader.election.enable", "message.downconversion.enable",
-	"message.timestamp.before.max.ms", "message.timestamp.after.max.ms", "local.retention.ms",
-	"local.retention.bytes", "remote.storage.enable",
-};
-
-bool sluice_topic_config_known(const char *key)
-{
-	for (size_t i = 0; i < sizeof topic_config_keys / sizeof *topic_config_keys; i++)
-		if (strcmp(key, topic_config_keys[i]) == 0)
-			return true;
-	return false;
-}
-
-/* Value types of the topic configs whose values are checked. */
-static const struct {
-	const char *key;
-	char type; /* 'l' long, 'b' boolean, 'p' cleanup policy list, 't' timestamp type */
-	int64_t min;
-} config_types[] = {
-	{"cleanup.policy", 'p', 0}, {"delete.retention.ms", 'l', 0}, {"file.delete.delay.ms", 'l', 0},
-	{"flush.messages", 'l', 1}, {"flush.ms", 'l', 0}, {"index.interval.bytes", 'l', 0},
-	{"max.compaction.lag.ms", 'l', 1}, {"max.message.bytes", 'l', 0},
-	{"message.timestamp.difference.max.ms", 'l', 0}, {"min.compaction.lag.ms", 'l', 0},
-	{"min.insync.replicas", 'l', 1}, {"preallocate", 'b', 0}, {"retention.bytes", 'l', -1},
-	{"retention.ms", 'l', -1}, {"segment.bytes", 'l', 14}, {"segment.index.bytes", 'l', 4},
-	{"segment.jitter.ms", 'l', 0}, {"segment.ms", 'l', 1}, {"unclean.leader.election.enable", 'b', 0},
-	{"message.timestamp.before.max.ms", 'l', 0}, {"message.timestamp.after.max.ms", 'l', 0},
-	{"local.retention.ms", 'l', -2}, {"local.retention.bytes", 'l', -2},
-	{"message.timestamp.type", 't', 0}, {"min.cleanable.dirty.ratio", 'r', 0},
-};
-
-int16_t sluice_topic_config_check(const char *key, const char *value, char *msg, size_t msglen)
-{
-	if (!sluice_topic_config_known(key)) {
-		snprintf(msg, msglen, "Unknown topic config name: %s", key);
-		return KERR_INVALID_CONFIG;
-	}
-	for (size_t i = 0; i < sizeof config_types / sizeof *config_types; i++) {
-		if (strcmp(config_types[i].key, key) != 0)
-			continue;
-		bool ok = true;
-		if (config_types[i].type == 'l') {
-			char *end;
-			errno = 0;
-			long long v = strtoll(value, &end, 10);
-			ok = *value && !*end && !errno && v >= config_types[i].min;
-		} else if (config_types[i].type == 'b') {
-			ok = !strcmp(value, "true") || !strcmp(value, "false");
-		} else if (config_types[i].type == 'p') {
-			ok = !strcmp(value, "delete") || !strcmp(value, "compact") || !strcmp(value, "compact,delete") ||
-			     !strcmp(value, "delete,compact") || !strcmp(value, "");
-		} else if (config_types[i].type == 't') {
-			ok = !strcmp(value, "CreateTime") || !strcmp(value, "LogAppendTime");
-		} else if (config_types[i].type == 'r') {
-			char *end;
-			double d = strtod(value, &end);
-			ok = *value && !*end && d >= 0 && d <= 1;
-		}
-		if (!ok) {
-			snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
-			return KERR_INVALID_CONFIG;
-		}
-	}
-	if (!strcmp(key, "segment.bytes")) {
-		long long v = atoll(value);
-		if (v < 1048576 || v > INT32_MAX) {
-			snprintf(msg, msglen, "Invalid value %s for configuration segment.bytes: must be in [1048576, %d]", value, INT32_MAX);
-			return KERR_INVALID_CONFIG;
-		}
-	}
-	return 0;
-}
-
-void sluice_topic_limits_parse(struct sluice_topic *t)
-{
-	struct sluice_topic_limits *l = &t->limits;
-	l->segment_bytes = l->max_message_bytes = l->retention_ms = l->retention_bytes = SLUICE_LIMIT_UNSET;
-	l->flush_messages = l->min_insync_replicas = l->segment_ms = SLUICE_LIMIT_UNSET;
-	l->cleanup_compact = -1;
-	l->cleanup_delete = true;
-	l->delete_retention_ms = SLUICE_LIMIT_UNSET;
-	l->log_append_time = -1;
-	l->min_compaction_lag_ms = l->max_compaction_lag_ms = SLUICE_LIMIT_UNSET;
-	l->min_cleanable_dirty_ratio = -1;
-	for (int32_t i = 0; i < t->config_n; i++) {
-		const char *k = t->configs[i].key, *v = t->configs[i].value;
-		if (!strcmp(k, "segment.bytes"))
-			l->segment_bytes = atoll(v);
-		else if (!strcmp(k, "max.message.bytes"))
-			l->max_message_bytes = atoll(v);
-		else if (!strcmp(k, "retention.ms"))
-			l->retention_ms = atoll(v);
-		else if (!strcmp(k, "retention.bytes"))
-			l->retention_bytes = atoll(v);
-		else if (!strcmp(k, "flush.messages"))
-			l->flush_messages = atoll(v);
-		else if (!strcmp(k, "segment.ms"))
-			l->segment_ms = atoll(v);
-		else if (!strcmp(k, "min.insync.replicas"))
-			l->min_insync_replicas = atoll(v);
-		else if (!strcmp(k, "cleanup.policy")) {
-			l->cleanup_compact = strstr(v, "compact") != NULL;
-			l->cleanup_delete = strstr(v, "delete") != NULL;
-		} else if (!strcmp(k, "delete.retention.ms"))
-			l->delete_retention_ms = atoll(v);
-		else if (!strcmp(k, "message.timestamp.type"))
-			l->log_append_time = !strcmp(v, "LogAppendTime");
-		else if (!strcmp(k, "min.compaction.lag.ms"))
-			l->min_compaction_lag_ms = atoll(v);
-		else if (!strcmp(k, "max.compaction.lag.ms"))
-			l->max_compaction_lag_ms = atoll(v);
-		else if (!strcmp(k, "min.cleanable.dirty.ratio"))
-			l->min_cleanable_dirty_ratio = strtod(v, NULL);
-	}
-}
-
-bool sluice_topic_name_valid(const char *name, size_t len)
-{
-	if (len == 0 || len > SLUICE_TOPIC_NAME_MAX)
-		return false;
-	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-		      c == '_' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
 
 static int cmp_name(const char *a, size_t alen, const char *b)
 {
@@ -308,6 +194,8 @@ static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot
 		__atomic_add_fetch(&s->topics[i]->refs, 1, __ATOMIC_ACQ_REL);
 	}
 	s->topic_n = cur->topic_n;
+	s->broker_n = cur->broker_n;
+	s->brokers = cur->brokers;
 	s->version = cur->version + 1;
 	s->refs = 1;
 	return s;
@@ -601,6 +489,13 @@ static bool is_added(const struct meta_local *m, const struct sluice_topic *t)
 	return t->stage_index < m->added_n && m->added[t->stage_index] == t;
 }
 
+/* Every partition of a local topic is this node's: one shared state. */
+static void topic_place(const struct meta_local *m, struct sluice_topic *t)
+{
+	t->states = m->node_set ? &m->self_state : NULL;
+	t->state_n = 1;
+}
+
 /* New topic t (one reference, owned by the batch from here on). */
 static int stage_add(struct meta_local *m, struct sluice_topic *t)
 {
@@ -616,6 +511,7 @@ static int stage_add(struct meta_local *m, struct sluice_topic *t)
 	}
 	if (names_insert(m, t) < 0)
 		return -1;
+	topic_place(m, t);
 	t->stage_index = m->added_n;
 	m->added[m->added_n++] = t;
 	m->added_live++;
@@ -631,6 +527,7 @@ static int stage_replace(struct meta_local *m, struct sluice_topic *old, struct 
 		return -1;
 	assert(m->names[slot] == old && !strcmp(old->name, nt->name));
 	m->names[slot] = nt;
+	topic_place(m, nt);
 	if (is_added(m, old)) {
 		nt->stage_index = old->stage_index;
 		m->added[old->stage_index] = nt;
@@ -783,6 +680,7 @@ static int compact(struct meta_local *m, const struct sluice_meta_snapshot *s)
 	if (rc < 0 || rename(tmp, m->path) < 0)
 		return -1;
 	(void)fsync_dir(m->dir);
+	m->stats.snapshot_writes++;
 	m->generation = gen;
 	m->snap_bytes = size > 0 ? (uint64_t)size : 0;
 	m->found = true;
@@ -817,6 +715,7 @@ static int journal_append(struct meta_local *m)
 {
 	if (write_all(m->jfd, m->jbuf, m->jlen) == 0 && fdatasync(m->jfd) == 0) {
 		m->jbytes += m->jlen;
+		m->stats.journal_appends++;
 		return 0;
 	}
 	int e = errno;
@@ -859,78 +758,32 @@ static int16_t stage_commit(struct meta_local *m, char *msg, size_t msglen)
 	return 0;
 }
 
-/* A change outside batch_begin/batch_commit is a batch of its own. */
-static bool op_enter(struct meta_local *m)
-{
-	if (in_batch(m))
-		return false;
-	pthread_mutex_lock(&m->lock);
-	stage_reset(m);
-	return true;
-}
+/* ---- staging one change (writer lock held, a batch being staged) ------------------- */
 
-static int16_t op_leave(struct meta_local *m, bool own, int16_t code, char *msg, size_t msglen)
+static int16_t check_create(const struct meta_local *m, const struct sluice_meta_change *c, int32_t *parts, char *msg,
+			    size_t msglen)
 {
-	if (!own)
-		return code;
-	char cmsg[200];
-	int16_t c = stage_commit(m, cmsg, sizeof cmsg);
-	pthread_mutex_unlock(&m->lock);
-	if (c && !code && msg)
-		snprintf(msg, msglen, "%s", cmsg);
-	return code ? code : c;
-}
-
-static void ml_batch_begin(void *self)
-{
-	struct meta_local *m = self;
-	assert(!in_batch(m));
-	pthread_mutex_lock(&m->lock);
-	stage_reset(m);
-	__atomic_store_n(&m->owner, pthread_self(), __ATOMIC_RELEASE);
-}
-
-static int16_t ml_batch_commit(void *self, char *msg, size_t msglen)
-{
-	struct meta_local *m = self;
-	assert(in_batch(m));
-	int16_t c = stage_commit(m, msg, msglen);
-	__atomic_store_n(&m->owner, (pthread_t)0, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&m->lock);
-	return c;
-}
-
-/* ---- operations ----------------------------------------------------------------- */
-
-static int16_t check_spec(const struct meta_local *m, const struct sluice_topic_spec *spec, int32_t *parts, char *msg,
-			  size_t msglen)
-{
-	if (!sluice_topic_name_valid(spec->name, spec->name_len)) {
+	if (!sluice_topic_name_valid(c->name, c->name_len)) {
 		snprintf(msg, msglen, "Topic name is invalid: '%.*s' (legal characters are [a-zA-Z0-9._-], length 1-249)",
-			 (int)(spec->name_len > 249 ? 249 : spec->name_len), spec->name);
+			 (int)(c->name_len > 249 ? 249 : c->name_len), c->name);
 		return KERR_INVALID_TOPIC_EXCEPTION;
 	}
-	*parts = spec->partitions == -1 ? m->default_partitions : spec->partitions;
+	*parts = c->partitions == -1 ? m->default_partitions : c->partitions;
 	if (*parts <= 0 || *parts > SLUICE_PARTITIONS_PER_TOPIC_MAX) {
 		snprintf(msg, msglen, "Number of partitions was set to an invalid non-positive value.");
 		if (*parts > 0)
 			snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", *parts, SLUICE_PARTITIONS_PER_TOPIC_MAX);
 		return KERR_INVALID_PARTITIONS;
 	}
-	if (spec->replication_factor != -1 && spec->replication_factor != 1) {
-		if (spec->replication_factor <= 0)
+	if (c->replication_factor != -1 && c->replication_factor != 1) {
+		if (c->replication_factor <= 0)
 			snprintf(msg, msglen, "Replication factor must be larger than 0, or -1 to use the default value.");
 		else
 			snprintf(msg, msglen, "Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.",
-				 spec->replication_factor, spec->replication_factor);
+				 c->replication_factor, c->replication_factor);
 		return KERR_INVALID_REPLICATION_FACTOR;
 	}
-	for (int32_t i = 0; i < spec->config_n; i++) {
-		int16_t e = sluice_topic_config_check(spec->configs[i].key, spec->configs[i].value, msg, msglen);
-		if (e)
-			return e;
-	}
-	return 0;
+	return sluice_topic_configs_check(c->configs, c->config_n, msg, msglen);
 }
 
 /* Kafka rejects a name that exists, or collides once '.' and '_' are treated alike. */
@@ -953,156 +806,86 @@ static int16_t check_new_name(const struct meta_local *m, const char *name, size
 	return 0;
 }
 
-static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool validate_only, char *msg,
-			 size_t msglen, struct sluice_topic *out)
+static void new_topic_id(struct sluice_topic *t, const uint8_t *id)
 {
-	struct meta_local *m = self;
+	if (id) {
+		memcpy(t->id, id, 16);
+		return;
+	}
+	if (getrandom(t->id, sizeof t->id, 0) != (ssize_t)sizeof t->id)
+		memset(t->id, 0x5a, sizeof t->id);
+	t->id[6] = (uint8_t)((t->id[6] & 0x0f) | 0x40);
+	t->id[8] = (uint8_t)((t->id[8] & 0x3f) | 0x80);
+}
+
+/* The change's outputs describing topic t. */
+static void change_result(struct sluice_meta_change *c, const struct sluice_topic *t)
+{
+	memcpy(c->topic_id, t->id, 16);
+	c->topic_partitions = t->partitions;
+	topic_copy_out(c->topic_out, t);
+}
+
+static int16_t stage_create(struct meta_local *m, struct sluice_meta_change *c, bool validate_only)
+{
 	int32_t parts = 0;
-	int16_t code = check_spec(m, spec, &parts, msg, msglen);
-	if (code)
-		return code;
-	bool own = op_enter(m);
-	code = check_new_name(m, spec->name, spec->name_len, msg, msglen);
+	int16_t code = check_create(m, c, &parts, c->msg, sizeof c->msg);
+	if (!code)
+		code = check_new_name(m, c->name, c->name_len, c->msg, sizeof c->msg);
 	if (code || validate_only) {
-		if (!code && out) {
-			memset(out, 0, sizeof *out);
-			memcpy(out->name, spec->name, spec->name_len);
-			out->partitions = parts;
+		if (!code && c->topic_out) {
+			memset(c->topic_out, 0, sizeof *c->topic_out);
+			memcpy(c->topic_out->name, c->name, c->name_len);
+			c->topic_out->partitions = parts;
 		}
-		return op_leave(m, own, code, msg, msglen);
+		c->topic_partitions = code ? 0 : parts;
+		return code;
 	}
-	struct sluice_topic *t = calloc(1, topic_size(spec->config_n));
+	struct sluice_topic *t = calloc(1, topic_size(c->config_n));
 	if (!t) {
-		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
+		snprintf(c->msg, sizeof c->msg, "out of memory");
+		return KERR_UNKNOWN_SERVER_ERROR;
 	}
-	memcpy(t->name, spec->name, spec->name_len);
+	memcpy(t->name, c->name, c->name_len);
 	t->partitions = parts;
 	t->refs = 1;
-	if (spec->id)
-		memcpy(t->id, spec->id, 16);
-	else {
-		if (getrandom(t->id, sizeof t->id, 0) != (ssize_t)sizeof t->id)
-			memset(t->id, 0x5a, sizeof t->id);
-		t->id[6] = (uint8_t)((t->id[6] & 0x0f) | 0x40);
-		t->id[8] = (uint8_t)((t->id[8] & 0x3f) | 0x80);
-	}
-	t->config_n = spec->config_n;
-	memcpy(t->configs, spec->configs, sizeof t->configs[0] * (size_t)spec->config_n);
-	sluice_topic_limits_parse(t);
+	new_topic_id(t, c->id);
+	t->config_n = c->config_n;
+	if (c->config_n)
+		memcpy(t->configs, c->configs, sizeof t->configs[0] * (size_t)c->config_n);
+	sluice_topic_limits_parse(&t->limits, t->configs, t->config_n);
 	if (stage_add(m, t) < 0) {
 		free(t);
-		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
+		snprintf(c->msg, sizeof c->msg, "out of memory");
+		return KERR_UNKNOWN_SERVER_ERROR;
 	}
-	topic_copy_out(out, t);
+	change_result(c, t);
 	SLOG_INFO("meta", "created topic %s with %d partition(s)", t->name, parts);
-	return op_leave(m, own, KERR_NONE, msg, msglen);
+	return 0;
 }
 
-static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice_topic *out, char *msg, size_t msglen)
+static int16_t stage_delete(struct meta_local *m, struct sluice_meta_change *c, bool validate_only)
 {
-	struct meta_local *m = self;
-	bool own = op_enter(m);
 	uint32_t slot;
-	struct sluice_topic *t = staged_find(m, name, len, &slot);
+	struct sluice_topic *t = staged_find(m, c->name, c->name_len, &slot);
 	if (!t) {
-		snprintf(msg, msglen, "This server does not host this topic-partition.");
-		return op_leave(m, own, KERR_UNKNOWN_TOPIC_OR_PARTITION, msg, msglen);
+		snprintf(c->msg, sizeof c->msg, "This server does not host this topic-partition.");
+		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	}
-	topic_copy_out(out, t);
+	change_result(c, t);
+	if (validate_only)
+		return 0;
 	if (stage_remove(m, t, slot) < 0) {
-		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
+		snprintf(c->msg, sizeof c->msg, "out of memory");
+		return KERR_UNKNOWN_SERVER_ERROR;
 	}
-	SLOG_INFO("meta", "deleted topic %.*s", (int)len, name);
-	return op_leave(m, own, KERR_NONE, msg, msglen);
+	SLOG_INFO("meta", "deleted topic %.*s", (int)c->name_len, c->name);
+	return 0;
 }
 
-static void ml_forget_deleted(void *self, const uint8_t id[16])
+static int16_t grow_partitions(struct sluice_topic *t, const struct sluice_meta_change *c, char *msg, size_t msglen)
 {
-	struct meta_local *m = self;
-	bool own = op_enter(m);
-	assert(own);
-	if (tomb_find(m, id)) {
-		tomb_drop(m, id);
-		/* Not synced: a lost record only keeps a tombstone until the next start. */
-		char buf[64], hex[33];
-		hex16(id, hex);
-		size_t n = (size_t)snprintf(buf, sizeof buf, "forget %s", hex);
-		jrec_add(m, buf, n);
-		if (m->jfd >= 0 && !m->oom && write_all(m->jfd, m->jbuf, m->jlen) == 0)
-			m->jbytes += m->jlen;
-		else if (m->jfd >= 0 && ftruncate(m->jfd, (off_t)m->jbytes) < 0) {
-			close(m->jfd);
-			m->jfd = -1;
-		}
-	}
-	stage_reset(m);
-	pthread_mutex_unlock(&m->lock);
-}
-
-static int64_t ml_allocate_producer_id(void *self)
-{
-	struct meta_local *m = self;
-	pthread_mutex_lock(&m->lock);
-	if (m->pid_next >= m->pid_block_end) {
-		int64_t end = m->pid_block_end + PRODUCER_ID_BLOCK;
-		char tmp[1200];
-		snprintf(tmp, sizeof tmp, "%s.tmp", m->pid_path);
-		FILE *f = fopen(tmp, "w");
-		int ok = f && fprintf(f, "%lld\n", (long long)end) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-		if (f)
-			fclose(f);
-		if (!ok || rename(tmp, m->pid_path) < 0) {
-			pthread_mutex_unlock(&m->lock);
-			SLOG_ERR("meta", "cannot persist the producer id block: %s", strerror(errno));
-			return -1;
-		}
-		m->pid_next = m->pid_block_end;
-		m->pid_block_end = end;
-	}
-	int64_t id = m->pid_next++;
-	pthread_mutex_unlock(&m->lock);
-	return id;
-}
-
-/* Apply fn to a copy of the named topic and stage the copy in its place. */
-static int16_t modify_topic(struct meta_local *m, const char *name, size_t len, bool validate_only,
-			    int16_t (*fn)(struct sluice_topic *t, const void *arg, char *msg, size_t msglen),
-			    const void *arg, char *msg, size_t msglen)
-{
-	bool own = op_enter(m);
-	uint32_t slot;
-	struct sluice_topic *cur = staged_find(m, name, len, &slot);
-	if (!cur) {
-		snprintf(msg, msglen, "Topic '%.*s' does not exist.", (int)(len > 249 ? 249 : len), name);
-		return op_leave(m, own, KERR_UNKNOWN_TOPIC_OR_PARTITION, msg, msglen);
-	}
-	struct sluice_topic *nt = malloc(sizeof *nt);
-	if (!nt)
-		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
-	topic_copy_out(nt, cur);
-	nt->refs = 1;
-	int16_t e = fn(nt, arg, msg, msglen);
-	if (e || validate_only) {
-		free(nt);
-		return op_leave(m, own, e, msg, msglen);
-	}
-	struct sluice_topic *trimmed = realloc(nt, topic_size(nt->config_n));
-	if (trimmed)
-		nt = trimmed;
-	if (stage_replace(m, cur, nt, slot) < 0) {
-		free(nt);
-		snprintf(msg, msglen, "out of memory");
-		return op_leave(m, own, KERR_UNKNOWN_SERVER_ERROR, msg, msglen);
-	}
-	return op_leave(m, own, KERR_NONE, msg, msglen);
-}
-
-static int16_t grow_partitions(struct sluice_topic *t, const void *arg, char *msg, size_t msglen)
-{
-	int32_t count = *(const int32_t *)arg;
+	int32_t count = c->partitions;
 	if (count <= t->partitions) {
 		snprintf(msg, msglen, "Topic currently has %d partitions, which is higher than the requested %d.",
 			 t->partitions, count);
@@ -1118,52 +901,386 @@ static int16_t grow_partitions(struct sluice_topic *t, const void *arg, char *ms
 	return 0;
 }
 
+static int16_t replace_configs(struct sluice_topic *t, const struct sluice_meta_change *c, char *msg, size_t msglen)
+{
+	int16_t e = sluice_topic_configs_check(c->configs, c->config_n, msg, msglen);
+	if (e)
+		return e;
+	t->config_n = c->config_n;
+	if (c->config_n)
+		memcpy(t->configs, c->configs, sizeof *c->configs * (size_t)c->config_n);
+	sluice_topic_limits_parse(&t->limits, t->configs, t->config_n);
+	return 0;
+}
+
+/* Apply the change's kind to a copy of the named topic and stage the copy in its place. */
+static int16_t stage_modify(struct meta_local *m, struct sluice_meta_change *c, bool validate_only)
+{
+	assert(c->kind == SLUICE_META_CREATE_PARTITIONS || c->kind == SLUICE_META_SET_TOPIC_CONFIGS);
+	uint32_t slot;
+	struct sluice_topic *cur = staged_find(m, c->name, c->name_len, &slot);
+	if (!cur) {
+		snprintf(c->msg, sizeof c->msg, "Topic '%.*s' does not exist.", (int)(c->name_len > 249 ? 249 : c->name_len),
+			 c->name);
+		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
+	}
+	struct sluice_topic *nt = malloc(sizeof *nt);
+	if (!nt) {
+		snprintf(c->msg, sizeof c->msg, "out of memory");
+		return KERR_UNKNOWN_SERVER_ERROR;
+	}
+	topic_copy_out(nt, cur);
+	nt->refs = 1;
+	int16_t e = c->kind == SLUICE_META_CREATE_PARTITIONS ? grow_partitions(nt, c, c->msg, sizeof c->msg)
+							     : replace_configs(nt, c, c->msg, sizeof c->msg);
+	if (e || validate_only) {
+		if (!e)
+			change_result(c, nt);
+		free(nt);
+		return e;
+	}
+	struct sluice_topic *trimmed = realloc(nt, topic_size(nt->config_n));
+	if (trimmed)
+		nt = trimmed;
+	if (stage_replace(m, cur, nt, slot) < 0) {
+		free(nt);
+		snprintf(c->msg, sizeof c->msg, "out of memory");
+		return KERR_UNKNOWN_SERVER_ERROR;
+	}
+	change_result(c, nt);
+	if (c->kind == SLUICE_META_CREATE_PARTITIONS)
+		SLOG_INFO("meta", "topic %.*s now has %d partition(s)", (int)c->name_len, c->name, nt->partitions);
+	else
+		SLOG_INFO("meta", "topic %.*s configs updated (%d override(s))", (int)c->name_len, c->name, c->config_n);
+	return 0;
+}
+
+/* Producer ids are handed out from blocks whose end is persisted before
+ * any id in them is used, so a restart never repeats one. */
+static int64_t pid_allocate(struct meta_local *m)
+{
+	if (m->pid_next >= m->pid_block_end) {
+		int64_t end = m->pid_block_end + PRODUCER_ID_BLOCK;
+		char tmp[1200];
+		snprintf(tmp, sizeof tmp, "%s.tmp", m->pid_path);
+		FILE *f = fopen(tmp, "w");
+		int ok = f && fprintf(f, "%lld\n", (long long)end) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+		if (f)
+			fclose(f);
+		if (!ok || rename(tmp, m->pid_path) < 0) {
+			SLOG_ERR("meta", "cannot persist the producer id block: %s", strerror(errno));
+			return -1;
+		}
+		m->pid_next = m->pid_block_end;
+		m->pid_block_end = end;
+	}
+	assert(m->pid_next < m->pid_block_end);
+	return m->pid_next++;
+}
+
+/* Drops tombstone id with an unsynced journal record: a lost record only
+ * keeps the tombstone until the next start. Outside any staged batch,
+ * since a discarded batch restores the tombstone count. */
+static void forget_now(struct meta_local *m, const uint8_t id[16])
+{
+	assert(!m->changed);
+	if (!tomb_find(m, id))
+		return;
+	tomb_drop(m, id);
+	char buf[64], hex[33];
+	hex16(id, hex);
+	size_t n = (size_t)snprintf(buf, sizeof buf, "forget %s", hex);
+	jrec_add(m, buf, n);
+	if (m->jfd >= 0 && !m->oom && write_all(m->jfd, m->jbuf, m->jlen) == 0)
+		m->jbytes += m->jlen;
+	else if (m->jfd >= 0 && ftruncate(m->jfd, (off_t)m->jbytes) < 0) {
+		close(m->jfd);
+		m->jfd = -1;
+	}
+	stage_reset(m);
+}
+
+/* One change of a batch being staged; FORGET_DELETED waits for the commit. */
+static int16_t stage_change(struct meta_local *m, struct sluice_meta_change *c, bool validate_only)
+{
+	switch (c->kind) {
+	case SLUICE_META_CREATE_TOPIC:
+		return stage_create(m, c, validate_only);
+	case SLUICE_META_DELETE_TOPIC:
+		return stage_delete(m, c, validate_only);
+	case SLUICE_META_CREATE_PARTITIONS:
+	case SLUICE_META_SET_TOPIC_CONFIGS:
+		return stage_modify(m, c, validate_only);
+	case SLUICE_META_ALLOCATE_PRODUCER_ID:
+		c->producer_id = validate_only ? -1 : pid_allocate(m);
+		if (c->producer_id >= 0 || validate_only)
+			return 0;
+		snprintf(c->msg, sizeof c->msg, "cannot persist the producer id block");
+		return KERR_KAFKA_STORAGE_ERROR;
+	case SLUICE_META_FORGET_DELETED:
+		return 0;
+	}
+	snprintf(c->msg, sizeof c->msg, "unknown metadata change kind %d", (int)c->kind);
+	return KERR_INVALID_REQUEST;
+}
+
+/* Whether the change is part of the staged (journalled) state, so that a
+ * failed commit undoes it. */
+static bool change_staged(const struct sluice_meta_change *c)
+{
+	return c->kind == SLUICE_META_CREATE_TOPIC || c->kind == SLUICE_META_DELETE_TOPIC ||
+	       c->kind == SLUICE_META_CREATE_PARTITIONS || c->kind == SLUICE_META_SET_TOPIC_CONFIGS;
+}
+
+/* ---- the metadata writer: a queue of batches and the thread that commits them ---------- */
+
+/* Stages every change of the group, commits once (one journal append, one
+ * fdatasync), publishes; on a failed commit, every staged change reports it. */
+static void writer_commit(struct meta_local *m, struct sluice_meta_batch *group)
+{
+	pthread_mutex_lock(&m->lock);
+	stage_reset(m);
+	for (struct sluice_meta_batch *b = group; b; b = b->next)
+		for (uint32_t i = 0; i < b->change_n; i++) {
+			struct sluice_meta_change *c = &b->changes[i];
+			c->error = 0;
+			c->msg[0] = '\0';
+			c->producer_id = -1;
+			c->error = stage_change(m, c, b->validate_only);
+		}
+	char cmsg[SLUICE_META_MSG_MAX];
+	int16_t ce = stage_commit(m, cmsg, sizeof cmsg);
+	assert(!m->work && !m->changed);
+	for (struct sluice_meta_batch *b = group; b; b = b->next)
+		for (uint32_t i = 0; i < b->change_n; i++) {
+			struct sluice_meta_change *c = &b->changes[i];
+			if (b->validate_only || c->error)
+				continue;
+			if (ce && change_staged(c)) {
+				c->error = ce;
+				snprintf(c->msg, sizeof c->msg, "%s", cmsg);
+			} else if (c->kind == SLUICE_META_FORGET_DELETED)
+				forget_now(m, c->id);
+		}
+	uint64_t version = m->current->version;
+	m->stats.commits++;
+	pthread_mutex_unlock(&m->lock);
+	for (struct sluice_meta_batch *b = group; b; b = b->next)
+		b->version = version;
+}
+
+/* Takes the next group off the queue (q_lock held): the first batch and,
+ * unless it is validate-only (checked alone against published state), the
+ * changing batches after it while the group stays within one batch's size. */
+static struct sluice_meta_batch *writer_take(struct meta_local *m, uint32_t *change_n)
+{
+	struct sluice_meta_batch *first = m->q_head, *last = first;
+	assert(first);
+	uint32_t n = first->change_n;
+	while (!first->validate_only && last->next && !last->next->validate_only &&
+	       n + last->next->change_n <= SLUICE_META_BATCH_CHANGES_MAX) {
+		last = last->next;
+		n += last->change_n;
+	}
+	m->q_head = last->next;
+	if (!m->q_head)
+		m->q_tail = NULL;
+	last->next = NULL;
+	*change_n = n;
+	return first;
+}
+
+static void *writer_main(void *arg)
+{
+	struct meta_local *m = arg;
+	pthread_mutex_lock(&m->q_lock);
+	for (;;) {
+		while (!m->q_head && !m->stopping)
+			pthread_cond_wait(&m->q_cond, &m->q_lock);
+		if (!m->q_head)
+			break;
+		uint32_t n;
+		struct sluice_meta_batch *group = writer_take(m, &n);
+		pthread_mutex_unlock(&m->q_lock);
+		writer_commit(m, group);
+		for (struct sluice_meta_batch *b = group, *next; b; b = next) {
+			next = b->next; /* done may free b */
+			b->next = NULL;
+			b->done(b);
+		}
+		pthread_mutex_lock(&m->q_lock);
+		assert(m->q_changes >= n);
+		m->q_changes -= n;
+		pthread_cond_broadcast(&m->q_space);
+	}
+	pthread_mutex_unlock(&m->q_lock);
+	return NULL;
+}
+
+/* Queues batch; wait: block while the queue is full instead of answering BUSY. */
+static enum sluice_meta_submit_result queue_push(struct meta_local *m, struct sluice_meta_batch *b, bool wait)
+{
+	assert(b->done && (b->changes || b->change_n == 0));
+	if (b->change_n > SLUICE_META_BATCH_CHANGES_MAX)
+		return SLUICE_META_TOO_LARGE;
+	pthread_mutex_lock(&m->q_lock);
+	assert(!m->stopping);
+	while (m->q_changes + b->change_n > SLUICE_META_QUEUE_CHANGES_MAX) {
+		if (!wait) {
+			pthread_mutex_unlock(&m->q_lock);
+			return SLUICE_META_BUSY;
+		}
+		pthread_cond_wait(&m->q_space, &m->q_lock);
+	}
+	m->q_changes += b->change_n;
+	b->next = NULL;
+	if (m->q_tail)
+		m->q_tail->next = b;
+	else
+		m->q_head = b;
+	m->q_tail = b;
+	pthread_cond_signal(&m->q_cond);
+	pthread_mutex_unlock(&m->q_lock);
+	return SLUICE_META_SUBMITTED;
+}
+
+static enum sluice_meta_submit_result ml_submit(void *self, struct sluice_meta_batch *b)
+{
+	return queue_push(self, b, false);
+}
+
+static int writer_start(struct meta_local *m)
+{
+	pthread_mutex_init(&m->q_lock, NULL);
+	pthread_cond_init(&m->q_cond, NULL);
+	pthread_cond_init(&m->q_space, NULL);
+	if (pthread_create(&m->writer, NULL, writer_main, m) != 0)
+		return -1;
+	m->writer_running = true;
+	return 0;
+}
+
+/* Completes what is queued, then ends the thread. */
+static void writer_stop(struct meta_local *m)
+{
+	if (!m->writer_running)
+		return;
+	pthread_mutex_lock(&m->q_lock);
+	m->stopping = true;
+	pthread_cond_signal(&m->q_cond);
+	pthread_mutex_unlock(&m->q_lock);
+	pthread_join(m->writer, NULL);
+	assert(!m->q_head && m->q_changes == 0);
+	m->writer_running = false;
+}
+
+/* ---- the synchronous operations: one-change batches, submitted and waited for ------------ */
+
+static void sync_done(struct sluice_meta_batch *b)
+{
+	sem_post(b->arg);
+}
+
+/* Runs c: staged directly inside batch_begin/batch_commit (this thread holds
+ * the writer lock), else as a batch of its own through the writer. */
+static int16_t sync_change(struct meta_local *m, struct sluice_meta_change *c, bool validate_only)
+{
+	c->msg[0] = '\0';
+	c->producer_id = -1;
+	if (in_batch(m)) {
+		assert(c->kind != SLUICE_META_FORGET_DELETED);
+		c->error = stage_change(m, c, validate_only);
+		return c->error;
+	}
+	assert(!m->writer_running || !pthread_equal(pthread_self(), m->writer));
+	sem_t sem;
+	sem_init(&sem, 0, 0);
+	struct sluice_meta_batch b = {.changes = c, .change_n = 1, .validate_only = validate_only, .done = sync_done, .arg = &sem};
+	enum sluice_meta_submit_result r = queue_push(m, &b, true);
+	assert(r == SLUICE_META_SUBMITTED);
+	while (sem_wait(&sem) < 0 && errno == EINTR)
+		;
+	sem_destroy(&sem);
+	return c->error;
+}
+
+static int16_t sync_result(const struct sluice_meta_change *c, char *msg, size_t msglen)
+{
+	if (msg && msglen)
+		snprintf(msg, msglen, "%s", c->msg);
+	return c->error;
+}
+
+static int16_t ml_create(void *self, const struct sluice_topic_spec *spec, bool validate_only, char *msg,
+			 size_t msglen, struct sluice_topic *out)
+{
+	struct sluice_meta_change c = {.kind = SLUICE_META_CREATE_TOPIC, .name = spec->name, .name_len = spec->name_len,
+				       .partitions = spec->partitions, .replication_factor = spec->replication_factor,
+				       .configs = spec->configs, .config_n = spec->config_n, .id = spec->id, .topic_out = out};
+	(void)sync_change(self, &c, validate_only);
+	return sync_result(&c, msg, msglen);
+}
+
+static int16_t ml_delete(void *self, const char *name, size_t len, struct sluice_topic *out, char *msg, size_t msglen)
+{
+	struct sluice_meta_change c = {.kind = SLUICE_META_DELETE_TOPIC, .name = name, .name_len = len, .topic_out = out};
+	(void)sync_change(self, &c, false);
+	return sync_result(&c, msg, msglen);
+}
+
+static void ml_forget_deleted(void *self, const uint8_t id[16])
+{
+	struct sluice_meta_change c = {.kind = SLUICE_META_FORGET_DELETED, .id = id};
+	(void)sync_change(self, &c, false);
+}
+
+static int64_t ml_allocate_producer_id(void *self)
+{
+	struct sluice_meta_change c = {.kind = SLUICE_META_ALLOCATE_PRODUCER_ID};
+	(void)sync_change(self, &c, false);
+	return c.producer_id;
+}
+
 static int16_t ml_create_partitions(void *self, const char *name, size_t len, int32_t count, bool validate_only,
 				    char *msg, size_t msglen)
 {
-	int16_t e = modify_topic(self, name, len, validate_only, grow_partitions, &count, msg, msglen);
-	if (!e && !validate_only)
-		SLOG_INFO("meta", "topic %.*s now has %d partition(s)", (int)len, name, count);
-	return e;
-}
-
-struct config_set {
-	const struct sluice_topic_config *configs;
-	int32_t n;
-};
-
-static int16_t replace_configs(struct sluice_topic *t, const void *arg, char *msg, size_t msglen)
-{
-	const struct config_set *cs = arg;
-	if (cs->n > SLUICE_TOPIC_CONFIGS_MAX) {
-		snprintf(msg, msglen, "More than %d topic config overrides.", SLUICE_TOPIC_CONFIGS_MAX);
-		return KERR_INVALID_CONFIG;
-	}
-	for (int32_t i = 0; i < cs->n; i++) {
-		int16_t e = sluice_topic_config_check(cs->configs[i].key, cs->configs[i].value, msg, msglen);
-		if (e)
-			return e;
-	}
-	t->config_n = cs->n;
-	memcpy(t->configs, cs->configs, sizeof *cs->configs * (size_t)cs->n);
-	sluice_topic_limits_parse(t);
-	return 0;
+	struct sluice_meta_change c = {.kind = SLUICE_META_CREATE_PARTITIONS, .name = name, .name_len = len, .partitions = count};
+	(void)sync_change(self, &c, validate_only);
+	return sync_result(&c, msg, msglen);
 }
 
 static int16_t ml_set_topic_configs(void *self, const char *name, size_t len, const struct sluice_topic_config *configs,
 				    int32_t n, bool validate_only, char *msg, size_t msglen)
 {
-	struct config_set cs = {configs, n};
-	int16_t e = modify_topic(self, name, len, validate_only, replace_configs, &cs, msg, msglen);
-	if (!e && !validate_only)
-		SLOG_INFO("meta", "topic %.*s configs updated (%d override(s))", (int)len, name, n);
-	return e;
+	struct sluice_meta_change c = {.kind = SLUICE_META_SET_TOPIC_CONFIGS, .name = name, .name_len = len,
+				       .configs = configs, .config_n = n};
+	(void)sync_change(self, &c, validate_only);
+	return sync_result(&c, msg, msglen);
 }
 
+static void ml_batch_begin(void *self)
+{
+	struct meta_local *m = self;
+	assert(!in_batch(m));
+	pthread_mutex_lock(&m->lock);
+	stage_reset(m);
+	__atomic_store_n(&m->owner, pthread_self(), __ATOMIC_RELEASE);
+}
+
+static int16_t ml_batch_commit(void *self, char *msg, size_t msglen)
+{
+	struct meta_local *m = self;
+	assert(in_batch(m));
+	int16_t c = stage_commit(m, msg, msglen);
+	__atomic_store_n(&m->owner, (pthread_t)0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&m->lock);
+	return c;
+}
 
 static const struct sluice_meta_ops local_ops = {
 	.acquire = ml_acquire,
 	.release = ml_release,
+	.submit = ml_submit,
 	.create_topic = ml_create,
 	.delete_topic = ml_delete,
 	.allocate_producer_id = ml_allocate_producer_id,
@@ -1228,7 +1345,7 @@ static struct sluice_topic *parse_topic(char *line, char *err, size_t errlen)
 		dst[n] = '\0';
 		t->config_n++;
 	}
-	sluice_topic_limits_parse(t);
+	sluice_topic_limits_parse(&t->limits, t->configs, t->config_n);
 	struct sluice_topic *trimmed = realloc(t, topic_size(t->config_n));
 	return trimmed ? trimmed : t;
 }
@@ -1521,6 +1638,13 @@ int sluice_meta_local_open(struct sluice_meta *out, const char *dir, int32_t def
 	}
 	stage_reset(m);
 	m->replaying = false;
+	if (writer_start(m) < 0) {
+		snprintf(err, errlen, "cannot start the metadata writer thread: %s", strerror(errno));
+		out->ops = &local_ops;
+		out->self = m;
+		sluice_meta_local_close(out);
+		return -1;
+	}
 	out->ops = &local_ops;
 	out->self = m;
 	return 0;
@@ -1531,6 +1655,10 @@ void sluice_meta_local_close(struct sluice_meta *mm)
 	struct meta_local *m = mm->self;
 	if (!m)
 		return;
+	writer_stop(m);
+	pthread_mutex_destroy(&m->q_lock);
+	pthread_cond_destroy(&m->q_cond);
+	pthread_cond_destroy(&m->q_space);
 	ml_release(m, m->current);
 	if (m->jfd >= 0)
 		close(m->jfd);
@@ -1543,6 +1671,40 @@ void sluice_meta_local_close(struct sluice_meta *mm)
 	free(m->dead);
 	free(m);
 	mm->self = NULL;
+}
+
+void sluice_meta_local_set_node(struct sluice_meta *mm, const struct sluice_config *cfg)
+{
+	struct meta_local *m = mm->self;
+	assert(m && cfg && cfg->node_id >= 0);
+	pthread_mutex_lock(&m->lock);
+	struct sluice_meta_broker *b = &m->self_broker;
+	b->node_id = cfg->node_id;
+	b->port = cfg->advertised_port;
+	snprintf(b->host, sizeof b->host, "%s", cfg->advertised_host);
+	snprintf(b->rack, sizeof b->rack, "%s", cfg->broker_rack);
+	struct sluice_partition_state *p = &m->self_state;
+	memset(p, 0, sizeof *p);
+	p->leader = cfg->node_id;
+	p->leader_epoch = 0;
+	p->replica_n = p->isr_n = 1;
+	p->replicas[0] = p->isr[0] = cfg->node_id;
+	m->node_set = true;
+	/* Not yet shared with another thread (see meta.h): completed in place. */
+	struct sluice_meta_snapshot *s = m->current;
+	s->broker_n = 1;
+	s->brokers = b;
+	for (uint32_t i = 0; i < s->topic_n; i++)
+		topic_place(m, s->topics[i]);
+	pthread_mutex_unlock(&m->lock);
+}
+
+void sluice_meta_local_stats(const struct sluice_meta *mm, struct sluice_meta_local_stats *out)
+{
+	struct meta_local *m = mm->self;
+	pthread_mutex_lock(&m->lock);
+	*out = m->stats;
+	pthread_mutex_unlock(&m->lock);
 }
 
 bool sluice_meta_local_found(const struct sluice_meta *mm)

@@ -492,6 +492,7 @@ int main(int argc, char **argv)
 			"--remove-orphans (delete them). (docs/operations.md: start-up refusals)\n", err);
 		return 1;
 	}
+	sluice_meta_local_set_node(&b.meta, &b.cfg);
 	if (check_partition_dirs(&b, orphans, argv[1], meta_dir) < 0)
 		return 1;
 	/* Only now, with the start certain, is the marker removed: a refused
