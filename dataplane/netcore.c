@@ -452,8 +452,10 @@ static size_t parse_bytes(struct conn *c, const uint8_t *bytes, size_t len)
 		off += 4 + (size_t)size;
 	}
 	c->parsing = false;
-	if (bad)
+	if (bad) {
+		c->refused = true;
 		sluice_conn_close(c);
+	}
 	assert(off <= len);
 	return off;
 }

@@ -53,6 +53,7 @@ struct conn {
 	bool send_armed;    /* a send is in flight on the backend */
 	bool recv_paused;   /* the backend was told to stop reading */
 	bool parsing;       /* inside conn_parse: not re-entered */
+	bool refused;       /* a frame was refused (size, stage gate, protocol layer): why it closed */
 	/* An incomplete frame (bytes that came before the rest of their frame,
 	 * or frames a budget held back), allocated when first needed. */
 	uint8_t *in;
