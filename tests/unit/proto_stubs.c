@@ -147,10 +147,12 @@ static struct partop **queue;
 static size_t queue_head, queue_len, queue_cap;
 
 static struct fpart parts[STUB_PARTITIONS_MAX];
+static bool store_held; /* stub_store_hold */
 static int64_t ops_seen;
 
 void stub_store_reset(void)
 {
+	store_held = false;
 	free(queue);
 	queue = NULL;
 	queue_head = queue_len = queue_cap = 0;
@@ -368,9 +370,13 @@ void stub_drain(void)
 /* The network core's side of the storage rings (dataplane/net_rings.c),
  * replaced: ops wait in the queue above and are answered when the core
  * drains its replies. */
+void stub_store_hold(bool hold) { store_held = hold; }
+
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
 	(void)nc;
+	if (store_held)
+		return false;
 	bool any = queue_head < queue_len;
 	stub_drain();
 	return any;
@@ -381,7 +387,7 @@ void sluice_netcore_flush_backlog(struct netcore *nc) { (void)nc; }
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
 	(void)nc;
-	return queue_head < queue_len;
+	return !store_held && queue_head < queue_len;
 }
 
 void stub_retry_parked(bool expire)

@@ -64,6 +64,8 @@ int stub_parked(void);
 
 /* Fake storage. */
 void stub_store_reset(void);
+/* While held, partops wait unanswered (a slow storage core). */
+void stub_store_hold(bool hold);
 /* High watermark and log start of a partition (-1 when never touched). */
 int64_t stub_store_hw(const char *topic, int32_t partition);
 int64_t stub_store_log_start(const char *topic, int32_t partition);

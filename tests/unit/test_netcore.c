@@ -50,6 +50,41 @@ static size_t api_versions(uint8_t *out, int32_t corr)
 	return 14;
 }
 
+/* A ListOffsets v1 request for topic "t" partition 0 (latest), which goes
+ * to storage, with its size prefix. */
+static size_t list_offsets(uint8_t *out, int32_t corr)
+{
+	size_t n = 4;
+	kput32(out + n, 2u << 16 | 1u); /* ApiKey 2, ApiVersion 1 */
+	kput32(out + n + 4, (uint32_t)corr);
+	out[n + 8] = out[n + 9] = 0xff; /* null client id */
+	n += 10;
+	kput32(out + n, 0xffffffffu); /* ReplicaId -1 */
+	kput32(out + n + 4, 1);      /* one topic */
+	out[n + 8] = 0;
+	out[n + 9] = 1;
+	out[n + 10] = 't';
+	kput32(out + n + 11, 1);     /* one partition */
+	kput32(out + n + 15, 0);
+	kput64(out + n + 19, (uint64_t)-1);
+	n += 27;
+	kput32(out, (uint32_t)(n - 4));
+	return n;
+}
+
+static void make_topic(const char *name)
+{
+	struct broker *b = NC->b;
+	struct sluice_topic_spec spec;
+	memset(&spec, 0, sizeof spec);
+	spec.name = name;
+	spec.name_len = strlen(name);
+	spec.partitions = 1;
+	spec.replication_factor = -1;
+	char msg[256];
+	cr_assert_eq(b->meta.ops->create_topic(b->meta.self, &spec, false, msg, sizeof msg, NULL), 0, "%s", msg);
+}
+
 /* Take one response off what the core sent: its correlation id, or -1. */
 static int32_t take_corr(struct tt_conn *t)
 {
@@ -95,16 +130,21 @@ Test(netcore, pipelined_in_order, .init = setup, .fini = teardown)
 	tt_pump(NC, 1000);
 	for (int i = 0; i < 3; i++)
 		cr_expect_eq(take_corr(t), 100 + i);
-	/* A request still waiting holds the ones behind it: the first stays
-	 * unanswered while a send is held, the second completes first. */
-	tt_hold_sends(t, true);
-	n = api_versions(f, 200) + api_versions(f + 14, 201);
+	/* A ListOffsets waits on storage while the ApiVersions behind it is
+	 * answered at once: the later one waits for the earlier. */
+	make_topic("t");
+	stub_store_hold(true);
+	uint8_t lo[64];
+	size_t lon = list_offsets(lo, 200);
+	tt_feed(t, lo, lon);
+	n = api_versions(f, 201);
 	tt_feed(t, f, n);
 	tt_pump(NC, 1000);
 	struct conn *c = tt_core_conn(t);
-	cr_expect_eq(stub_queued(c), 2, "both finished, the second behind the first's send");
-	cr_expect(c->head->done && c->head->next->done);
-	tt_hold_sends(t, false);
+	cr_assert_eq(stub_queued(c), 2);
+	cr_expect(!c->head->done && c->head->next->done, "the second completed first");
+	cr_expect_eq(take_corr(t), -1, "nothing sent ahead of the first");
+	stub_store_hold(false);
 	tt_pump(NC, 1000);
 	cr_expect_eq(take_corr(t), 200);
 	cr_expect_eq(take_corr(t), 201);
@@ -159,6 +199,23 @@ Test(netcore, peer_close_mid_request, .init = setup, .fini = teardown)
 	tt_peer_close(t);
 	tt_pump(NC, 100);
 	cr_expect(tt_gone(t));
+	tt_free(NC, t);
+	/* A request with storage when the peer goes: freed when its op returns. */
+	make_topic("t");
+	t = tt_connect(NC);
+	stub_store_hold(true);
+	uint8_t lo[64];
+	size_t lon = list_offsets(lo, 1);
+	tt_feed(t, lo, lon);
+	tt_feed(t, f, 5);
+	tt_pump(NC, 100);
+	tt_peer_close(t);
+	tt_pump(NC, 100);
+	cr_expect(tt_gone(t), "closed while its request is with storage");
+	cr_expect_eq(sluice_netcore_conns(NC), 1, "kept by its request");
+	stub_store_hold(false);
+	tt_pump(NC, 100);
+	cr_expect_eq(sluice_netcore_conns(NC), 0);
 	tt_free(NC, t);
 }
 
