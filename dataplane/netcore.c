@@ -259,6 +259,8 @@ static void arm_send(struct conn *c)
 	if (!r || !r->done)
 		return;
 	assert(c->sent < r->out.len);
+	/* One range today; the zero-copy fetch adds the response's pinned
+	 * extents here and releases their pins as sent covers them (transport.h). */
 	struct sluice_send_range plain = {r->out.buf + c->sent, r->out.len - c->sent, NULL};
 	struct sluice_send_range wire[SLUICE_SEND_RANGES_MAX];
 	int n = c->stage->outbound(c, &plain, 1, wire, SLUICE_SEND_RANGES_MAX);

@@ -457,6 +457,8 @@ static void buffers_setup(struct ustate *us)
 	io_uring_buf_ring_advance(us->br, SLUICE_URING_BUFS);
 	if (multishot_works(us)) {
 		us->multishot = true;
+		SLOG_DEBUG("net", "network core %d: multishot receive over %d provided buffers of %u bytes", us->nc->id,
+			   SLUICE_URING_BUFS, SLUICE_URING_BUF_BYTES);
 		return;
 	}
 	io_uring_unregister_buf_ring(&us->ring, SLUICE_URING_BGID);
