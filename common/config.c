@@ -48,6 +48,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.cpu.affinity", CFG_BOOL, F(cpu_affinity), 0, 1, "true"},
 	{"max.connections", CFG_INT, F(connections_max), 1, 1000000, "10000"},
 	{"sluice.listener.bind.timeout.ms", CFG_LONG, F(listener_bind_timeout_ms), 0, 3600000, "30000"},
+	{"sluice.transport", CFG_STRING, F(transport), 0, 0, "uring"},
 	{"queued.max.request.bytes", CFG_LONG, F(queued_max_request_bytes), -1, INT64_MAX, "536870912"},
 	{"sluice.connection.response.bytes.max", CFG_LONG, F(connection_response_bytes_max), 1024, INT64_MAX, "134217728"},
 	{"sluice.response.bytes.max", CFG_LONG, F(response_bytes_max), 1024, INT64_MAX, "1073741824"},
@@ -98,7 +99,8 @@ static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const c
 	if (k->type == CFG_STRING) {
 		size_t n = strlen(value);
 		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ||
-				     strcmp(k->name, "log.cleaner.min.cleanable.ratio") == 0 ? 32 :
+				     strcmp(k->name, "log.cleaner.min.cleanable.ratio") == 0 ||
+				     strcmp(k->name, "sluice.transport") == 0 ? 32 :
 			     strcmp(k->name, "cluster.id") == 0 ? 64 :
 			     strcmp(k->name, "broker.rack") == 0 ? sizeof cfg->broker_rack : SLUICE_CONFIG_STRING_MAX;
 		if (n >= cap) {

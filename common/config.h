@@ -40,6 +40,7 @@ struct sluice_config {
 	bool cpu_affinity;
 	int32_t connections_max;
 	int64_t listener_bind_timeout_ms; /* how long a port in use is retried at start */
+	char transport[32];               /* sluice.transport: the network backend, by name (dataplane/transport.h) */
 	int64_t queued_max_request_bytes;  /* frames read, not yet served, whole broker; <= 0: no limit */
 	int64_t connection_response_bytes_max; /* held per connection before it is no longer read */
 	int64_t response_bytes_max;        /* held by all connections before pipelining stops */

@@ -105,15 +105,19 @@ struct storecore {
 	void *groups;            /* group.c private */
 };
 
+struct sluice_transport_ops;
+
+/* A network core (dataplane/netcore.c): the connections a thread serves,
+ * over a transport backend (dataplane/transport.h) whose state is private. */
 struct netcore {
 	int id;
 	struct broker *b;
 	pthread_t thread;
-	struct io_uring ring;
-	int efd;
-	int sleeping;
-	int listen_fd;
-	void *state; /* transport private */
+	int efd;      /* written by storage cores to wake this core */
+	int sleeping; /* atomic: set while the core may wait in poll */
+	const struct sluice_transport_ops *tops; /* the backend, chosen by sluice.transport */
+	void *tstate; /* the backend's private state */
+	void *state;  /* the network core's (its first member: struct proto_state) */
 };
 
 struct broker {
@@ -149,14 +153,28 @@ void sluice_net_submit(struct netcore *nc, struct partop *op);
 int sluice_storage_core_start(struct storecore *sc);
 void sluice_storage_core_join(struct storecore *sc);
 
-/* Transport interface: a backend runs a network core's loop. The uring
- * backend is the default; a DPDK backend will implement the same ops. */
-struct sluice_transport_ops {
-	const char *name;
-	int (*init)(struct netcore *nc);
-	void *(*run)(void *nc);
-	void (*fini)(struct netcore *nc);
-};
-extern const struct sluice_transport_ops sluice_transport_uring;
+/* Network cores (netcore.c): init picks the backend named by
+ * sluice.transport (an unknown name fails, naming the key) and sets it up;
+ * run is the core's thread; fini after every network core has stopped. */
+int sluice_netcore_init(struct netcore *nc);
+int sluice_netcore_init_with(struct netcore *nc, const struct sluice_transport_ops *tops);
+void *sluice_netcore_run(void *nc);
+void sluice_netcore_fini(struct netcore *nc);
+/* One turn of a network core's loop and its parts, each callable alone (the
+ * core runtime will drive them, with the backend's poll as its sleep):
+ * storage replies, the backlog of ops that found a ring full, parked
+ * fetches, connections throttled by a broker-wide budget, the idle and
+ * slow-frame sweep, then the backend's poll for at most wait_max_ms. */
+void sluice_netcore_turn(struct netcore *nc, int64_t wait_max_ms);
+bool sluice_netcore_drain_replies(struct netcore *nc);
+void sluice_netcore_flush_backlog(struct netcore *nc);
+bool sluice_netcore_replies_waiting(struct netcore *nc);
+void sluice_netcore_resume_throttled(struct netcore *nc);
+void sluice_netcore_sweep(struct netcore *nc, int64_t now_ms);
+void sluice_netcore_poll(struct netcore *nc, int64_t wait_max_ms);
+/* Close every connection and turn until they are freed (or a limit). */
+void sluice_netcore_close_all(struct netcore *nc);
+/* Connections open on this core. */
+int32_t sluice_netcore_conns(const struct netcore *nc);
 
 #endif

@@ -525,11 +525,10 @@ int main(int argc, char **argv)
 				return 1;
 			}
 	}
-	const struct sluice_transport_ops *tr = &sluice_transport_uring;
 	for (int n = 0; n < b.net_n; n++) {
 		b.net[n].id = n;
 		b.net[n].b = &b;
-		if (tr->init(&b.net[n]) < 0) {
+		if (sluice_netcore_init(&b.net[n]) < 0) {
 			fprintf(stderr, "sluice-broker: listeners: cannot listen on %s:%d\n", b.cfg.listen_host, b.cfg.listen_port);
 			return 1;
 		}
@@ -545,7 +544,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	for (int n = 0; n < b.net_n; n++) {
-		if (pthread_create(&b.net[n].thread, NULL, tr->run, &b.net[n]) != 0) {
+		if (pthread_create(&b.net[n].thread, NULL, sluice_netcore_run, &b.net[n]) != 0) {
 			fprintf(stderr, "sluice-broker: cannot start network core %d\n", n);
 			return 1;
 		}
@@ -554,7 +553,7 @@ int main(int argc, char **argv)
 	SLOG_INFO("broker", "sluice-broker node %d listening on %s:%d (advertised %s:%d), transport %s, "
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
 		  b.cfg.node_id, b.cfg.listen_host, b.cfg.listen_port, b.cfg.advertised_host, b.cfg.advertised_port,
-		  tr->name, b.net_n, b.store_n, b.cfg.log_dirs);
+		  b.cfg.transport, b.net_n, b.store_n, b.cfg.log_dirs);
 	while (!__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
 	SLOG_INFO("broker", "shutting down");
@@ -565,7 +564,7 @@ int main(int argc, char **argv)
 		pthread_join(b.net[n].thread, NULL);
 	}
 	for (int n = 0; n < b.net_n; n++)
-		tr->fini(&b.net[n]);
+		sluice_netcore_fini(&b.net[n]);
 	__atomic_store_n(&b.stopping, 2, __ATOMIC_RELEASE);
 	for (int s = 0; s < b.store_n; s++) {
 		sluice_core_wake(&(int){1}, b.store[s].efd);

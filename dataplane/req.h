@@ -1,12 +1,14 @@
 /* Requests and connections as the protocol layer sees them. A connection
  * keeps its requests in arrival order; each request is decoded, dispatched
  * (possibly to storage cores), and its response encoded when complete.
- * Responses leave in request order, as Kafka requires. The transport owns
- * the socket; the protocol layer never touches it directly. */
+ * Responses leave in request order, as Kafka requires. The network core
+ * (netcore.c) owns the connection; its backend (transport.h) owns the
+ * socket; the protocol layer touches neither directly. */
 #ifndef SLUICE_REQ_H
 #define SLUICE_REQ_H
 #include "common/kafka/compress.h"
 #include "dataplane/core.h"
+#include "dataplane/transport.h"
 
 struct conn;
 
@@ -29,7 +31,7 @@ struct req {
 	int32_t nops;
 	int32_t pending;    /* ops lent to storage cores */
 	int64_t deadline_ms;
-	/* Budgets (net_uring.c): the most bytes this request's response (and
+	/* Budgets (netcore.c): the most bytes this request's response (and
 	 * the data read for it) may take, set by the handler when it can be
 	 * large (Fetch); the frame bytes counted in the broker's queue until
 	 * served; the bytes counted in its connection's held_bytes. */
@@ -43,11 +45,17 @@ struct req {
 
 struct conn {
 	struct netcore *nc;
-	int fd;
-	int refs;           /* in-flight I/O and requests */
+	void *tconn;        /* the backend's state; NULL once it reported closed */
+	const struct sluice_conn_stage *stage; /* between the backend and framing */
+	void *stage_state;  /* the stage's (TLS session, SASL state); NULL for plaintext */
+	int refs;           /* own, the backend's, one per request, throttled list */
 	bool closing;
-	bool recv_armed, send_armed;
-	bool parsing;       /* inside conn_parse: the input buffer must not move under a recv */
+	bool send_armed;    /* a send is in flight on the backend */
+	bool recv_paused;   /* the backend was told to stop reading */
+	bool parsing;       /* inside conn_parse: not re-entered */
+	bool refused;       /* a frame was refused (size, stage gate, protocol layer): why it closed */
+	/* An incomplete frame (bytes that came before the rest of their frame,
+	 * or frames a budget held back), allocated when first needed. */
 	uint8_t *in;
 	size_t in_len, in_cap;
 	struct req *head, *tail; /* requests in arrival order */
@@ -67,7 +75,7 @@ struct conn {
 	 * every page again (measured: 335,000 page faults reading 1.5 GB). */
 	uint8_t *spare;
 	size_t spare_cap;
-	size_t spare_counted; /* of it, in the transport's broker-wide total */
+	size_t spare_counted; /* of it, in the network core's broker-wide total */
 };
 
 /* Protocol layer entry points, called by the transport. */
@@ -97,8 +105,8 @@ struct proto_state {
 	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 };
-/* Release what the protocol layer keeps in a core's state (the transport
- * calls it before freeing the state). */
+/* Release what the protocol layer keeps in a core's state (the network
+ * core calls it before freeing the state). */
 void sluice_proto_state_fini(struct proto_state *ps);
 
 #endif

@@ -1,12 +1,21 @@
-/* libFuzzer target for the Kafka request decoders: each input is handed to
- * sluice_proto_on_frame as one complete frame (the bytes after the 4-byte
- * size prefix) on a fresh connection of a broker built from the same test
- * doubles as the unit tests (tests/unit/proto_stubs.c: in-memory storage, no
- * sockets or storage threads, local metadata on tmpfs). Whatever the handler
- * answers is taken off the connection, parked fetches are expired, and the
- * connection is freed, so AddressSanitizer sees every buffer the request
- * touched and LeakSanitizer every one it forgot. Two topics always exist so
- * that produce, fetch and list-offsets inputs reach the storage path. */
+/* libFuzzer target for the network core's framing and the Kafka request
+ * decoders behind it: each input is one request frame (the bytes after the
+ * 4-byte size prefix, as the seed corpus holds them), given its size prefix
+ * and fed to a fresh connection of the real network core
+ * (dataplane/netcore.c) over the in-memory transport backend
+ * (tests/unit/transport_test.c), in pieces whose sizes are taken from the
+ * input's own bytes, so every split of a frame is tried without changing
+ * what the decoders see. An input that starts with 0xff 'R' (API key
+ * 0xffxx: never a valid request) is instead fed as raw wire bytes after
+ * those two, size prefixes and all: pipelined frames, bad sizes, partial
+ * frames. The broker is built from the same test doubles as the unit tests
+ * (tests/unit/proto_stubs.c: in-memory storage, no sockets or storage
+ * threads, local metadata on tmpfs). Whatever the core sends is taken and
+ * checked, parked fetches are expired, and the connection is closed by the
+ * peer and freed, so AddressSanitizer sees every buffer the request touched
+ * and LeakSanitizer every one it forgot. Two topics always exist so that
+ * produce, fetch and list-offsets inputs reach the storage path. */
+#include "common/kafka/codec.h"
 #include "common/log.h"
 #include "control/meta.h"
 #include "proto_stubs.h"
@@ -19,6 +28,8 @@
 
 #define FUZZ_TOPICS_MAX 64          /* reopen the metadata past this many topics */
 #define FUZZ_REOPEN_EVERY 2000      /* ... and every so many inputs */
+#define FUZZ_PIECES_MAX 64          /* pieces one input is fed in; then the rest at once */
+#define FUZZ_PIECE_BYTES_MAX 97     /* the largest piece before the last */
 
 static char dir[128];
 static unsigned long runs;
@@ -90,6 +101,26 @@ static uint32_t topic_count(void)
 	return n;
 }
 
+/* Feed wire[0..n) in pieces of sizes taken from the input's bytes, turning
+ * the network core after each. */
+static void feed_split(struct conn *c, const uint8_t *wire, size_t n, const uint8_t *data, size_t size)
+{
+	struct tt_conn *t = c->tconn;
+	size_t off = 0;
+	for (size_t k = 0; off < n; k++) {
+		size_t piece = n - off;
+		if (k < FUZZ_PIECES_MAX && size > 0) {
+			size_t cut = (size_t)data[(k * 7) % size] % FUZZ_PIECE_BYTES_MAX + 1;
+			piece = cut < piece ? cut : piece;
+		}
+		tt_feed(t, wire + off, piece);
+		off += piece;
+		tt_pump(stub_netcore(), STUB_PUMP_TURNS_MAX);
+		if (tt_gone(t) || c->closing)
+			break;
+	}
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -110,12 +141,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct conn *c = stub_conn_new();
 	if (!c)
 		return 0;
-	(void)stub_frame(c, data, size);
+	const uint8_t *wire = data;
+	size_t n = size;
+	uint8_t *framed = NULL;
+	if (size >= 2 && data[0] == 0xff && data[1] == 'R') {
+		wire += 2;
+		n -= 2;
+	} else {
+		framed = malloc(size + 4);
+		if (!framed)
+			abort();
+		kput32(framed, (uint32_t)size);
+		memcpy(framed + 4, data, size);
+		wire = framed;
+		n = size + 4;
+	}
+	feed_split(c, wire, n, data, size);
+	free(framed);
 	uint8_t *buf;
 	size_t len;
 	while (stub_take_response(c, &buf, &len)) {
 		/* a response must at least carry its size and correlation id */
-		if (len < 8 || ((size_t)buf[0] << 24 | (size_t)buf[1] << 16 | (size_t)buf[2] << 8 | buf[3]) != len - 4)
+		if (len < 8 || kbe32(buf) != len - 4)
 			abort();
 		free(buf);
 	}

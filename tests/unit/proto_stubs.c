@@ -1,6 +1,7 @@
-/* Transport, storage and group-coordinator test doubles for driving the
- * protocol layer directly (see proto_stubs.h). Shared by tests/unit/
- * test_handlers.c and tests/fuzz/fuzz_request.c. */
+/* Storage and group-coordinator test doubles, and a broker whose network
+ * core runs over the in-memory transport (transport_test.c), for driving the
+ * protocol layer (see proto_stubs.h). Shared by tests/unit/test_handlers.c,
+ * test_netcore.c and tests/fuzz/fuzz_request.c. */
 #include "proto_stubs.h"
 #include "common/kafka/batch.h"
 #include "control/meta.h"
@@ -9,10 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int stub_response_ready_calls, stub_close_calls;
-
 static struct broker B;
-static struct proto_state PS;
 static bool broker_open;
 
 /* ---- broker ------------------------------------------------------------------- */
@@ -21,7 +19,6 @@ struct broker *stub_broker_open(const char *dir, const char *const *extra)
 {
 	char err[512] = "";
 	memset(&B, 0, sizeof B);
-	memset(&PS, 0, sizeof PS);
 	sluice_config_defaults(&B.cfg);
 	const char *base[] = {
 		"log.dirs", dir,
@@ -45,12 +42,15 @@ struct broker *stub_broker_open(const char *dir, const char *const *extra)
 	B.store_n = 1;
 	B.net[0].id = 0;
 	B.net[0].b = &B;
-	B.net[0].state = &PS;
 	B.store[0].id = 0;
 	B.store[0].b = &B;
 	B.clean_start = true;
 	if (sluice_meta_local_open(&B.meta, dir, B.cfg.num_partitions, err, sizeof err) < 0) {
 		fprintf(stderr, "stub broker: metadata: %s\n", err);
+		return NULL;
+	}
+	if (sluice_netcore_init_with(&B.net[0], &sluice_transport_test) < 0) {
+		fprintf(stderr, "stub broker: network core\n");
 		return NULL;
 	}
 	broker_open = true;
@@ -63,7 +63,7 @@ void stub_broker_close(void)
 	if (!broker_open)
 		return;
 	sluice_meta_local_close(&B.meta);
-	sluice_proto_state_fini(&PS);
+	sluice_netcore_fini(&B.net[0]);
 	stub_store_reset();
 	broker_open = false;
 }
@@ -72,121 +72,52 @@ struct netcore *stub_netcore(void) { return &B.net[0]; }
 
 /* ---- connection and transport ---------------------------------------------------- */
 
+/* Connections go through the real network core over the in-memory backend
+ * (transport_test.c); the core's close is held until stub_conn_free, so a
+ * test may still look at a connection it saw closed. */
 struct conn *stub_conn_new(void)
 {
-	struct conn *c = calloc(1, sizeof *c);
-	if (!c)
+	struct tt_conn *t = tt_connect(&B.net[0]);
+	if (!t)
 		return NULL;
-	c->nc = &B.net[0];
-	c->fd = -1;
-	c->refs = 1;
-	snprintf(c->peer, sizeof c->peer, "127.0.0.1:40000");
-	return c;
-}
-
-static void unlink_free(struct conn *c, struct req **pp)
-{
-	struct req *r = *pp;
-	*pp = r->next;
-	c->inflight--;
-	c->refs--;
-	sluice_req_free(r);
-}
-
-static void fix_tail(struct conn *c)
-{
-	c->tail = NULL;
-	for (struct req *r = c->head; r; r = r->next)
-		c->tail = r;
-}
-
-/* As net_uring.c: once closing, finished requests are dropped. */
-static void reap_closing(struct conn *c)
-{
-	struct req **pp = &c->head;
-	while (*pp) {
-		if ((*pp)->done && !(*pp)->parked)
-			unlink_free(c, pp);
-		else
-			pp = &(*pp)->next;
-	}
-	fix_tail(c);
-}
-
-void sluice_conn_response_ready(struct req *r)
-{
-	struct conn *c = r->conn;
-	stub_response_ready_calls++;
-	if (c->closing)
-		reap_closing(c);
-}
-
-void sluice_conn_request_parked(struct req *r, bool parked)
-{
-	(void)r;
-	(void)parked;
-}
-
-void sluice_conn_close(struct conn *c)
-{
-	stub_close_calls++;
-	if (c->closing)
-		return;
-	c->closing = true;
-	struct req **pp = &c->head;
-	while (*pp) {
-		struct req *r = *pp;
-		if ((r->done || r->pending == 0) && !r->parked)
-			unlink_free(c, pp);
-		else
-			pp = &r->next;
-	}
-	fix_tail(c);
+	tt_hold_closed(t, true);
+	return tt_core_conn(t);
 }
 
 void stub_conn_free(struct conn *c)
 {
 	if (!c)
 		return;
-	/* Parked fetches of this connection answer now (expired). */
-	stub_drain();
-	for (int guard = 0; PS.parked_head && guard < 1000; guard++)
+	/* Parked fetches answer now (expired). */
+	for (int guard = 0; stub_parked() && guard < 1000; guard++)
 		stub_retry_parked(true);
-	while (c->head)
-		unlink_free(c, &c->head);
-	free(c->spare);
-	free(c);
+	tt_free(&B.net[0], c->tconn);
 }
 
 bool stub_frame(struct conn *c, const void *bytes, size_t len)
 {
-	uint8_t *frame = malloc(len ? len : 1);
-	if (!frame)
+	if (c->closing)
 		return false;
-	if (len)
-		memcpy(frame, bytes, len);
-	bool ok = sluice_proto_on_frame(c, frame, (uint32_t)len);
-	if (!ok)
-		sluice_conn_close(c);
-	stub_drain();
-	return ok;
+	uint8_t size[4];
+	kput32(size, (uint32_t)len);
+	tt_feed(c->tconn, size, sizeof size);
+	tt_feed(c->tconn, bytes, len);
+	tt_pump(&B.net[0], STUB_PUMP_TURNS_MAX);
+	return !c->refused;
 }
 
 bool stub_take_response(struct conn *c, uint8_t **buf, size_t *len)
 {
-	while (c->head && c->head->done && c->head->no_response)
-		unlink_free(c, &c->head);
-	fix_tail(c);
-	struct req *r = c->head;
-	if (!r || !r->done || r->parked)
+	size_t have;
+	const uint8_t *sent = tt_sent(c->tconn, &have);
+	if (have < 4 || have - 4 < kbe32(sent))
 		return false;
-	*len = r->out.len;
-	*buf = malloc(r->out.len ? r->out.len : 1);
+	*len = (size_t)kbe32(sent) + 4;
+	*buf = malloc(*len);
 	if (!*buf)
 		return false;
-	memcpy(*buf, r->out.buf, r->out.len);
-	unlink_free(c, &c->head);
-	fix_tail(c);
+	memcpy(*buf, sent, *len);
+	tt_sent_consume(c->tconn, *len);
 	return true;
 }
 
@@ -216,10 +147,12 @@ static struct partop **queue;
 static size_t queue_head, queue_len, queue_cap;
 
 static struct fpart parts[STUB_PARTITIONS_MAX];
+static bool store_held; /* stub_store_hold */
 static int64_t ops_seen;
 
 void stub_store_reset(void)
 {
+	store_held = false;
 	free(queue);
 	queue = NULL;
 	queue_head = queue_len = queue_cap = 0;
@@ -434,13 +367,40 @@ void stub_drain(void)
 	queue_head = queue_len = 0;
 }
 
+/* The network core's side of the storage rings (dataplane/net_rings.c),
+ * replaced: ops wait in the queue above and are answered when the core
+ * drains its replies. */
+void stub_store_hold(bool hold) { store_held = hold; }
+
+bool sluice_netcore_drain_replies(struct netcore *nc)
+{
+	(void)nc;
+	if (store_held)
+		return false;
+	bool any = queue_head < queue_len;
+	stub_drain();
+	return any;
+}
+
+void sluice_netcore_flush_backlog(struct netcore *nc) { (void)nc; }
+
+bool sluice_netcore_replies_waiting(struct netcore *nc)
+{
+	(void)nc;
+	return !store_held && queue_head < queue_len;
+}
+
 void stub_retry_parked(bool expire)
 {
 	sluice_proto_retry_parked(&B.net[0], expire ? INT64_MAX : sluice_now_ms(), true);
-	stub_drain();
+	tt_pump(&B.net[0], STUB_PUMP_TURNS_MAX);
 }
 
-int stub_parked(void) { return PS.parked_n; }
+int stub_parked(void)
+{
+	const struct proto_state *ps = B.net[0].state;
+	return ps ? ps->parked_n : 0;
+}
 
 /* ---- group coordinator placement ------------------------------------------------------- */
 

@@ -1,12 +1,14 @@
 /* Test doubles for everything the protocol layer (dataplane/handlers.c)
- * calls outside itself, so that sluice_proto_on_frame can be driven directly
- * by unit tests and by the libFuzzer target without sockets, rings, storage
- * threads or a group coordinator:
- *   - the transport services sluice_conn_response_ready / sluice_conn_close,
- *     implemented like net_uring.c's bookkeeping but leaving responses on the
- *     connection's queue for the test to take in order;
- *   - sluice_net_submit, queued and answered (stub_drain, called after
- *     every frame) by a small in-memory fake storage (appends stored with
+ * and the network core (dataplane/netcore.c) call outside themselves, so
+ * that requests can be driven by unit tests and by the libFuzzer target
+ * without sockets, rings, storage threads or a group coordinator:
+ *   - the transport is the in-memory backend of transport_test.c under the
+ *     real network core: a frame given to stub_frame is fed as bytes, cut,
+ *     dispatched and answered by the same code as in the broker, and the
+ *     responses are taken off what the core sent;
+ *   - the storage rings (dataplane/net_rings.c) are replaced: partops handed
+ *     to sluice_net_submit are queued and answered, when the core drains
+ *     its replies, by a small in-memory fake storage (appends stored with
  *     offsets assigned, reads of whole batches, list offsets, deletes) that
  *     then calls sluice_proto_on_partop, as a storage core handing the op
  *     back would;
@@ -18,12 +20,14 @@
 #ifndef SLUICE_TEST_PROTO_STUBS_H
 #define SLUICE_TEST_PROTO_STUBS_H
 #include "dataplane/req.h"
+#include "transport_test.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define STUB_PARTITIONS_MAX 64
 #define STUB_PARTITION_BYTES_MAX (8u << 20)
+#define STUB_PUMP_TURNS_MAX 10000 /* network core turns after one frame, at most */
 
 /* Create the broker (config defaults, node.id 1, advertised 127.0.0.1:9092,
  * log.dirs = dir) and open local metadata in dir. extra_overrides is a
@@ -38,8 +42,9 @@ struct conn *stub_conn_new(void);
 /* Expire parked fetches, drop every request still queued, free the conn. */
 void stub_conn_free(struct conn *c);
 
-/* Hand a copy of bytes to sluice_proto_on_frame as one frame; on false,
- * close the connection as the transport would. Returns on_frame's result. */
+/* Feed bytes, with their 4-byte size prefix, into the connection as one
+ * frame and turn the network core until it is done. Returns false when the
+ * frame was refused (the connection then closes; a closed one refuses). */
 bool stub_frame(struct conn *c, const void *bytes, size_t len);
 /* Take the next finished response (size prefix included) from the head of
  * the connection's queue, in request order. Requests that finished without
@@ -50,8 +55,8 @@ bool stub_take_response(struct conn *c, uint8_t **buf, size_t *len);
 int stub_queued(const struct conn *c);
 
 /* Complete every partop handed to sluice_net_submit so far (and any they
- * lead to), in order, as storage cores answering would. stub_frame does this
- * after each frame. */
+ * lead to), in order, as storage cores answering would. The network core's
+ * turn does this (stub_frame turns it). */
 void stub_drain(void);
 /* Retry parked fetches now (expire: as if their deadline had passed). */
 void stub_retry_parked(bool expire);
@@ -59,13 +64,15 @@ int stub_parked(void);
 
 /* Fake storage. */
 void stub_store_reset(void);
+/* While held, partops wait unanswered (a slow storage core). */
+void stub_store_hold(bool hold);
 /* High watermark and log start of a partition (-1 when never touched). */
 int64_t stub_store_hw(const char *topic, int32_t partition);
 int64_t stub_store_log_start(const char *topic, int32_t partition);
 /* Appends (and partops of any kind) seen since the last reset. */
 int64_t stub_store_ops(void);
 
-/* Counters of transport calls. */
-extern int stub_response_ready_calls, stub_close_calls;
+/* Closes the network core asked of the transport. */
+#define stub_close_calls (tt_stats.close_calls)
 
 #endif
