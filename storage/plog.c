@@ -1912,8 +1912,10 @@ static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *
 
 /* Copy len bytes at position pos of segment s, extent by extent: from the
  * tail, then the cache; on a miss, fill loads the extent into the cache
- * (fetches: consumers read on from there), otherwise the bytes are read
- * straight from the file (scans that would only flush the cache). */
+ * (fetches: consumers read on from there; with l->load_ring set the load is
+ * submitted there and SLUICE_PLOG_READ_WOULD_BLOCK returned), otherwise the
+ * bytes are read straight from the file (scans that would only flush the
+ * cache). */
 static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst,
 			     bool fill, bool *verified)
 {
@@ -2024,6 +2026,8 @@ static void readahead_complete(struct sluice_plog *l, int res)
 	if (res >= e->hi - e->lo && l->ra_gen == l->cache_gen && present)
 		sluice_cache_insert(l->pool, e);
 	sluice_extent_put(e);
+	if (l->hooks.loaded) /* a zero-copy read may wait for this extent */
+		l->hooks.loaded(l, l->hooks.arg);
 }
 
 static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
