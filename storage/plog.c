@@ -2012,6 +2012,16 @@ static void read_ahead(struct sluice_plog *l, struct segment *s, int64_t k)
 	sluice_pool_count_readahead(l->pool);
 }
 
+/* Cache an extent read from disk, unless one already cached holds at least
+ * its bytes (loaded meanwhile, maybe pinned by a reader: replacing it would
+ * keep two copies in memory). */
+static void cache_offer(struct sluice_plog *l, struct sluice_extent *e)
+{
+	const struct sluice_extent *c = sluice_cache_lookup(l->pool, l, e->seg_base, e->file_off);
+	if (!c || c->lo > e->lo || c->hi < e->hi)
+		sluice_cache_insert(l->pool, e);
+}
+
 /* A read ahead completed: cache it unless it came back short or what it
  * read was invalidated meanwhile (compaction, retention, DeleteRecords). */
 static void readahead_complete(struct sluice_plog *l, int res)
@@ -2024,7 +2034,7 @@ static void readahead_complete(struct sluice_plog *l, int res)
 	for (uint32_t i = 0; i < l->seg_n && !present; i++)
 		present = l->segs[i].base_offset == l->ra_seg_base;
 	if (res >= e->hi - e->lo && l->ra_gen == l->cache_gen && present)
-		sluice_cache_insert(l->pool, e);
+		cache_offer(l, e);
 	sluice_extent_put(e);
 	if (l->hooks.loaded) /* a zero-copy read may wait for this extent */
 		l->hooks.loaded(l, l->hooks.arg);
@@ -2282,7 +2292,7 @@ static void load_complete(struct sluice_plog *l, int slot, int res)
 	l->loads_inflight--;
 	bool current = ld.gen == l->cache_gen && seg_present(l, ld.seg_base);
 	if (current && res >= e->hi - e->lo) {
-		sluice_cache_insert(l->pool, e);
+		cache_offer(l, e);
 	} else if (current) {
 		SLOG_ERR("storage", "%s: read of segment %020" PRId64 " at %lld failed: %s", l->dir, ld.seg_base,
 			 (long long)e->file_off, res < 0 ? strerror(-res) : "short read");
