@@ -2726,7 +2726,7 @@ static struct sluice_plog *zc_open(const struct opts *o)
 		.pool = o->pool,
 		.direct_io = o->direct,
 	};
-	struct sluice_plog_hooks hooks = {hook_wait_write, hook_committed, NULL, hook_loaded};
+	struct sluice_plog_hooks hooks = {.wait_write = hook_wait_write, .loaded = hook_loaded};
 	struct sluice_plog *l = NULL;
 	char err[256] = "";
 	cr_assert_eq(sluice_plog_open(H.dir, &cfg, true, &hooks, &l, NULL, err, sizeof err), 0, "open: %s", err);
@@ -2748,7 +2748,7 @@ static void zc_check_ranges(const struct sluice_read_result *r, int32_t n)
 		cr_assert_leq(e->file_off + g->off + g->len, e->hi);
 		if (i) {
 			const struct sluice_read_range *p = &r->range[i - 1];
-			cr_assert_eq(p->ext->file_off + p->off + p->len, e->file_off + g->off, "ranges follow each other");
+			cr_assert_eq(p->ext->file_off + p->off + p->len, e->file_off + g->off, "ranges in file order");
 			cr_assert_neq(p->ext, e);
 		}
 		total += g->len;
@@ -2760,14 +2760,14 @@ static void zc_check_ranges(const struct sluice_read_result *r, int32_t n)
 /* Read with sluice_plog_read_extents, on the ring (reaping completions while
  * it would block) or synchronously, and copy what the ranges reference
  * into *out (malloc'd, NULL unless bytes). *rounds: reads that would block. */
-static int32_t zc_read(struct sluice_plog *l, int64_t off, int32_t max, bool min_one, bool async, uint8_t **out,
-		       int *rounds)
+static int32_t zc_read_below(struct sluice_plog *l, int64_t off, int64_t end, int32_t max, bool min_one, bool async,
+			     uint8_t **out, int *rounds)
 {
 	struct sluice_read_result r;
 	int32_t n;
 	int k = 0;
-	while ((n = sluice_plog_read_extents(l, off, max, min_one, async ? &H.ring : NULL, &r)) ==
-	       SLUICE_PLOG_READ_WOULD_BLOCK) {
+	struct io_uring *ring = async ? &H.ring : NULL;
+	while ((n = sluice_plog_read_extents(l, off, end, max, min_one, ring, &r)) == SLUICE_PLOG_READ_WOULD_BLOCK) {
 		cr_assert(async, "a synchronous read never would block");
 		cr_assert_eq(r.n, 0, "nothing stays pinned");
 		cr_assert(sluice_plog_write_inflight(l), "would block with no load in flight");
@@ -2794,6 +2794,29 @@ static int32_t zc_read(struct sluice_plog *l, int64_t off, int32_t max, bool min
 	return n;
 }
 
+static int32_t zc_read(struct sluice_plog *l, int64_t off, int32_t max, bool min_one, bool async, uint8_t **out,
+		       int *rounds)
+{
+	return zc_read_below(l, off, sluice_plog_log_end(l), max, min_one, async, out, rounds);
+}
+
+/* Reads below end serve what sluice_plog_read copies up to the first batch
+ * whose base offset is at or past end. */
+static void zc_compare_below(struct sluice_plog *l, int64_t off, int64_t end, int32_t max, bool min_one)
+{
+	uint8_t *copy = NULL, *zc = NULL;
+	int32_t b = zc_read_below(l, off, end, max, min_one, true, &zc, NULL);
+	int32_t a = sluice_plog_read(l, off, max, min_one, &copy);
+	int32_t want = 0;
+	while (off < end && want < a && (int64_t)kbe64(copy + want) < end)
+		want += (int32_t)kbe32(copy + want + SLUICE_BATCH_OFF_LENGTH) + 12;
+	cr_assert_eq(b, a < 0 ? a : want, "offset %" PRId64 " end %" PRId64 ": %d bytes, want %d", off, end, b, want);
+	if (b > 0)
+		cr_assert_eq(memcmp(zc, copy, (size_t)b), 0);
+	free(copy);
+	free(zc);
+}
+
 /* The extents read at off reference exactly the bytes sluice_plog_read
  * copies (or, past what one result can reference, a prefix of whole
  * batches of them). */
@@ -2818,7 +2841,7 @@ static void zc_compare(struct sluice_plog *l, int64_t off, int32_t max, bool min
 static void zc_compare_all(struct sluice_plog *l, bool async, int64_t ext_bytes)
 {
 	static const int32_t maxes[] = {1, 61, 200, 5000, 16384, 40000, 1 << 20};
-	int64_t end = sluice_plog_high_watermark(l);
+	int64_t end = sluice_plog_log_end(l); /* everything written here */
 	for (int64_t off = sluice_plog_log_start(l); off <= end + 1; off++)
 		for (size_t m = 0; m < sizeof maxes / sizeof maxes[0]; m++)
 			for (int min_one = 0; min_one < 2; min_one++)
@@ -2866,6 +2889,11 @@ Test(plog, read_extents_match_copy, .init = setup, .fini = teardown)
 	cr_expect_gt(zc_loaded, 0, "cold extents were loaded on the ring");
 	zc_compare_all(l, false, 16384);
 	cr_expect_eq(verify_all(l, e, 0, 1 << 20), e->count);
+	/* below a high watermark: at batch starts, inside batches, at the start */
+	for (int k = 0; k < e->count; k += 3)
+		for (int64_t end = e->base[k]; end < e->base[k] + 3; end++)
+			for (int64_t off = e->base[k > 8 ? k - 8 : 0]; off <= end; off += 2)
+				zc_compare_below(l, off, end, k % 2 ? 1 << 20 : 20000, true);
 	while (sluice_plog_write_inflight(l))
 		reap_one();
 	sluice_plog_close(l);
@@ -2898,7 +2926,7 @@ Test(plog, read_extents_pins_hold_under_pressure, .init = setup, .fini = teardow
 	sluice_plog_close(l);
 	l = zc_open(&o);
 	struct sluice_read_result r;
-	int32_t n = sluice_plog_read_extents(l, 0, 2 * 16384, true, NULL, &r);
+	int32_t n = sluice_plog_read_extents(l, 0, sluice_plog_log_end(l), 2 * 16384, true, NULL, &r);
 	cr_assert_gt(n, 16384);
 	zc_check_ranges(&r, n);
 	uint32_t pinned = r.n;
@@ -2937,7 +2965,7 @@ Test(plog, read_extents_pins_hold_under_pressure, .init = setup, .fini = teardow
 	/* a pin on the tail: later appends and commits leave its bytes alone */
 	int64_t last = e->base[99];
 	uint8_t *before = NULL;
-	n = sluice_plog_read_extents(l, last, 1 << 20, true, NULL, &r);
+	n = sluice_plog_read_extents(l, last, sluice_plog_log_end(l), 1 << 20, true, NULL, &r);
 	cr_assert_gt(n, 0);
 	cr_assert_eq(zc_read(l, last, 1 << 20, true, false, &before, NULL), n);
 	for (int i = 0; i < 20; i++)
@@ -2945,7 +2973,7 @@ Test(plog, read_extents_pins_hold_under_pressure, .init = setup, .fini = teardow
 	flush_log(l);
 	p = before;
 	for (uint32_t i = 0; i < r.n; i++) {
-		cr_expect_eq(memcmp(r.range[i].ext->buf + r.range[i].off, p, r.range[i].len), 0, "tail bytes unchanged");
+		cr_expect_eq(memcmp(r.range[i].ext->buf + r.range[i].off, p, r.range[i].len), 0, "tail bytes kept");
 		p += r.range[i].len;
 	}
 	sluice_read_result_release(&r);
@@ -2980,7 +3008,9 @@ Test(plog, read_extents_cold_on_ring, .init = setup, .fini = teardown)
 	l = zc_open(&o);
 	zc_loaded = 0;
 	struct sluice_read_result r;
-	cr_assert_eq(sluice_plog_read_extents(l, e->base[10], 40000, true, &H.ring, &r), SLUICE_PLOG_READ_WOULD_BLOCK);
+	int64_t end = sluice_plog_log_end(l);
+	int32_t first = sluice_plog_read_extents(l, e->base[10], end, 40000, true, &H.ring, &r);
+	cr_assert_eq(first, SLUICE_PLOG_READ_WOULD_BLOCK);
 	cr_assert_eq(r.n, 0);
 	cr_assert(sluice_plog_write_inflight(l), "a load is in flight");
 	while (sluice_plog_write_inflight(l))
@@ -3006,7 +3036,7 @@ Test(plog, read_extents_cold_on_ring, .init = setup, .fini = teardown)
 	cr_assert_eq(truncate(path, 16384), 0);
 	int32_t rc;
 	int k = 0;
-	while ((rc = sluice_plog_read_extents(l, e->base[40], 1 << 20, true, &H.ring, &r)) ==
+	while ((rc = sluice_plog_read_extents(l, e->base[40], sluice_plog_log_end(l), 1 << 20, true, &H.ring, &r)) ==
 	       SLUICE_PLOG_READ_WOULD_BLOCK) {
 		cr_assert_lt(++k, 8);
 		while (sluice_plog_write_inflight(l))
@@ -3093,9 +3123,10 @@ Test(plog, read_extents_ranges_bounded, .init = setup, .fini = teardown)
 	for (int64_t off = 0; off < big; off += 37)
 		zc_compare(l, off, 1 << 20, true, false, 16384);
 	struct sluice_read_result r;
-	cr_expect_eq(sluice_plog_read_extents(l, big, 1 << 20, true, NULL, &r), SLUICE_PLOG_READ_TOO_MANY_EXTENTS);
+	int64_t end = sluice_plog_log_end(l);
+	cr_expect_eq(sluice_plog_read_extents(l, big, end, 1 << 20, true, NULL, &r), SLUICE_PLOG_READ_TOO_MANY_EXTENTS);
 	cr_expect_eq(r.n, 0);
-	cr_expect_eq(sluice_plog_read_extents(l, big, 1 << 20, false, NULL, &r), 0, "no min_one: nothing fits");
+	cr_expect_eq(sluice_plog_read_extents(l, big, end, 1 << 20, false, NULL, &r), 0, "no min_one: nothing fits");
 	cr_assert_gt(sluice_plog_read(l, big, 1 << 20, true, &copy), 1100000);
 	free(copy);
 	sluice_plog_close(l);
