@@ -245,8 +245,11 @@ int64_t sluice_plog_offset_for_time_work(struct sluice_plog *l, int64_t ts, int6
  * loaded hook, and the caller reads again. A load that failed answers the
  * next read needing that extent with -2 once. At most SLUICE_PLOG_LOADS_MAX
  * loads per log are in flight; a read needing more submits what fits and
- * answers WOULD_BLOCK again on the retry, so it converges. Without ring the
- * loads are synchronous preads (tests and callers off the core's loop).
+ * answers WOULD_BLOCK again on the retry, so it converges. A load leaves the
+ * ring room for a group commit (submitting what is queued when it must);
+ * only when the kernel takes nothing is it done synchronously. Without ring
+ * the loads are synchronous preads (tests and callers off the core's loop;
+ * compaction, recovery and time lookups keep their own synchronous reads).
  *
  * Returns the bytes referenced (0: nothing yet), -1, -2, -3 as
  * sluice_plog_read, WOULD_BLOCK, or TOO_MANY_EXTENTS when the first batch
