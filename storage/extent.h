@@ -36,7 +36,10 @@ struct sluice_extent {
 	uint8_t *buf;
 	int32_t buf_index; /* fixed-buffer slot in the pool's ring, -1: not registered */
 	int32_t slot;      /* index among the pool's budgeted buffers, -1: past the budget */
-	int32_t refs;      /* holders: a log's tail, each I/O in flight, the cache */
+	/* Holders: a log's tail, each I/O in flight, the cache, each read
+	 * result pinning it (sluice_plog_read_extents). Only an extent the
+	 * cache alone holds (refs == 1) is ever evicted and its buffer reused. */
+	int32_t refs;
 	/* Identity and validity while cached (or as a tail): file bytes
 	 * [lo, hi) of segment seg_base of owner are valid in
 	 * buf[lo - file_off ...]. */

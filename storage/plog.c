@@ -117,6 +117,19 @@ struct sluice_plog {
 	int64_t ra_seg_base;
 	uint64_t ra_gen, cache_gen;
 	bool ra_inflight;
+	/* Cold-read loads in flight for sluice_plog_read_extents (user_data
+	 * kind 4 + slot), and the last one that failed, answered -2 once to
+	 * the read that needs it. load_ring is set while such a read walks an
+	 * index, so that a miss there loads on the ring instead of blocking. */
+	struct plog_load {
+		struct sluice_extent *ext; /* NULL: slot free */
+		int64_t seg_base;
+		uint64_t gen;
+	} loads[SLUICE_PLOG_LOADS_MAX];
+	int loads_inflight;
+	bool load_err;
+	int64_t load_err_seg, load_err_off;
+	struct io_uring *load_ring;
 	bool failed;
 	bool opened;   /* sluice_plog_open completed */
 	bool modified; /* appended to (or recovered) since open: close must sync */
@@ -195,6 +208,8 @@ static void cache_forget(struct sluice_plog *l, int64_t seg_base)
 
 static void readahead_complete(struct sluice_plog *l, int res);
 static void read_ahead(struct sluice_plog *l, struct segment *s, int64_t k);
+static void load_complete(struct sluice_plog *l, int slot, int res);
+static int load_submit(struct sluice_plog *l, struct segment *s, int64_t k, struct io_uring *ring);
 
 /* Let go of the whole tail (nothing may be unwritten or in flight). */
 static void tail_release(struct sluice_plog *l, int64_t seg_base, bool cache)
@@ -833,7 +848,8 @@ size_t sluice_plog_cache_bytes(const struct sluice_plog *l)
 
 size_t sluice_plog_release_cache(struct sluice_plog *l)
 {
-	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
+	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->loads_inflight ||
+	    l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
 	size_t n = sluice_plog_cache_bytes(l) + l->tl_plain_len;
 	tail_release(l, l->segs[l->seg_n - 1].base_offset, true);
@@ -845,7 +861,8 @@ size_t sluice_plog_release_cache(struct sluice_plog *l)
 
 int sluice_plog_release_fds(struct sluice_plog *l)
 {
-	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->segs[l->seg_n - 1].size > l->submitted_end)
+	if (l->write_inflight || l->fsync_inflight || l->ra_inflight || l->loads_inflight ||
+	    l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
 	int n = 0;
 	if (l->fd_write >= 0) {
@@ -1506,7 +1523,7 @@ bool sluice_plog_write_pending(const struct sluice_plog *l)
 
 bool sluice_plog_write_inflight(const struct sluice_plog *l)
 {
-	return l->write_inflight || l->fsync_inflight || l->ra_inflight;
+	return l->write_inflight || l->fsync_inflight || l->ra_inflight || l->loads_inflight;
 }
 
 /* One SQE per extent the group commit touches, so a large commit goes to
@@ -1691,6 +1708,10 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 {
 	if (kind == 3) {
 		readahead_complete(l, res);
+		return;
+	}
+	if (kind >= 4) {
+		load_complete(l, kind - 4, res);
 		return;
 	}
 	if (kind == 1) {
@@ -1891,8 +1912,10 @@ static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *
 
 /* Copy len bytes at position pos of segment s, extent by extent: from the
  * tail, then the cache; on a miss, fill loads the extent into the cache
- * (fetches: consumers read on from there), otherwise the bytes are read
- * straight from the file (scans that would only flush the cache). */
+ * (fetches: consumers read on from there; with l->load_ring set the load is
+ * submitted there and SLUICE_PLOG_READ_WOULD_BLOCK returned), otherwise the
+ * bytes are read straight from the file (scans that would only flush the
+ * cache). */
 static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t pos, size_t len, uint8_t *dst,
 			     bool fill, bool *verified)
 {
@@ -1914,6 +1937,9 @@ static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t p
 				e = NULL;
 			if (fill) {
 				sluice_pool_count(l->pool, e != NULL);
+				int rc = !e && l->load_ring ? load_submit(l, s, k, l->load_ring) : 0;
+				if (rc < 0)
+					return rc;
 				if (!e && (e = extent_load(l, s, k)) && e->hi < end)
 					e = NULL;
 			}
@@ -1986,6 +2012,16 @@ static void read_ahead(struct sluice_plog *l, struct segment *s, int64_t k)
 	sluice_pool_count_readahead(l->pool);
 }
 
+/* Cache an extent read from disk, unless one already cached holds at least
+ * its bytes (loaded meanwhile, maybe pinned by a reader: replacing it would
+ * keep two copies in memory). */
+static void cache_offer(struct sluice_plog *l, struct sluice_extent *e)
+{
+	const struct sluice_extent *c = sluice_cache_lookup(l->pool, l, e->seg_base, e->file_off);
+	if (!c || c->lo > e->lo || c->hi < e->hi)
+		sluice_cache_insert(l->pool, e);
+}
+
 /* A read ahead completed: cache it unless it came back short or what it
  * read was invalidated meanwhile (compaction, retention, DeleteRecords). */
 static void readahead_complete(struct sluice_plog *l, int res)
@@ -1998,8 +2034,10 @@ static void readahead_complete(struct sluice_plog *l, int res)
 	for (uint32_t i = 0; i < l->seg_n && !present; i++)
 		present = l->segs[i].base_offset == l->ra_seg_base;
 	if (res >= e->hi - e->lo && l->ra_gen == l->cache_gen && present)
-		sluice_cache_insert(l->pool, e);
+		cache_offer(l, e);
 	sluice_extent_put(e);
+	if (l->hooks.loaded) /* a zero-copy read may wait for this extent */
+		l->hooks.loaded(l, l->hooks.arg);
 }
 
 static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
@@ -2018,7 +2056,8 @@ static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
 /* Position of the batch holding offset in segment s (limit: end of readable
  * bytes), -1 when no batch there holds it, -2 on an I/O error, -3 when the
  * walk meets bytes that are not a batch header (damage recovery did not
- * see: the segment was trusted). */
+ * see: the segment was trusted), SLUICE_PLOG_READ_WOULD_BLOCK when it needs
+ * an extent being loaded on l->load_ring. */
 static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64_t offset, int64_t limit)
 {
 	int64_t pos = 0;
@@ -2037,8 +2076,9 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 	}
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 	while (pos + SLUICE_BATCH_HEADER_BYTES <= limit) {
-		if (seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true, NULL) < 0)
-			return -2;
+		int rc = seg_read_bytes_ex(l, s, pos, sizeof hdr, hdr, true, NULL);
+		if (rc < 0)
+			return rc == SLUICE_PLOG_READ_WOULD_BLOCK ? rc : -2;
 		struct hdr_view v = hdr_read(hdr);
 		if (indexed >= 0 && v.last != indexed) {
 			/* An index file that rotted after it was checked at open
@@ -2407,10 +2447,10 @@ void sluice_plog_close(struct sluice_plog *l)
 		}
 		fd_write_close(l);
 	}
-	if ((l->write_inflight || l->ra_inflight) && l->hooks.wait_write)
+	if ((l->write_inflight || l->ra_inflight || l->loads_inflight) && l->hooks.wait_write)
 		l->hooks.wait_write(l, l->hooks.arg);
 	assert(!l->write_inflight || l->failed); /* the hook waited for it */
-	if (!l->write_inflight && !l->ra_inflight) {
+	if (!l->write_inflight && !l->ra_inflight && !l->loads_inflight) {
 		tail_release(l, -1, false);
 		sluice_cache_forget(l->pool, l, -1);
 		if (l->pool_owned)
@@ -2427,7 +2467,7 @@ void sluice_plog_close(struct sluice_plog *l)
 
 int sluice_plog_close_io(struct sluice_plog *l)
 {
-	assert(!l->write_inflight && !l->fsync_inflight && !l->ra_inflight);
+	assert(!l->write_inflight && !l->fsync_inflight && !l->ra_inflight && !l->loads_inflight);
 	if (!l->opened || l->failed || !l->modified)
 		return 0;
 	/* Nothing here may reach the storage core: no hooks, and a descriptor
@@ -2464,6 +2504,384 @@ void sluice_plog_close_nosync(struct sluice_plog *l)
 	if (l)
 		l->close_nosync = true;
 	sluice_plog_close(l);
+}
+
+/* ---- zero-copy reads ------------------------------------------------------ */
+
+static bool seg_present(const struct sluice_plog *l, int64_t seg_base)
+{
+	for (uint32_t i = 0; i < l->seg_n; i++)
+		if (l->segs[i].base_offset == seg_base)
+			return true;
+	return false;
+}
+
+/* The extent holding bytes [pos, end) of segment s (within one extent):
+ * the tail's or a cached one; NULL when neither holds them all. */
+static struct sluice_extent *extent_find(struct sluice_plog *l, struct segment *s, int64_t pos, int64_t end)
+{
+	int64_t k = ext_floor(l, pos);
+	assert(end > pos && end <= k + l->ext_bytes);
+	struct sluice_extent *e = s == active(l) ? tail_at(l, k) : NULL;
+	if (e && e->lo <= pos && e->hi >= end)
+		return e;
+	e = sluice_cache_lookup(l->pool, l, s->base_offset, k);
+	return e && e->lo <= pos && e->hi >= end ? e : NULL;
+}
+
+/* Read extent k of segment s on ring into a pool buffer (O_DIRECT where
+ * the filesystem allows, else through the page cache, still off the core),
+ * cached by load_complete. Returns SLUICE_PLOG_READ_WOULD_BLOCK when the
+ * extent is on its way (submitted now, by an earlier read, or by the read
+ * ahead; or every load slot is busy: a completion is coming), -2 for the
+ * failed load of this extent (once) or no memory, and 0 when the ring has
+ * no room even after a submit: the caller then loads synchronously. */
+static int load_submit(struct sluice_plog *l, struct segment *s, int64_t k, struct io_uring *ring)
+{
+	int slot = -1;
+	for (int i = 0; i < SLUICE_PLOG_LOADS_MAX; i++) {
+		const struct plog_load *ld = &l->loads[i];
+		if (!ld->ext)
+			slot = slot < 0 ? i : slot;
+		else if (ld->seg_base == s->base_offset && ld->ext->file_off == k)
+			return SLUICE_PLOG_READ_WOULD_BLOCK;
+	}
+	if (l->ra_inflight && l->ra_seg_base == s->base_offset && l->ra_ext->file_off == k)
+		return SLUICE_PLOG_READ_WOULD_BLOCK;
+	if (l->load_err && l->load_err_seg == s->base_offset && l->load_err_off == k) {
+		l->load_err = false;
+		return -2;
+	}
+	if (slot < 0)
+		return SLUICE_PLOG_READ_WOULD_BLOCK;
+	int64_t limit = seg_limit(l, s), end = k + l->ext_bytes < limit ? k + l->ext_bytes : limit;
+	assert(end > k);
+	int fd = seg_fd_direct(l, s);
+	bool direct = fd >= 0;
+	if (!direct && (fd = seg_fd_read(l, s)) < 0)
+		return -2;
+	/* Leave room for the writes, as the read ahead does. */
+	if (io_uring_sq_space_left(ring) < SLUICE_PLOG_WRITE_SQES_MAX + 2)
+		(void)io_uring_submit(ring);
+	if (io_uring_sq_space_left(ring) < SLUICE_PLOG_WRITE_SQES_MAX + 2)
+		return 0;
+	struct sluice_extent *e = sluice_pool_get(l->pool);
+	if (!e)
+		return -2;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	assert(sqe); /* room was checked */
+	unsigned want = (unsigned)(direct ? align_up(end - k) : end - k);
+	if (e->buf_index >= 0 && ring == sluice_pool_ring(l->pool))
+		io_uring_prep_read_fixed(sqe, fd, e->buf, want, (uint64_t)k, e->buf_index);
+	else
+		io_uring_prep_read(sqe, fd, e->buf, want, (uint64_t)k);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | (uint64_t)(4 + slot));
+	e->owner = l;
+	e->seg_base = s->base_offset;
+	e->file_off = e->lo = k;
+	e->hi = end;
+	l->loads[slot] = (struct plog_load){e, s->base_offset, l->cache_gen};
+	l->loads_inflight++;
+	sluice_pool_count(l->pool, false);
+	return SLUICE_PLOG_READ_WOULD_BLOCK;
+}
+
+/* A load completed: cache what it read unless the segment changed or went
+ * meanwhile; a failed or short read is remembered for the reader's retry,
+ * which answers -2 instead of loading forever. Readers are told either way. */
+static void load_complete(struct sluice_plog *l, int slot, int res)
+{
+	assert(slot >= 0 && slot < SLUICE_PLOG_LOADS_MAX && l->loads[slot].ext);
+	assert(l->loads_inflight > 0);
+	struct plog_load ld = l->loads[slot];
+	struct sluice_extent *e = ld.ext;
+	l->loads[slot].ext = NULL;
+	l->loads_inflight--;
+	bool current = ld.gen == l->cache_gen && seg_present(l, ld.seg_base);
+	if (current && res >= e->hi - e->lo) {
+		cache_offer(l, e);
+	} else if (current) {
+		SLOG_ERR("storage", "%s: read of segment %020" PRId64 " at %lld failed: %s", l->dir, ld.seg_base,
+			 (long long)e->file_off, res < 0 ? strerror(-res) : "short read");
+		l->load_err = true;
+		l->load_err_seg = ld.seg_base;
+		l->load_err_off = e->file_off;
+	}
+	sluice_extent_put(e);
+	if (l->hooks.loaded)
+		l->hooks.loaded(l, l->hooks.arg);
+}
+
+/* The extent holding [pos, end) of segment s, loaded when missing:
+ * synchronously without ring, else submitted there (WOULD_BLOCK). */
+static int extent_get(struct sluice_plog *l, struct segment *s, int64_t pos, int64_t end, struct io_uring *ring,
+		      struct sluice_extent **out)
+{
+	struct sluice_extent *e = extent_find(l, s, pos, end);
+	if (e)
+		sluice_pool_count(l->pool, true);
+	if (!e) {
+		int rc = ring ? load_submit(l, s, ext_floor(l, pos), ring) : 0;
+		if (rc < 0)
+			return rc;
+		sluice_pool_count(l->pool, false);
+		e = extent_load(l, s, ext_floor(l, pos));
+		if (!e || e->lo > pos || e->hi < end)
+			return -2;
+	}
+	*out = e;
+	return 0;
+}
+
+/* With ring: submit the loads of every extent of [from, to) in segment s
+ * that is missing, so one wait covers the whole read. 0 when all are in
+ * memory (or must be loaded synchronously), else WOULD_BLOCK or -2. */
+static int extents_ensure(struct sluice_plog *l, struct segment *s, int64_t from, int64_t to, struct io_uring *ring)
+{
+	int rc = 0;
+	while (from < to) {
+		int64_t k = ext_floor(l, from), end = k + l->ext_bytes < to ? k + l->ext_bytes : to;
+		int r = extent_find(l, s, from, end) ? 0 : load_submit(l, s, k, ring);
+		if (r == -2)
+			return -2;
+		rc = r < 0 ? r : rc;
+		from = end;
+	}
+	return rc;
+}
+
+/* One zero-copy read as it walks the batches of segment s from pos. */
+struct read_walk {
+	struct sluice_plog *l;
+	struct segment *s;
+	struct io_uring *ring;         /* loads go there; NULL: synchronous */
+	struct sluice_read_result *r;  /* covers the bytes from pos on */
+	int64_t pos, limit;            /* the read's start; the segment's readable end */
+	int64_t reach;                 /* the end of the extents one result can reference */
+	int64_t end;                   /* no batch from this offset on is served */
+	int64_t expect, seg_hi;        /* batches from disk must lie in offsets [expect, seg_hi) */
+};
+
+/* Pin the extents holding bytes [pos + r->bytes, to): the last range grows
+ * while its extent holds the bytes, else a range is added with a new
+ * reference. Returns 0, -2, WOULD_BLOCK, or TOO_MANY_EXTENTS when the
+ * result has no range left. */
+static int result_extend(struct read_walk *w, int64_t to)
+{
+	struct sluice_plog *l = w->l;
+	struct sluice_read_result *r = w->r;
+	assert(l->ext_bytes <= UINT32_MAX && r->n <= SLUICE_READ_RANGES_MAX);
+	if (to - w->pos > INT32_MAX)
+		return SLUICE_PLOG_READ_TOO_MANY_EXTENTS;
+	int64_t at = w->pos + r->bytes;
+	while (at < to) {
+		int64_t k = ext_floor(l, at), end = k + l->ext_bytes < to ? k + l->ext_bytes : to;
+		struct sluice_read_range *last = r->n ? &r->range[r->n - 1] : NULL;
+		if (last && last->ext->file_off == k && last->ext->hi >= end) {
+			assert(last->off + last->len == at - k); /* ranges follow each other */
+			last->len += (uint32_t)(end - at);
+		} else {
+			if (r->n == SLUICE_READ_RANGES_MAX)
+				return SLUICE_PLOG_READ_TOO_MANY_EXTENTS;
+			struct sluice_extent *e;
+			int rc = extent_get(l, w->s, at, end, w->ring, &e);
+			if (rc < 0)
+				return rc;
+			sluice_extent_ref(e);
+			uint32_t off = (uint32_t)(at - e->file_off);
+			r->range[r->n++] = (struct sluice_read_range){e, off, (uint32_t)(end - at)};
+		}
+		r->bytes += (int32_t)(end - at);
+		at = end;
+	}
+	return 0;
+}
+
+/* Walk the result's bytes [rel, rel + len): copy them to dst (unless
+ * NULL), sum their CRC-32C into *crc (unless NULL); returns whether every
+ * extent they lie in holds bytes from appends only. */
+static bool result_walk(const struct sluice_read_result *r, int64_t rel, int64_t len, uint8_t *dst, uint32_t *crc)
+{
+	assert(rel >= 0 && len >= 0 && rel + len <= r->bytes);
+	bool verified = true;
+	for (uint32_t i = 0; i < r->n && len > 0; i++) {
+		const struct sluice_read_range *g = &r->range[i];
+		if (rel >= g->len) {
+			rel -= g->len;
+			continue;
+		}
+		size_t n = (size_t)(g->len - rel < len ? g->len - rel : len);
+		const uint8_t *src = g->ext->buf + g->off + rel;
+		if (dst) {
+			memcpy(dst, src, n);
+			dst += n;
+		}
+		if (crc)
+			*crc = sluice_crc32c(*crc, src, n);
+		verified &= g->ext->verified;
+		len -= (int64_t)n;
+		rel = 0;
+	}
+	assert(len == 0);
+	return verified;
+}
+
+/* Keep the first bytes of the result, unpinning the extents past them. */
+static void result_trim(struct sluice_read_result *r, int64_t bytes)
+{
+	assert(bytes >= 0 && bytes <= r->bytes && r->n <= SLUICE_READ_RANGES_MAX);
+	int64_t seen = 0;
+	uint32_t keep = 0;
+	for (uint32_t i = 0; i < r->n; i++) {
+		struct sluice_read_range *g = &r->range[i];
+		if (seen >= bytes) {
+			sluice_extent_put(g->ext);
+			g->ext = NULL;
+			continue;
+		}
+		if (seen + g->len > bytes)
+			g->len = (uint32_t)(bytes - seen);
+		seen += g->len;
+		keep++;
+	}
+	r->n = keep;
+	r->bytes = (int32_t)bytes;
+}
+
+void sluice_read_result_release(struct sluice_read_result *r)
+{
+	result_trim(r, 0);
+	assert(r->n == 0 && r->bytes == 0);
+}
+
+/* Whether the batch at the result's bytes [rel, rel + len), header hdr,
+ * may be served: sluice_plog_read's checks over bytes lying in pieces.
+ * Bytes from appends are trusted; bytes from disk must pass the CRC and lie
+ * in the segment's offsets, in order. w->expect moves past the batch. */
+static bool batch_servable(struct read_walk *w, int64_t rel, int64_t len, const uint8_t *hdr)
+{
+	if (result_walk(w->r, rel, len, NULL, NULL)) {
+		w->expect = hdr_read(hdr).last + 1;
+		return true;
+	}
+	/* sluice_batch_parse reads the header only (the CRC is summed below,
+	 * piece by piece); len is the whole batch, which it checks against. */
+	_Static_assert(SLUICE_BATCH_OFF_COUNT + 4 == SLUICE_BATCH_HEADER_BYTES, "parse reads the header only");
+	struct sluice_batch b;
+	uint32_t crc = 0;
+	bool ok = sluice_batch_parse(hdr, (size_t)len, &b) == SLUICE_BATCH_OK && sluice_batch_total_bytes(&b) == len;
+	if (ok)
+		(void)result_walk(w->r, rel + SLUICE_BATCH_OFF_ATTRIBUTES, len - SLUICE_BATCH_OFF_ATTRIBUTES, NULL,
+				  &crc);
+	/* sluice_batch_check_crc's checks, then those of a batch from disk */
+	ok = ok && crc == b.crc && b.records_count >= 0 && b.last_offset_delta >= 0 &&
+	     (int64_t)b.records_count <= (int64_t)b.last_offset_delta + 1 && batch_offsets_sane(&b) &&
+	     b.base_offset >= w->expect && b.base_offset + b.last_offset_delta < w->seg_hi;
+	if (!ok) {
+		SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served", w->l->dir,
+			 w->s->base_offset, (long long)(w->pos + rel));
+		return false;
+	}
+	w->expect = b.base_offset + b.last_offset_delta + 1;
+	return true;
+}
+
+/* Pin whole batches from w->pos, as sluice_plog_read selects them: up to
+ * want bytes, or the first one whole when min_one; a batch that cannot be
+ * pinned (no range left) or served (damage) ends the read before it.
+ * Returns the bytes kept (0: none fit), -3 when the first batch is damage,
+ * or the error that stopped it (nothing then stays pinned). */
+static int64_t walk_batches(struct read_walk *w, int64_t want, bool min_one)
+{
+	int64_t n = 0;
+	int rc = 0;
+	while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
+		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+		if ((rc = result_extend(w, w->pos + n + SLUICE_BATCH_HEADER_BYTES)) < 0)
+			break;
+		(void)result_walk(w->r, n, SLUICE_BATCH_HEADER_BYTES, hdr, NULL);
+		int64_t len = (int64_t)(int32_t)kbe32(hdr + SLUICE_BATCH_OFF_LENGTH) + 12;
+		if (len < SLUICE_BATCH_HEADER_BYTES || w->pos + n + len > w->limit) {
+			rc = n == 0 ? -3 : 0;
+			if (n == 0)
+				SLOG_ERR("storage", "%s: no batch at segment %020" PRId64 " position %lld (damaged); "
+					 "not served", w->l->dir, w->s->base_offset, (long long)w->pos);
+			break;
+		}
+		bool oversized = n + len > want;
+		if (oversized && !(n == 0 && min_one))
+			break;
+		if (w->pos + n + len > w->reach) {
+			rc = SLUICE_PLOG_READ_TOO_MANY_EXTENTS; /* nothing loaded or pinned for it */
+			break;
+		}
+		if (oversized && w->ring && (rc = extents_ensure(w->l, w->s, w->pos + want, w->pos + len, w->ring)) < 0)
+			break;
+		if ((rc = result_extend(w, w->pos + n + len)) < 0)
+			break;
+		if (!batch_servable(w, n, len, hdr)) {
+			rc = n == 0 ? -3 : 0;
+			break;
+		}
+		/* Cut at end only once the batch passed its checks: a BaseOffset
+		 * from disk lies outside the CRC. Below the written end only,
+		 * since every batch read lies below it. */
+		if (hdr_read(hdr).base >= w->end)
+			break;
+		n += len;
+		if (oversized)
+			break;
+	}
+	if (rc == SLUICE_PLOG_READ_TOO_MANY_EXTENTS && n > 0)
+		rc = 0; /* serve the batches that fit */
+	result_trim(w->r, rc < 0 ? 0 : n);
+	return rc < 0 ? rc : n;
+}
+
+int32_t sluice_plog_read_extents(struct sluice_plog *l, int64_t offset, int64_t end, int32_t max_bytes, bool min_one,
+				 struct io_uring *ring, struct sluice_read_result *out)
+{
+	assert(out && l->pool);
+	out->n = 0;
+	out->bytes = 0;
+	if (offset < l->log_start || offset > l->leo)
+		return -1;
+	/* Past the written end nothing is readable anyway (seg_limit stops
+	 * there), so end needs no check against it here. */
+	if (offset >= end)
+		return 0; /* at or past the end the caller may see: nothing to read yet */
+	for (uint32_t si = find_segment(l, offset); si < l->seg_n; si++) {
+		struct segment *s = &l->segs[si];
+		int64_t limit = seg_limit(l, s);
+		l->load_ring = ring;
+		int64_t pos = seg_find_position(l, s, offset, limit);
+		l->load_ring = NULL;
+		if (pos == -2 || pos == -3 || pos == SLUICE_PLOG_READ_WOULD_BLOCK)
+			return (int32_t)pos;
+		if (pos < 0 && s->damaged)
+			return -3; /* the offset lies in the bytes recovery found damaged */
+		if (pos < 0)
+			continue; /* offset lies past this segment (e.g. removed records) */
+		int64_t avail = limit - pos;
+		int64_t want = max_bytes < avail ? max_bytes : avail;
+		if (want < SLUICE_BATCH_HEADER_BYTES)
+			want = avail < SLUICE_BATCH_HEADER_BYTES ? avail : SLUICE_BATCH_HEADER_BYTES;
+		if (want == 0)
+			return 0;
+		/* Past what one result can reference nothing is loaded ahead. */
+		int64_t reach = ext_floor(l, pos) + SLUICE_READ_RANGES_MAX * l->ext_bytes;
+		int rc = ring ? extents_ensure(l, s, pos, pos + want < reach ? pos + want : reach, ring) : 0;
+		if (rc < 0)
+			return rc;
+		struct read_walk w = {l, s, ring, out, pos, limit, reach, end, s->base_offset,
+				      si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo};
+		int64_t n = walk_batches(&w, want, min_one);
+		if (n > 0)
+			read_ahead(l, s, ext_floor(l, pos + n - 1));
+		assert(n < 0 ? out->n == 0 : out->bytes == n);
+		return (int32_t)n;
+	}
+	return 0;
 }
 
 /* ---- compaction ------------------------------------------------------------ */

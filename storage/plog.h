@@ -56,6 +56,10 @@ struct sluice_plog_hooks {
 	void (*wait_write)(struct sluice_plog *l, void *arg);
 	void (*written)(struct sluice_plog *l, void *arg);
 	void *arg;
+	/* A cold read this log submitted (a load or a read ahead) completed,
+	 * well or not: a read that answered SLUICE_PLOG_READ_WOULD_BLOCK is
+	 * due again. Optional (NULL: the caller polls). */
+	void (*loaded)(struct sluice_plog *l, void *arg);
 };
 
 struct sluice_plog_recovery {
@@ -113,7 +117,10 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 bool sluice_plog_write_pending(const struct sluice_plog *l);
 bool sluice_plog_write_inflight(const struct sluice_plog *l);
 /* Queue the group-commit write (and fsync where the flush policy asks) on
- * ring. user_data: the plog pointer with the low bits 1 (write) / 2 (fsync). */
+ * ring. user_data, for every SQE a log submits: the plog pointer (8-byte
+ * aligned) with the low 3 bits the kind: 1 write, 2 fsync, 3 read ahead,
+ * 4 + i cold-read load slot i (i < SLUICE_PLOG_LOADS_MAX, see
+ * sluice_plog_read_extents). */
 int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring);
 /* A completion for this log; kind is the user_data low bits. */
 void sluice_plog_complete(struct sluice_plog *l, int kind, int res);
@@ -229,5 +236,64 @@ int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
  * lookups per loop turn. */
 int64_t sluice_plog_offset_for_time(struct sluice_plog *l, int64_t ts, int64_t *found_ts);
 int64_t sluice_plog_offset_for_time_work(struct sluice_plog *l, int64_t ts, int64_t *found_ts, int64_t *work);
+
+/* Zero-copy reads: the same batches sluice_plog_read would copy out
+ * (whole committed batches from the one holding offset, at most max_bytes
+ * unless min_one and the first is larger; batches from disk CRC-checked and
+ * offset-checked before they are served; none whose base offset is at or
+ * past end, the high watermark a consumer may see, at most the log's
+ * written end: an offset in [end, log end] answers 0), answered as references into the
+ * storage core's extents: ranges (extent, offset in its buffer, length) in
+ * file order, consecutive bytes of one segment, one range per extent (a
+ * batch spanning two extents lies in two ranges), each extent pinned by one
+ * reference until sluice_read_result_release. A pinned extent is never
+ * evicted or reused, and the bytes a range names never change (committed
+ * bytes are final; an invalidated extent only leaves the cache).
+ *
+ * Cold data: with ring, every extent of the read that is neither in the
+ * tail nor cached is read there (O_DIRECT into a pool buffer, user_data
+ * kind 4 + load slot) and SLUICE_PLOG_READ_WOULD_BLOCK returned with
+ * nothing pinned; sluice_plog_complete caches the extent and calls the
+ * loaded hook, and the caller reads again. A load that failed answers the
+ * next read needing that extent with -2 once. At most SLUICE_PLOG_LOADS_MAX
+ * loads per log are in flight; a read needing more submits what fits and
+ * answers WOULD_BLOCK again on the retry, so it converges. A load leaves the
+ * ring room for a group commit (submitting what is queued when it must);
+ * only when the kernel takes nothing is it done synchronously. Without ring
+ * the loads are synchronous preads (tests and callers off the core's loop;
+ * compaction, recovery and time lookups keep their own synchronous reads).
+ *
+ * Returns the bytes referenced (0: nothing yet), -1, -2, -3 as
+ * sluice_plog_read, WOULD_BLOCK, or TOO_MANY_EXTENTS when the first batch
+ * alone spans more than SLUICE_READ_RANGES_MAX extents (read it with
+ * sluice_plog_read, which copies). A read needing more ranges than that
+ * otherwise stops at the last whole batch that fits. Every result must be
+ * released before the log closes. */
+#define SLUICE_PLOG_READ_WOULD_BLOCK (-4)
+#define SLUICE_PLOG_READ_TOO_MANY_EXTENTS (-5)
+#define SLUICE_PLOG_LOADS_MAX 4 /* user_data kinds 4..7 */
+#define SLUICE_READ_RANGES_MAX 64
+/* fetch.max.bytes' default (common/config.c), read at the default extent
+ * size, never needs the fallback: */
+#define SLUICE_PLOG_FETCH_BYTES_DEFAULT (55u << 20)
+_Static_assert(SLUICE_READ_RANGES_MAX >= SLUICE_PLOG_FETCH_BYTES_DEFAULT / SLUICE_PLOG_CHUNK_BYTES_DEFAULT + 2,
+	       "a default fetch at the default extent size fits one result");
+_Static_assert(3 + SLUICE_PLOG_LOADS_MAX <= 7, "load kinds fit the 3 low bits of user_data");
+
+struct sluice_extent;
+struct sluice_read_range {
+	struct sluice_extent *ext; /* pinned: one reference held by this range */
+	uint32_t off;              /* where the bytes start in ext->buf */
+	uint32_t len;
+};
+struct sluice_read_result {
+	uint32_t n;    /* ranges */
+	int32_t bytes; /* their total */
+	struct sluice_read_range range[SLUICE_READ_RANGES_MAX];
+};
+int32_t sluice_plog_read_extents(struct sluice_plog *l, int64_t offset, int64_t end, int32_t max_bytes, bool min_one,
+				 struct io_uring *ring, struct sluice_read_result *out);
+/* Unpin every range (the result is then empty); a no-op on an empty one. */
+void sluice_read_result_release(struct sluice_read_result *r);
 
 #endif

@@ -2704,3 +2704,431 @@ Test(plog, offset_for_time_codecs_cache_work, .init = setup, .fini = teardown)
 		cr_expect_eq(sluice_plog_offset_for_time(l, 100000 * (int64_t)k + 125, &found), 20 * k + 13);
 	sluice_plog_close(l);
 }
+
+/* ---- zero-copy reads (sluice_plog_read_extents) ------------------------------------- */
+
+static int64_t zc_loaded; /* calls of the loaded hook */
+
+static void hook_loaded(struct sluice_plog *l, void *arg)
+{
+	(void)l; (void)arg;
+	zc_loaded++;
+}
+
+/* open_log, with the loaded hook a storage core uses to retry reads. */
+static struct sluice_plog *zc_open(const struct opts *o)
+{
+	struct sluice_plog_cfg cfg = {
+		.segment_bytes = o->segment_bytes,
+		.index_interval_bytes = 4096,
+		.flush_interval_messages = o->flush_messages,
+		.chunk_bytes = o->chunk_bytes,
+		.pool = o->pool,
+		.direct_io = o->direct,
+	};
+	struct sluice_plog_hooks hooks = {.wait_write = hook_wait_write, .loaded = hook_loaded};
+	struct sluice_plog *l = NULL;
+	char err[256] = "";
+	cr_assert_eq(sluice_plog_open(H.dir, &cfg, true, &hooks, &l, NULL, err, sizeof err), 0, "open: %s", err);
+	return l;
+}
+
+/* Check what a result references: non-empty ranges inside the valid bytes
+ * of pinned extents, following each other in the file, one per extent. */
+static void zc_check_ranges(const struct sluice_read_result *r, int32_t n)
+{
+	cr_assert_leq(r->n, SLUICE_READ_RANGES_MAX);
+	int64_t total = 0;
+	for (uint32_t i = 0; i < r->n; i++) {
+		const struct sluice_read_range *g = &r->range[i];
+		const struct sluice_extent *e = g->ext;
+		cr_assert_gt(g->len, 0);
+		cr_assert_geq(e->refs, 2, "pinned beside its tail or cache reference");
+		cr_assert_geq(e->file_off + g->off, e->lo);
+		cr_assert_leq(e->file_off + g->off + g->len, e->hi);
+		if (i) {
+			const struct sluice_read_range *p = &r->range[i - 1];
+			cr_assert_eq(p->ext->file_off + p->off + p->len, e->file_off + g->off, "ranges in file order");
+			cr_assert_neq(p->ext, e);
+		}
+		total += g->len;
+	}
+	cr_assert_eq(total, n);
+	cr_assert_eq(r->bytes, n);
+}
+
+/* Read with sluice_plog_read_extents, on the ring (reaping completions while
+ * it would block) or synchronously, and copy what the ranges reference
+ * into *out (malloc'd, NULL unless bytes). *rounds: reads that would block. */
+static int32_t zc_read_below(struct sluice_plog *l, int64_t off, int64_t end, int32_t max, bool min_one, bool async,
+			     uint8_t **out, int *rounds)
+{
+	struct sluice_read_result r;
+	int32_t n;
+	int k = 0;
+	struct io_uring *ring = async ? &H.ring : NULL;
+	while ((n = sluice_plog_read_extents(l, off, end, max, min_one, ring, &r)) == SLUICE_PLOG_READ_WOULD_BLOCK) {
+		cr_assert(async, "a synchronous read never would block");
+		cr_assert_eq(r.n, 0, "nothing stays pinned");
+		cr_assert(sluice_plog_write_inflight(l), "would block with no load in flight");
+		cr_assert_lt(++k, 16, "the read converges");
+		while (sluice_plog_write_inflight(l))
+			reap_one();
+	}
+	if (rounds)
+		*rounds = k;
+	*out = NULL;
+	if (n > 0) {
+		zc_check_ranges(&r, n);
+		uint8_t *buf = malloc((size_t)n), *p = buf;
+		for (uint32_t i = 0; i < r.n; i++) {
+			memcpy(p, r.range[i].ext->buf + r.range[i].off, r.range[i].len);
+			p += r.range[i].len;
+		}
+		*out = buf;
+	} else {
+		cr_assert_eq(r.n, 0);
+	}
+	sluice_read_result_release(&r);
+	cr_assert_eq(r.n, 0);
+	return n;
+}
+
+static int32_t zc_read(struct sluice_plog *l, int64_t off, int32_t max, bool min_one, bool async, uint8_t **out,
+		       int *rounds)
+{
+	return zc_read_below(l, off, sluice_plog_log_end(l), max, min_one, async, out, rounds);
+}
+
+/* Reads below end serve what sluice_plog_read copies up to the first batch
+ * whose base offset is at or past end. */
+static void zc_compare_below(struct sluice_plog *l, int64_t off, int64_t end, int32_t max, bool min_one)
+{
+	uint8_t *copy = NULL, *zc = NULL;
+	int32_t b = zc_read_below(l, off, end, max, min_one, true, &zc, NULL);
+	int32_t a = sluice_plog_read(l, off, max, min_one, &copy);
+	int32_t want = 0;
+	while (off < end && want < a && (int64_t)kbe64(copy + want) < end)
+		want += (int32_t)kbe32(copy + want + SLUICE_BATCH_OFF_LENGTH) + 12;
+	cr_assert_eq(b, a < 0 ? a : want, "offset %" PRId64 " end %" PRId64 ": %d bytes, want %d", off, end, b, want);
+	if (b > 0)
+		cr_assert_eq(memcmp(zc, copy, (size_t)b), 0);
+	free(copy);
+	free(zc);
+}
+
+/* The extents read at off reference exactly the bytes sluice_plog_read
+ * copies (or, past what one result can reference, a prefix of whole
+ * batches of them). */
+static void zc_compare(struct sluice_plog *l, int64_t off, int32_t max, bool min_one, bool async, int64_t ext_bytes)
+{
+	uint8_t *copy = NULL, *zc = NULL;
+	int32_t b = zc_read(l, off, max, min_one, async, &zc, NULL); /* first: it may find the extents cold */
+	int32_t a = sluice_plog_read(l, off, max, min_one, &copy);
+	if (a > (SLUICE_READ_RANGES_MAX - 1) * ext_bytes && b > 0)
+		cr_assert_leq(b, a, "capped: a prefix");
+	else
+		cr_assert_eq(b, a, "offset %" PRId64 " max %d min_one %d async %d: %d bytes vs %d copied", off, max,
+			     min_one, async, b, a);
+	if (b > 0)
+		cr_assert_eq(memcmp(zc, copy, (size_t)b), 0, "offset %" PRId64 ": other bytes", off);
+	free(copy);
+	free(zc);
+}
+
+/* Every offset of a log (and one past its end), with read sizes below a
+ * header, inside a batch, at and across extent and segment sizes. */
+static void zc_compare_all(struct sluice_plog *l, bool async, int64_t ext_bytes)
+{
+	static const int32_t maxes[] = {1, 61, 200, 5000, 16384, 40000, 1 << 20};
+	int64_t end = sluice_plog_log_end(l); /* everything written here */
+	for (int64_t off = sluice_plog_log_start(l); off <= end + 1; off++)
+		for (size_t m = 0; m < sizeof maxes / sizeof maxes[0]; m++)
+			for (int min_one = 0; min_one < 2; min_one++)
+				zc_compare(l, off, maxes[m], min_one, async, ext_bytes);
+}
+
+/* Appends batches of 1-3 records with values of 100 to ~9 KB, committed in
+ * groups of one to five. */
+static struct expect *zc_fill(struct sluice_plog *l, int batches)
+{
+	struct expect *e = calloc(1, sizeof *e);
+	for (int i = 0; i < batches; i++) {
+		int n = 1 + i % 3;
+		expect_add(e, append_batch(l, n, 1000 + i, (size_t)(100 + (i * 2731) % 9000), (uint8_t)(i + 1)), n,
+			   (uint8_t)(i + 1));
+		if (i % 5 == i / 10 % 5)
+			flush_log(l);
+	}
+	flush_log(l);
+	return e;
+}
+
+/* Proves sluice_plog_read_extents references exactly the bytes
+ * sluice_plog_read copies, for every offset, read sizes from below a header
+ * to past a segment, with and without min_one, across 16 KiB extents and
+ * 64 KiB segments: on data just written (tail and cached extents), then
+ * cold after a reopen, read on the ring (loads completing asynchronously)
+ * and synchronously. */
+Test(plog, read_extents_match_copy, .init = setup, .fini = teardown)
+{
+	struct sluice_pool *pool = sluice_pool_new(16384, 32 * 16384, &H.ring);
+	cr_assert_not_null(pool);
+	struct opts o = SMALL;
+	o.pool = pool;
+	struct sluice_plog *l = zc_open(&o);
+	struct expect *e = zc_fill(l, 80);
+	int64_t bases[64];
+	cr_assert_geq(list_logs(bases, 64), 4, "several segments");
+	zc_compare_all(l, false, 16384);
+	zc_compare_all(l, true, 16384);
+	sluice_plog_close(l); /* the cache forgets it */
+	l = zc_open(&o);
+	zc_loaded = 0;
+	zc_compare_all(l, true, 16384);
+	cr_expect_gt(zc_loaded, 0, "cold extents were loaded on the ring");
+	zc_compare_all(l, false, 16384);
+	cr_expect_eq(verify_all(l, e, 0, 1 << 20), e->count);
+	/* below a high watermark: at batch starts, inside batches, at the start */
+	for (int k = 0; k < e->count; k += 3)
+		for (int64_t end = e->base[k]; end < e->base[k] + 3; end++)
+			for (int64_t off = e->base[k > 8 ? k - 8 : 0]; off <= end; off += 2)
+				zc_compare_below(l, off, end, k % 2 ? 1 << 20 : 20000, true);
+	while (sluice_plog_write_inflight(l))
+		reap_one();
+	sluice_plog_close(l);
+	sluice_pool_destroy(pool);
+	free(e);
+}
+
+/* Whether extent e still holds extent file_off of segment seg_base of l,
+ * cached (it was neither evicted nor reused). */
+static bool zc_holds(const struct sluice_extent *e, const struct sluice_plog *l, int64_t seg_base, int64_t file_off)
+{
+	return e->cached && e->owner == l && e->seg_base == seg_base && e->file_off == file_off;
+}
+
+/* Proves a pin holds: with a pool of 8 extents and a log of about 20, the
+ * extents a result references stay cached with their bytes unchanged while
+ * two full passes over the log evict everything else, and once released
+ * they are evicted like any other; pinned tail bytes survive later appends. */
+Test(plog, read_extents_pins_hold_under_pressure, .init = setup, .fini = teardown)
+{
+	struct sluice_pool *pool = sluice_pool_new(16384, 8 * 16384, &H.ring);
+	cr_assert_not_null(pool);
+	struct opts o = BIG;
+	o.pool = pool;
+	struct sluice_plog *l = zc_open(&o);
+	struct expect *e = calloc(1, sizeof *e);
+	for (int i = 0; i < 100; i++)
+		expect_add(e, append_batch(l, 2, 1000 + i, 3000, (uint8_t)(i + 1)), 2, (uint8_t)(i + 1));
+	flush_log(l);
+	sluice_plog_close(l);
+	l = zc_open(&o);
+	struct sluice_read_result r;
+	int32_t n = sluice_plog_read_extents(l, 0, sluice_plog_log_end(l), 2 * 16384, true, NULL, &r);
+	cr_assert_gt(n, 16384);
+	zc_check_ranges(&r, n);
+	uint32_t pinned = r.n;
+	struct sluice_extent *ext[SLUICE_READ_RANGES_MAX];
+	int64_t off[SLUICE_READ_RANGES_MAX];
+	uint8_t *snap = malloc((size_t)n), *p = snap;
+	for (uint32_t i = 0; i < pinned; i++) {
+		ext[i] = r.range[i].ext;
+		off[i] = ext[i]->file_off;
+		memcpy(p, ext[i]->buf + r.range[i].off, r.range[i].len);
+		p += r.range[i].len;
+	}
+	struct sluice_pool_stats a, b;
+	sluice_pool_get_stats(pool, &a);
+	cr_expect_eq(verify_all(l, e, 0, 16384), 100); /* 16 KiB reads: at most 2 extents each */
+	cr_expect_eq(verify_all(l, e, 0, 16384), 100);
+	while (sluice_plog_write_inflight(l))
+		reap_one(); /* reads ahead */
+	sluice_pool_get_stats(pool, &b);
+	cr_expect_gt(b.evictions, a.evictions + 8, "the passes evicted (%" PRIu64 ")", b.evictions - a.evictions);
+	cr_expect_eq(b.unbudgeted, a.unbudgeted, "within the budget: pins leave room");
+	p = snap;
+	for (uint32_t i = 0; i < pinned; i++) {
+		cr_expect(zc_holds(ext[i], l, 0, off[i]), "pinned extent %u kept", i);
+		cr_expect_eq(memcmp(ext[i]->buf + r.range[i].off, p, r.range[i].len), 0, "pinned bytes unchanged");
+		p += r.range[i].len;
+	}
+	sluice_read_result_release(&r);
+	for (uint32_t i = 0; i < pinned; i++)
+		cr_expect_eq(ext[i]->refs, 1, "only the cache holds it now");
+	cr_expect_eq(verify_all(l, e, 50, 16384), 50); /* the second half: 9 extents */
+	while (sluice_plog_write_inflight(l))
+		reap_one();
+	for (uint32_t i = 0; i < pinned; i++)
+		cr_expect(!zc_holds(ext[i], l, 0, off[i]), "released extent %u evicted", i);
+	/* a pin on the tail: later appends and commits leave its bytes alone */
+	int64_t last = e->base[99];
+	uint8_t *before = NULL;
+	n = sluice_plog_read_extents(l, last, sluice_plog_log_end(l), 1 << 20, true, NULL, &r);
+	cr_assert_gt(n, 0);
+	cr_assert_eq(zc_read(l, last, 1 << 20, true, false, &before, NULL), n);
+	for (int i = 0; i < 20; i++)
+		expect_add(e, append_batch(l, 2, 5000 + i, 3000, (uint8_t)(0x80 + i)), 2, (uint8_t)(0x80 + i));
+	flush_log(l);
+	p = before;
+	for (uint32_t i = 0; i < r.n; i++) {
+		cr_expect_eq(memcmp(r.range[i].ext->buf + r.range[i].off, p, r.range[i].len), 0, "tail bytes kept");
+		p += r.range[i].len;
+	}
+	sluice_read_result_release(&r);
+	cr_expect_eq(verify_all(l, e, 0, 1 << 20), 120);
+	while (sluice_plog_write_inflight(l))
+		reap_one();
+	sluice_plog_close(l);
+	sluice_pool_destroy(pool);
+	free(before);
+	free(snap);
+	free(e);
+}
+
+/* Proves a cold read never reads on the caller: the first read of cold
+ * extents answers WOULD_BLOCK with their loads on the ring and nothing
+ * pinned, the completions call the loaded hook, and the read then answers
+ * (in at most three rounds: the index walk's extent, then the rest at
+ * once) with the bytes sluice_plog_read copies; a load that fails (the file
+ * cut under the log) answers -2 instead of loading forever. */
+Test(plog, read_extents_cold_on_ring, .init = setup, .fini = teardown)
+{
+	struct sluice_pool *pool = sluice_pool_new(16384, 64 * 16384, &H.ring);
+	cr_assert_not_null(pool);
+	struct opts o = BIG;
+	o.pool = pool;
+	struct sluice_plog *l = zc_open(&o);
+	struct expect *e = calloc(1, sizeof *e);
+	for (int i = 0; i < 60; i++)
+		expect_add(e, append_batch(l, 2, 1000 + i, 3000, (uint8_t)(i + 1)), 2, (uint8_t)(i + 1));
+	flush_log(l);
+	sluice_plog_close(l);
+	l = zc_open(&o);
+	zc_loaded = 0;
+	struct sluice_read_result r;
+	int64_t end = sluice_plog_log_end(l);
+	int32_t first = sluice_plog_read_extents(l, e->base[10], end, 40000, true, &H.ring, &r);
+	cr_assert_eq(first, SLUICE_PLOG_READ_WOULD_BLOCK);
+	cr_assert_eq(r.n, 0);
+	cr_assert(sluice_plog_write_inflight(l), "a load is in flight");
+	while (sluice_plog_write_inflight(l))
+		reap_one();
+	cr_expect_gt(zc_loaded, 0, "its completion called the loaded hook");
+	uint8_t *zc = NULL, *copy = NULL;
+	int rounds = 0;
+	int32_t n = zc_read(l, e->base[10], 40000, true, true, &zc, &rounds);
+	cr_expect_leq(rounds, 2, "%d more rounds", rounds);
+	cr_assert_gt(n, 36000);
+	cr_assert_eq(sluice_plog_read(l, e->base[10], 40000, true, &copy), n);
+	cr_expect_eq(memcmp(zc, copy, (size_t)n), 0);
+	struct sluice_batch b;
+	cr_assert_eq(sluice_batch_check(zc, (size_t)n, &b), SLUICE_BATCH_OK);
+	cr_expect_eq(b.base_offset, e->base[10]);
+	free(zc);
+	free(copy);
+	/* cut the file under the log: a cold load comes back short */
+	sluice_plog_close(l);
+	l = zc_open(&o);
+	char path[300];
+	seg_file(path, sizeof path, 0, ".log");
+	cr_assert_eq(truncate(path, 16384), 0);
+	int32_t rc;
+	int k = 0;
+	while ((rc = sluice_plog_read_extents(l, e->base[40], sluice_plog_log_end(l), 1 << 20, true, &H.ring, &r)) ==
+	       SLUICE_PLOG_READ_WOULD_BLOCK) {
+		cr_assert_lt(++k, 8);
+		while (sluice_plog_write_inflight(l))
+			reap_one();
+	}
+	cr_expect_eq(rc, -2, "a failed load is an I/O error (%d)", rc);
+	cr_expect_eq(r.n, 0);
+	while (sluice_plog_write_inflight(l))
+		reap_one();
+	sluice_plog_close(l);
+	sluice_pool_destroy(pool);
+	free(e);
+}
+
+/* Proves damage on disk is refused through the zero-copy path as through
+ * the copying one: after a clean stop (no rescan at open), a batch with a
+ * flipped byte answers -3 on the ring and synchronously, a read from the
+ * segment's start serves only the two batches before it, and the batches
+ * after it are served. */
+Test(plog, read_extents_crc_damage_refused, .init = setup, .fini = teardown)
+{
+	struct sluice_plog *l = open_log(&SMALL, true, NULL);
+	struct expect *e = fill_segments(l, 45, 1500);
+	sluice_plog_close(l);
+	int64_t bases[64];
+	cr_assert_geq(list_logs(bases, 64), 3);
+	char p[300];
+	seg_file(p, sizeof p, bases[0], ".log");
+	int64_t pos[64];
+	cr_assert_geq(batch_positions(p, pos, 64), 4);
+	flip_byte(p, pos[2] + 200);
+	for (int async = 0; async < 2; async++) {
+		l = zc_open(&SMALL);
+		uint8_t *buf = NULL;
+		cr_expect_eq(zc_read(l, e->base[2], 1 << 20, true, async, &buf, NULL), -3, "corrupt batch served");
+		cr_expect_null(buf);
+		int32_t n = zc_read(l, 0, 1 << 20, true, async, &buf, NULL);
+		cr_assert_gt(n, 0);
+		int32_t at = 0, k = 0;
+		while (at < n) {
+			struct sluice_batch b;
+			cr_assert_eq(sluice_batch_check(buf + at, (size_t)(n - at), &b), SLUICE_BATCH_OK);
+			at += sluice_batch_total_bytes(&b);
+			k++;
+		}
+		cr_expect_eq(k, 2, "only the two batches before the corrupt one");
+		free(buf);
+		cr_assert_gt(zc_read(l, e->base[3], 1 << 20, true, async, &buf, NULL), 0);
+		free(buf);
+		zc_compare_all(l, async, 1 << 20);
+		while (sluice_plog_write_inflight(l))
+			reap_one();
+		sluice_plog_close(l);
+	}
+	free(e);
+}
+
+/* Proves the bound on ranges: with 4 KiB extents a 1 MiB read references
+ * at most SLUICE_READ_RANGES_MAX extents and stops at the last whole batch
+ * within them (a prefix of what sluice_plog_read copies), and a first batch
+ * spanning more extents than that answers TOO_MANY_EXTENTS, which
+ * sluice_plog_read serves by copying. */
+Test(plog, read_extents_ranges_bounded, .init = setup, .fini = teardown)
+{
+	struct opts o = BIG;
+	o.chunk_bytes = 16384;
+	struct sluice_plog *l = zc_open(&o);
+	struct expect *e = calloc(1, sizeof *e);
+	for (int i = 0; i < 400; i++)
+		expect_add(e, append_batch(l, 1, 1000 + i, 3000, (uint8_t)(i + 1)), 1, (uint8_t)(i + 1));
+	int64_t big = append_batch(l, 1, 9000, 1100000, 0xBB);
+	flush_log(l);
+	uint8_t *zc = NULL, *copy = NULL;
+	int32_t n = zc_read(l, 0, 2 << 20, true, false, &zc, NULL);
+	cr_assert_gt(n, (SLUICE_READ_RANGES_MAX - 1) * 16384);
+	cr_assert_leq(n, SLUICE_READ_RANGES_MAX * 16384);
+	int32_t c = sluice_plog_read(l, 0, 2 << 20, true, &copy);
+	cr_assert_gt(c, n, "sluice_plog_read copies more");
+	cr_expect_eq(memcmp(zc, copy, (size_t)n), 0);
+	struct sluice_batch b;
+	cr_expect_eq(sluice_batch_check(copy + n, (size_t)(c - n), &b), SLUICE_BATCH_OK, "cut at a batch boundary");
+	free(zc);
+	free(copy);
+	for (int64_t off = 0; off < big; off += 37)
+		zc_compare(l, off, 1 << 20, true, false, 16384);
+	struct sluice_read_result r;
+	int64_t end = sluice_plog_log_end(l);
+	cr_expect_eq(sluice_plog_read_extents(l, big, end, 1 << 20, true, NULL, &r), SLUICE_PLOG_READ_TOO_MANY_EXTENTS);
+	cr_expect_eq(r.n, 0);
+	cr_expect_eq(sluice_plog_read_extents(l, big, end, 1 << 20, false, NULL, &r), 0, "no min_one: nothing fits");
+	cr_assert_gt(sluice_plog_read(l, big, 1 << 20, true, &copy), 1100000);
+	free(copy);
+	sluice_plog_close(l);
+	free(e);
+}
