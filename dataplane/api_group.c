@@ -28,6 +28,7 @@ void sluice_api_offsets_topic_ensure(struct req *r)
 
 static void group_op_init(struct req *r, struct partop *op, struct kstr group, const uint8_t *data, size_t len)
 {
+	assert(op->req == r && op >= r->ops && op < r->ops + r->nops);
 	sluice_api_offsets_topic_ensure(r);
 	op->kind = PARTOP_GROUP;
 	op->topic = SLUICE_OFFSETS_TOPIC;
@@ -66,6 +67,7 @@ bool sluice_api_group_single_start(struct req *r, struct krd *rd)
 
 void sluice_api_group_single_finish(struct req *r)
 {
+	assert(r->nops == 1 && r->pending == 0);
 	struct partop *op = &r->ops[0];
 	if (op->gout.len == 0 || op->gout.err) {
 		/* the coordinator could not answer: Kafka would drop the connection */
@@ -140,6 +142,7 @@ void sluice_api_group_multi_finish(struct req *r)
 	}
 	bool flex = r->flexible;
 	int32_t n = *(int32_t *)r->api;
+	assert(n == r->nops && r->pending == 0);
 	for (int32_t i = 0; i < n; i++)
 		if (r->ops[i].gout.len == 0 || r->ops[i].gout.err) {
 			/* a group's part did not decode, or could not be answered */
@@ -189,6 +192,7 @@ bool sluice_api_list_groups_start(struct req *r, struct krd *rd)
 
 void sluice_api_list_groups_finish(struct req *r)
 {
+	assert(r->nops == r->nc->b->store_n && r->pending == 0); /* one op per storage core */
 	bool flex = r->flexible;
 	sluice_proto_resp_begin(r);
 	struct kwr *w = &r->out;

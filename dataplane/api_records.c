@@ -497,6 +497,7 @@ bool sluice_api_fetch_start(struct req *r, struct krd *rd)
 static void park(struct req *r)
 {
 	struct proto_state *ps = r->nc->state;
+	assert(!r->parked && r->pending == 0);
 	/* What was read is too little and is read again when the fetch is
 	 * retried: free it, so a waiting fetch holds only its frame. */
 	for (int32_t i = 0; i < r->nops; i++) {
@@ -518,6 +519,7 @@ void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
 	while (*pp) {
 		struct req *r = *pp;
 		bool expired = now_ms >= r->deadline_ms;
+		assert(r->parked && r->api_key == API_FETCH);
 		if (all || expired || r->conn->closing) {
 			*pp = r->park_next;
 			ps->parked_n--;
