@@ -135,7 +135,7 @@ static void req_unqueue(struct req *r)
 	r->queued_bytes = 0;
 }
 
-/* A connection keeps its last response buffer (up to 16 MiB, handlers.c)
+/* A connection keeps its last response buffer (up to 16 MiB, api_records.c)
  * to build the next one without faulting in fresh pages; all connections
  * together keep at most a quarter of sluice.response.bytes.max so, or
  * thousands of quiet connections would hold gigabytes. Counted here when

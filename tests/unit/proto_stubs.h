@@ -1,4 +1,4 @@
-/* Test doubles for everything the protocol layer (dataplane/handlers.c)
+/* Test doubles for everything the protocol layer (dataplane/proto.c and api_*.c)
  * and the network core (dataplane/netcore.c) call outside themselves, so
  * that requests can be driven by unit tests and by the libFuzzer target
  * without sockets, rings, storage threads or a group coordinator:

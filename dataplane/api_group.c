@@ -1,0 +1,212 @@
+/* The group APIs (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+ * OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, DeleteGroups,
+ * ListGroups): the network core does not decode them. It routes each
+ * group's part of the request to the storage core that coordinates the
+ * group (by the group's __consumer_offsets partition, as Kafka places
+ * groups) as a PARTOP_GROUP op; the coordinator (group.c) decodes that part
+ * and encodes its answer, which is framed here. */
+#include "common/kafka/errors.h"
+#include "common/log.h"
+#include "dataplane/group.h"
+#include "dataplane/proto_internal.h"
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sluice_api_offsets_topic_ensure(struct req *r)
+{
+	if (sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)))
+		return;
+	struct sluice_topic_spec spec = {SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC),
+					 r->nc->b->cfg.offsets_topic_partitions, -1, 1, {{"cleanup.policy", "compact"}}};
+	char msg[256];
+	int16_t e = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &spec, false, msg, sizeof msg, NULL);
+	if (e && e != KERR_TOPIC_ALREADY_EXISTS)
+		SLOG_ERR("group", "cannot create %s: %s", SLUICE_OFFSETS_TOPIC, msg);
+	sluice_proto_snap_refresh(r);
+}
+
+static void group_op_init(struct req *r, struct partop *op, struct kstr group, const uint8_t *data, size_t len)
+{
+	assert(op->req == r && op >= r->ops && op < r->ops + r->nops);
+	sluice_api_offsets_topic_ensure(r);
+	op->kind = PARTOP_GROUP;
+	op->topic = SLUICE_OFFSETS_TOPIC;
+	op->partition = sluice_group_partition(group.ptr ? group.ptr : "", group.ptr ? (size_t)group.len : 0,
+					       r->nc->b->cfg.offsets_topic_partitions);
+	op->api_key = r->api_key;
+	op->api_version = r->api_version;
+	op->flex = r->flexible;
+	op->gname = group;
+	/* OffsetCommit checks its topics against the request's snapshot, held
+	 * until the request is freed. Only a one-op request gets it: a later
+	 * sluice_api_offsets_topic_ensure of a multi-group request may replace it. */
+	op->gsnap = r->api_key == API_OFFSET_COMMIT ? sluice_proto_snap(r) : NULL;
+	op->client_id = r->client_id;
+	op->client_host = r->conn->host;
+	op->data = data;
+	op->len = (uint32_t)len;
+}
+
+/* JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetDelete,
+ * OffsetFetch v1-7: one group, named first in the body. The coordinator
+ * decodes the whole body and encodes the whole response body. */
+bool sluice_api_group_single_start(struct req *r, struct krd *rd)
+{
+	struct krd peek = *rd;
+	struct kstr group = krd_string(&peek, r->flexible);
+	if (peek.err)
+		return *rd = peek, false;
+	if (!sluice_proto_ops_alloc(r, 1))
+		return false;
+	group_op_init(r, &r->ops[0], group, rd->p, krd_left(rd));
+	rd->p = rd->end;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+void sluice_api_group_single_finish(struct req *r)
+{
+	assert(r->nops == 1 && r->pending == 0);
+	struct partop *op = &r->ops[0];
+	if (op->gout.len == 0 || op->gout.err) {
+		/* the coordinator could not answer: Kafka would drop the connection */
+		r->done = true;
+		r->no_response = true;
+		sluice_conn_close(r->conn);
+		return;
+	}
+	sluice_proto_resp_begin(r);
+	kwr_raw(&r->out, op->gout.buf, op->gout.len);
+	sluice_proto_resp_end(r);
+}
+
+/* DescribeGroups, DeleteGroups, OffsetFetch v8+: one op per group, each
+ * answering one element of the response array. */
+bool sluice_api_group_multi_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	if (r->api_key == API_OFFSET_FETCH && v < 8)
+		return sluice_api_group_single_start(r, rd);
+	struct krd scan = *rd;
+	int32_t n = krd_array(&scan, flex, 1);
+	if (scan.err || n > SLUICE_REQ_PARTITIONS_MAX)
+		return *rd = scan, false;
+	if (n > 0 && !sluice_proto_ops_alloc(r, n))
+		return false;
+	(void)krd_array(rd, flex, 1);
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		const uint8_t *start = rd->p;
+		struct kstr group = krd_string(rd, flex);
+		if (r->api_key == API_OFFSET_FETCH) { /* skip the rest of this group's element */
+			if (v >= 9) {
+				(void)krd_string(rd, flex);
+				(void)krd_i32(rd);
+			}
+			int32_t nt = krd_array(rd, flex, 2);
+			for (int32_t t = 0; t < nt && !rd->err; t++) {
+				(void)krd_string(rd, flex);
+				int32_t np = krd_array(rd, flex, 4);
+				krd_skip(rd, (size_t)(np > 0 ? np : 0) * 4);
+				if (flex)
+					krd_tags_skip(rd);
+			}
+			if (flex)
+				krd_tags_skip(rd);
+		}
+		group_op_init(r, &r->ops[i], group, start, (size_t)(rd->p - start));
+	}
+	if (r->api_key == API_DESCRIBE_GROUPS && v >= 3)
+		(void)krd_bool(rd);
+	if (r->api_key == API_OFFSET_FETCH)
+		(void)krd_bool(rd); /* RequireStable */
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	int32_t *nn = malloc(sizeof *nn);
+	if (!nn)
+		return false;
+	*nn = n > 0 ? n : 0;
+	r->api = nn;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+void sluice_api_group_multi_finish(struct req *r)
+{
+	if (r->api_key == API_OFFSET_FETCH && r->api_version < 8) {
+		sluice_api_group_single_finish(r); /* OffsetFetch v1-7 names one group */
+		return;
+	}
+	bool flex = r->flexible;
+	int32_t n = *(int32_t *)r->api;
+	assert(n == r->nops && r->pending == 0);
+	for (int32_t i = 0; i < n; i++)
+		if (r->ops[i].gout.len == 0 || r->ops[i].gout.err) {
+			/* a group's part did not decode, or could not be answered */
+			r->done = true;
+			r->no_response = true;
+			sluice_conn_close(r->conn);
+			return;
+		}
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	if (r->api_key == API_DELETE_GROUPS || r->api_version >= 1 || r->api_key == API_OFFSET_FETCH)
+		kwr_i32(w, 0); /* ThrottleTimeMs */
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++)
+		kwr_raw(w, r->ops[i].gout.buf, r->ops[i].gout.len);
+	if (flex)
+		kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
+}
+
+/* ListGroups: every storage core lists the groups it coordinates. */
+bool sluice_api_list_groups_start(struct req *r, struct krd *rd)
+{
+	/* Decode the whole body first: StatesFilter (v4+), TypesFilter (v5+). */
+	struct krd scan = *rd;
+	bool flex = r->flexible;
+	for (int16_t f = 4; f <= 5 && r->api_version >= f && !scan.err; f++) {
+		int32_t k = krd_array(&scan, flex, 1);
+		for (int32_t i = 0; i < k && !scan.err; i++)
+			(void)krd_string(&scan, flex);
+	}
+	if (flex)
+		krd_tags_skip(&scan);
+	if (scan.err)
+		return *rd = scan, false;
+	int32_t n = r->nc->b->store_n;
+	if (!sluice_proto_ops_alloc(r, n))
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		group_op_init(r, &r->ops[i], (struct kstr){"", 0}, rd->p, krd_left(rd));
+		r->ops[i].core_plus1 = (int16_t)(i + 1);
+	}
+	rd->p = rd->end;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+void sluice_api_list_groups_finish(struct req *r)
+{
+	assert(r->nops == r->nc->b->store_n && r->pending == 0); /* one op per storage core */
+	bool flex = r->flexible;
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	if (r->api_version >= 1)
+		kwr_i32(w, 0);
+	kwr_i16(w, KERR_NONE);
+	int32_t total = 0;
+	for (int32_t i = 0; i < r->nops; i++)
+		total += r->ops[i].gcount;
+	kwr_array(w, flex, total);
+	for (int32_t i = 0; i < r->nops; i++)
+		kwr_raw(w, r->ops[i].gout.buf, r->ops[i].gout.len);
+	if (flex)
+		kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
+}
+

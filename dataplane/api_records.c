@@ -1,0 +1,769 @@
+/* The record APIs: Produce (with the validation Kafka does before a batch
+ * is appended), Fetch (with long polling: a fetch that finds too little
+ * parks until data arrives or its wait ends), ListOffsets and
+ * DeleteRecords. Each names topics and partitions; the shared iterator of
+ * proto.c decodes them into one op per partition, which storage cores
+ * answer, and writes the per-topic answer back. What is here is only what
+ * differs: how a partition entry is laid out, what is refused before
+ * storage sees it, and what a partition's answer holds. */
+#include "common/kafka/batch.h"
+#include "common/kafka/errors.h"
+#include "common/log.h"
+#include "dataplane/group.h"
+#include "dataplane/proto_internal.h"
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- Produce (0) ------------------------------------------------------------ */
+
+/* Produce validation follows Kafka's order and codes (ProduceRequest's
+ * checks, then UnifiedLog's, then LogValidator's): one v2 batch, within the
+ * size limit, intact CRC, a count that matches LastOffsetDelta, no control
+ * batch, a sequence for an idempotent producer; then every record is decoded
+ * (compressed batches are decompressed into the core's scratch buffer), so
+ * that a batch whose records do not add up to what it claims is refused
+ * before it burns offsets or stalls a consumer. Kafka gives structural
+ * faults no ErrorMessage; Sluice names the fault, in Kafka's words where
+ * Kafka has some. Record-level faults (a null key on a compacted topic, a
+ * timestamp out of range) are answered as Kafka does: one RecordErrors entry
+ * per record and Kafka's ErrorMessage. */
+#define PRODUCE_INFLATE_BYTES_MAX (64u << 20) /* decompression-bomb cap, as storage's readers */
+_Static_assert(SLUICE_INFLATER_KEEP_BYTES_DEFAULT <= PRODUCE_INFLATE_BYTES_MAX,
+	       "the per-core buffer kept between batches is within what one batch may inflate to");
+
+static const char msg_invalid_ts[] = "One or more records have been rejected due to invalid timestamp";
+
+/* A produce op refused for record-level faults keeps them for the response
+ * in its rdata (freed with the request, as every op's rdata). */
+struct produce_record_errors {
+	int32_t n;              /* all found; e[] holds the first SLUICE_BATCH_RECORD_ERRORS_MAX */
+	int64_t ts_min, ts_max; /* the window the timestamps missed */
+	struct sluice_record_error e[SLUICE_BATCH_RECORD_ERRORS_MAX];
+};
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool log_append_time(const struct sluice_config *cfg, const struct sluice_topic_limits *lim)
+{
+	return lim->log_append_time >= 0 ? lim->log_append_time : cfg->log_append_time;
+}
+
+/* The header checks, before any record is decoded. */
+static int16_t validate_header(const struct req *r, int64_t max_bytes, const uint8_t *p, int32_t len,
+			       struct sluice_batch *b, const char **msg)
+{
+	if (!p || len <= 0)
+		return KERR_INVALID_RECORD;
+	enum sluice_batch_result res = sluice_batch_check(p, (size_t)len, b);
+	switch (res) {
+	case SLUICE_BATCH_OK: break;
+	case SLUICE_BATCH_BAD_MAGIC: return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_COUNT: return KERR_INVALID_RECORD;
+	default: return KERR_CORRUPT_MESSAGE;
+	}
+	if (sluice_batch_total_bytes(b) != len)
+		return KERR_INVALID_RECORD; /* more than one batch, or trailing bytes */
+	if (b->base_offset != 0) {
+		*msg = "The baseOffset of a record batch from a client should be 0";
+		return KERR_INVALID_RECORD;
+	}
+	if (len > max_bytes)
+		return KERR_MESSAGE_TOO_LARGE;
+	if ((b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK) == SLUICE_CODEC_ZSTD && r->api_version < 7) {
+		*msg = "Produce requests with version below 7 are not allowed to use ZStandard compression";
+		return KERR_UNSUPPORTED_COMPRESSION_TYPE;
+	}
+	if (b->attributes & SLUICE_BATCH_ATTR_CONTROL) {
+		*msg = "Clients are not allowed to write control records";
+		return KERR_INVALID_RECORD;
+	}
+	if (b->producer_id >= 0 && b->base_sequence < 0) {
+		*msg = "Invalid sequence number in a record batch with a producer id";
+		return KERR_INVALID_RECORD;
+	}
+	if (b->attributes & SLUICE_BATCH_ATTR_TRANSACTIONAL) {
+		*msg = "Transactions are not supported by this broker";
+		return KERR_INVALID_RECORD;
+	}
+	return KERR_NONE;
+}
+
+static int16_t verify_fault(enum sluice_batch_result res, const char **msg)
+{
+	switch (res) {
+	case SLUICE_BATCH_BAD_CODEC: *msg = "Unknown compression codec"; return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_PAYLOAD: *msg = "Failed to decompress record stream"; return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_TOO_BIG_INFLATED:
+		*msg = "The record batch decompresses to more than 64 MiB";
+		return KERR_MESSAGE_TOO_LARGE;
+	case SLUICE_BATCH_FEWER_RECORDS:
+		*msg = "Incorrect declared batch size, premature EOF reached";
+		return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_EXTRA_BYTES:
+		*msg = "Incorrect declared batch size, records still remaining in file";
+		return KERR_INVALID_RECORD;
+	case SLUICE_BATCH_BAD_DELTA:
+		*msg = "Record offset deltas must be 0, 1, 2, ... in order";
+		return KERR_INVALID_RECORD;
+	default:
+		*msg = "Invalid record size or structure";
+		return KERR_INVALID_RECORD;
+	}
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+	int64_t s;
+	return __builtin_add_overflow(a, b, &s) ? (b > 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
+/* Validate one partition's records (see above). On record-level faults the
+ * op keeps them in rdata for produce_finish. */
+static int16_t validate_records(struct req *r, struct partop *op, int64_t max_bytes, const uint8_t *p, int32_t len)
+{
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_topic_limits *lim = &op->tinfo->limits;
+	struct sluice_batch b;
+	int16_t e = validate_header(r, max_bytes, p, len, &b, &op->error_message);
+	if (e)
+		return e;
+	struct sluice_batch_verify v;
+	bool create_time = !log_append_time(cfg, lim);
+	v.need_key = lim->cleanup_compact == 1;
+	v.check_timestamps = create_time;
+	v.ts_min = INT64_MIN;
+	v.ts_max = INT64_MAX;
+	int64_t window_min = INT64_MIN; /* as Kafka prints it: now - before.max.ms */
+	if (v.check_timestamps) {
+		int64_t now = wall_ms();
+		window_min = sat_add(now, -cfg->timestamp_before_max_ms);
+		/* Kafka's test, now - ts > before.max.ms, never fires at Long.MAX_VALUE */
+		v.ts_min = cfg->timestamp_before_max_ms == INT64_MAX ? INT64_MIN : window_min;
+		v.ts_max = sat_add(now, cfg->timestamp_after_max_ms);
+	}
+	struct proto_state *ps = r->nc->state;
+	enum sluice_batch_result res = sluice_batch_verify(p, &b, &ps->inflater, PRODUCE_INFLATE_BYTES_MAX, &v);
+	sluice_inflater_trim(&ps->inflater);
+	if (res != SLUICE_BATCH_OK)
+		return verify_fault(res, &op->error_message);
+	if (v.nerrors == 0) {
+		/* Kafka sets a CreateTime batch's MaxTimestamp to its records' (the
+		 * time index and retention read it): rewrite it if it lies. The
+		 * batch lies in the request's frame, which the request owns. */
+		if (create_time && !(b.attributes & SLUICE_BATCH_ATTR_TS_LOG_APPEND) && v.max_timestamp != b.max_timestamp)
+			sluice_batch_set_max_timestamp((uint8_t *)(uintptr_t)p, v.max_timestamp);
+		return KERR_NONE;
+	}
+	int32_t kept = v.nerrors < SLUICE_BATCH_RECORD_ERRORS_MAX ? v.nerrors : SLUICE_BATCH_RECORD_ERRORS_MAX;
+	bool any_ts = false;
+	for (int32_t i = 0; i < kept; i++)
+		any_ts |= v.errors[i].fault == SLUICE_RECORD_TIMESTAMP;
+	struct produce_record_errors *pe = malloc(sizeof *pe); /* error path: allocating is fine */
+	if (pe) {
+		pe->n = v.nerrors;
+		pe->ts_min = window_min;
+		pe->ts_max = v.ts_max;
+		memcpy(pe->e, v.errors, (size_t)kept * sizeof pe->e[0]);
+		assert(!op->rdata);
+		op->rdata = (uint8_t *)pe;
+	}
+	/* INVALID_RECORD's text lists the errors: produce_finish writes it. */
+	op->error_message = any_ts ? msg_invalid_ts : NULL;
+	return any_ts ? KERR_INVALID_TIMESTAMP : KERR_INVALID_RECORD;
+}
+
+/* Kafka refuses a whole request that carries a transactional batch without
+ * a TransactionalId (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). */
+static bool has_transactional_batch(const uint8_t *recs, int32_t len)
+{
+	return recs && len >= SLUICE_BATCH_HEADER_BYTES && recs[SLUICE_BATCH_OFF_MAGIC] == 2 &&
+	       (kbe16(recs + SLUICE_BATCH_OFF_ATTRIBUTES) & SLUICE_BATCH_ATTR_TRANSACTIONAL);
+}
+
+
+/* What Produce's partition entries share while the iterator walks them. */
+struct produce_walk {
+	struct kstr txn_id;
+	int16_t acks;
+	bool txn_denied;      /* a transactional batch without a TransactionalId: the whole request */
+	const uint8_t *recs;  /* the entry just decoded, for produce_admit */
+	int32_t recs_len;
+};
+
+static void produce_skip(struct req *r, struct krd *rd, void *ctx)
+{
+	struct produce_walk *pw = ctx;
+	(void)krd_i32(rd); /* PartitionIndex */
+	const uint8_t *recs;
+	int32_t len = krd_bytes(rd, r->flexible, &recs);
+	pw->txn_denied |= !pw->txn_id.ptr && has_transactional_batch(recs, len);
+}
+
+static void produce_decode(struct req *r, struct krd *rd, struct partop *op, void *ctx)
+{
+	struct produce_walk *pw = ctx;
+	op->partition = krd_i32(rd);
+	pw->recs_len = krd_bytes(rd, r->flexible, &pw->recs);
+	op->acks = pw->acks;
+	op->base_offset = -1;
+}
+
+/* The error a partition's records are refused with, or KERR_NONE. */
+static int16_t produce_check(struct req *r, struct partop *op, int16_t acks, const uint8_t *recs, int32_t len)
+{
+	assert(!op->local && op->tinfo);
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_topic_limits *lim = &op->tinfo->limits;
+	int64_t max_bytes = lim->max_message_bytes >= 0 ? lim->max_message_bytes : cfg->message_max_bytes;
+	int64_t min_isr = lim->min_insync_replicas > 0 ? lim->min_insync_replicas : cfg->min_insync_replicas;
+	int16_t e = r->api_version < 3 ? KERR_UNSUPPORTED_VERSION
+		  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? KERR_INVALID_TOPIC_EXCEPTION
+		  : acks != 0 && acks != 1 && acks != -1 ? KERR_INVALID_REQUIRED_ACKS
+		  : validate_records(r, op, max_bytes, recs, len);
+	if (!e && acks == -1 && min_isr > 1) {
+		/* One broker: the in-sync replica set is just this one. */
+		e = KERR_NOT_ENOUGH_REPLICAS;
+		op->error_message = "The size of the current ISR is less than min.insync.replicas";
+	}
+	return e;
+}
+
+static void produce_admit(struct req *r, struct partop *op, void *ctx)
+{
+	struct produce_walk *pw = ctx;
+	if (pw->txn_denied) { /* the whole request, as Kafka */
+		op->local = true;
+		op->error = KERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+		op->error_message = NULL;
+		return;
+	}
+	if (op->local)
+		return;
+	int16_t e = produce_check(r, op, pw->acks, pw->recs, pw->recs_len);
+	if (e) {
+		op->local = true;
+		op->error = e;
+		return;
+	}
+	op->data = pw->recs;
+	op->len = (uint32_t)pw->recs_len;
+}
+
+/* Partition entry: PartitionIndex, Records. */
+static const struct sluice_proto_partitions produce_partitions = {
+	.kind = PARTOP_APPEND,
+	.partition_bytes_min = 5,
+	.ends_body = true,
+	.skip = produce_skip,
+	.decode = produce_decode,
+	.admit = produce_admit,
+};
+
+bool sluice_api_produce_start(struct req *r, struct krd *rd)
+{
+	struct produce_walk pw = {0};
+	if (r->api_version >= 3)
+		pw.txn_id = krd_string(rd, r->flexible); /* TransactionalId */
+	pw.acks = krd_i16(rd);
+	(void)krd_i32(rd); /* TimeoutMs */
+	if (!sluice_proto_partitions_decode(r, rd, &produce_partitions, &pw))
+		return false;
+	r->no_response = pw.acks == 0;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+/* One RecordErrors entry's message, as Kafka words it. */
+static void record_error_text(char *buf, size_t cap, const struct partop *op, const struct produce_record_errors *pe,
+			      const struct sluice_record_error *e)
+{
+	if (e->fault == SLUICE_RECORD_NO_KEY)
+		snprintf(buf, cap, "Compacted topic cannot accept message without key in topic partition %s-%" PRId32,
+			 op->topic, op->partition);
+	else
+		snprintf(buf, cap,
+			 "Timestamp %" PRId64 " of message with offset %" PRId32 " is out of range. The timestamp should "
+			 "be within [%" PRId64 ", %" PRId64 "]", e->timestamp, e->index, pe->ts_min, pe->ts_max);
+}
+
+#define RECORD_ERROR_TEXT_BYTES (SLUICE_TOPIC_NAME_MAX + 160)
+#define RECORD_ERRORS_SHOWN 3 /* Kafka's ErrorMessage quotes the first three */
+#define RECORDS_ERRORS_SHOWN_BYTES (RECORD_ERRORS_SHOWN * (RECORD_ERROR_TEXT_BYTES + 48))
+_Static_assert(RECORD_ERRORS_SHOWN <= SLUICE_BATCH_RECORD_ERRORS_MAX, "the errors quoted are among those kept");
+
+/* RecordErrors and ErrorMessage (v8+) of one partition. */
+static void produce_write_errors(struct kwr *w, bool flex, const struct partop *op)
+{
+	const struct produce_record_errors *pe = op->error ? (const struct produce_record_errors *)op->rdata : NULL;
+	char text[RECORD_ERROR_TEXT_BYTES];
+	if (!pe) {
+		kwr_array(w, flex, 0);
+		kwr_cstr(w, flex, op->error ? op->error_message : NULL);
+		return;
+	}
+	int32_t kept = pe->n < SLUICE_BATCH_RECORD_ERRORS_MAX ? pe->n : SLUICE_BATCH_RECORD_ERRORS_MAX;
+	kwr_array(w, flex, kept);
+	for (int32_t i = 0; i < kept; i++) {
+		kwr_i32(w, pe->e[i].index);
+		record_error_text(text, sizeof text, op, pe, &pe->e[i]);
+		kwr_cstr(w, flex, text);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (op->error_message) { /* INVALID_TIMESTAMP's fixed text */
+		kwr_cstr(w, flex, op->error_message);
+		return;
+	}
+	char msg[160 + RECORDS_ERRORS_SHOWN_BYTES];
+	size_t n = (size_t)snprintf(msg, sizeof msg,
+				    "One or more records have been rejected due to %" PRId32 " record errors in total, and "
+				    "only showing the first three errors at most: [", pe->n);
+	for (int32_t i = 0; i < kept && i < RECORD_ERRORS_SHOWN && n < sizeof msg; i++) {
+		record_error_text(text, sizeof text, op, pe, &pe->e[i]);
+		n += (size_t)snprintf(msg + n, sizeof msg - n, "%sRecordError(batchIndex=%" PRId32 ", message='%s')",
+				      i ? ", " : "", pe->e[i].index, text);
+	}
+	if (n < sizeof msg)
+		snprintf(msg + n, sizeof msg - n, "]");
+	kwr_cstr(w, flex, msg);
+}
+
+
+static void produce_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
+{
+	int16_t v = r->api_version;
+	(void)ctx;
+	kwr_i16(w, op->error);
+	kwr_i64(w, op->error ? -1 : op->base_offset);
+	if (v >= 2) /* LogAppendTimeMs: -1 for CreateTime topics */
+		kwr_i64(w, op->error || op->timestamp <= 0 ? -1 : op->timestamp);
+	if (v >= 5)
+		kwr_i64(w, op->error ? -1 : op->log_start);
+	if (v >= 8)
+		produce_write_errors(w, r->flexible, op);
+}
+
+void sluice_api_produce_finish(struct req *r)
+{
+	assert(r->pending == 0 && !r->done);
+	if (r->no_response) {
+		r->done = true;
+		sluice_conn_response_ready(r);
+		return;
+	}
+	sluice_proto_resp_begin(r);
+	sluice_proto_partitions_encode(r, produce_write_partition, NULL);
+	if (r->api_version >= 1)
+		kwr_i32(&r->out, 0); /* ThrottleTimeMs */
+	if (r->flexible)
+		kwr_tags_empty(&r->out);
+	sluice_proto_resp_end(r);
+}
+
+/* ---- Fetch (1) ---------------------------------------------------------------- */
+
+struct fetch_state {
+	int32_t max_wait_ms, min_bytes, max_bytes;
+	bool final;
+	/* What the request's reads may still take, shared by its ops on every
+	 * storage core (atomic): a Fetch naming many partitions, or one
+	 * partition many times, reads about MaxBytes, not each partition's
+	 * limit over again. Reset at each issue. */
+	int64_t read_budget;
+};
+
+static void fetch_issue(struct req *r)
+{
+	struct fetch_state *fs = r->api;
+	assert(fs && r->pending == 0);
+	for (int32_t i = 0; i < r->nops; i++) {
+		struct partop *op = &r->ops[i];
+		free(op->rdata);
+		op->rdata = NULL;
+		op->rlen = 0;
+		if (op->local)
+			continue;
+		op->error = 0;
+		op->watch = !fs->final && fs->max_wait_ms > 0 && fs->min_bytes > 0;
+		op->read_budget = &fs->read_budget;
+	}
+	__atomic_store_n(&fs->read_budget, (int64_t)fs->max_bytes, __ATOMIC_RELAXED);
+	sluice_proto_dispatch(r);
+}
+
+/* Bytes of a Fetch partition entry: PartitionIndex, CurrentLeaderEpoch
+ * (v9+), FetchOffset, LastFetchedEpoch (v12+), LogStartOffset (v5+),
+ * PartitionMaxBytes. */
+static size_t fetch_partition_bytes(int16_t v)
+{
+	return 4 + (v >= 9 ? 4 : 0) + 8 + (v >= 12 ? 4 : 0) + (v >= 5 ? 8 : 0) + 4;
+}
+
+static void fetch_skip(struct req *r, struct krd *rd, void *ctx)
+{
+	(void)ctx;
+	krd_skip(rd, fetch_partition_bytes(r->api_version));
+}
+
+static void fetch_decode(struct req *r, struct krd *rd, struct partop *op, void *ctx)
+{
+	const struct fetch_state *fs = ctx;
+	int16_t v = r->api_version;
+	op->partition = krd_i32(rd);
+	if (v >= 9)
+		(void)krd_i32(rd);
+	op->offset = krd_i64(rd);
+	if (v >= 12)
+		(void)krd_i32(rd);
+	if (v >= 5)
+		(void)krd_i64(rd);
+	int32_t pmax = krd_i32(rd);
+	op->max_bytes = pmax < fs->max_bytes ? pmax : fs->max_bytes;
+	if (op->max_bytes < 0)
+		op->max_bytes = 0;
+	op->min_one = true;
+	op->high_watermark = op->log_start = -1;
+}
+
+static const struct sluice_proto_partitions fetch_partitions = {
+	.kind = PARTOP_READ,
+	.partition_bytes_min = 16,
+	.skip = fetch_skip,
+	.decode = fetch_decode,
+};
+
+/* What follows the topics: ForgottenTopicsData (v7+, sessions are not kept,
+ * so only stepped over), RackId (v11+), tagged fields. */
+static void fetch_decode_tail(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	if (v >= 7) {
+		int32_t nf = krd_array(rd, flex, 2);
+		for (int32_t i = 0; i < nf && !rd->err; i++) {
+			(void)krd_string(rd, flex);
+			int32_t np = krd_array(rd, flex, 4);
+			krd_skip(rd, (size_t)(np > 0 ? np : 0) * 4);
+			if (flex)
+				krd_tags_skip(rd);
+		}
+	}
+	if (v >= 11)
+		(void)krd_string(rd, flex); /* RackId */
+	if (flex)
+		krd_tags_skip(rd);
+}
+
+bool sluice_api_fetch_start(struct req *r, struct krd *rd)
+{
+	struct fetch_state *fs = calloc(1, sizeof *fs);
+	if (!fs)
+		return false;
+	r->api = fs;
+	(void)krd_i32(rd); /* ReplicaId */
+	fs->max_wait_ms = krd_i32(rd);
+	fs->min_bytes = krd_i32(rd);
+	fs->max_bytes = krd_i32(rd);
+	(void)krd_i8(rd); /* IsolationLevel: no transactions, so LSO == HW */
+	if (r->api_version >= 7) {
+		(void)krd_i32(rd); /* SessionId: sessions are not kept; we answer 0 */
+		(void)krd_i32(rd);
+	}
+	if (fs->max_bytes <= 0 || fs->max_bytes > r->nc->b->cfg.fetch_max_bytes)
+		fs->max_bytes = r->nc->b->cfg.fetch_max_bytes;
+	if (!sluice_proto_partitions_decode(r, rd, &fetch_partitions, fs))
+		return false;
+	fetch_decode_tail(r, rd);
+	if (rd->err)
+		return false;
+	r->deadline_ms = sluice_now_ms() + (fs->max_wait_ms > 0 ? fs->max_wait_ms : 0);
+	/* What the connection must budget for this fetch: the reads (MaxBytes,
+	 * the shared read budget), then the response (the data again, and its
+	 * framing). */
+	r->resp_bytes_max = 2 * (int64_t)fs->max_bytes + (int64_t)r->nops * 128 + 256;
+	fetch_issue(r);
+	return true;
+}
+
+static void park(struct req *r)
+{
+	struct proto_state *ps = r->nc->state;
+	assert(!r->parked && r->pending == 0);
+	/* What was read is too little and is read again when the fetch is
+	 * retried: free it, so a waiting fetch holds only its frame. */
+	for (int32_t i = 0; i < r->nops; i++) {
+		free(r->ops[i].rdata);
+		r->ops[i].rdata = NULL;
+		r->ops[i].rlen = 0;
+	}
+	sluice_conn_request_parked(r, true);
+	r->parked = true;
+	r->park_next = ps->parked_head;
+	ps->parked_head = r;
+	ps->parked_n++;
+}
+
+void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all)
+{
+	struct proto_state *ps = nc->state;
+	struct req **pp = &ps->parked_head;
+	while (*pp) {
+		struct req *r = *pp;
+		bool expired = now_ms >= r->deadline_ms;
+		assert(r->parked && r->api_key == API_FETCH);
+		if (all || expired || r->conn->closing) {
+			*pp = r->park_next;
+			ps->parked_n--;
+			r->parked = false;
+			if (r->conn->closing) {
+				/* Nobody will read the answer: drop the request (this
+				 * may free the connection; r is off the list already). */
+				r->done = true;
+				r->no_response = true;
+				sluice_conn_response_ready(r);
+				continue;
+			}
+			((struct fetch_state *)r->api)->final = expired;
+			sluice_conn_request_parked(r, false);
+			fetch_issue(r);
+			continue;
+		}
+		pp = &r->park_next;
+	}
+}
+
+int64_t sluice_proto_next_deadline(struct netcore *nc)
+{
+	struct proto_state *ps = nc->state;
+	int64_t d = INT64_MAX;
+	for (struct req *r = ps->parked_head; r; r = r->park_next)
+		if (r->deadline_ms < d)
+			d = r->deadline_ms;
+	return d;
+}
+
+
+/* The response's byte budget, spent partition by partition. */
+struct fetch_fill {
+	int64_t budget;
+	bool any; /* some partition answers records */
+};
+
+static void fetch_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
+{
+	struct fetch_fill *ff = ctx;
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	int32_t n = op->rlen;
+	/* Whole stored batches only; past the request's byte budget a
+	 * partition answers empty and the client asks again. */
+	if (n > ff->budget && ff->any)
+		n = 0;
+	if (n > 0) {
+		ff->budget -= n;
+		ff->any = true;
+	}
+	bool unknown = op->error == KERR_UNKNOWN_TOPIC_OR_PARTITION;
+	kwr_i16(w, op->error);
+	kwr_i64(w, unknown ? -1 : op->high_watermark);
+	kwr_i64(w, unknown ? -1 : op->high_watermark); /* LastStableOffset */
+	if (v >= 5)
+		kwr_i64(w, unknown ? -1 : op->log_start);
+	kwr_array(w, flex, 0); /* AbortedTransactions: none */
+	if (v >= 11)
+		kwr_i32(w, -1); /* PreferredReadReplica */
+	kwr_bytes(w, flex, n > 0 ? op->rdata : (const uint8_t *)"", n > 0 ? n : 0);
+}
+
+/* Whether the fetch should wait for more data rather than answer now. */
+static bool fetch_should_park(const struct req *r, const struct fetch_state *fs, int64_t *bytes)
+{
+	bool errors = false;
+	*bytes = 0;
+	for (int32_t i = 0; i < r->nops; i++) {
+		*bytes += r->ops[i].rlen;
+		errors |= r->ops[i].error != 0;
+	}
+	return !fs->final && !errors && *bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms;
+}
+
+void sluice_api_fetch_finish(struct req *r)
+{
+	struct fetch_state *fs = r->api;
+	assert(fs && r->pending == 0 && !r->parked);
+	if (r->conn->closing) {
+		/* The client is gone: build nothing, let the transport drop it. */
+		r->done = true;
+		r->no_response = true;
+		sluice_conn_response_ready(r);
+		return;
+	}
+	int64_t bytes;
+	if (fetch_should_park(r, fs, &bytes)) {
+		park(r);
+		return;
+	}
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	/* One allocation for the whole answer, not a chain of reallocations
+	 * (each a copy, and page faults on fresh memory, for a response of
+	 * megabytes): the records plus a generous bound on the framing. */
+	size_t at = w->len;
+	if (kwr_reserve(w, (size_t)bytes + (size_t)r->nops * 128 + 256))
+		w->len = at;
+	kwr_i32(w, 0); /* ThrottleTimeMs */
+	if (r->api_version >= 7) {
+		kwr_i16(w, KERR_NONE);
+		kwr_i32(w, 0); /* SessionId: no incremental sessions */
+	}
+	struct fetch_fill ff = {.budget = fs->max_bytes};
+	sluice_proto_partitions_encode(r, fetch_write_partition, &ff);
+	if (r->flexible)
+		kwr_tags_empty(w);
+	/* The records are in the response now: free the reads before it waits
+	 * to be sent (it may wait long for a slow client). */
+	for (int32_t i = 0; i < r->nops; i++) {
+		free(r->ops[i].rdata);
+		r->ops[i].rdata = NULL;
+	}
+	sluice_proto_resp_end(r);
+}
+
+/* ---- ListOffsets (2) ------------------------------------------------------------- */
+
+/* Partition entry: PartitionIndex, CurrentLeaderEpoch (v4+), Timestamp. */
+static void list_offsets_skip(struct req *r, struct krd *rd, void *ctx)
+{
+	(void)ctx;
+	krd_skip(rd, 4 + (r->api_version >= 4 ? 4 : 0) + 8);
+}
+
+static void list_offsets_decode(struct req *r, struct krd *rd, struct partop *op, void *ctx)
+{
+	(void)ctx;
+	op->partition = krd_i32(rd);
+	if (r->api_version >= 4)
+		(void)krd_i32(rd);
+	op->offset = krd_i64(rd);
+}
+
+static const struct sluice_proto_partitions list_offsets_partitions = {
+	.kind = PARTOP_LIST_OFFSETS,
+	.partition_bytes_min = 12,
+	.skip = list_offsets_skip,
+	.decode = list_offsets_decode,
+};
+
+bool sluice_api_list_offsets_start(struct req *r, struct krd *rd)
+{
+	(void)krd_i32(rd); /* ReplicaId */
+	if (r->api_version >= 2)
+		(void)krd_i8(rd); /* IsolationLevel */
+	if (!sluice_proto_partitions_decode(r, rd, &list_offsets_partitions, NULL))
+		return false;
+	if (r->flexible)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+static void list_offsets_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
+{
+	(void)ctx;
+	kwr_i16(w, op->error);
+	kwr_i64(w, op->error ? -1 : op->timestamp);
+	kwr_i64(w, op->error ? -1 : op->base_offset);
+	if (r->api_version >= 4)
+		kwr_i32(w, op->error || op->base_offset < 0 ? -1 : 0); /* LeaderEpoch */
+}
+
+void sluice_api_list_offsets_finish(struct req *r)
+{
+	assert(r->pending == 0 && !r->done);
+	sluice_proto_resp_begin(r);
+	if (r->api_version >= 2)
+		kwr_i32(&r->out, 0); /* ThrottleTimeMs */
+	sluice_proto_partitions_encode(r, list_offsets_write_partition, NULL);
+	if (r->flexible)
+		kwr_tags_empty(&r->out);
+	sluice_proto_resp_end(r);
+}
+
+/* ---- DeleteRecords (21) ------------------------------------------------------------ */
+
+/* Partition entry: PartitionIndex, Offset. */
+static void delete_records_skip(struct req *r, struct krd *rd, void *ctx)
+{
+	(void)r;
+	(void)ctx;
+	krd_skip(rd, 12);
+}
+
+static void delete_records_decode(struct req *r, struct krd *rd, struct partop *op, void *ctx)
+{
+	(void)r;
+	(void)ctx;
+	op->partition = krd_i32(rd);
+	op->offset = krd_i64(rd);
+}
+
+static void delete_records_admit(struct req *r, struct partop *op, void *ctx)
+{
+	(void)r;
+	(void)ctx;
+	if (!op->local && op->offset < -1) {
+		op->local = true;
+		op->error = KERR_OFFSET_OUT_OF_RANGE;
+	}
+}
+
+static const struct sluice_proto_partitions delete_records_partitions = {
+	.kind = PARTOP_DELETE_RECORDS,
+	.partition_bytes_min = 12,
+	.skip = delete_records_skip,
+	.decode = delete_records_decode,
+	.admit = delete_records_admit,
+};
+
+bool sluice_api_delete_records_start(struct req *r, struct krd *rd)
+{
+	if (!sluice_proto_partitions_decode(r, rd, &delete_records_partitions, NULL))
+		return false;
+	(void)krd_i32(rd); /* TimeoutMs */
+	if (r->flexible)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+static void delete_records_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
+{
+	(void)r;
+	(void)ctx;
+	kwr_i64(w, op->error ? -1 : op->log_start); /* LowWatermark */
+	kwr_i16(w, op->error);
+}
+
+void sluice_api_delete_records_finish(struct req *r)
+{
+	assert(r->pending == 0 && !r->done);
+	sluice_proto_resp_begin(r);
+	kwr_i32(&r->out, 0); /* ThrottleTimeMs */
+	sluice_proto_partitions_encode(r, delete_records_write_partition, NULL);
+	if (r->flexible)
+		kwr_tags_empty(&r->out);
+	sluice_proto_resp_end(r);
+}

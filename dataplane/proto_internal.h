@@ -1,0 +1,159 @@
+/* What the protocol layer's files share, and nobody else: dispatch and
+ * framing (proto.c) and the API families (api_records.c: Produce, Fetch,
+ * ListOffsets, DeleteRecords; api_admin.c: Metadata and the admin APIs;
+ * api_group.c: the group APIs, forwarded to the coordinator). The transport
+ * sees only req.h. Here are the API keys, the handler prototypes the api
+ * table in proto.c points at, the response helpers, and the per-partition
+ * request iterator that every API naming topics and partitions (Produce,
+ * Fetch, ListOffsets, DeleteRecords, and DeleteTopics' answer) walks with:
+ * one walk for the request's topics array, one for the response's. Not
+ * included outside dataplane/. */
+#ifndef SLUICE_PROTO_INTERNAL_H
+#define SLUICE_PROTO_INTERNAL_H
+#include "dataplane/req.h"
+
+/* Kafka's ApiKey of every API this broker serves. */
+enum sluice_api_key {
+	API_PRODUCE = 0,
+	API_FETCH = 1,
+	API_LIST_OFFSETS = 2,
+	API_METADATA = 3,
+	API_OFFSET_COMMIT = 8,
+	API_OFFSET_FETCH = 9,
+	API_FIND_COORDINATOR = 10,
+	API_JOIN_GROUP = 11,
+	API_HEARTBEAT = 12,
+	API_LEAVE_GROUP = 13,
+	API_SYNC_GROUP = 14,
+	API_DESCRIBE_GROUPS = 15,
+	API_LIST_GROUPS = 16,
+	API_API_VERSIONS = 18,
+	API_CREATE_TOPICS = 19,
+	API_DELETE_TOPICS = 20,
+	API_DELETE_RECORDS = 21,
+	API_INIT_PRODUCER_ID = 22,
+	API_DESCRIBE_CONFIGS = 32,
+	API_ALTER_CONFIGS = 33,
+	API_CREATE_PARTITIONS = 37,
+	API_DELETE_GROUPS = 42,
+	API_INCREMENTAL_ALTER_CONFIGS = 44,
+	API_OFFSET_DELETE = 47,
+	API_DESCRIBE_CLUSTER = 60,
+	API_DESCRIBE_TOPIC_PARTITIONS = 75,
+	API_KEY_MAX = 76, /* size of the api table: one past the highest key served */
+};
+
+/* ---- handlers (the api table's entries) ------------------------------------------
+ * start decodes the body with the bounds-checked reader and either answers
+ * at once (resp_begin ... resp_end) or lends ops to storage cores
+ * (sluice_proto_dispatch); false (or a latched reader error) closes the
+ * connection. finish encodes the answer once every op is back. */
+
+/* api_records.c */
+bool sluice_api_produce_start(struct req *r, struct krd *rd);
+void sluice_api_produce_finish(struct req *r);
+bool sluice_api_fetch_start(struct req *r, struct krd *rd);
+void sluice_api_fetch_finish(struct req *r);
+bool sluice_api_list_offsets_start(struct req *r, struct krd *rd);
+void sluice_api_list_offsets_finish(struct req *r);
+bool sluice_api_delete_records_start(struct req *r, struct krd *rd);
+void sluice_api_delete_records_finish(struct req *r);
+
+/* api_admin.c */
+bool sluice_api_metadata_start(struct req *r, struct krd *rd);
+bool sluice_api_create_topics_start(struct req *r, struct krd *rd);
+bool sluice_api_delete_topics_start(struct req *r, struct krd *rd);
+void sluice_api_delete_topics_finish(struct req *r);
+bool sluice_api_describe_configs_start(struct req *r, struct krd *rd);
+bool sluice_api_alter_configs_start(struct req *r, struct krd *rd);
+bool sluice_api_create_partitions_start(struct req *r, struct krd *rd);
+bool sluice_api_describe_cluster_start(struct req *r, struct krd *rd);
+bool sluice_api_describe_topic_partitions_start(struct req *r, struct krd *rd);
+bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd);
+bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd);
+
+/* api_group.c */
+bool sluice_api_group_single_start(struct req *r, struct krd *rd);
+void sluice_api_group_single_finish(struct req *r);
+bool sluice_api_group_multi_start(struct req *r, struct krd *rd);
+void sluice_api_group_multi_finish(struct req *r);
+bool sluice_api_list_groups_start(struct req *r, struct krd *rd);
+void sluice_api_list_groups_finish(struct req *r);
+/* As in Kafka, __consumer_offsets appears when groups are first used
+ * (FindCoordinator, or any group request). */
+void sluice_api_offsets_topic_ensure(struct req *r);
+
+/* ---- proto.c: responses, snapshot, ops ------------------------------------------- */
+
+/* Start r's response in r->out: size placeholder, correlation id, header
+ * tags when flexible. Then the handler writes the body, and resp_end
+ * patches the size and hands the response to the transport (or closes the
+ * connection when it could not be encoded). */
+void sluice_proto_resp_begin(struct req *r);
+void sluice_proto_resp_end(struct req *r);
+
+/* The request's metadata snapshot, acquired on first use and held until
+ * the request is freed; refresh takes a newer one (after a change). */
+struct sluice_meta_snapshot *sluice_proto_snap(struct req *r);
+void sluice_proto_snap_refresh(struct req *r);
+const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16]);
+
+/* n zeroed ops owned by r, each pointing back at r (NULL when n <= 0 or out
+ * of memory; r->nops says how many there are). */
+struct partop *sluice_proto_ops_alloc(struct req *r, int32_t n);
+/* Resolve a data op's topic by name in r's snapshot; an unknown topic or
+ * partition makes the op local with UNKNOWN_TOPIC_OR_PARTITION. */
+void sluice_proto_op_resolve(struct req *r, struct partop *op, struct kstr name);
+/* Lend every op that is not answered locally to its storage core; with
+ * none to lend, finish at once. */
+void sluice_proto_dispatch(struct req *r);
+
+/* ---- the per-partition request iterator ------------------------------------------
+ * Produce, Fetch, ListOffsets and DeleteRecords share one request shape:
+ * an array of topics, each a name and an array of partition entries (with
+ * tagged fields after each entry and each topic in flexible versions). The
+ * iterator decodes it in two passes: the first counts the entries (and
+ * proves the array well-formed, bounding it by SLUICE_REQ_PARTITIONS_MAX),
+ * the second fills one op per entry in request order, with the topic's
+ * index in tindex, and resolves its topic. The API says how an entry is
+ * laid out and which ops it refuses before storage sees them. */
+struct sluice_proto_partitions {
+	uint8_t kind;               /* enum partop_kind of every op */
+	size_t partition_bytes_min; /* smallest partition entry: caps a count by the bytes left */
+	/* The topics array ends the body (Produce): the counting pass checks
+	 * the body's tagged fields too, so that the filling pass cannot fail
+	 * once ops exist. */
+	bool ends_body;
+	/* Counting pass: step over one partition entry; may note what holds
+	 * for the whole request in ctx. */
+	void (*skip)(struct req *r, struct krd *rd, void *ctx);
+	/* Filling pass: decode one partition entry into op (kind and tindex
+	 * are set already; the topic is resolved after). */
+	void (*decode)(struct req *r, struct krd *rd, struct partop *op, void *ctx);
+	/* After resolution (op->local and op->error set for an unknown topic
+	 * or partition): refuse the op (local, error) or leave it for its
+	 * storage core. NULL: nothing more to refuse. */
+	void (*admit)(struct req *r, struct partop *op, void *ctx);
+};
+
+/* Decode the topics array at rd into r->ops. False on a malformed or
+ * oversized array (rd's error latched, nothing lent yet); rd is left after
+ * the array (after the body's tagged fields with ends_body). */
+bool sluice_proto_partitions_decode(struct req *r, struct krd *rd, const struct sluice_proto_partitions *pp,
+				    void *ctx);
+
+/* The response side: r->ops are in request order, grouped by tindex. A run
+ * is one topic's ops: the run starting at op begin ends before the op this
+ * returns. */
+int32_t sluice_proto_topic_run_end(const struct req *r, int32_t begin);
+/* One partition's fields of a response, between its partition index and
+ * its tagged fields (which the iterator writes). */
+typedef void (*sluice_proto_partition_write_fn)(struct req *r, struct kwr *w, const struct partop *op, void *ctx);
+/* Write the response's topics array: the topics that have partitions to
+ * answer (Kafka builds these responses from their partitions, so a topic
+ * listed with none is left out: checked against Kafka 4.1 for ListOffsets
+ * in bad_input.py), each with its name, its partitions through write, and
+ * tagged fields where flexible. */
+void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx);
+
+#endif
