@@ -355,8 +355,8 @@ void sluice_rt_turn(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void 
 }
 
 /* A stop is seen at the start of a turn; that turn still runs whole (what
- * it drains is answered, the backlog flushed), then the loop ends without
- * sleeping. */
+ * it drains is answered, the backlog flushed), then the posts given before
+ * the stop, and the loop ends without sleeping. */
 void sluice_rt_run(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *core)
 {
 	assert(h && h->drain && h->poll);
@@ -372,6 +372,8 @@ void sluice_rt_run(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *
 			break;
 		turn_sleep(rt, h, core, h->sleep_max_ms);
 	}
+	while (sluice_rt_run_posts(rt) > 0)
+		; /* posts given before the stop all run */
 	if (h->end)
 		h->end(core);
 }

@@ -165,7 +165,8 @@ void sluice_rt_fini(struct sluice_rt *rt);
  * sluice_rt_stop. */
 int sluice_rt_start(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *core);
 void sluice_rt_join(struct sluice_rt *rt);
-/* From any thread: end the loop after one more turn (no sleep). */
+/* From any thread: end the loop after one more turn (no sleep); posts
+ * given before the stop still run. */
 void sluice_rt_stop(struct sluice_rt *rt);
 
 /* The loop, on the calling thread: begin, turns until stopped, end. */
