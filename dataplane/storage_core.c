@@ -43,6 +43,10 @@
 /* Descriptors an op may need beyond what its partition holds (a segment's
  * write, read and direct descriptors, and one spare). */
 #define STORE_OP_FDS_MAX 4
+/* The longest an idle storage core sleeps: housekeeping (descriptor
+ * budget, preallocation trims, flush and retention clocks) runs on turns. */
+#define STORE_SLEEP_MS_MAX 100
+_Static_assert(STORE_SLEEP_MS_MAX <= SLUICE_RT_SLEEP_MS_MAX, "the runtime caps every sleep");
 /* Ops taken from one network core's ring per loop turn. */
 #define STORE_OPS_PER_RING_TURN 4096
 _Static_assert(STORE_OPS_PER_RING_TURN <= SLUICE_RING_SLOTS, "a turn takes at most a ring's worth");
@@ -1427,7 +1431,7 @@ static bool store_pending(void *core)
 
 /* A consumer group's join phase ending, else at least 1 ms away; 1 ms
  * while ops are parked (descriptors or lookup work to come free). The
- * runtime caps it at sleep_max_ms (100). */
+ * runtime caps it at sleep_max_ms (STORE_SLEEP_MS_MAX). */
 static int64_t store_deadline(void *core, int64_t now_ms)
 {
 	struct storecore *sc = core;
@@ -1519,7 +1523,7 @@ static const struct sluice_rt_hooks store_hooks = {
 	.pending = store_pending,
 	.deadline = store_deadline,
 	.poll = store_poll,
-	.sleep_max_ms = 100,
+	.sleep_max_ms = STORE_SLEEP_MS_MAX,
 };
 
 int sluice_storage_core_start(struct storecore *sc)
