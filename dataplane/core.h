@@ -14,12 +14,14 @@
 #include "common/kafka/codec.h"
 #include "common/ring.h"
 #include "control/meta.h"
+#include "dataplane/runtime.h"
 #include <liburing.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#define SLUICE_CORES_MAX 64
+/* SLUICE_CORES_MAX: dataplane/runtime.h */
 #define SLUICE_RING_SLOTS 8192
 #define SLUICE_URING_ENTRIES 1024
 #define SLUICE_CONN_INFLIGHT_MAX 128  /* requests in flight per connection */
@@ -90,15 +92,28 @@ struct partop {
 	uint8_t topic_id[16];
 };
 
+_Static_assert(SLUICE_CORES_MAX - 1 <= UINT8_MAX, "struct partop's net_core holds a network core id");
+_Static_assert(SLUICE_CORES_MAX < INT16_MAX, "struct partop's core_plus1 holds a storage core id plus one");
+
 struct broker;
 
+/* A core's runtime (dataplane/runtime.h), whose first two members stay
+ * readable as core->efd and core->sleeping for the code that wakes a core
+ * by its fields (the network core, until it runs on the runtime too). */
+#define SLUICE_CORE_RT                                                                                   \
+	union {                                                                                          \
+		struct sluice_rt rt;                                                                     \
+		struct {                                                                                 \
+			int efd;                                                                         \
+			int sleeping;                                                                    \
+		};                                                                                       \
+	}
+
 struct storecore {
+	SLUICE_CORE_RT; /* first: its own cache lines */
 	int id;
 	struct broker *b;
-	pthread_t thread;
 	struct io_uring ring;
-	int efd;
-	int sleeping; /* atomic: set while waiting in the kernel */
 	struct sluice_ring *in;  /* [net core] net -> this storage core */
 	struct sluice_ring *out; /* [net core] this storage core -> net */
 	void *state;             /* storage_core.c private */
@@ -110,11 +125,10 @@ struct sluice_transport_ops;
 /* A network core (dataplane/netcore.c): the connections a thread serves,
  * over a transport backend (dataplane/transport.h) whose state is private. */
 struct netcore {
+	SLUICE_CORE_RT; /* only efd and sleeping are live until the loop moves onto the runtime */
 	int id;
 	struct broker *b;
 	pthread_t thread;
-	int efd;      /* written by storage cores to wake this core */
-	int sleeping; /* atomic: set while the core may wait in poll */
 	const struct sluice_transport_ops *tops; /* the backend, chosen by sluice.transport */
 	void *tstate; /* the backend's private state */
 	void *state;  /* the network core's (its first member: struct proto_state) */
@@ -126,7 +140,7 @@ struct broker {
 	int net_n, store_n;
 	struct netcore net[SLUICE_CORES_MAX];
 	struct storecore store[SLUICE_CORES_MAX];
-	volatile int stopping;
+	volatile int stopping; /* 1: network cores stop; 2: then storage cores (each also told by sluice_rt_stop) */
 	/* Data directories: partitions per directory (for least-loaded
 	 * placement) and a bit per directory that has failed. Atomics. */
 	int32_t dir_partitions[SLUICE_LOG_DIRS_MAX];
@@ -135,17 +149,21 @@ struct broker {
 	int ncpu;
 };
 
-/* Small wake protocol: the consumer sets sleeping, re-checks its rings, and
- * only then blocks; a producer that sees sleeping set clears it and writes
- * the eventfd. */
-void sluice_core_wake(int *sleeping, int efd);
-void sluice_core_pin(struct broker *b, pthread_t t, int slot);
+#define SLUICE_CORE_RT_CHECK(type)                                                                       \
+	_Static_assert(offsetof(type, efd) == offsetof(type, rt.efd) &&                                  \
+			       offsetof(type, sleeping) == offsetof(type, rt.sleeping),                   \
+		       #type ": efd and sleeping are the runtime's")
+SLUICE_CORE_RT_CHECK(struct storecore);
+SLUICE_CORE_RT_CHECK(struct netcore);
+
+/* The wake protocol (sluice_core_wake) and pinning: dataplane/runtime.h. */
 
 /* Which data directory holds (or will hold) a partition: -1 if none yet
  * (with create false) or no directory is usable. */
 int sluice_partition_dir(struct broker *b, const char *topic, int32_t partition, bool create, char *out, size_t len);
 void sluice_dir_failed(struct broker *b, int dir, const char *why);
-/* Partition placement: which storage core owns a topic partition. */
+/* Partition placement: which storage core owns a topic partition
+ * (sluice_rt_core_for under its older name). */
 int sluice_store_core_for(const struct broker *b, const char *topic, int32_t partition);
 /* Send a partop to its storage core (keeps it on a backlog if the ring is full). */
 void sluice_net_submit(struct netcore *nc, struct partop *op);

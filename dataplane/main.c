@@ -9,12 +9,10 @@
 #include <errno.h>
 #include <ftw.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -23,26 +21,6 @@
 #define CLEAN_MARKER ".kafka_cleanshutdown"
 
 static struct broker *the_broker;
-
-void sluice_core_wake(int *sleeping, int efd)
-{
-	if (__atomic_load_n(sleeping, __ATOMIC_SEQ_CST) &&
-	    __atomic_exchange_n(sleeping, 0, __ATOMIC_SEQ_CST)) {
-		uint64_t one = 1;
-		ssize_t w = write(efd, &one, sizeof one);
-		(void)w;
-	}
-}
-
-void sluice_core_pin(struct broker *b, pthread_t t, int slot)
-{
-	if (!b->cfg.cpu_affinity || b->ncpu <= 0)
-		return;
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(slot % b->ncpu, &set);
-	pthread_setaffinity_np(t, sizeof set, &set);
-}
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -548,7 +526,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "sluice-broker: cannot start network core %d\n", n);
 			return 1;
 		}
-		sluice_core_pin(&b, b.net[n].thread, n);
+		sluice_rt_pin(&b, b.net[n].thread, n);
 	}
 	SLOG_INFO("broker", "sluice-broker node %d listening on %s:%d (advertised %s:%d), transport %s, "
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
@@ -567,7 +545,7 @@ int main(int argc, char **argv)
 		sluice_netcore_fini(&b.net[n]);
 	__atomic_store_n(&b.stopping, 2, __ATOMIC_RELEASE);
 	for (int s = 0; s < b.store_n; s++) {
-		sluice_core_wake(&(int){1}, b.store[s].efd);
+		sluice_rt_stop(&b.store[s].rt);
 		sluice_storage_core_join(&b.store[s]);
 	}
 	sluice_meta_local_close(&b.meta);

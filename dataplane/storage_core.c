@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -27,7 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STORE_BACKLOG_MAX (1u << 20)
 /* Partitions one loop turn opens at most: an open costs directory syncs
  * (about 2 ms each on ext4), so a request naming 100,000 new partitions is
  * worked through over many turns, other clients served in between. */
@@ -46,6 +44,15 @@
 /* Descriptors an op may need beyond what its partition holds (a segment's
  * write, read and direct descriptors, and one spare). */
 #define STORE_OP_FDS_MAX 4
+/* The longest an idle storage core sleeps: housekeeping (descriptor
+ * budget, preallocation trims, flush and retention clocks) runs on turns. */
+#define STORE_SLEEP_MS_MAX 100
+_Static_assert(STORE_SLEEP_MS_MAX <= SLUICE_RT_SLEEP_MS_MAX, "the runtime caps every sleep");
+/* Ops taken from one network core's ring per loop turn. */
+#define STORE_OPS_PER_RING_TURN 4096
+_Static_assert(STORE_OPS_PER_RING_TURN <= SLUICE_RING_SLOTS, "a turn takes at most a ring's worth");
+_Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_BACKLOG_MAX / 2,
+	       "one turn's ops (each owing one reply) fit in the backlog above drain_rings' cut-off");
 
 /* A storage core's table entry: the partition's state (partition.h) and
  * what the core keeps to run it: the log it opened (the partition borrows
@@ -84,17 +91,10 @@ struct cleaner {
 	int done_ready; /* atomic: the done list is not empty */
 };
 
-struct backlog_item {
-	struct sluice_msg m;
-	int net;
-};
-
 struct sstate {
 	struct spart **table; /* open addressing, power-of-two size */
 	uint32_t table_cap, count;
 	struct spart *dirty_head;
-	struct backlog_item *backlog; /* replies that found a full ring */
-	uint32_t backlog_n, backlog_cap;
 	uint64_t efd_buf;
 	bool efd_armed;
 	bool in_wait; /* inside wait_write: defer new messages */
@@ -130,50 +130,16 @@ struct offline_part {
 	int32_t partition;
 };
 
-static uint64_t hash_tp(const char *t, int32_t p)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *t; t++)
-		h = (h ^ (uint8_t)*t) * 1099511628211ull;
-	h = (h ^ (uint32_t)p) * 1099511628211ull;
-	return h ^ (h >> 29);
-}
-
-int sluice_store_core_for(const struct broker *b, const char *topic, int32_t partition)
-{
-	return (int)(hash_tp(topic, partition) % (uint64_t)b->store_n);
-}
-
+/* Replies and wake-ups to network core `net`; what finds its ring full
+ * waits on the runtime's backlog, which drain_rings keeps below its
+ * limit. */
 static void reply(struct storecore *sc, int net, struct sluice_msg m)
 {
-	struct sstate *st = sc->state;
-	if (st->backlog_n == 0 && sluice_ring_push(&sc->out[net], m)) {
-		sluice_core_wake(&sc->b->net[net].sleeping, sc->b->net[net].efd);
-		return;
-	}
-	if (st->backlog_n == st->backlog_cap) {
-		uint32_t cap = st->backlog_cap ? st->backlog_cap * 2 : 1024;
-		assert(cap <= STORE_BACKLOG_MAX);
-		st->backlog = realloc(st->backlog, cap * sizeof *st->backlog);
-		assert(st->backlog);
-		st->backlog_cap = cap;
-	}
-	st->backlog[st->backlog_n++] = (struct backlog_item){m, net};
-}
-
-static void flush_backlog(struct storecore *sc)
-{
-	struct sstate *st = sc->state;
-	uint32_t k = 0, i = 0;
-	for (; i < st->backlog_n; i++) {
-		struct backlog_item *it = &st->backlog[i];
-		if (!sluice_ring_push(&sc->out[it->net], it->m))
-			break;
-		sluice_core_wake(&sc->b->net[it->net].sleeping, sc->b->net[it->net].efd);
-	}
-	for (; i < st->backlog_n; i++)
-		st->backlog[k++] = st->backlog[i];
-	st->backlog_n = k;
+	assert(net >= 0 && net < sc->b->net_n);
+	assert(m.type == MSG_WAKE_FETCHES || (m.type == MSG_PARTOP && m.ptr));
+	bool queued = sluice_rt_send(&sc->rt, &sc->out[net], &sc->b->net[net].rt, m);
+	assert(queued); /* drain_rings stops taking ops well before the backlog's limit */
+	(void)queued;
 }
 
 /* A READ takes from its request's budget at most its own max_bytes; what
@@ -249,7 +215,7 @@ static void wait_write(struct sluice_plog *l, void *arg)
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot)
 {
 	uint32_t mask = st->table_cap - 1;
-	uint32_t i = (uint32_t)hash_tp(topic, partition) & mask;
+	uint32_t i = (uint32_t)sluice_rt_hash_tp(topic, partition) & mask;
 	for (;; i = (i + 1) & mask) {
 		struct spart *p = st->table[i];
 		if (!p || (p->partition == partition && strcmp(p->topic, topic) == 0)) {
@@ -882,13 +848,13 @@ static bool drain_rings(struct storecore *sc)
 	 * cores have not taken yet: past half the backlog's limit no new op is
 	 * taken (the full rings push back on the network cores) rather than
 	 * growing towards it (an assertion). */
-	if (st->backlog_n + st->parked_n >= STORE_BACKLOG_MAX / 2)
+	if (sluice_rt_backlog_n(&sc->rt) + st->parked_n >= SLUICE_RT_BACKLOG_MAX / 2)
 		return any;
 	for (int n = 0; n < sc->b->net_n; n++) {
 		struct sluice_msg m;
-		for (int k = 0; k < 4096 && sluice_ring_pop(&sc->in[n], &m); k++) {
+		for (int k = 0; k < STORE_OPS_PER_RING_TURN && sluice_ring_pop(&sc->in[n], &m); k++) {
 			any = true;
-			assert(m.type == MSG_PARTOP);
+			assert(m.type == MSG_PARTOP && m.ptr && m.from_core == (uint32_t)n);
 			handle_op(sc, m.ptr);
 		}
 	}
@@ -1013,7 +979,7 @@ static void *cleaner_main(void *arg)
 		it->next = c->done;
 		c->done = it;
 		__atomic_store_n(&c->done_ready, 1, __ATOMIC_RELEASE);
-		sluice_core_wake(&sc->sleeping, sc->efd);
+		sluice_rt_wake(&sc->rt);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
@@ -1298,68 +1264,101 @@ static void close_files_parallel(struct storecore *sc)
 		pthread_join(t[k], NULL);
 }
 
-static void *storage_main(void *arg)
+/* ---- the loop, on the core runtime (runtime.h) ---------------------------- */
+
+static void store_begin(void *core)
 {
-	struct storecore *sc = arg;
+	startup_open_all(core);
+}
+
+static bool store_drain(void *core)
+{
+	return drain_rings(core);
+}
+
+/* After the ops: compactions finished, group deadlines, housekeeping on
+ * its own clocks, then one write per dirty partition (the runtime flushes
+ * the replies after). */
+static void store_work(void *core, int64_t now_ms)
+{
+	struct storecore *sc = core;
+	cleaner_collect(sc);
+	sluice_group_tick(sc, now_ms);
+	housekeeping(sc, now_ms);
+	submit_writes(sc);
+}
+
+/* Work the runtime cannot see: ops in the rings, the cleaner's results. */
+static bool store_pending(void *core)
+{
+	struct storecore *sc = core;
 	struct sstate *st = sc->state;
-	char name[16];
-	snprintf(name, sizeof name, "sluice-store%d", sc->id);
-	pthread_setname_np(pthread_self(), name);
-	startup_open_all(sc);
-	for (;;) {
-		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
-		drain_rings(sc);
-		cleaner_collect(sc);
-		sluice_group_tick(sc, sluice_now_ms());
-		housekeeping(sc, sluice_now_ms());
-		submit_writes(sc);
-		flush_backlog(sc);
-		if (stopping)
-			break;
-		if (!st->efd_armed) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&sc->ring);
-			if (!sqe) {
-				io_uring_submit(&sc->ring);
-				sqe = io_uring_get_sqe(&sc->ring);
-			}
-			io_uring_prep_read(sqe, sc->efd, &st->efd_buf, sizeof st->efd_buf, 0);
-			io_uring_sqe_set_data64(sqe, 8);
-			st->efd_armed = true;
-		}
-		__atomic_store_n(&sc->sleeping, 1, __ATOMIC_SEQ_CST);
-		bool more = __atomic_load_n(&st->cleaner.done_ready, __ATOMIC_ACQUIRE) != 0;
-		for (int n = 0; n < sc->b->net_n && !more; n++)
-			more = sc->in[n].head != __atomic_load_n(&sc->in[n].tail, __ATOMIC_ACQUIRE) ||
-			       __atomic_load_n(&sc->in[n].head, __ATOMIC_ACQUIRE) != sc->in[n].tail;
-		struct io_uring_cqe *cqe;
-		if (more || st->backlog_n) {
-			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&st->cleaner.done_ready, __ATOMIC_ACQUIRE))
+		return true;
+	for (int n = 0; n < sc->b->net_n; n++)
+		if (sc->in[n].head != __atomic_load_n(&sc->in[n].tail, __ATOMIC_ACQUIRE) ||
+		    __atomic_load_n(&sc->in[n].head, __ATOMIC_ACQUIRE) != sc->in[n].tail)
+			return true;
+	return false;
+}
+
+/* A consumer group's join phase ending, else at least 1 ms away; 1 ms
+ * while ops are parked (descriptors or lookup work to come free). The
+ * runtime caps it at sleep_max_ms (STORE_SLEEP_MS_MAX). */
+static int64_t store_deadline(void *core, int64_t now_ms)
+{
+	struct storecore *sc = core;
+	struct sstate *st = sc->state;
+	int64_t d = sluice_group_next_deadline(sc);
+	return d < now_ms + 1 || st->parked_n ? now_ms + 1 : d;
+}
+
+/* Wait on the io_uring, the eventfd read armed so a wake ends the wait,
+ * then reap what completed (those already there when reaping starts). */
+static void store_poll(void *core, int64_t wait_ms)
+{
+	struct storecore *sc = core;
+	struct sstate *st = sc->state;
+	assert(wait_ms >= 0 && wait_ms <= SLUICE_RT_SLEEP_MS_MAX);
+	if (!st->efd_armed) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&sc->ring);
+		if (!sqe) {
 			io_uring_submit(&sc->ring);
-		} else {
-			/* At most 100 ms, less when a consumer group's join phase ends
-			 * sooner. */
-			int64_t wait_ms = sluice_group_next_deadline(sc) - sluice_now_ms();
-			wait_ms = wait_ms < 1 || st->parked_n ? 1 : wait_ms > 100 ? 100 : wait_ms;
-			struct __kernel_timespec ts = {0, (long long)wait_ms * 1000 * 1000};
-			io_uring_submit_and_wait_timeout(&sc->ring, &cqe, 1, &ts, NULL);
-			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
+			sqe = io_uring_get_sqe(&sc->ring);
 		}
-		unsigned head, n = 0;
-		io_uring_for_each_cqe(&sc->ring, head, cqe) {
-			n++;
-			(void)head;
-		}
-		for (unsigned i = 0; i < n; i++) {
-			if (io_uring_peek_cqe(&sc->ring, &cqe) != 0)
-				break;
-			dispatch_cqe(sc, cqe);
-		}
+		assert(sqe); /* the ring was just emptied */
+		io_uring_prep_read(sqe, sc->rt.efd, &st->efd_buf, sizeof st->efd_buf, 0);
+		io_uring_sqe_set_data64(sqe, 8);
+		st->efd_armed = true;
 	}
-	/* Shutdown: stop the cleaner, wait for writes in flight, then close
-	 * every log cleanly and sync each data directory's filesystem once.
-	 * Parked ops are dropped: the network cores have stopped. */
+	struct io_uring_cqe *cqe;
+	if (wait_ms == 0) {
+		io_uring_submit(&sc->ring);
+	} else {
+		struct __kernel_timespec ts = {wait_ms / 1000, (long long)(wait_ms % 1000) * 1000 * 1000};
+		io_uring_submit_and_wait_timeout(&sc->ring, &cqe, 1, &ts, NULL);
+	}
+	unsigned head, n = 0;
+	io_uring_for_each_cqe(&sc->ring, head, cqe) {
+		n++;
+		(void)head;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (io_uring_peek_cqe(&sc->ring, &cqe) != 0)
+			break;
+		dispatch_cqe(sc, cqe);
+	}
+}
+
+/* Shutdown, after the last turn: stop the cleaner, wait for writes in
+ * flight, then close every log cleanly and sync each data directory's
+ * filesystem once. Parked ops are dropped: the network cores have stopped. */
+static void store_end(void *core)
+{
+	struct storecore *sc = core;
+	struct sstate *st = sc->state;
 	cleaner_stop(sc);
-	int64_t t0 = sluice_now_ms();
+	int64_t t0 = sluice_rt_now_ms();
 	uint32_t closed = 0;
 	close_files_parallel(sc);
 	for (uint32_t i = 0; i < st->table_cap; i++) {
@@ -1375,7 +1374,7 @@ static void *storage_main(void *arg)
 	free(st->offline);
 	st->offline = NULL;
 	st->offline_n = st->offline_cap = 0;
-	int64_t t1 = sluice_now_ms();
+	int64_t t1 = sluice_rt_now_ms();
 	for (int d = 0; d < sc->b->cfg.log_dir_count; d++) {
 		int dfd = dir_offline(sc->b, d) ? -1 : open(sc->b->cfg.log_dir[d], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0 && syncfs(dfd) < 0)
@@ -1384,11 +1383,21 @@ static void *storage_main(void *arg)
 			close(dfd);
 	}
 	SLOG_INFO("storage", "storage core %d: %u partition(s) closed in %" PRId64 " ms, synced in %" PRId64 " ms",
-		  sc->id, closed, t1 - t0, sluice_now_ms() - t1);
+		  sc->id, closed, t1 - t0, sluice_rt_now_ms() - t1);
 	sluice_pool_destroy(st->pool);
 	st->pool = NULL;
-	return NULL;
 }
+
+static const struct sluice_rt_hooks store_hooks = {
+	.begin = store_begin,
+	.end = store_end,
+	.drain = store_drain,
+	.work = store_work,
+	.pending = store_pending,
+	.deadline = store_deadline,
+	.poll = store_poll,
+	.sleep_max_ms = STORE_SLEEP_MS_MAX,
+};
 
 int sluice_storage_core_start(struct storecore *sc)
 {
@@ -1418,8 +1427,8 @@ int sluice_storage_core_start(struct storecore *sc)
 		if (st->fds_max < 32)
 			st->fds_max = 32;
 	}
-	sc->efd = eventfd(0, EFD_CLOEXEC);
-	if (sc->efd < 0 || io_uring_queue_init(SLUICE_URING_ENTRIES, &sc->ring, 0) < 0)
+	if (sluice_rt_init(&sc->rt, sc->b, SLUICE_RT_STORE, sc->id) < 0 ||
+	    io_uring_queue_init(SLUICE_URING_ENTRIES, &sc->ring, 0) < 0)
 		return -1;
 	/* The extent pool: the tail write buffers and read cache of this core's
 	 * partitions, registered with its ring. */
@@ -1433,15 +1442,13 @@ int sluice_storage_core_start(struct storecore *sc)
 		st->cleaner.started = true;
 	else
 		SLOG_WARN("storage", "no cleaner thread: compaction runs on storage core %d", sc->id);
-	if (pthread_create(&sc->thread, NULL, storage_main, sc) != 0)
-		return -1;
-	sluice_core_pin(sc->b, sc->thread, sc->b->net_n + sc->id);
-	return 0;
+	return sluice_rt_start(&sc->rt, &store_hooks, sc);
 }
 
+/* After sluice_rt_stop (main.c): the last turn and store_end have run. */
 void sluice_storage_core_join(struct storecore *sc)
 {
-	pthread_join(sc->thread, NULL);
+	sluice_rt_join(&sc->rt);
 	io_uring_queue_exit(&sc->ring);
-	close(sc->efd);
+	sluice_rt_fini(&sc->rt);
 }

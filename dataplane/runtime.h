@@ -1,0 +1,222 @@
+/* The core runtime: what every core of the broker (network and storage) is
+ * built on, so that the loop is written once. A core is a pinned thread
+ * with a private, cache-aligned struct sluice_rt: its identity, an eventfd
+ * and a `sleeping` flag (the wake protocol below), per-core timers, a
+ * backlog of messages that found another core's ring full, and a
+ * multi-producer post channel for threads that are not cores. The loop
+ * (sluice_rt_run) turns: drain inbound messages, run posts, run due timers,
+ * the core's own work, flush the backlog; then, with nothing pending, it
+ * sleeps in the kernel (or busy-polls: that is the backend's business)
+ * through the core's poll hook until the next timer, the core's own
+ * deadline, or a wake. The core supplies the hooks; the runtime knows
+ * nothing of partitions, connections or io_uring.
+ *
+ * Wake protocol: before its last look for work, the core sets `sleeping`
+ * (sequentially consistent); a producer that pushed work and sees
+ * `sleeping` set clears it and writes the eventfd, which the core's poll
+ * must watch (io_uring: a read armed on it; epoll: the fd in the set; a
+ * busy-polling backend: `sleeping` itself). Neither side can miss the
+ * other: either the core sees the work, or the producer sees the flag.
+ *
+ * Threads: everything here but sluice_rt_wake, sluice_rt_stop and
+ * sluice_rt_post is for the owning core's thread only (or the main thread
+ * before start / after join).
+ *
+ * How a network core uses it (dataplane/netcore.c after the merge of the
+ * transport seam; today it still runs its own loop):
+ *   - sluice_netcore_init calls sluice_rt_init(&nc->rt, b, SLUICE_RT_NET,
+ *     id) instead of creating nc->efd itself, and sluice_netcore_fini calls
+ *     sluice_rt_fini;
+ *   - main.c starts it with sluice_rt_start(&nc->rt, &netcore_hooks, nc)
+ *     and stops it with sluice_rt_stop + sluice_rt_join, as the storage
+ *     cores are (it keeps nc->b->stopping for the accept path);
+ *   - hooks: drain = sluice_netcore_drain_replies; work = retry parked
+ *     fetches, resume throttled connections, sweep; pending = storage
+ *     replies waiting in its rings; deadline = the parked fetches' and the
+ *     sweep's next due time (or now + SLUICE_NET_THROTTLE_POLL_MS while
+ *     throttled); poll = nc->tops->poll(nc, wait_ms), the transport
+ *     backend's op (io_uring: wait for a CQE with the eventfd read armed;
+ *     DPDK: busy-poll its queues for wait_ms, returning early when
+ *     `sleeping` was cleared); end = sluice_netcore_close_all, whose drain
+ *     turns call sluice_rt_turn(&nc->rt, &netcore_hooks, nc, 10);
+ *   - sluice_net_submit becomes one call, sluice_rt_send(&nc->rt,
+ *     &s->in[nc->id], &s->rt, msg), and net_rings.c's backlog list and
+ *     flush go (the runtime flushes each turn); a false return (backlog at
+ *     SLUICE_RT_BACKLOG_MAX) is answered with back-pressure: stop reading.
+ * Until then core.h keeps `efd` and `sleeping` readable under their old
+ * names on both cores (a union over the first members of struct
+ * sluice_rt), so the network code and the storage cores wake each other
+ * through the same two fields. */
+#ifndef SLUICE_RUNTIME_H
+#define SLUICE_RUNTIME_H
+#include "common/ring.h"
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SLUICE_CORES_MAX 64 /* network cores, and storage cores, each at most */
+/* Timers one core may have armed at once; add past it is refused. */
+#define SLUICE_RT_TIMERS_MAX 256
+/* Messages one core may keep waiting for room in other cores' rings; the
+ * backlog starts at SLUICE_RT_BACKLOG_MIN and doubles towards it. */
+#define SLUICE_RT_BACKLOG_MIN 1024u
+#define SLUICE_RT_BACKLOG_MAX (1u << 20)
+/* Posts run in one turn at most; the rest wait for the next turn. */
+#define SLUICE_RT_POSTS_PER_TURN 4096
+/* A core sleeps at most this long whatever its hooks say. */
+#define SLUICE_RT_SLEEP_MS_MAX 1000
+
+_Static_assert(SLUICE_CORES_MAX <= UINT32_MAX, "struct sluice_msg's from_core holds a core id");
+_Static_assert((SLUICE_RT_BACKLOG_MIN & (SLUICE_RT_BACKLOG_MIN - 1)) == 0, "the backlog is a power-of-two ring");
+_Static_assert((SLUICE_RT_BACKLOG_MAX & (SLUICE_RT_BACKLOG_MAX - 1)) == 0, "the backlog is a power-of-two ring");
+_Static_assert(SLUICE_RT_BACKLOG_MIN <= SLUICE_RT_BACKLOG_MAX, "the backlog grows from its minimum to its maximum");
+_Static_assert(SLUICE_RT_TIMERS_MAX < UINT32_MAX, "a timer's heap slot is a uint32_t");
+
+struct broker;
+
+enum sluice_rt_kind { SLUICE_RT_NET = 1, SLUICE_RT_STORE };
+
+/* A timer, owned by its caller (usually embedded in what it is for); the
+ * heap holds pointers to armed timers. fn runs on the core's thread; it may
+ * re-arm its own timer (a periodic timer) or arm and cancel others. */
+#define SLUICE_RT_TIMER_IDLE UINT32_MAX
+struct sluice_rt_timer {
+	int64_t due_ms;  /* monotonic (sluice_rt_now_ms) */
+	uint64_t seq;    /* order of arming: equal due times fire in that order */
+	uint32_t slot;   /* index in the heap, SLUICE_RT_TIMER_IDLE when not armed */
+	void (*fn)(void *arg);
+	void *arg;
+};
+
+/* A post into a core from any thread. The poster owns it until fn starts
+ * (on the core's thread; the runtime no longer touches it then, so fn may
+ * free or reuse it). Posts run in the order they were posted. */
+struct sluice_rt_post {
+	struct sluice_rt_post *next;
+	void (*fn)(void *arg);
+	void *arg;
+};
+
+/* A message that found its ring full: where it goes, and whom to wake. */
+struct sluice_rt_pending {
+	struct sluice_msg m;
+	struct sluice_ring *ring;
+	struct sluice_rt *to;
+};
+
+struct sluice_rt_backlog {
+	struct sluice_rt_pending *items; /* power-of-two ring, grown by doubling */
+	uint32_t head, n, cap;           /* cap <= SLUICE_RT_BACKLOG_MAX */
+};
+
+/* What a core supplies. Every hook gets the `core` pointer given to
+ * sluice_rt_start / sluice_rt_run. drain and poll are required. */
+struct sluice_rt_hooks {
+	/* On the core's thread before the first turn, and after the last. */
+	void (*begin)(void *core);
+	void (*end)(void *core);
+	/* Take inbound messages from the core's rings; true if there were any. */
+	bool (*drain)(void *core);
+	/* The core's work for this turn, after inbound messages and timers. */
+	void (*work)(void *core, int64_t now_ms);
+	/* With `sleeping` set: whether work is waiting that the runtime cannot
+	 * see (messages in the core's rings, a helper thread's results). */
+	bool (*pending)(void *core);
+	/* The latest time (monotonic ms) the core must wake by, besides its
+	 * timers; INT64_MAX for none. */
+	int64_t (*deadline)(void *core, int64_t now_ms);
+	/* Run completions, waiting at most wait_ms (0: do not wait) for the
+	 * first, and return early when the eventfd is written. */
+	void (*poll)(void *core, int64_t wait_ms);
+	/* The longest one sleep, at most SLUICE_RT_SLEEP_MS_MAX. */
+	int64_t sleep_max_ms;
+};
+
+struct sluice_rt {
+	/* These two first, in this order: core.h reads them as core->efd and
+	 * core->sleeping too (see the top of this file). */
+	int efd;      /* written to wake the core */
+	int sleeping; /* atomic: set while the core may wait in poll */
+	int id;       /* < SLUICE_CORES_MAX */
+	enum sluice_rt_kind kind;
+	struct broker *b; /* for pinning and placement; NULL in tests */
+	pthread_t thread;
+	bool started;
+	const struct sluice_rt_hooks *hooks; /* while running */
+	void *core;
+	uint64_t turns;
+	struct sluice_rt_backlog backlog;
+	uint32_t timers_n;
+	uint64_t timers_seq;
+	struct sluice_rt_timer *timers[SLUICE_RT_TIMERS_MAX]; /* min-heap by (due_ms, seq) */
+	struct sluice_rt_post *taken; /* taken from posts, oldest first, not run yet */
+	/* Written by other threads: each on its own cache line. */
+	_Alignas(64) int stop;                  /* atomic: the loop ends after its next turn */
+	_Alignas(64) struct sluice_rt_post *posts; /* atomic: Treiber stack, newest first */
+};
+
+/* Set up rt (and its eventfd) for core `id` of `kind`; -1 if the eventfd
+ * cannot be had. sluice_rt_fini gives back what init and the loop took. */
+int sluice_rt_init(struct sluice_rt *rt, struct broker *b, enum sluice_rt_kind kind, int id);
+void sluice_rt_fini(struct sluice_rt *rt);
+
+/* Start the core's thread (named sluice-net<id> / sluice-store<id>, pinned
+ * when cpu.affinity is on) running sluice_rt_run; join it after
+ * sluice_rt_stop. */
+int sluice_rt_start(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *core);
+void sluice_rt_join(struct sluice_rt *rt);
+/* From any thread: end the loop after one more turn (no sleep); posts
+ * given before the stop still run. */
+void sluice_rt_stop(struct sluice_rt *rt);
+
+/* The loop, on the calling thread: begin, turns until stopped, end. */
+void sluice_rt_run(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *core);
+/* One turn and its sleep of at most sleep_max_ms (for shutdown drains that
+ * keep turning after the loop ended). */
+void sluice_rt_turn(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *core, int64_t sleep_max_ms);
+
+/* From any thread: wake rt if it sleeps (the wake protocol above). */
+void sluice_rt_wake(struct sluice_rt *rt);
+/* The same protocol on bare fields, for code that holds no sluice_rt yet. */
+void sluice_core_wake(int *sleeping, int efd);
+
+/* The monotonic clock, in milliseconds. */
+int64_t sluice_rt_now_ms(void);
+
+/* Timers (the core's thread). add: 0, or -1 when SLUICE_RT_TIMERS_MAX are
+ * armed already (refused, nothing changes); t must not be armed. cancel:
+ * whether t was armed. next_due: INT64_MAX when none. run_due: runs every
+ * timer due at now_ms that was armed before the call, earliest first;
+ * returns how many ran. */
+void sluice_rt_timer_init(struct sluice_rt_timer *t, void (*fn)(void *arg), void *arg);
+int sluice_rt_timer_add(struct sluice_rt *rt, struct sluice_rt_timer *t, int64_t due_ms);
+bool sluice_rt_timer_cancel(struct sluice_rt *rt, struct sluice_rt_timer *t);
+int64_t sluice_rt_timer_next_due(const struct sluice_rt *rt);
+int sluice_rt_timers_run(struct sluice_rt *rt, int64_t now_ms);
+
+/* Send m to another core through ring (rt is its only producer) and wake
+ * `to`. Once a message waits on the backlog, every later one queues behind
+ * it, whatever its ring: order holds per core. False (and nothing sent)
+ * when the backlog holds SLUICE_RT_BACKLOG_MAX messages or cannot grow:
+ * the caller pushes back. flush: push what the rings now take, in order
+ * (the loop does it every turn); returns how many went. */
+bool sluice_rt_send(struct sluice_rt *rt, struct sluice_ring *ring, struct sluice_rt *to, struct sluice_msg m);
+uint32_t sluice_rt_flush(struct sluice_rt *rt);
+uint32_t sluice_rt_backlog_n(const struct sluice_rt *rt);
+
+/* From any thread: run p->fn(p->arg) on rt's thread in a coming turn, and
+ * wake it. run_posts (the loop does it every turn): the posts taken so far,
+ * oldest first, at most SLUICE_RT_POSTS_PER_TURN; returns how many ran. */
+void sluice_rt_post(struct sluice_rt *rt, struct sluice_rt_post *p);
+uint32_t sluice_rt_run_posts(struct sluice_rt *rt);
+
+/* Placement: the storage core that owns a topic partition, by a hash of
+ * the two (FNV-1a, mixed; also the storage cores' table hash). */
+int sluice_rt_core_for(const struct broker *b, const char *topic, int32_t partition);
+uint64_t sluice_rt_hash_tp(const char *topic, int32_t partition);
+
+/* Pin thread t to the CPU for slot (network cores take slots 0..net_n-1,
+ * storage cores the next ones) when cpu.affinity is on. */
+void sluice_rt_pin(const struct broker *b, pthread_t t, int slot);
+
+#endif
