@@ -66,6 +66,7 @@ void stub_broker_close(void)
 {
 	if (!broker_open)
 		return;
+	meta_held = false;
 	stub_meta_wait(); /* no batch may complete into a core being freed */
 	sluice_meta_local_close(&B.meta);
 	sluice_netcore_fini(&B.net[0]);
@@ -425,7 +426,7 @@ void stub_store_hold(bool hold) { store_held = hold; }
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
-	bool any = sluice_netcore_run_posts(nc); /* as net_rings.c does */
+	bool any = !meta_held && sluice_netcore_run_posts(nc); /* as net_rings.c does */
 	if (store_held)
 		return any;
 	any |= queue_head < queue_len;
@@ -437,7 +438,7 @@ void sluice_netcore_flush_backlog(struct netcore *nc) { (void)nc; }
 
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
-	return sluice_netcore_posts_waiting(nc) || (!store_held && queue_head < queue_len);
+	return (!meta_held && sluice_netcore_posts_waiting(nc)) || (!store_held && queue_head < queue_len);
 }
 
 void stub_retry_parked(bool expire)

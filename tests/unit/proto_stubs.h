@@ -67,8 +67,9 @@ int stub_parked(void);
 
 /* Metadata: the real local backend with its writer thread. stub_frame
  * (and stub_conn_free) wait until every batch out is back and answered,
- * unless held: then the test waits itself (stub_meta_wait) and may look at
- * a request whose batch is out. */
+ * unless held: then the core leaves the writer's completions posted and
+ * unrun (as a busy core would), and the test may look at a request whose
+ * batch is out; it releases the hold and waits itself (stub_meta_wait). */
 #define STUB_META_WAIT_MS 100    /* one sleep on the core's eventfd */
 #define STUB_META_WAITS_MAX 600  /* a minute in all, then give up */
 void stub_meta_hold(bool hold);
