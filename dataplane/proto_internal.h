@@ -45,8 +45,9 @@ enum sluice_api_key {
 
 /* ---- handlers (the api table's entries) ------------------------------------------
  * start decodes the body with the bounds-checked reader and either answers
- * at once (resp_begin ... resp_end) or lends ops to storage cores
- * (sluice_proto_dispatch); false (or a latched reader error) closes the
+ * at once (resp_begin ... resp_end), lends ops to storage cores
+ * (sluice_proto_dispatch) or submits a metadata batch
+ * (sluice_proto_meta_submit); false (or a latched reader error) closes the
  * connection. finish encodes the answer once every op is back. */
 
 /* api_records.c */
