@@ -161,10 +161,10 @@ enum sluice_meta_submit_result {
 
 /* The metadata authority the broker talks to. Results are Kafka error codes.
  *
- * Only acquire, release and submit may be called on a network core. The
+ * Only acquire, release and submit may be called on a network core (the
+ * handlers submit through dataplane/proto.c and answer on completion). The
  * synchronous operations below wait for the backend's write (an fsync,
- * seconds for a large batch): they are for start-up code and for callers
- * not yet converted to submit. Outside batch_begin/batch_commit each is a
+ * seconds for a large batch): they are for start-up code only. Outside batch_begin/batch_commit each is a
  * one-change batch submitted and waited for; between the two, changes are
  * staged on the calling thread, which holds the writer lock meanwhile. */
 struct sluice_meta_ops {

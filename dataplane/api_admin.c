@@ -2,12 +2,14 @@
  * CreatePartitions, DescribeConfigs, AlterConfigs and
  * IncrementalAlterConfigs, DescribeCluster, DescribeTopicPartitions,
  * FindCoordinator and InitProducerId. They read the request's metadata
- * snapshot or change the metadata through the broker's metadata backend
- * (control/meta.h), each request's changes in one batch (one journal
- * write and fsync), and answer at once, except DeleteTopics, which has
- * the storage cores rename the deleted partitions' directories away
- * first. A single broker: it is every partition's leader, every group's
- * coordinator, and the only replica. */
+ * snapshot (leaders, replicas, ISR and brokers as the backend describes
+ * them) or change the metadata through the broker's metadata backend
+ * (control/meta.h): each request's changes go out as one batch (one
+ * journal write and fsync) and the answer is written when the batch comes
+ * back to the network core (proto.c), which never waits for it; a full
+ * metadata queue is answered with an error the clients retry. DeleteTopics
+ * then has the storage cores rename the deleted partitions' directories
+ * away. A single broker is every group's coordinator. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/group.h"
@@ -29,6 +31,71 @@ static bool partition_offline(struct req *r, uint32_t offline, const char *topic
 }
 
 static const uint8_t uuid_zero[16];
+
+/* Partition p of t as the snapshot describes it (leader, epoch, replicas,
+ * ISR, offline replicas), with this broker's failed data directories
+ * applied: where the partition's directory failed here, this broker leads
+ * it no more, leaves its ISR and counts among its offline replicas. */
+struct partition_view {
+	bool down; /* its directory failed on this broker */
+	int32_t leader, leader_epoch;
+	int32_t replica_n, isr_n, offline_n;
+	const int32_t *replicas;
+	int32_t isr[SLUICE_REPLICAS_MAX];
+	int32_t offline[SLUICE_REPLICAS_MAX + 1];
+};
+
+static void partition_view(struct req *r, const struct sluice_topic *t, int32_t p, uint32_t offline_dirs,
+			   struct partition_view *v)
+{
+	int32_t self = r->nc->b->cfg.node_id;
+	const struct sluice_partition_state *st = sluice_topic_partition(t, p);
+	static const struct sluice_partition_state none = {.leader = -1};
+	if (!st) /* the backend has not said (main.c always sets the node) */
+		st = &none;
+	assert(st->replica_n <= SLUICE_REPLICAS_MAX && st->isr_n <= SLUICE_REPLICAS_MAX);
+	v->down = partition_offline(r, offline_dirs, t->name, p);
+	v->leader = v->down && st->leader == self ? -1 : st->leader;
+	v->leader_epoch = st->leader_epoch;
+	v->replicas = st->replicas;
+	v->replica_n = st->replica_n;
+	v->isr_n = v->offline_n = 0;
+	for (int32_t i = 0; i < st->isr_n; i++)
+		if (!v->down || st->isr[i] != self)
+			v->isr[v->isr_n++] = st->isr[i];
+	bool self_listed = false;
+	for (int32_t i = 0; i < st->offline_n && i < SLUICE_REPLICAS_MAX; i++) {
+		self_listed |= st->offline[i] == self;
+		v->offline[v->offline_n++] = st->offline[i];
+	}
+	if (v->down && !self_listed)
+		v->offline[v->offline_n++] = self;
+	assert(v->offline_n <= SLUICE_REPLICAS_MAX + 1);
+}
+
+static void write_nodes(struct kwr *w, bool flex, const int32_t *nodes, int32_t n)
+{
+	kwr_array(w, flex, n);
+	for (int32_t i = 0; i < n; i++)
+		kwr_i32(w, nodes[i]);
+}
+
+/* The snapshot's brokers; a backend that lists none: this broker alone. */
+static const struct sluice_meta_broker *brokers_of(struct req *r, uint32_t *n, struct sluice_meta_broker *self)
+{
+	const struct sluice_meta_snapshot *s = sluice_proto_snap(r);
+	if (s->broker_n > 0 && s->brokers) {
+		*n = s->broker_n;
+		return s->brokers;
+	}
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	memset(self, 0, sizeof *self);
+	self->node_id = cfg->node_id;
+	self->port = cfg->advertised_port;
+	snprintf(self->host, sizeof self->host, "%s", cfg->advertised_host);
+	*n = 1;
+	return self;
+}
 
 /* ---- Metadata (3) ----------------------------------------------------------- */
 
@@ -58,25 +125,19 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 		kwr_bool(w, t && !strcmp(t->name, SLUICE_OFFSETS_TOPIC)); /* IsInternal */
 	int32_t parts = t && error == KERR_NONE ? t->partitions : 0;
 	kwr_array(w, flex, parts);
-	int32_t node = r->nc->b->cfg.node_id;
 	uint32_t offline = __atomic_load_n(&r->nc->b->offline_dirs, __ATOMIC_ACQUIRE);
 	for (int32_t p = 0; p < parts; p++) {
-		bool down = partition_offline(r, offline, t->name, p);
-		kwr_i16(w, down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
+		struct partition_view pv;
+		partition_view(r, t, p, offline, &pv);
+		kwr_i16(w, pv.down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
 		kwr_i32(w, p);
-		kwr_i32(w, down ? -1 : node);
+		kwr_i32(w, pv.leader);
 		if (v >= 7)
-			kwr_i32(w, 0); /* LeaderEpoch */
-		kwr_array(w, flex, 1);
-		kwr_i32(w, node);
-		kwr_array(w, flex, down ? 0 : 1);
-		if (!down)
-			kwr_i32(w, node);
-		if (v >= 5) {
-			kwr_array(w, flex, down ? 1 : 0);
-			if (down)
-				kwr_i32(w, node);
-		}
+			kwr_i32(w, pv.leader_epoch);
+		write_nodes(w, flex, pv.replicas, pv.replica_n);
+		write_nodes(w, flex, pv.isr, pv.isr_n);
+		if (v >= 5)
+			write_nodes(w, flex, pv.offline, pv.offline_n);
 		if (flex)
 			kwr_tags_empty(w);
 	}
@@ -86,24 +147,34 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 		kwr_tags_empty(w);
 }
 
-/* The topics named (n of them, or -1 for all) into r->api; false on a
- * decode error or out of memory. */
-static bool md_decode(struct req *r, struct krd *rd, int32_t *n, bool *allow_auto)
+/* What Metadata keeps for the request (r->api): the topics named (n of
+ * them, or -1 for all), for the answer it may write after creating some. */
+struct md_state {
+	int32_t n;
+	bool all;
+	struct md_topic ts[];
+};
+
+/* The request into r->api; NULL on a decode error or out of memory. */
+static struct md_state *md_decode(struct req *r, struct krd *rd, bool *allow_auto)
 {
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
-	*n = krd_array(rd, flex, v >= 10 ? 17 : 2);
+	int32_t n = krd_array(rd, flex, v >= 10 ? 17 : 2);
 	if (rd->err)
-		return false;
-	struct md_topic *ts = *n > 0 ? calloc((size_t)*n, sizeof *ts) : NULL;
-	if (*n > 0 && !ts)
-		return false;
-	r->api = ts;
-	for (int32_t i = 0; i < *n; i++) {
+		return NULL;
+	struct md_state *ms = calloc(1, sizeof *ms + (size_t)(n > 0 ? n : 0) * sizeof ms->ts[0]);
+	if (!ms)
+		return NULL;
+	r->api = ms;
+	ms->n = n;
+	ms->all = n < 0 || (v == 0 && n == 0);
+	for (int32_t i = 0; i < n; i++) {
+		struct md_topic *mt = &ms->ts[i];
 		if (v >= 10)
-			krd_uuid(rd, ts[i].id);
-		ts[i].name = krd_string(rd, flex);
-		ts[i].by_id = v >= 10 && !ts[i].name.ptr;
+			krd_uuid(rd, mt->id);
+		mt->name = krd_string(rd, flex);
+		mt->by_id = v >= 10 && !mt->name.ptr;
 		if (flex)
 			krd_tags_skip(rd);
 	}
@@ -114,35 +185,42 @@ static bool md_decode(struct req *r, struct krd *rd, int32_t *n, bool *allow_aut
 		(void)krd_bool(rd); /* IncludeTopicAuthorizedOperations */
 	if (flex)
 		krd_tags_skip(rd);
-	return !rd->err;
+	return rd->err ? NULL : ms;
 }
 
+static void md_answer(struct req *r);
+
 /* Create the topics named that do not exist, in one metadata batch, so
- * that the response shows them. */
-static void md_auto_create(struct req *r, const struct md_topic *ts, int32_t n)
+ * that the answer (md_answer, once the batch is back) shows them. False
+ * when there is nothing to create, or it cannot be now (out of memory, the
+ * queue full): the answer then shows them unknown, which clients retry. */
+static bool md_auto_create(struct req *r, const struct md_state *ms)
 {
-	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
-	void *ms = r->nc->b->meta.self;
-	bool created = false, batch = false;
-	for (int32_t i = 0; i < n; i++) {
-		if (ts[i].by_id || !ts[i].name.ptr ||
-		    sluice_meta_find(sluice_proto_snap(r), ts[i].name.ptr, (size_t)ts[i].name.len))
-			continue;
-		if (!sluice_topic_name_valid(ts[i].name.ptr, (size_t)ts[i].name.len))
-			continue;
-		if (!batch) /* one metadata write for all the topics created here */
-			mo->batch_begin(ms);
-		batch = true;
-		struct sluice_topic_spec spec = {ts[i].name.ptr, (size_t)ts[i].name.len, -1, -1, 0, {{{0}, {0}}}};
-		char msg[256];
-		if (mo->create_topic(ms, &spec, false, msg, sizeof msg, NULL) == 0)
-			created = true;
+	const struct sluice_meta_snapshot *s = sluice_proto_snap(r);
+	uint32_t k = 0;
+	for (int32_t pass = 0; pass < 2; pass++) {
+		struct sluice_meta_batch *b = pass ? sluice_proto_meta_batch(r, k, 0, NULL) : NULL;
+		if (pass && !b)
+			return false;
+		uint32_t j = 0;
+		for (int32_t i = 0; i < ms->n; i++) {
+			const struct md_topic *mt = &ms->ts[i];
+			if (mt->by_id || !mt->name.ptr || sluice_meta_find(s, mt->name.ptr, (size_t)mt->name.len) ||
+			    !sluice_topic_name_valid(mt->name.ptr, (size_t)mt->name.len))
+				continue;
+			if (pass)
+				b->changes[j] = (struct sluice_meta_change){.kind = SLUICE_META_CREATE_TOPIC,
+									    .name = mt->name.ptr,
+									    .name_len = (size_t)mt->name.len,
+									    .partitions = -1,
+									    .replication_factor = -1};
+			j++;
+		}
+		k = j;
+		if (k == 0)
+			return false;
 	}
-	char msg[256];
-	if (batch && mo->batch_commit(ms, msg, sizeof msg) != 0)
-		created = false;
-	if (created)
-		sluice_proto_snap_refresh(r);
+	return sluice_proto_meta_submit(r, md_answer) == SLUICE_META_SUBMITTED;
 }
 
 /* A named topic in the snapshot, with the error to answer when absent. */
@@ -164,7 +242,7 @@ static const struct sluice_topic *md_lookup(const struct sluice_meta_snapshot *s
 	return t;
 }
 
-/* ThrottleTimeMs, Brokers (this one), ClusterId, ControllerId. */
+/* ThrottleTimeMs, Brokers (the snapshot's), ClusterId, ControllerId. */
 static void md_write_cluster(struct req *r)
 {
 	const struct sluice_config *cfg = &r->nc->b->cfg;
@@ -173,48 +251,46 @@ static void md_write_cluster(struct req *r)
 	int16_t v = r->api_version;
 	if (v >= 3)
 		kwr_i32(w, 0);
-	kwr_array(w, flex, 1);
-	kwr_i32(w, cfg->node_id);
-	kwr_cstr(w, flex, cfg->advertised_host);
-	kwr_i32(w, cfg->advertised_port);
-	if (v >= 1)
-		kwr_cstr(w, flex, NULL); /* Rack */
-	if (flex)
-		kwr_tags_empty(w);
+	struct sluice_meta_broker self;
+	uint32_t n;
+	const struct sluice_meta_broker *bs = brokers_of(r, &n, &self);
+	kwr_array(w, flex, (int32_t)n);
+	for (uint32_t i = 0; i < n; i++) {
+		kwr_i32(w, bs[i].node_id);
+		kwr_cstr(w, flex, bs[i].host);
+		kwr_i32(w, bs[i].port);
+		if (v >= 1)
+			kwr_cstr(w, flex, bs[i].rack[0] ? bs[i].rack : NULL); /* Rack */
+		if (flex)
+			kwr_tags_empty(w);
+	}
 	if (v >= 2)
 		kwr_cstr(w, flex, cfg->cluster_id);
 	if (v >= 1)
 		kwr_i32(w, cfg->node_id); /* ControllerId */
 }
 
-bool sluice_api_metadata_start(struct req *r, struct krd *rd)
+/* The answer, from the request's snapshot (renewed after a creation). */
+static void md_answer(struct req *r)
 {
-	int32_t n;
-	bool allow_auto;
-	if (!md_decode(r, rd, &n, &allow_auto))
-		return false;
-	const struct md_topic *ts = r->api;
-	assert(n <= 0 || ts);
-	bool all = n < 0 || (r->api_version == 0 && n == 0);
-	/* Auto-create first so the response shows the new topics. */
-	if (!all && allow_auto && r->nc->b->cfg.auto_create_topics_enable)
-		md_auto_create(r, ts, n);
+	const struct md_state *ms = r->api;
+	assert(ms);
 	struct sluice_meta_snapshot *s = sluice_proto_snap(r);
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
 	sluice_proto_resp_begin(r);
 	struct kwr *w = &r->out;
 	md_write_cluster(r);
-	if (all) {
+	if (ms->all) {
 		kwr_array(w, flex, (int32_t)s->topic_n);
 		for (uint32_t i = 0; i < s->topic_n; i++)
 			md_write_topic(r, s->topics[i], (struct kstr){0}, NULL, KERR_NONE);
 	} else {
-		kwr_array(w, flex, n);
-		for (int32_t i = 0; i < n; i++) {
+		kwr_array(w, flex, ms->n);
+		for (int32_t i = 0; i < ms->n; i++) {
 			int16_t err;
-			const struct sluice_topic *t = md_lookup(s, &ts[i], &err);
-			md_write_topic(r, t, ts[i].name, ts[i].by_id ? ts[i].id : NULL, err);
+			const struct sluice_topic *t = md_lookup(s, &ms->ts[i], &err);
+			md_write_topic(r, t, ms->ts[i].name, ms->ts[i].by_id ? ms->ts[i].id : NULL, err);
 		}
 	}
 	if (v >= 8 && v <= 10)
@@ -222,6 +298,18 @@ bool sluice_api_metadata_start(struct req *r, struct krd *rd)
 	if (flex)
 		kwr_tags_empty(w);
 	sluice_proto_resp_end(r);
+}
+
+bool sluice_api_metadata_start(struct req *r, struct krd *rd)
+{
+	bool allow_auto;
+	const struct md_state *ms = md_decode(r, rd, &allow_auto);
+	if (!ms)
+		return false;
+	/* Auto-create first so the answer shows the new topics. */
+	if (!ms->all && allow_auto && r->nc->b->cfg.auto_create_topics_enable && md_auto_create(r, ms))
+		return true;
+	md_answer(r);
 	return true;
 }
 
@@ -281,9 +369,22 @@ struct ct {
 	const uint8_t *cfg_at;
 	uint8_t id[16];
 	int32_t parts;
-	bool created; /* staged in this request's metadata batch */
+	int32_t change; /* its change in the request's metadata batch, or -1 */
 	char msg[CREATE_TOPICS_MESSAGE_BYTES];
 };
+
+/* The request (r->api). */
+struct ct_state {
+	int32_t n; /* as the request gave it */
+	struct ct cts[];
+};
+
+/* Topic configs one CreateTopics request may give in all: they are kept
+ * until the metadata batch is back (32 of them for each of 100,000 topics
+ * would be a gigabyte). A topic past the bound is refused. */
+#define CREATE_TOPICS_CONFIGS_PER_REQUEST_MAX 65536
+_Static_assert(CREATE_TOPICS_CONFIGS_PER_REQUEST_MAX >= 64 * SLUICE_TOPIC_CONFIGS_MAX,
+	       "many topics with every config fit one request");
 
 static void ct_fail(struct ct *ct, int16_t err, const char *msg)
 {
@@ -354,73 +455,116 @@ static bool ct_duplicates(const struct ct *cts, int32_t n, bool *dup)
 	return ok;
 }
 
-/* The topic's spec for the metadata backend, configs decoded again from
- * the frame (end: the end of the body). */
-static void ct_spec_fill(struct sluice_topic_spec *spec, const struct ct *ct, bool flex, const uint8_t *end)
+/* The topic's configs decoded again from the frame (end: the end of the
+ * body) into out; returns how many. */
+static int32_t ct_configs_fill(struct sluice_topic_config *out, const struct ct *ct, bool flex, const uint8_t *end)
 {
-	memset(spec, 0, sizeof *spec);
-	spec->name = ct->name.ptr ? ct->name.ptr : "";
-	spec->name_len = ct->name.ptr ? (size_t)ct->name.len : 0;
-	spec->partitions = ct->partitions;
-	spec->replication_factor = ct->rf;
 	struct krd cr;
 	krd_init(&cr, ct->cfg_at, (size_t)(end - ct->cfg_at));
 	(void)krd_array(&cr, flex, 3);
+	int32_t n = 0;
 	for (int32_t c = 0; c < ct->cfg_n && c < SLUICE_TOPIC_CONFIGS_MAX && !cr.err; c++) {
 		struct kstr key = krd_string(&cr, flex), val = krd_string(&cr, flex);
 		if (flex)
 			krd_tags_skip(&cr);
 		if (!key.ptr)
 			continue;
-		struct sluice_topic_config *tc = &spec->configs[spec->config_n++];
+		struct sluice_topic_config *tc = &out[n++];
 		memcpy(tc->key, key.ptr, (size_t)key.len);
 		if (val.ptr)
 			memcpy(tc->value, val.ptr, (size_t)val.len);
 	}
-	assert(spec->config_n <= SLUICE_TOPIC_CONFIGS_MAX);
+	assert(n <= SLUICE_TOPIC_CONFIGS_MAX && n <= ct->cfg_n);
+	return n;
 }
 
-/* Create (or with validate_only, check) every topic without an error yet,
- * in one metadata batch: one journal append and one fsync, however many
- * topics the request creates. */
-static bool ct_create_all(struct req *r, struct ct *cts, int32_t n, bool validate_only, const uint8_t *end)
+/* Refuse duplicates and topics past the configs bound; number the others'
+ * changes. Returns how many changes, and the configs they hold in *cfg_total;
+ * -1 when out of memory. */
+static int32_t ct_plan(struct ct *cts, int32_t n, size_t *cfg_total)
 {
 	bool *dup = n > 0 ? calloc((size_t)n, sizeof *dup) : NULL;
-	struct sluice_topic_spec *spec = malloc(sizeof *spec);
-	if ((n > 0 && !dup) || !spec || !ct_duplicates(cts, n, dup)) {
+	if ((n > 0 && !dup) || !ct_duplicates(cts, n, dup)) {
 		free(dup);
-		free(spec);
-		return false;
+		return -1;
 	}
-	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
-	void *ms = r->nc->b->meta.self;
-	if (!validate_only && n > 0)
-		mo->batch_begin(ms);
+	int32_t k = 0;
+	*cfg_total = 0;
 	for (int32_t i = 0; i < n; i++) {
+		cts[i].change = -1;
 		if (cts[i].err)
 			continue;
 		if (dup[i]) {
 			ct_fail(&cts[i], KERR_INVALID_REQUEST, "Create topics request from client contains a duplicate topic.");
 			continue;
 		}
-		ct_spec_fill(spec, &cts[i], r->flexible, end);
-		struct sluice_topic out;
-		cts[i].err = mo->create_topic(ms, spec, validate_only, cts[i].msg, sizeof cts[i].msg, &out);
-		if (!cts[i].err) {
-			memcpy(cts[i].id, out.id, 16);
-			cts[i].parts = out.partitions;
-			cts[i].created = !validate_only;
+		size_t cn = cts[i].cfg_n > 0 ? (size_t)cts[i].cfg_n : 0;
+		if (*cfg_total + cn > CREATE_TOPICS_CONFIGS_PER_REQUEST_MAX) {
+			ct_fail(&cts[i], KERR_INVALID_CONFIG, "Too many topic configs in one request.");
+			continue;
 		}
-	}
-	if (!validate_only && n > 0) {
-		char msg[CREATE_TOPICS_MESSAGE_BYTES];
-		int16_t e = mo->batch_commit(ms, msg, sizeof msg);
-		for (int32_t i = 0; e && i < n; i++)
-			if (cts[i].created)
-				ct_fail(&cts[i], e, msg);
+		*cfg_total += cn;
+		cts[i].change = k++;
 	}
 	free(dup);
-	free(spec);
+	return k;
+}
+
+static void ct_answer(struct req *r);
+static void ct_write_response(struct req *r, const struct ct *cts, int32_t n, const uint8_t *end);
+
+/* Create (or with validate_only, check) every topic without an error yet,
+ * in one metadata batch: one journal append and one fsync, however many
+ * topics the request creates. True when the batch is out (ct_answer runs
+ * once it is back); false when out of memory. With nothing to create, or
+ * the metadata queue full, the answer is written at once. */
+static bool ct_create_all(struct req *r, struct ct_state *cs, bool validate_only)
+{
+	const uint8_t *end = r->frame + r->frame_len;
+	size_t cfg_total;
+	int32_t k = ct_plan(cs->cts, cs->n, &cfg_total);
+	if (k < 0)
+		return false;
+	if (k == 0) {
+		ct_answer(r);
+		return true;
+	}
+	struct sluice_topic_config *cfgs;
+	struct sluice_meta_batch *b =
+		sluice_proto_meta_batch(r, (uint32_t)k, cfg_total * sizeof *cfgs, (void **)&cfgs);
+	if (!b)
+		return false;
+	b->validate_only = validate_only;
+	size_t used = 0;
+	for (int32_t i = 0; i < cs->n; i++) {
+		const struct ct *ct = &cs->cts[i];
+		if (ct->change < 0)
+			continue;
+		struct sluice_meta_change *c = &b->changes[ct->change];
+		c->kind = SLUICE_META_CREATE_TOPIC;
+		c->name = ct->name.ptr ? ct->name.ptr : "";
+		c->name_len = ct->name.ptr ? (size_t)ct->name.len : 0;
+		c->partitions = ct->partitions;
+		c->replication_factor = ct->rf;
+		c->configs = cfgs ? cfgs + used : NULL;
+		c->config_n = cfgs ? ct_configs_fill(cfgs + used, ct, r->flexible, end) : 0;
+		used += (size_t)c->config_n;
+	}
+	assert(used <= cfg_total);
+	enum sluice_meta_submit_result res = sluice_proto_meta_submit(r, ct_answer);
+	if (res == SLUICE_META_SUBMITTED)
+		return true;
+	/* THROTTLING_QUOTA_EXCEEDED, Kafka's answer when topic mutations come
+	 * faster than the controller takes them: Kafka's admin client retries
+	 * exactly those topics by itself (REQUEST_TIMED_OUT would end the call
+	 * with a TimeoutException for the application to retry). */
+	for (int32_t i = 0; i < cs->n; i++)
+		if (cs->cts[i].change >= 0) {
+			ct_fail(&cs->cts[i], KERR_THROTTLING_QUOTA_EXCEEDED,
+				"The metadata queue is full; retry later.");
+			cs->cts[i].change = -1;
+		}
+	ct_answer(r);
 	return true;
 }
 
@@ -443,6 +587,31 @@ static void ct_write_configs(struct kwr *w, bool flex, const struct ct *ct, cons
 		kwr_bool(w, false); /* IsSensitive */
 		kwr_tags_empty(w);
 	}
+}
+
+/* The results of the batch (if one went out) into the topics, then the
+ * answer. */
+static void ct_answer(struct req *r)
+{
+	struct ct_state *cs = r->api;
+	assert(cs);
+	const struct sluice_meta_batch *b = r->meta ? sluice_proto_meta_current(r, NULL) : NULL;
+	for (int32_t i = 0; i < cs->n; i++) {
+		struct ct *ct = &cs->cts[i];
+		if (ct->change < 0)
+			continue;
+		assert(b && (uint32_t)ct->change < b->change_n);
+		const struct sluice_meta_change *c = &b->changes[ct->change];
+		if (c->error) {
+			ct_fail(ct, c->error, c->msg);
+			continue;
+		}
+		memcpy(ct->id, c->topic_id, 16);
+		ct->parts = c->topic_partitions;
+	}
+	sluice_proto_resp_begin(r);
+	ct_write_response(r, cs->cts, cs->n, r->frame + r->frame_len);
+	sluice_proto_resp_end(r);
 }
 
 static void ct_write_response(struct req *r, const struct ct *cts, int32_t n, const uint8_t *end)
@@ -486,37 +655,34 @@ bool sluice_api_create_topics_start(struct req *r, struct krd *rd)
 	if (scan.err || n > CREATE_TOPICS_PER_REQUEST_MAX)
 		return *rd = scan, false;
 	/* Decode everything first (the request is all-or-nothing on syntax). */
-	struct ct *cts = n > 0 ? calloc((size_t)n, sizeof *cts) : NULL;
-	if (n > 0 && !cts)
+	struct ct_state *cs = calloc(1, sizeof *cs + (size_t)(n > 0 ? n : 0) * sizeof cs->cts[0]);
+	if (!cs)
 		return false;
-	r->api = cts;
+	r->api = cs;
+	cs->n = n; /* -1 (null) is answered as null */
 	(void)krd_array(rd, flex, topic_min);
-	for (int32_t i = 0; i < n && !rd->err; i++)
-		ct_decode_topic(r, rd, &cts[i]);
+	for (int32_t i = 0; i < cs->n && !rd->err; i++)
+		ct_decode_topic(r, rd, &cs->cts[i]);
 	(void)krd_i32(rd); /* timeoutMs */
 	bool validate_only = r->api_version >= 1 ? krd_bool(rd) : false;
 	if (flex)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
-	assert(n <= 0 || r->api == cts);
-	if (!ct_create_all(r, cts, n, validate_only, rd->end))
-		return false;
-	sluice_proto_resp_begin(r);
-	ct_write_response(r, cts, n, rd->end);
-	sluice_proto_resp_end(r);
-	return true;
+	assert(rd->end == r->frame + r->frame_len); /* the answer decodes configs again up to there */
+	return ct_create_all(r, cs, validate_only);
 }
 
 /* ---- DeleteTopics (20) -------------------------------------------------------------- */
 
-#define DELETE_TOPICS_MESSAGE_BYTES 128
+#define DELETE_TOPICS_MESSAGE_BYTES SLUICE_META_MSG_MAX
 
 struct dt {
 	struct kstr name;
 	uint8_t id[16];
 	int16_t err;
 	int32_t parts; /* partitions whose directories the storage cores rename away */
+	int32_t change; /* its change in the request's metadata batch, or -1 */
 	char msg[DELETE_TOPICS_MESSAGE_BYTES];
 	char deleted_name[SLUICE_TOPIC_NAME_MAX + 1];
 };
@@ -561,63 +727,67 @@ static struct dt_state *dt_decode(struct req *r, struct krd *rd)
 	return rd->err ? NULL : ds;
 }
 
-/* Stage one topic's deletion in the metadata batch; gone receives what the
- * topic was. */
-static void dt_delete_one(struct req *r, struct dt *d, struct sluice_topic *gone)
+/* Whether one topic may be deleted (its name then in deleted_name), or
+ * the error it is answered with. */
+static bool dt_check(struct req *r, struct dt *d)
 {
 	if (!r->nc->b->cfg.delete_topic_enable) {
 		dt_fail(d, KERR_TOPIC_DELETION_DISABLED, "Topic deletion is disabled.");
-		return;
+		return false;
 	}
 	if (!d->name.ptr) {
 		const struct sluice_topic *t = sluice_proto_topic_by_id(sluice_proto_snap(r), d->id);
 		if (!t) {
 			dt_fail(d, KERR_UNKNOWN_TOPIC_ID, "This server does not host this topic ID.");
-			return;
+			return false;
 		}
 		snprintf(d->deleted_name, sizeof d->deleted_name, "%s", t->name);
 	} else if (d->name.len > SLUICE_TOPIC_NAME_MAX) {
 		/* never truncate: that would name another topic */
 		dt_fail(d, KERR_UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.");
-		return;
+		return false;
 	} else
 		snprintf(d->deleted_name, sizeof d->deleted_name, "%.*s", d->name.len, d->name.ptr);
-	d->err = r->nc->b->meta.ops->delete_topic(r->nc->b->meta.self, d->deleted_name, strlen(d->deleted_name), gone,
-						  d->msg, sizeof d->msg);
-	if (!d->err) {
-		memcpy(d->id, gone->id, 16);
-		d->parts = gone->partitions;
-	}
+	return true;
 }
+
+static void dt_deleted(struct req *r);
 
 /* One metadata batch: one journal append and one fsync for all topics.
  * The deletion leaves a tombstone with the topic id, so that directories a
- * crash leaves behind are provably the deleted topic's. Returns how many
- * partition directories the storage cores are to rename away, or -1 when
- * out of memory. */
-static int32_t dt_delete_all(struct req *r, struct dt_state *ds)
+ * crash leaves behind are provably the deleted topic's. dt_deleted runs
+ * once the batch is back (at once when nothing is deleted or the metadata
+ * queue is full). False when out of memory. */
+static bool dt_delete_all(struct req *r, struct dt_state *ds)
 {
-	struct sluice_topic *gone = calloc((size_t)(ds->n ? ds->n : 1), sizeof *gone);
-	if (!gone)
-		return -1;
-	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
-	void *ms = r->nc->b->meta.self;
-	mo->batch_begin(ms);
+	int32_t k = 0;
 	for (int32_t i = 0; i < ds->n; i++)
-		dt_delete_one(r, &ds->topics[i], &gone[i]);
-	free(gone);
-	char cmsg[DELETE_TOPICS_MESSAGE_BYTES];
-	int16_t ce = mo->batch_commit(ms, cmsg, sizeof cmsg);
-	int32_t total_parts = 0;
-	for (int32_t i = 0; i < ds->n; i++) {
-		struct dt *d = &ds->topics[i];
-		if (!d->err && ce) {
-			dt_fail(d, ce, cmsg);
-			d->parts = 0;
-		}
-		total_parts += d->err ? 0 : d->parts;
+		ds->topics[i].change = dt_check(r, &ds->topics[i]) ? k++ : -1;
+	if (k == 0) {
+		dt_deleted(r);
+		return true;
 	}
-	return total_parts;
+	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, (uint32_t)k, 0, NULL);
+	if (!b)
+		return false;
+	for (int32_t i = 0; i < ds->n; i++) {
+		const struct dt *d = &ds->topics[i];
+		if (d->change >= 0)
+			b->changes[d->change] = (struct sluice_meta_change){.kind = SLUICE_META_DELETE_TOPIC,
+									    .name = d->deleted_name,
+									    .name_len = strlen(d->deleted_name)};
+	}
+	if (sluice_proto_meta_submit(r, dt_deleted) == SLUICE_META_SUBMITTED)
+		return true;
+	/* Kafka's answer to topic mutations faster than the controller takes
+	 * them, which its admin client retries by itself (see CreateTopics). */
+	for (int32_t i = 0; i < ds->n; i++)
+		if (ds->topics[i].change >= 0) {
+			dt_fail(&ds->topics[i], KERR_THROTTLING_QUOTA_EXCEEDED, "The metadata queue is full; retry later.");
+			ds->topics[i].change = -1;
+		}
+	dt_deleted(r);
+	return true;
 }
 
 /* One PARTOP_DELETE per partition of each deleted topic, grouped by the
@@ -640,41 +810,86 @@ static void dt_ops_fill(struct req *r, const struct dt_state *ds)
 	assert(k == r->nops);
 }
 
+/* The metadata batch is back (or none went out): the storage cores drop
+ * the deleted topics' logs, then the finish answers. */
+static void dt_deleted(struct req *r)
+{
+	struct dt_state *ds = r->api;
+	assert(ds && r->nops == 0);
+	const struct sluice_meta_batch *b = r->meta ? sluice_proto_meta_current(r, NULL) : NULL;
+	int32_t total_parts = 0;
+	for (int32_t i = 0; i < ds->n; i++) {
+		struct dt *d = &ds->topics[i];
+		if (d->change < 0)
+			continue;
+		assert(b && (uint32_t)d->change < b->change_n);
+		const struct sluice_meta_change *c = &b->changes[d->change];
+		if (c->error) {
+			dt_fail(d, c->error, c->msg);
+			continue;
+		}
+		memcpy(d->id, c->topic_id, 16);
+		d->parts = c->topic_partitions;
+		total_parts += d->parts;
+	}
+	if (total_parts > 0 && sluice_proto_ops_alloc(r, total_parts))
+		dt_ops_fill(r, ds);
+	sluice_proto_dispatch(r);
+}
+
 bool sluice_api_delete_topics_start(struct req *r, struct krd *rd)
 {
 	struct dt_state *ds = dt_decode(r, rd);
 	if (!ds)
 		return false;
 	/* Delete in the metadata, then have the storage cores drop the logs. */
-	int32_t total_parts = dt_delete_all(r, ds);
-	if (total_parts < 0)
-		return false;
-	if (total_parts > 0 && sluice_proto_ops_alloc(r, total_parts))
-		dt_ops_fill(r, ds);
-	sluice_proto_dispatch(r);
-	return true;
+	return dt_delete_all(r, ds);
+}
+
+static void dt_answer(struct req *r);
+
+/* A topic whose every partition directory was renamed away (or never
+ * existed) needs its tombstone no more: forgotten in one batch, answered
+ * when it is back (or at once: a tombstone left is only kept until the
+ * next start). Every topic deleted has partitions (the metadata refuses a
+ * topic without), so one run of ops each. */
+static void dt_forget(struct req *r)
+{
+	const struct dt_state *ds = r->api;
+	uint32_t k = 0;
+	struct sluice_meta_batch *b = NULL;
+	for (int32_t pass = 0; pass < 2; pass++) {
+		if (pass && (k == 0 || !(b = sluice_proto_meta_batch(r, k, 0, NULL))))
+			break;
+		k = 0;
+		for (int32_t i = 0, end; i < r->nops; i = end) {
+			end = sluice_proto_topic_run_end(r, i);
+			const struct dt *d = &ds->topics[r->ops[i].tindex];
+			assert(!d->err && d->parts == end - i);
+			bool all = true;
+			for (int32_t j = i; j < end; j++)
+				all &= r->ops[j].error == 0;
+			if (all && pass)
+				b->changes[k] = (struct sluice_meta_change){.kind = SLUICE_META_FORGET_DELETED, .id = d->id};
+			k += all;
+		}
+	}
+	if (!b || sluice_proto_meta_submit(r, dt_answer) != SLUICE_META_SUBMITTED)
+		dt_answer(r);
 }
 
 void sluice_api_delete_topics_finish(struct req *r)
+{
+	assert(r->api && r->pending == 0);
+	dt_forget(r);
+}
+
+static void dt_answer(struct req *r)
 {
 	const struct dt_state *ds = r->api;
 	assert(ds && r->pending == 0);
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
-	/* A topic whose every partition directory was renamed away (or never
-	 * existed) needs its tombstone no more. Every topic deleted has
-	 * partitions (the metadata refuses a topic without), so one run of
-	 * ops each. */
-	for (int32_t k = 0, end; k < r->nops; k = end) {
-		end = sluice_proto_topic_run_end(r, k);
-		const struct dt *d = &ds->topics[r->ops[k].tindex];
-		assert(!d->err && d->parts == end - k);
-		bool all = true;
-		for (int32_t i = k; i < end; i++)
-			all &= r->ops[i].error == 0;
-		if (all)
-			r->nc->b->meta.ops->forget_deleted(r->nc->b->meta.self, d->id);
-	}
 	sluice_proto_resp_begin(r);
 	struct kwr *w = &r->out;
 	if (v >= 1)
@@ -1001,7 +1216,8 @@ bool sluice_api_describe_configs_start(struct req *r, struct krd *rd)
 
 /* ---- FindCoordinator (10) ------------------------------------------------------ */
 
-/* A single broker coordinates every group and transactional id itself. */
+/* A single broker coordinates every group and transactional id itself
+ * (proto.c has __consumer_offsets created first). */
 bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
 {
 	bool flex = r->flexible;
@@ -1029,7 +1245,6 @@ bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
-	sluice_api_offsets_topic_ensure(r);
 	sluice_proto_resp_begin(r);
 	struct kwr *w = &r->out;
 	if (v >= 1)
@@ -1061,47 +1276,84 @@ bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
 
 /* ---- InitProducerId (22) -------------------------------------------------------- */
 
-/* Idempotent producers only: a fresh id at epoch 0, or, when the client
- * names its current id and epoch (v3+), the same id one epoch on. */
+/* What InitProducerId answers (r->api). */
+struct ip_answer {
+	bool fresh; /* a fresh id was asked of the metadata */
+	int16_t err;
+	int16_t epoch;
+	int64_t pid;
+};
+
+static void ip_answer(struct req *r)
+{
+	struct ip_answer *a = r->api;
+	assert(a);
+	if (a->fresh) {
+		const struct sluice_meta_batch *b = sluice_proto_meta_current(r, NULL);
+		assert(b->change_n == 1 && b->changes[0].kind == SLUICE_META_ALLOCATE_PRODUCER_ID);
+		a->pid = b->changes[0].producer_id;
+		a->epoch = 0;
+		if (a->pid < 0) {
+			a->err = KERR_KAFKA_STORAGE_ERROR;
+			a->epoch = -1;
+		}
+	}
+	sluice_proto_resp_begin(r);
+	kwr_i32(&r->out, 0);
+	kwr_i16(&r->out, a->err);
+	kwr_i64(&r->out, a->pid);
+	kwr_i16(&r->out, a->epoch);
+	if (r->flexible)
+		kwr_tags_empty(&r->out);
+	sluice_proto_resp_end(r);
+}
+
+/* Idempotent producers only: a fresh id at epoch 0 (from the metadata,
+ * answered once it is durable), or, when the client names its current id
+ * and epoch (v3+), the same id one epoch on. */
 bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd)
 {
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
 	struct kstr txn = krd_string(rd, flex);
 	(void)krd_i32(rd);
-	int64_t pid = -1;
-	int16_t epoch = -1;
+	struct ip_answer *a = calloc(1, sizeof *a);
+	if (!a)
+		return false;
+	r->api = a;
+	a->pid = -1;
+	a->epoch = -1;
 	if (v >= 3) {
-		pid = krd_i64(rd);
-		epoch = krd_i16(rd);
+		a->pid = krd_i64(rd);
+		a->epoch = krd_i16(rd);
 	}
 	if (flex)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
-	int16_t err = KERR_NONE;
 	if (txn.ptr) {
-		err = KERR_INVALID_REQUEST; /* transactions are not supported yet */
-		pid = -1;
-		epoch = -1;
-	} else if (pid >= 0 && epoch >= 0 && epoch < INT16_MAX - 1) {
-		epoch++;
+		a->err = KERR_INVALID_REQUEST; /* transactions are not supported yet */
+		a->pid = -1;
+		a->epoch = -1;
+	} else if (a->pid >= 0 && a->epoch >= 0 && a->epoch < INT16_MAX - 1) {
+		a->epoch++;
 	} else {
-		pid = r->nc->b->meta.ops->allocate_producer_id(r->nc->b->meta.self);
-		epoch = 0;
-		if (pid < 0) {
-			err = KERR_KAFKA_STORAGE_ERROR;
-			epoch = -1;
-		}
+		struct sluice_meta_batch *b = sluice_proto_meta_batch(r, 1, 0, NULL);
+		if (!b)
+			return false;
+		b->changes[0].kind = SLUICE_META_ALLOCATE_PRODUCER_ID;
+		a->fresh = true;
+		if (sluice_proto_meta_submit(r, ip_answer) == SLUICE_META_SUBMITTED)
+			return true;
+		a->fresh = false;
+		/* The metadata queue is full: COORDINATOR_LOAD_IN_PROGRESS is an
+		 * error Kafka's producer (and librdkafka) retries InitProducerId on
+		 * by itself; REQUEST_TIMED_OUT would be fatal to Kafka's. */
+		a->err = KERR_COORDINATOR_LOAD_IN_PROGRESS;
+		a->pid = -1;
+		a->epoch = -1;
 	}
-	sluice_proto_resp_begin(r);
-	kwr_i32(&r->out, 0);
-	kwr_i16(&r->out, err);
-	kwr_i64(&r->out, pid);
-	kwr_i16(&r->out, epoch);
-	if (flex)
-		kwr_tags_empty(&r->out);
-	sluice_proto_resp_end(r);
+	ip_answer(r);
 	return true;
 }
 
@@ -1112,6 +1364,7 @@ bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd)
 struct cp {
 	struct kstr name;
 	int32_t count;
+	int32_t change; /* its change in the request's metadata batch, or -1 */
 	int16_t err;
 	char msg[CREATE_PARTITIONS_MESSAGE_BYTES];
 };
@@ -1141,53 +1394,116 @@ static void cp_decode_topic(struct req *r, struct krd *rd, struct cp *cp)
 		krd_tags_skip(rd);
 }
 
-/* Grow every topic without an error yet, in one metadata batch (one
- * journal write and fsync) for the request. */
-static bool cp_apply_all(struct req *r, struct cp *cps, int32_t n, bool validate_only)
+/* The request (r->api). */
+struct cp_state {
+	int32_t n; /* as the request gave it */
+	struct cp cps[];
+};
+
+/* Refuse duplicates and nameless topics; number the others' changes.
+ * Returns how many, or -1 when out of memory. */
+static int32_t cp_plan(struct cp_state *cs)
 {
+	int32_t n = cs->n;
 	struct kstr *names = n > 0 ? malloc((size_t)n * sizeof *names) : NULL;
 	bool *dup = n > 0 ? calloc((size_t)n, sizeof *dup) : NULL;
-	if (n > 0 && (!names || !dup)) {
-		free(names);
-		free(dup);
-		return false;
-	}
-	for (int32_t i = 0; i < n; i++)
-		names[i] = cps[i].name;
-	bool ok = find_duplicates(names, n, dup);
+	bool ok = n <= 0 || (names && dup);
+	for (int32_t i = 0; ok && i < n; i++)
+		names[i] = cs->cps[i].name;
+	ok = ok && find_duplicates(names, n, dup);
 	free(names);
-	if (!ok) {
-		free(dup);
-		return false;
-	}
-	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
-	void *ms = r->nc->b->meta.self;
-	mo->batch_begin(ms);
-	for (int32_t i = 0; i < n; i++) {
-		struct cp *cp = &cps[i];
+	int32_t k = 0;
+	for (int32_t i = 0; ok && i < n; i++) {
+		struct cp *cp = &cs->cps[i];
+		cp->change = -1;
 		if (cp->err)
 			continue;
-		if (dup[i]) {
+		if (dup[i])
 			cp_fail(cp, KERR_INVALID_REQUEST, "Duplicate topic in request.");
-			continue;
-		}
-		if (!cp->name.ptr) {
+		else if (!cp->name.ptr)
 			cp->err = KERR_INVALID_REQUEST;
-			continue;
+		else
+			cp->change = k++;
+	}
+	free(dup);
+	return ok ? k : -1;
+}
+
+static void cp_answer(struct req *r);
+
+/* Grow every topic without an error yet, in one metadata batch (one
+ * journal write and fsync) for the request; cp_answer runs once it is
+ * back (at once with nothing to grow or the metadata queue full). False
+ * when out of memory. */
+static bool cp_apply_all(struct req *r, struct cp_state *cs, bool validate_only)
+{
+	int32_t k = cp_plan(cs);
+	if (k < 0)
+		return false;
+	if (k == 0) {
+		cp_answer(r);
+		return true;
+	}
+	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, (uint32_t)k, 0, NULL);
+	if (!b)
+		return false;
+	b->validate_only = validate_only;
+	for (int32_t i = 0; i < cs->n; i++) {
+		const struct cp *cp = &cs->cps[i];
+		if (cp->change >= 0)
+			b->changes[cp->change] = (struct sluice_meta_change){.kind = SLUICE_META_CREATE_PARTITIONS,
+									     .name = cp->name.ptr,
+									     .name_len = (size_t)cp->name.len,
+									     .partitions = cp->count};
+	}
+	if (sluice_proto_meta_submit(r, cp_answer) == SLUICE_META_SUBMITTED)
+		return true;
+	/* Kafka's answer to topic mutations faster than the controller takes
+	 * them, which its admin client retries by itself (see CreateTopics). */
+	for (int32_t i = 0; i < cs->n; i++)
+		if (cs->cps[i].change >= 0) {
+			cp_fail(&cs->cps[i], KERR_THROTTLING_QUOTA_EXCEEDED, "The metadata queue is full; retry later.");
+			cs->cps[i].change = -1;
 		}
-		cp->err = mo->create_partitions(ms, cp->name.ptr, (size_t)cp->name.len, cp->count, validate_only, cp->msg,
-						sizeof cp->msg);
+	cp_answer(r);
+	return true;
+}
+
+static void cp_answer(struct req *r)
+{
+	struct cp_state *cs = r->api;
+	assert(cs);
+	const struct sluice_meta_batch *b = r->meta ? sluice_proto_meta_current(r, NULL) : NULL;
+	bool flex = r->flexible;
+	for (int32_t i = 0; i < cs->n; i++) {
+		struct cp *cp = &cs->cps[i];
+		if (cp->change < 0)
+			continue;
+		assert(b && (uint32_t)cp->change < b->change_n);
+		const struct sluice_meta_change *c = &b->changes[cp->change];
+		if (c->error == KERR_UNKNOWN_TOPIC_OR_PARTITION)
+			cp_fail(cp, c->error, "");
+		else if (c->error)
+			cp_fail(cp, c->error, c->msg);
 		if (cp->err == KERR_UNKNOWN_TOPIC_OR_PARTITION)
 			snprintf(cp->msg, sizeof cp->msg, "The topic '%.*s' does not exist.",
 				 cp->name.len > 200 ? 200 : cp->name.len, cp->name.ptr);
 	}
-	char bmsg[CREATE_PARTITIONS_MESSAGE_BYTES];
-	int16_t be = mo->batch_commit(ms, bmsg, sizeof bmsg);
-	for (int32_t i = 0; be && i < n; i++)
-		if (!cps[i].err)
-			cp_fail(&cps[i], be, bmsg);
-	free(dup);
-	return true;
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, cs->n);
+	for (int32_t i = 0; i < cs->n; i++) {
+		const struct cp *cp = &cs->cps[i];
+		kwr_string(w, flex, cp->name.ptr ? cp->name.ptr : "", cp->name.ptr ? cp->name.len : 0);
+		kwr_i16(w, cp->err);
+		kwr_cstr(w, flex, cp->err ? cp->msg : NULL);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
 }
 
 bool sluice_api_create_partitions_start(struct req *r, struct krd *rd)
@@ -1196,33 +1512,20 @@ bool sluice_api_create_partitions_start(struct req *r, struct krd *rd)
 	int32_t n = krd_array(rd, flex, 7);
 	if (rd->err)
 		return false;
-	struct cp *cps = n > 0 ? calloc((size_t)n, sizeof *cps) : NULL;
-	if (n > 0 && !cps)
+	struct cp_state *cs = calloc(1, sizeof *cs + (size_t)(n > 0 ? n : 0) * sizeof cs->cps[0]);
+	if (!cs)
 		return false;
-	r->api = cps;
+	r->api = cs;
+	cs->n = n;
 	for (int32_t i = 0; i < n && !rd->err; i++)
-		cp_decode_topic(r, rd, &cps[i]);
+		cp_decode_topic(r, rd, &cs->cps[i]);
 	(void)krd_i32(rd); /* TimeoutMs */
 	bool validate_only = krd_bool(rd);
 	if (flex)
 		krd_tags_skip(rd);
-	if (rd->err || !cp_apply_all(r, cps, n, validate_only))
+	if (rd->err)
 		return false;
-	sluice_proto_resp_begin(r);
-	struct kwr *w = &r->out;
-	kwr_i32(w, 0);
-	kwr_array(w, flex, n);
-	for (int32_t i = 0; i < n; i++) {
-		kwr_string(w, flex, cps[i].name.ptr ? cps[i].name.ptr : "", cps[i].name.ptr ? cps[i].name.len : 0);
-		kwr_i16(w, cps[i].err);
-		kwr_cstr(w, flex, cps[i].err ? cps[i].msg : NULL);
-		if (flex)
-			kwr_tags_empty(w);
-	}
-	if (flex)
-		kwr_tags_empty(w);
-	sluice_proto_resp_end(r);
-	return true;
+	return cp_apply_all(r, cs, validate_only);
 }
 
 /* ---- AlterConfigs (33) and IncrementalAlterConfigs (44) ------------------------------ */
@@ -1324,8 +1627,15 @@ struct ar {
 	char msg[ALTER_CONFIGS_MESSAGE_BYTES];
 	int32_t cn;
 	struct sluice_topic_config *c;
+	int32_t change; /* its change in the request's metadata batch, or -1 */
 	bool logger;
 	char level[16];
+};
+
+/* The request (r->api). */
+struct ar_state {
+	int32_t n;
+	struct ar ars[];
 };
 
 /* What the resource is: a topic (its overrides copied when the change is
@@ -1396,15 +1706,20 @@ static void ar_decode_entry(struct req *r, struct krd *rd, struct ar *a, bool in
 	ar_apply_entry(a, op, kbuf, val.ptr ? vbuf : NULL);
 }
 
-/* Change every resource without an error, in one metadata batch (one
- * journal write and fsync); loggers change at once. */
-static void ar_commit(struct req *r, struct ar *ars, int32_t n, bool validate_only)
+static void ar_answer(struct req *r);
+
+/* Change every topic resource without an error, in one metadata batch
+ * (one journal write and fsync; its changes were allocated with room for
+ * one per resource); loggers change at once. ar_answer runs once the batch
+ * is back, or at once with nothing to change or the metadata queue full. */
+static void ar_commit(struct req *r, struct ar_state *as, bool validate_only)
 {
-	const struct sluice_meta_ops *mo = r->nc->b->meta.ops;
-	void *ms = r->nc->b->meta.self;
-	mo->batch_begin(ms);
-	for (int32_t i = 0; i < n; i++) {
-		struct ar *a = &ars[i];
+	struct sluice_meta_batch *b = sluice_proto_meta_current(r, NULL);
+	assert(b->change_n == (uint32_t)(as->n > 0 ? as->n : 0));
+	uint32_t k = 0;
+	for (int32_t i = 0; i < as->n; i++) {
+		struct ar *a = &as->ars[i];
+		a->change = -1;
 		if (a->err || validate_only)
 			continue;
 		if (a->logger) {
@@ -1412,16 +1727,61 @@ static void ar_commit(struct req *r, struct ar *ars, int32_t n, bool validate_on
 				a->err = logger_apply(a->level, a->msg, sizeof a->msg);
 			continue;
 		}
-		a->err = mo->set_topic_configs(ms, a->name.ptr, (size_t)a->name.len, a->c, a->cn, false, a->msg,
-					       sizeof a->msg);
+		a->change = (int32_t)k;
+		b->changes[k++] = (struct sluice_meta_change){.kind = SLUICE_META_SET_TOPIC_CONFIGS,
+							      .name = a->name.ptr,
+							      .name_len = (size_t)a->name.len,
+							      .configs = a->c,
+							      .config_n = a->cn};
 	}
-	char bmsg[200];
-	int16_t be = mo->batch_commit(ms, bmsg, sizeof bmsg);
-	for (int32_t i = 0; be && !validate_only && i < n; i++)
-		if (!ars[i].err && !ars[i].logger) {
-			ars[i].err = be;
-			snprintf(ars[i].msg, sizeof ars[i].msg, "%s", bmsg);
+	b->change_n = k;
+	if (k > 0 && sluice_proto_meta_submit(r, ar_answer) == SLUICE_META_SUBMITTED)
+		return;
+	/* The metadata queue full: REQUEST_TIMED_OUT, a retriable error
+	 * (Kafka's TimeoutException) of the kind Kafka answers when its
+	 * controller does not take a change in time; AlterConfigs has no
+	 * throttling error of its own. */
+	for (int32_t i = 0; i < as->n; i++)
+		if (as->ars[i].change >= 0) {
+			as->ars[i].err = KERR_REQUEST_TIMED_OUT;
+			snprintf(as->ars[i].msg, sizeof as->ars[i].msg, "The metadata queue is full; retry later.");
+			as->ars[i].change = -1;
 		}
+	ar_answer(r);
+}
+
+static void ar_answer(struct req *r)
+{
+	struct ar_state *as = r->api;
+	const struct sluice_meta_batch *b = sluice_proto_meta_current(r, NULL);
+	assert(as && b);
+	bool flex = r->flexible;
+	for (int32_t i = 0; i < as->n; i++) {
+		struct ar *a = &as->ars[i];
+		if (a->change < 0)
+			continue;
+		assert((uint32_t)a->change < b->change_n);
+		const struct sluice_meta_change *c = &b->changes[a->change];
+		a->err = c->error;
+		if (c->error)
+			snprintf(a->msg, sizeof a->msg, "%s", c->msg);
+	}
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, as->n);
+	for (int32_t i = 0; i < as->n; i++) {
+		const struct ar *a = &as->ars[i];
+		kwr_i16(w, a->err);
+		kwr_cstr(w, flex, a->err ? a->msg : NULL);
+		kwr_i8(w, a->type);
+		kwr_string(w, flex, a->name.ptr ? a->name.ptr : "", a->name.ptr ? a->name.len : 0);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
 }
 
 bool sluice_api_alter_configs_start(struct req *r, struct krd *rd)
@@ -1432,16 +1792,20 @@ bool sluice_api_alter_configs_start(struct req *r, struct krd *rd)
 	 * bound how many one request may name. */
 	if (rd->err || n > ALTER_CONFIGS_RESOURCES_MAX)
 		return false;
-	struct ar *ars = n > 0 ? calloc((size_t)n, sizeof *ars) : NULL;
-	if (n > 0 && !ars)
+	int32_t cnt = n > 0 ? n : 0;
+	struct ar_state *as = calloc(1, sizeof *as + (size_t)cnt * sizeof as->ars[0]);
+	if (!as)
 		return false;
-	r->api = ars;
-	/* Decode first: one allocation holds every working copy. */
-	struct sluice_topic_config *pool = n > 0 ? calloc((size_t)n * SLUICE_TOPIC_CONFIGS_MAX, sizeof *pool) : NULL;
-	if (n > 0 && !pool)
+	r->api = as;
+	as->n = n;
+	/* One allocation, kept until the batch is back, holds a change and the
+	 * working copy of the overrides for each resource. */
+	struct sluice_topic_config *pool;
+	if (!sluice_proto_meta_batch(r, (uint32_t)cnt, (size_t)cnt * SLUICE_TOPIC_CONFIGS_MAX * sizeof *pool,
+				     (void **)&pool))
 		return false;
 	for (int32_t i = 0; i < n && !rd->err; i++) {
-		struct ar *a = &ars[i];
+		struct ar *a = &as->ars[i];
 		a->type = krd_i8(rd);
 		a->name = krd_string(rd, flex);
 		a->c = pool + (size_t)i * SLUICE_TOPIC_CONFIGS_MAX;
@@ -1455,26 +1819,9 @@ bool sluice_api_alter_configs_start(struct req *r, struct krd *rd)
 	bool validate_only = krd_bool(rd);
 	if (flex)
 		krd_tags_skip(rd);
-	if (!rd->err)
-		ar_commit(r, ars, n, validate_only);
-	free(pool);
 	if (rd->err)
 		return false;
-	sluice_proto_resp_begin(r);
-	struct kwr *w = &r->out;
-	kwr_i32(w, 0);
-	kwr_array(w, flex, n);
-	for (int32_t i = 0; i < n; i++) {
-		kwr_i16(w, ars[i].err);
-		kwr_cstr(w, flex, ars[i].err ? ars[i].msg : NULL);
-		kwr_i8(w, ars[i].type);
-		kwr_string(w, flex, ars[i].name.ptr ? ars[i].name.ptr : "", ars[i].name.ptr ? ars[i].name.len : 0);
-		if (flex)
-			kwr_tags_empty(w);
-	}
-	if (flex)
-		kwr_tags_empty(w);
-	sluice_proto_resp_end(r);
+	ar_commit(r, as, validate_only);
 	return true;
 }
 
@@ -1499,12 +1846,15 @@ bool sluice_api_describe_cluster_start(struct req *r, struct krd *rd)
 		kwr_i8(w, endpoint_type);
 	kwr_cstr(w, true, cfg->cluster_id);
 	kwr_i32(w, cfg->node_id);
-	kwr_array(w, true, err ? 0 : 1);
-	if (!err) {
-		kwr_i32(w, cfg->node_id);
-		kwr_cstr(w, true, cfg->advertised_host);
-		kwr_i32(w, cfg->advertised_port);
-		kwr_cstr(w, true, NULL);
+	struct sluice_meta_broker self;
+	uint32_t n;
+	const struct sluice_meta_broker *bs = brokers_of(r, &n, &self);
+	kwr_array(w, true, err ? 0 : (int32_t)n);
+	for (uint32_t i = 0; !err && i < n; i++) {
+		kwr_i32(w, bs[i].node_id);
+		kwr_cstr(w, true, bs[i].host);
+		kwr_i32(w, bs[i].port);
+		kwr_cstr(w, true, bs[i].rack[0] ? bs[i].rack : NULL);
 		kwr_tags_empty(w);
 	}
 	kwr_i32(w, INT32_MIN);
@@ -1579,28 +1929,23 @@ static void dtp_write_topic(struct req *r, const struct sluice_topic *t, int32_t
 {
 	assert(first <= last);
 	struct kwr *w = &r->out;
-	int32_t node = r->nc->b->cfg.node_id;
 	kwr_i16(w, KERR_NONE);
 	kwr_cstr(w, true, t->name);
 	kwr_uuid(w, t->id);
 	kwr_bool(w, !strcmp(t->name, SLUICE_OFFSETS_TOPIC));
 	kwr_array(w, true, last - first);
 	for (int32_t p = first; p < last; p++) {
-		bool down = partition_offline(r, offline, t->name, p);
-		kwr_i16(w, down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
+		struct partition_view pv;
+		partition_view(r, t, p, offline, &pv);
+		kwr_i16(w, pv.down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
 		kwr_i32(w, p);
-		kwr_i32(w, down ? -1 : node);
-		kwr_i32(w, 0);
-		kwr_array(w, true, 1);
-		kwr_i32(w, node);
-		kwr_array(w, true, down ? 0 : 1);
-		if (!down)
-			kwr_i32(w, node);
+		kwr_i32(w, pv.leader);
+		kwr_i32(w, pv.leader_epoch);
+		write_nodes(w, true, pv.replicas, pv.replica_n);
+		write_nodes(w, true, pv.isr, pv.isr_n);
 		kwr_array(w, true, 0); /* EligibleLeaderReplicas */
 		kwr_array(w, true, 0); /* LastKnownElr */
-		kwr_array(w, true, down ? 1 : 0);
-		if (down)
-			kwr_i32(w, node);
+		write_nodes(w, true, pv.offline, pv.offline_n);
 		kwr_tags_empty(w);
 	}
 	kwr_i32(w, INT32_MIN);

@@ -10,26 +10,59 @@
 #include "dataplane/group.h"
 #include "dataplane/proto_internal.h"
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void sluice_api_offsets_topic_ensure(struct req *r)
+/* What ensure keeps in the batch's room: the topic's one config and
+ * whom to call once it exists. */
+struct offsets_create {
+	struct sluice_topic_config config;
+	void (*then)(struct req *r);
+};
+
+static void offsets_topic_created(struct req *r)
 {
+	struct offsets_create *oc;
+	const struct sluice_meta_batch *b = sluice_proto_meta_current(r, (void **)&oc);
+	assert(b->change_n == 1 && oc && oc->then);
+	const struct sluice_meta_change *c = &b->changes[0];
+	if (c->error && c->error != KERR_TOPIC_ALREADY_EXISTS)
+		SLOG_ERR("group", "cannot create %s: %s", SLUICE_OFFSETS_TOPIC, c->msg);
+	oc->then(r);
+}
+
+bool sluice_api_offsets_topic_ensure(struct req *r, void (*then)(struct req *r))
+{
+	assert(then && !r->done);
 	if (sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)))
-		return;
-	struct sluice_topic_spec spec = {SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC),
-					 r->nc->b->cfg.offsets_topic_partitions, -1, 1, {{"cleanup.policy", "compact"}}};
-	char msg[256];
-	int16_t e = r->nc->b->meta.ops->create_topic(r->nc->b->meta.self, &spec, false, msg, sizeof msg, NULL);
-	if (e && e != KERR_TOPIC_ALREADY_EXISTS)
-		SLOG_ERR("group", "cannot create %s: %s", SLUICE_OFFSETS_TOPIC, msg);
-	sluice_proto_snap_refresh(r);
+		return false;
+	struct offsets_create *oc;
+	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, 1, sizeof *oc, (void **)&oc);
+	if (!b)
+		return false;
+	snprintf(oc->config.key, sizeof oc->config.key, "cleanup.policy");
+	snprintf(oc->config.value, sizeof oc->config.value, "compact");
+	oc->then = then;
+	b->changes[0] = (struct sluice_meta_change){
+		.kind = SLUICE_META_CREATE_TOPIC,
+		.name = SLUICE_OFFSETS_TOPIC,
+		.name_len = strlen(SLUICE_OFFSETS_TOPIC),
+		.partitions = r->nc->b->cfg.offsets_topic_partitions,
+		.replication_factor = -1,
+		.configs = &oc->config,
+		.config_n = 1,
+	};
+	enum sluice_meta_submit_result res = sluice_proto_meta_submit(r, offsets_topic_created);
+	if (res != SLUICE_META_SUBMITTED)
+		SLOG_WARN("group", "cannot create %s now: the metadata queue is %s", SLUICE_OFFSETS_TOPIC,
+			  res == SLUICE_META_BUSY ? "full" : "refusing the batch");
+	return res == SLUICE_META_SUBMITTED;
 }
 
 static void group_op_init(struct req *r, struct partop *op, struct kstr group, const uint8_t *data, size_t len)
 {
 	assert(op->req == r && op >= r->ops && op < r->ops + r->nops);
-	sluice_api_offsets_topic_ensure(r);
 	op->kind = PARTOP_GROUP;
 	op->topic = SLUICE_OFFSETS_TOPIC;
 	op->partition = sluice_group_partition(group.ptr ? group.ptr : "", group.ptr ? (size_t)group.len : 0,
@@ -39,8 +72,7 @@ static void group_op_init(struct req *r, struct partop *op, struct kstr group, c
 	op->flex = r->flexible;
 	op->gname = group;
 	/* OffsetCommit checks its topics against the request's snapshot, held
-	 * until the request is freed. Only a one-op request gets it: a later
-	 * sluice_api_offsets_topic_ensure of a multi-group request may replace it. */
+	 * until the request is freed (a one-op request: only it gets one). */
 	op->gsnap = r->api_key == API_OFFSET_COMMIT ? sluice_proto_snap(r) : NULL;
 	op->client_id = r->client_id;
 	op->client_host = r->conn->host;

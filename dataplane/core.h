@@ -121,6 +121,7 @@ struct storecore {
 };
 
 struct sluice_transport_ops;
+struct sluice_post;
 
 /* A network core (dataplane/netcore.c): the connections a thread serves,
  * over a transport backend (dataplane/transport.h) whose state is private. */
@@ -132,6 +133,10 @@ struct netcore {
 	const struct sluice_transport_ops *tops; /* the backend, chosen by sluice.transport */
 	void *tstate; /* the backend's private state */
 	void *state;  /* the network core's (its first member: struct proto_state) */
+	/* Work other threads hand this core (dataplane/net_post.c): a
+	 * lock-free stack, here rather than in state so that a post arriving
+	 * after the core stopped never writes freed memory. */
+	struct sluice_post *posts;
 };
 
 struct broker {

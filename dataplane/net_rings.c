@@ -1,6 +1,7 @@
 /* A network core's side of the rings to the storage cores: partition ops go
  * out (kept in order on a backlog while a ring is full) and come back
- * finished, with wake-ups for parked fetches. Apart from netcore.c so that
+ * finished, with wake-ups for parked fetches; posts from other threads
+ * (net_post.c) are run with the replies. Apart from netcore.c so that
  * the tests, which answer ops with an in-memory storage double
  * (tests/unit/proto_stubs.c), can replace exactly this file; the core
  * runtime (issue 11) takes it over. */
@@ -53,7 +54,8 @@ void sluice_netcore_flush_backlog(struct netcore *nc)
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
-	bool any = false, wake = false;
+	/* Completions other threads posted (net_post.c) run with the replies. */
+	bool any = sluice_netcore_run_posts(nc), wake = false;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_msg m;
 		for (int k = 0; k < SLUICE_NET_REPLIES_PER_TURN && sluice_ring_pop(&nc->b->store[s].out[nc->id], &m);
@@ -74,7 +76,7 @@ bool sluice_netcore_drain_replies(struct netcore *nc)
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
 	struct proto_state *ps = nc->state;
-	if (ps->backlog_head)
+	if (ps->backlog_head || sluice_netcore_posts_waiting(nc))
 		return true;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_ring *r = &nc->b->store[s].out[nc->id];

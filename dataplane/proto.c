@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "dataplane/proto_internal.h"
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -125,6 +126,7 @@ void sluice_req_free(struct req *r)
 	free(r->ops);
 	free(r->frame);
 	free(r->api);
+	free(r->meta);
 	if (r->conn && !r->conn->spare && r->out.buf && r->out.cap <= RESP_SPARE_BYTES_MAX) {
 		r->conn->spare = r->out.buf;
 		r->conn->spare_cap = r->out.cap;
@@ -151,6 +153,99 @@ void sluice_proto_snap_refresh(struct req *r)
 		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
 	r->snap = NULL;
 	(void)sluice_proto_snap(r);
+}
+
+/* ---- metadata changes: submitted, completed on the network core ------------- */
+
+/* A request's metadata batch, its completion post and its changes, in one
+ * allocation owned by the request (r->meta). */
+struct proto_meta {
+	struct sluice_meta_batch batch;
+	struct sluice_post post;
+	struct req *r;
+	void (*done)(struct req *r);
+	void *extra;   /* the handler's room after the changes */
+	bool out; /* submitted, done not yet run */
+	_Alignas(max_align_t) struct sluice_meta_change changes[];
+};
+
+struct sluice_meta_batch *sluice_proto_meta_batch(struct req *r, uint32_t change_n, size_t extra_bytes, void **extra)
+{
+	struct proto_meta *pm = r->meta;
+	assert(!pm || !pm->out);
+	assert(change_n <= SLUICE_META_BATCH_CHANGES_MAX);
+	free(pm);
+	size_t changes_bytes = (size_t)change_n * sizeof pm->changes[0];
+	changes_bytes = (changes_bytes + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t);
+	pm = calloc(1, sizeof *pm + changes_bytes + extra_bytes);
+	r->meta = pm;
+	if (!pm)
+		return NULL;
+	pm->r = r;
+	pm->batch.changes = pm->changes;
+	pm->batch.change_n = change_n;
+	pm->extra = extra_bytes ? (uint8_t *)pm->changes + changes_bytes : NULL;
+	if (extra)
+		*extra = pm->extra;
+	return &pm->batch;
+}
+
+struct sluice_meta_batch *sluice_proto_meta_current(struct req *r, void **extra)
+{
+	struct proto_meta *pm = r->meta;
+	assert(pm && !pm->out);
+	if (extra)
+		*extra = pm->extra;
+	return &pm->batch;
+}
+
+/* The network core: the batch is back. The request's snapshot is renewed
+ * (it shows the batch) before its handler answers. */
+static void meta_post_run(struct netcore *nc, struct sluice_post *p)
+{
+	struct proto_meta *pm = (struct proto_meta *)((char *)p - offsetof(struct proto_meta, post));
+	struct req *r = pm->r;
+	struct proto_state *ps = nc->state;
+	assert(r->nc == nc && r->meta == pm && pm->out);
+	assert(r->pending == 1 && !r->done && ps->meta_out > 0);
+	pm->out = false;
+	r->pending = 0;
+	ps->meta_out--;
+	if (r->snap)
+		sluice_proto_snap_refresh(r);
+	pm->done(r);
+}
+
+/* The metadata writer's thread: hand the request back to its core. */
+static void meta_batch_done(struct sluice_meta_batch *b)
+{
+	struct proto_meta *pm = (struct proto_meta *)((char *)b - offsetof(struct proto_meta, batch));
+	assert(pm->out && b->arg == pm);
+	sluice_netcore_post(pm->r->nc, &pm->post);
+}
+
+enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*done)(struct req *r))
+{
+	struct proto_meta *pm = r->meta;
+	assert(pm && !pm->out && done);
+	assert(r->pending == 0 && !r->done);
+	pm->batch.done = meta_batch_done;
+	pm->batch.arg = pm;
+	pm->post.run = meta_post_run;
+	pm->done = done;
+	/* Held like ops lent to a storage core: a connection closed meanwhile
+	 * keeps the request (netcore.c drops it once done) until the batch is
+	 * back, for the writer thread still points at it. */
+	pm->out = true;
+	r->pending = 1;
+	enum sluice_meta_submit_result res = r->nc->b->meta.ops->submit(r->nc->b->meta.self, &pm->batch);
+	if (res != SLUICE_META_SUBMITTED) {
+		pm->out = false;
+		r->pending = 0;
+		return res;
+	}
+	((struct proto_state *)r->nc->state)->meta_out++;
+	return res;
 }
 
 const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16])
@@ -209,6 +304,42 @@ static struct req *req_queue(struct conn *c, uint8_t *frame, uint32_t len, int16
 	return r;
 }
 
+/* FindCoordinator and the group APIs: as in Kafka, __consumer_offsets
+ * appears when groups are first used. */
+static bool api_uses_offsets_topic(int16_t key)
+{
+	assert(key >= 0 && key < API_KEY_MAX);
+	const struct api *a = &apis[key];
+	return key == API_FIND_COORDINATOR || a->start == sluice_api_group_single_start ||
+	       a->start == sluice_api_group_multi_start || a->start == sluice_api_list_groups_start;
+}
+
+/* Start r now, after a metadata change it waited for (its body is decoded
+ * from the frame kept in the request); a decode failure closes the
+ * connection, as in sluice_proto_on_frame. A connection closed meanwhile
+ * has the request dropped unstarted. r may be freed on return. */
+static void start_deferred(struct req *r)
+{
+	assert(!r->done && r->pending == 0);
+	struct conn *c = r->conn;
+	if (!c->closing) {
+		struct krd rd;
+		krd_init(&rd, r->frame, r->frame_len);
+		rd.p = r->frame + r->body_off;
+		assert(rd.p <= rd.end);
+		if (apis[r->api_key].start(r, &rd) && !rd.err)
+			return;
+		SLOG_INFO("proto", "%s: malformed %s v%d request at byte %zu (%s); closing connection", c->peer,
+			  apis[r->api_key].name, r->api_version, krd_offset(&rd), rd.err_what ? rd.err_what : "invalid");
+		c->refused = true;
+	}
+	if (!r->done) {
+		r->done = true;
+		r->no_response = true;
+	}
+	sluice_conn_close(c);
+}
+
 bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
 {
 	struct krd rd;
@@ -239,6 +370,9 @@ bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
 	if (r->flexible)
 		krd_tags_skip(&rd);
 	r->body_off = krd_offset(&rd);
+	/* The group APIs start once __consumer_offsets exists. */
+	if (!rd.err && api_uses_offsets_topic(key) && sluice_api_offsets_topic_ensure(r, start_deferred))
+		return true;
 	if (!rd.err && apis[key].start(r, &rd) && !rd.err)
 		return true;
 	SLOG_INFO("proto", "%s: malformed %s v%d request at byte %zu (%s); closing connection", c->peer,

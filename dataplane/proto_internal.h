@@ -45,8 +45,9 @@ enum sluice_api_key {
 
 /* ---- handlers (the api table's entries) ------------------------------------------
  * start decodes the body with the bounds-checked reader and either answers
- * at once (resp_begin ... resp_end) or lends ops to storage cores
- * (sluice_proto_dispatch); false (or a latched reader error) closes the
+ * at once (resp_begin ... resp_end), lends ops to storage cores
+ * (sluice_proto_dispatch) or submits a metadata batch
+ * (sluice_proto_meta_submit); false (or a latched reader error) closes the
  * connection. finish encodes the answer once every op is back. */
 
 /* api_records.c */
@@ -80,8 +81,12 @@ void sluice_api_group_multi_finish(struct req *r);
 bool sluice_api_list_groups_start(struct req *r, struct krd *rd);
 void sluice_api_list_groups_finish(struct req *r);
 /* As in Kafka, __consumer_offsets appears when groups are first used
- * (FindCoordinator, or any group request). */
-void sluice_api_offsets_topic_ensure(struct req *r);
+ * (FindCoordinator, or any group request: proto.c asks before starting
+ * them). Returns true when the topic is being created: then runs on the
+ * network core once it is (or could not be); false when it exists, or
+ * cannot be created now (the request starts at once and its group ops find
+ * the coordinator unavailable, which clients retry). */
+bool sluice_api_offsets_topic_ensure(struct req *r, void (*then)(struct req *r));
 
 /* ---- proto.c: responses, snapshot, ops ------------------------------------------- */
 
@@ -97,6 +102,22 @@ void sluice_proto_resp_end(struct req *r);
 struct sluice_meta_snapshot *sluice_proto_snap(struct req *r);
 void sluice_proto_snap_refresh(struct req *r);
 const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16]);
+
+/* Metadata changes (control/meta.h's asynchronous interface). A handler
+ * gets a batch of change_n zeroed changes, with extra_bytes of zeroed room
+ * after them (*extra) for what the changes point at, all owned by r and
+ * freed with it (NULL when out of memory; a batch r had before is freed).
+ * It fills the changes and submits: the request is then held (pending,
+ * like ops lent to a storage core, so that a connection closed meanwhile
+ * does not free it under the metadata writer) until the batch is durable
+ * and published; done then runs on r's network core, with r's snapshot
+ * renewed to one that shows the batch, and answers. Any result but
+ * SLUICE_META_SUBMITTED means nothing happened and done will not run: the
+ * handler answers at once (BUSY with a retriable error). */
+struct sluice_meta_batch *sluice_proto_meta_batch(struct req *r, uint32_t change_n, size_t extra_bytes, void **extra);
+enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*done)(struct req *r));
+/* r's batch (not out), with its results once done runs; *extra as given. */
+struct sluice_meta_batch *sluice_proto_meta_current(struct req *r, void **extra);
 
 /* n zeroed ops owned by r, each pointing back at r (NULL when n <= 0 or out
  * of memory; r->nops says how many there are). */

@@ -6,12 +6,15 @@
 #include "common/kafka/batch.h"
 #include "control/meta.h"
 #include "dataplane/group.h"
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct broker B;
 static bool broker_open;
+static bool meta_held; /* stub_meta_hold */
 
 /* ---- broker ------------------------------------------------------------------- */
 
@@ -49,6 +52,7 @@ struct broker *stub_broker_open(const char *dir, const char *const *extra)
 		fprintf(stderr, "stub broker: metadata: %s\n", err);
 		return NULL;
 	}
+	sluice_meta_local_set_node(&B.meta, &B.cfg); /* as main.c does */
 	if (sluice_netcore_init_with(&B.net[0], &sluice_transport_test) < 0) {
 		fprintf(stderr, "stub broker: network core\n");
 		return NULL;
@@ -62,6 +66,8 @@ void stub_broker_close(void)
 {
 	if (!broker_open)
 		return;
+	meta_held = false;
+	stub_meta_wait(); /* no batch may complete into a core being freed */
 	sluice_meta_local_close(&B.meta);
 	sluice_netcore_fini(&B.net[0]);
 	stub_store_reset();
@@ -88,6 +94,8 @@ void stub_conn_free(struct conn *c)
 {
 	if (!c)
 		return;
+	if (!meta_held)
+		stub_meta_wait();
 	/* Parked fetches answer now (expired). */
 	for (int guard = 0; stub_parked() && guard < 1000; guard++)
 		stub_retry_parked(true);
@@ -103,7 +111,51 @@ bool stub_frame(struct conn *c, const void *bytes, size_t len)
 	tt_feed(c->tconn, size, sizeof size);
 	tt_feed(c->tconn, bytes, len);
 	tt_pump(&B.net[0], STUB_PUMP_TURNS_MAX);
+	if (!meta_held)
+		stub_meta_wait();
 	return !c->refused;
+}
+
+/* ---- metadata completions ----------------------------------------------------------- */
+
+/* The metadata writer is the real one (its own thread): a request whose
+ * batch is out is answered once the writer posts it back to the core and
+ * the core runs its posts. Waiting is what a sleeping core does: the
+ * sleeping flag, a last look, then the eventfd the post writes. */
+void stub_meta_hold(bool hold) { meta_held = hold; }
+
+int stub_meta_out(void)
+{
+	const struct proto_state *ps = B.net[0].state;
+	return ps ? ps->meta_out : 0;
+}
+
+void stub_meta_wait(void)
+{
+	struct netcore *nc = &B.net[0];
+	for (int guard = 0; stub_meta_out() > 0 && guard < STUB_META_WAITS_MAX; guard++) {
+		__atomic_store_n(&nc->sleeping, 1, __ATOMIC_SEQ_CST);
+		if (!sluice_netcore_posts_waiting(nc)) {
+			struct pollfd pfd = {.fd = nc->efd, .events = POLLIN};
+			if (poll(&pfd, 1, STUB_META_WAIT_MS) > 0) {
+				uint64_t v;
+				ssize_t n = read(nc->efd, &v, sizeof v);
+				(void)n;
+			}
+		}
+		__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
+		tt_pump(nc, STUB_PUMP_TURNS_MAX);
+	}
+}
+
+/* core.h's wake, as main.c defines it for the broker. */
+void sluice_core_wake(int *sleeping, int efd)
+{
+	if (__atomic_load_n(sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(sleeping, 0, __ATOMIC_SEQ_CST)) {
+		uint64_t one = 1;
+		ssize_t w = write(efd, &one, sizeof one);
+		(void)w;
+	}
 }
 
 bool stub_take_response(struct conn *c, uint8_t **buf, size_t *len)
@@ -374,10 +426,10 @@ void stub_store_hold(bool hold) { store_held = hold; }
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
-	(void)nc;
+	bool any = !meta_held && sluice_netcore_run_posts(nc); /* as net_rings.c does */
 	if (store_held)
-		return false;
-	bool any = queue_head < queue_len;
+		return any;
+	any |= queue_head < queue_len;
 	stub_drain();
 	return any;
 }
@@ -386,8 +438,7 @@ void sluice_netcore_flush_backlog(struct netcore *nc) { (void)nc; }
 
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
-	(void)nc;
-	return !store_held && queue_head < queue_len;
+	return (!meta_held && sluice_netcore_posts_waiting(nc)) || (!store_held && queue_head < queue_len);
 }
 
 void stub_retry_parked(bool expire)

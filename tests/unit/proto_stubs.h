@@ -12,6 +12,9 @@
  *     offsets assigned, reads of whole batches, list offsets, deletes) that
  *     then calls sluice_proto_on_partop, as a storage core handing the op
  *     back would;
+ *   - the metadata backend is the real local one, writer thread included:
+ *     its completions come back through the core's posts (net_post.c),
+ *     which the replaced sluice_netcore_drain_replies runs;
  *   - sluice_group_partition (group.c is not linked: group ops get no
  *     answer, which the handlers treat as a coordinator failure).
  * A broker with the default configuration (sluice_config_defaults +
@@ -61,6 +64,18 @@ void stub_drain(void);
 /* Retry parked fetches now (expire: as if their deadline had passed). */
 void stub_retry_parked(bool expire);
 int stub_parked(void);
+
+/* Metadata: the real local backend with its writer thread. stub_frame
+ * (and stub_conn_free) wait until every batch out is back and answered,
+ * unless held: then the core leaves the writer's completions posted and
+ * unrun (as a busy core would), and the test may look at a request whose
+ * batch is out; it releases the hold and waits itself (stub_meta_wait). */
+#define STUB_META_WAIT_MS 100    /* one sleep on the core's eventfd */
+#define STUB_META_WAITS_MAX 600  /* a minute in all, then give up */
+void stub_meta_hold(bool hold);
+void stub_meta_wait(void);
+/* Requests whose metadata batch is out. */
+int stub_meta_out(void);
 
 /* Fake storage. */
 void stub_store_reset(void);

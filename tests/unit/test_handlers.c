@@ -133,6 +133,8 @@ static bool flex_of(int16_t key, int16_t v)
 	case 20: return v >= 4;
 	case 22: return v >= 2;
 	case 32: return v >= 4;
+	case 33: return v >= 2;
+	case 37: return v >= 2;
 	default: cr_assert_fail("no flex table entry for key %d", key); return false;
 	}
 }
@@ -2528,4 +2530,168 @@ Test(produce, max_timestamp_rewritten, .init = setup, .fini = teardown)
 	cr_expect_eq(o.t[0].p[0].err, 87, "BaseOffset 1234: %d", o.t[0].p[0].err);
 	free(b);
 	kwr_free(&w);
+}
+
+/* ---- metadata changes answered on completion ------------------------------------------------ */
+
+/* Wait (at most 5 s) until the metadata writer has posted a completion to
+ * the network core, which the held stub leaves unrun. */
+static void wait_posted(void)
+{
+	for (int i = 0; i < 5000 && !sluice_netcore_posts_waiting(stub_netcore()); i++)
+		usleep(1000);
+	cr_assert(sluice_netcore_posts_waiting(stub_netcore()), "the metadata writer never completed the batch");
+}
+
+static void create_topics_send(int16_t v, const char *name, int32_t partitions)
+{
+	struct rq q;
+	rq_start(&q, 19, v);
+	rq_arr(&q, 1);
+	rq_str(&q, name);
+	kwr_i32(&q.w, partitions);
+	kwr_i16(&q.w, -1);
+	rq_arr(&q, 0);
+	rq_arr(&q, 0);
+	rq_tags(&q);
+	kwr_i32(&q.w, 60000);
+	kwr_bool(&q.w, false);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+}
+
+/* Proves CreateTopics is answered only once its metadata batch has come
+ * back to the network core: with the core not running the writer's
+ * completion, the topic is already durable and published but no response
+ * has been sent and the request is still queued; once the core runs the
+ * completion, the answer (error 0, the partition count) follows. */
+Test(meta_async, create_topics_answered_after_completion, .init = setup, .fini = teardown)
+{
+	stub_meta_hold(true);
+	create_topics_send(5, "late", 3);
+	wait_posted();
+	cr_expect(topic_id("late", NULL, NULL), "published before done is called");
+	cr_expect_eq(stub_meta_out(), 1);
+	cr_expect_eq(stub_queued(C), 1);
+	uint8_t *buf;
+	size_t len;
+	cr_assert_not(stub_take_response(C, &buf, &len), "answered before the completion ran");
+	stub_meta_hold(false);
+	stub_meta_wait();
+	cr_expect_eq(stub_meta_out(), 0);
+	struct rs s;
+	rs_take(&s, 19, 5, corr_next - 1);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_assert_eq(rs_arr(&s, false), 1);
+	char name[16];
+	rs_str(&s, name, sizeof name, false);
+	cr_expect_str_eq(name, "late");
+	cr_expect_eq(krd_i16(&s.r), 0);
+	(void)rs_str(&s, NULL, 0, true);
+	cr_expect_eq(krd_i32(&s.r), 3);
+	cr_expect_eq(krd_i16(&s.r), 1);
+	cr_expect_eq(rs_arr(&s, true), 0);
+	rs_tags(&s);
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+/* Proves a connection closed while its CreateTopics batch is out is kept
+ * (with the request) until the batch comes back, then freed: the metadata
+ * writer never completes into freed memory (run it under
+ * -Db_sanitize=address,undefined), and the topic is created all the same. */
+Test(meta_async, connection_closed_while_batch_out, .init = setup, .fini = teardown)
+{
+	stub_meta_hold(true);
+	create_topics_send(2, "orphaned", 2);
+	reconnect(); /* the peer goes away; C is a new connection */
+	cr_expect_eq(sluice_netcore_conns(stub_netcore()), 2, "the closed connection waits for its batch");
+	wait_posted();
+	stub_meta_hold(false);
+	stub_meta_wait();
+	cr_expect_eq(stub_meta_out(), 0);
+	cr_expect_eq(sluice_netcore_conns(stub_netcore()), 1, "freed once the batch was back");
+	int32_t parts = 0;
+	cr_expect(topic_id("orphaned", NULL, &parts));
+	cr_expect_eq(parts, 2);
+}
+
+/* A metadata backend whose queue is always full. */
+static enum sluice_meta_submit_result submit_busy(void *self, struct sluice_meta_batch *batch)
+{
+	(void)self;
+	(void)batch;
+	return SLUICE_META_BUSY;
+}
+
+/* Proves a full metadata queue (SUBMIT answers BUSY) is answered at once
+ * with errors clients retry by themselves: CreateTopics and CreatePartitions
+ * THROTTLING_QUOTA_EXCEEDED (89) per topic, AlterConfigs REQUEST_TIMED_OUT
+ * (7) per resource, InitProducerId COORDINATOR_LOAD_IN_PROGRESS (14); and
+ * nothing was created. */
+Test(meta_async, busy_queue_gives_retriable_errors, .init = setup, .fini = teardown)
+{
+	create_topic("grown", 1);
+	struct sluice_meta_ops busy = *BR->meta.ops;
+	busy.submit = submit_busy;
+	const struct sluice_meta_ops *real = BR->meta.ops;
+	BR->meta.ops = &busy;
+
+	struct ct_req t = {"refused", 2, -1, 0, 0, 0, {NULL}, {NULL}};
+	struct ct_res o;
+	cr_assert_eq(create_topics_roundtrip(5, &t, 1, false, &o, NULL), 1);
+	cr_expect_eq(o.err, 89, "CreateTopics: %d", o.err);
+	cr_expect_not(o.msg_null);
+
+	struct rq q;
+	rq_start(&q, 37, 2); /* CreatePartitions v2: flexible */
+	rq_arr(&q, 1);
+	rq_str(&q, "grown");
+	kwr_i32(&q.w, 4);
+	rq_arr(&q, -1);
+	rq_tags(&q);
+	kwr_i32(&q.w, 60000);
+	kwr_bool(&q.w, false);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 37, 2, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_assert_eq(rs_arr(&s, false), 1);
+	(void)rs_str(&s, NULL, 0, false);
+	cr_expect_eq(krd_i16(&s.r), 89, "CreatePartitions");
+	(void)rs_str(&s, NULL, 0, true);
+	rs_tags(&s);
+	rs_tags(&s);
+	rs_end(&s);
+
+	rq_start(&q, 33, 0); /* AlterConfigs v0 */
+	rq_arr(&q, 1);
+	kwr_i8(&q.w, 2);
+	rq_str(&q, "grown");
+	rq_arr(&q, 1);
+	rq_str(&q, "retention.ms");
+	rq_str(&q, "1000");
+	kwr_bool(&q.w, false);
+	cr_assert(rq_send(&q));
+	rs_take(&s, 33, 0, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_assert_eq(rs_arr(&s, false), 1);
+	cr_expect_eq(krd_i16(&s.r), 7, "AlterConfigs");
+	(void)rs_str(&s, NULL, 0, true);
+	cr_expect_eq(krd_i8(&s.r), 2);
+	(void)rs_str(&s, NULL, 0, false);
+	rs_end(&s);
+
+	int16_t err, epoch;
+	int64_t pid;
+	init_pid_roundtrip(4, NULL, -1, -1, &err, &pid, &epoch);
+	cr_expect_eq(err, 14, "InitProducerId: %d", err);
+	cr_expect_eq(pid, -1);
+
+	BR->meta.ops = real;
+	cr_expect_not(topic_id("refused", NULL, NULL));
+	int32_t parts = 0;
+	cr_expect(topic_id("grown", NULL, &parts));
+	cr_expect_eq(parts, 1);
 }
