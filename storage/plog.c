@@ -464,6 +464,74 @@ static void scan_misfit(const uint8_t *buf, size_t avail, const struct sluice_ba
 	}
 }
 
+/* How scan_buffer stopped walking the batches in its buffer. */
+enum scan_chunk {
+	CHUNK_DONE,   /* every byte of the buffer was whole batches */
+	CHUNK_REFILL, /* a batch whole on disk runs past the buffer: read again from it */
+	CHUNK_GROW,   /* the same at the buffer's start: a larger buffer is needed */
+	CHUNK_STOP,   /* a batch that does not fit the segment (res says why) */
+};
+
+/* What a scan walks: the segment's offset bounds and the file's size. */
+struct scan_bounds {
+	int64_t hi;        /* the next segment's base offset (INT64_MAX: none) */
+	int64_t file_size;
+	bool check_crc;
+};
+
+/* Forget what a segment's indexes and offsets said before a scan. */
+static void seg_scan_reset(struct segment *s)
+{
+	s->idx_n = s->tidx_n = 0;
+	s->bytes_since_index = 0;
+	s->max_ts = -1;
+	s->first_ts = -1;
+	s->max_ts_offset = -1;
+	s->next_offset = s->base_offset;
+}
+
+/* Walk the batches of buf[0, got), read at file position pos, noting each
+ * in s; *off ends at the first byte not consumed, *expect at the offset the
+ * next batch must start at or after. CHUNK_GROW sets *need to the buffer
+ * size the batch at pos takes. */
+static enum scan_chunk scan_buffer(struct sluice_plog *l, struct segment *s, const uint8_t *buf, size_t got,
+				   int64_t pos, const struct scan_bounds *sb, int64_t *expect,
+				   struct sluice_plog_recovery *rec, struct scan_result *res, size_t *off, size_t *need)
+{
+	*off = 0;
+	while (*off < got) {
+		struct sluice_batch b;
+		memset(&b, 0, sizeof b);
+		int64_t at = pos + (int64_t)*off;
+		enum sluice_batch_result r = sb->check_crc ? sluice_batch_check_crc(buf + *off, got - *off, &b)
+							   : sluice_batch_parse(buf + *off, got - *off, &b);
+		if (r == SLUICE_BATCH_SHORT && at + 17 <= sb->file_size && b.length > 0 &&
+		    at + b.length + 12 <= sb->file_size) {
+			/* The batch is whole on disk but not in the buffer: refill
+			 * from its start, growing the buffer when it is larger. */
+			*need = (size_t)b.length + 12;
+			return *off == 0 ? CHUNK_GROW : CHUNK_REFILL;
+		}
+		if (r != SLUICE_BATCH_OK || !batch_offsets_sane(&b)) {
+			res->stop = SCAN_INVALID;
+			res->why = r == SLUICE_BATCH_OK ? "impossible offsets" : sluice_batch_result_name(r);
+			return CHUNK_STOP;
+		}
+		if (b.base_offset < *expect || b.base_offset + b.last_offset_delta >= sb->hi) {
+			scan_misfit(buf + *off, got - *off, &b, at, *expect, sb->hi, res);
+			return CHUNK_STOP;
+		}
+		seg_note_batch(l, s, &b, at);
+		assert(s->next_offset > *expect && s->next_offset <= sb->hi);
+		*expect = s->next_offset;
+		if (rec)
+			rec->batches_scanned++;
+		*off += (size_t)sluice_batch_total_bytes(&b);
+	}
+	assert(*off == got);
+	return CHUNK_DONE;
+}
+
 /* Scan one segment from position 0, rebuilding its indexes. Batches must
  * lie in [lo, hi) (lo: the segment's base offset, hi: the next segment's,
  * INT64_MAX for the last) and follow one another in offset order. Stops at
@@ -473,6 +541,7 @@ static int64_t seg_scan_range(struct sluice_plog *l, struct segment *s, int fd, 
 			      struct sluice_plog_recovery *rec, struct scan_result *res)
 {
 	struct stat st;
+	assert(lo >= s->base_offset);
 	memset(res, 0, sizeof *res);
 	if (fstat(fd, &st) < 0)
 		return -1;
@@ -480,73 +549,40 @@ static int64_t seg_scan_range(struct sluice_plog *l, struct segment *s, int fd, 
 	uint8_t *buf = malloc(cap);
 	if (!buf)
 		return -1;
-	int64_t pos = 0, file_size = st.st_size, expect = lo;
-	s->idx_n = s->tidx_n = 0;
-	s->bytes_since_index = 0;
-	s->max_ts = -1;
-	s->first_ts = -1;
-	s->max_ts_offset = -1;
-	s->next_offset = s->base_offset;
+	const struct scan_bounds sb = {.hi = hi, .file_size = st.st_size, .check_crc = check_crc};
+	int64_t pos = 0, expect = lo;
+	seg_scan_reset(s);
 	bool io_error = false;
-	while (pos < file_size) {
-		size_t want = (size_t)(file_size - pos < (int64_t)cap ? file_size - pos : (int64_t)cap);
+	while (pos < sb.file_size) {
+		size_t want = (size_t)(sb.file_size - pos < (int64_t)cap ? sb.file_size - pos : (int64_t)cap);
 		ssize_t got = pread(fd, buf, want, pos);
 		if (got < 0)
 			io_error = true;
 		if (got <= 0)
 			break;
-		size_t off = 0;
-		bool stop = false, grow = false;
-		while (off < (size_t)got) {
-			struct sluice_batch b;
-			memset(&b, 0, sizeof b);
-			enum sluice_batch_result r = check_crc ? sluice_batch_check_crc(buf + off, (size_t)got - off, &b)
-							       : sluice_batch_parse(buf + off, (size_t)got - off, &b);
-			if (r == SLUICE_BATCH_SHORT && pos + (int64_t)off + 17 <= file_size && b.length > 0 &&
-			    pos + (int64_t)off + b.length + 12 <= file_size) {
-				/* The batch is whole on disk but not in the buffer: refill
-				 * from its start, growing the buffer when it is larger. */
-				if (off == 0) {
-					size_t need = (size_t)b.length + 12;
-					uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
-					if (!nb) {
-						io_error = true;
-						errno = ENOMEM;
-						stop = true;
-						break;
-					}
-					buf = nb;
-					cap = need;
-					grow = true;
-				}
-				break;
-			}
-			if (r != SLUICE_BATCH_OK || !batch_offsets_sane(&b)) {
-				res->stop = SCAN_INVALID;
-				res->why = r == SLUICE_BATCH_OK ? "impossible offsets" : sluice_batch_result_name(r);
-				stop = true;
-				break;
-			}
-			if (b.base_offset < expect || b.base_offset + b.last_offset_delta >= hi) {
-				scan_misfit(buf + off, (size_t)got - off, &b, pos + (int64_t)off, expect, hi, res);
-				stop = true;
-				break;
-			}
-			seg_note_batch(l, s, &b, pos + (int64_t)off);
-			expect = s->next_offset;
-			if (rec)
-				rec->batches_scanned++;
-			off += (size_t)sluice_batch_total_bytes(&b);
-		}
+		size_t off = 0, need = 0;
+		enum scan_chunk c = scan_buffer(l, s, buf, (size_t)got, pos, &sb, &expect, rec, res, &off, &need);
 		pos += (int64_t)off;
-		if (stop || (off == 0 && !grow))
+		if (c == CHUNK_GROW) {
+			uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
+			if (!nb) {
+				io_error = true;
+				errno = ENOMEM;
+				break;
+			}
+			buf = nb;
+			cap = need;
+			continue;
+		}
+		if (c == CHUNK_STOP || off == 0)
 			break;
 	}
 	free(buf);
+	assert(pos <= sb.file_size);
 	s->size = pos;
 	if (io_error)
 		return -1;
-	if (pos < file_size && res->stop == SCAN_END) {
+	if (pos < sb.file_size && res->stop == SCAN_END) {
 		res->stop = SCAN_INVALID; /* a batch cut short by the end of the file */
 		res->why = "a batch cut short";
 	}
@@ -1046,6 +1082,59 @@ static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, 
 	return bad;
 }
 
+/* Open segment s for reading, and check it is a regular file: its
+ * descriptor with *st filled, or -1 with err and errno saying why. */
+static int seg_open_regular(struct sluice_plog *l, struct segment *s, struct stat *st, char *err, size_t errlen)
+{
+	int fd = seg_fd_read(l, s);
+	if (fd < 0 || fstat(fd, st) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open segment %020" PRId64 ".log: %s", s->base_offset, strerror(e));
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		snprintf(err, errlen, "segment %020" PRId64 ".log is %s, not a file; nothing was changed on disk",
+			 s->base_offset, S_ISDIR(st->st_mode) ? "a directory" : "not a regular file");
+		errno = EUCLEAN;
+		return -1;
+	}
+	return fd;
+}
+
+/* Segment i's scan found a good batch outside its offsets (SCAN_MISPLACED
+ * or SCAN_OVERLAP at byte valid): the partition is unusable. Name the file
+ * that does not belong, when one does not: a stray file shows first as a
+ * neighbour running into it. */
+static int report_misfit(const struct sluice_plog *l, const int64_t *bases, uint32_t nbase, uint32_t i,
+			 const struct scan_result *res, int64_t valid, char *err, size_t errlen)
+{
+	assert(i < nbase);
+	assert(res->stop == SCAN_MISPLACED || res->stop == SCAN_OVERLAP);
+	bool last = i + 1 == nbase;
+	int64_t hi = last ? INT64_MAX : bases[i + 1];
+	for (uint32_t k = 0; k < nbase; k++)
+		if (seg_misnamed(l, bases[k], k + 1 < nbase ? bases[k + 1] : INT64_MAX, err, errlen)) {
+			errno = EUCLEAN;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+	char next[32] = "the log end";
+	if (!last)
+		snprintf(next, sizeof next, "%" PRId64, hi);
+	if (res->stop == SCAN_MISPLACED)
+		snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
+			 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next "
+			 "segment file allow: a stray or misnamed segment file; nothing was changed on disk",
+			 bases[i], res->base, res->last, bases[i], next);
+	else
+		snprintf(err, errlen, "segment files %020" PRId64 ".log and %020" PRId64 ".log overlap: the "
+			 "first holds a batch of offsets %" PRId64 " to %" PRId64 " at byte %lld, but the "
+			 "second is named for offset %" PRId64 "; nothing was changed on disk",
+			 bases[i], hi, res->base, res->last, (long long)valid, hi);
+	errno = EUCLEAN;
+	return SLUICE_PLOG_OPEN_UNUSABLE;
+}
+
 /* Load the segments in base-offset order. Each one's batches must lie
  * between its own base offset and the next segment's. Closed segments
  * below the recovery point are trusted when their index agrees with the
@@ -1059,6 +1148,7 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 			    struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < nbase; i++) {
+		assert(i == 0 || bases[i] >= bases[i - 1]);
 		if (create_segment(l, bases[i]) < 0) {
 			snprintf(err, errlen, "out of memory");
 			errno = ENOMEM;
@@ -1067,20 +1157,10 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 		struct segment *s = active(l);
 		bool last = i + 1 == nbase;
 		int64_t hi = last ? INT64_MAX : bases[i + 1];
-		int fd = seg_fd_read(l, s);
 		struct stat st;
-		if (fd < 0 || fstat(fd, &st) < 0) {
-			int e = errno;
-			snprintf(err, errlen, "cannot open segment %020" PRId64 ".log: %s", bases[i], strerror(e));
-			errno = e;
+		int fd = seg_open_regular(l, s, &st, err, errlen);
+		if (fd < 0)
 			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
-		if (!S_ISREG(st.st_mode)) {
-			snprintf(err, errlen, "segment %020" PRId64 ".log is %s, not a file; nothing was changed on disk",
-				 bases[i], S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
-			errno = EUCLEAN;
-			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
 		bool need_crc = !clean && (bases[i] >= l->recovery_point || last || bases[i + 1] > l->recovery_point);
 		/* a trusted closed segment: offset index from disk; lookups by
 		 * time scan its batch headers (see sluice_plog_offset_for_time) */
@@ -1096,32 +1176,11 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 			errno = e;
 			return SLUICE_PLOG_OPEN_UNUSABLE;
 		}
+		assert(valid == s->size && valid <= st.st_size);
 		if (valid == st.st_size && (!last || s->next_offset >= l->recovery_point))
 			continue;
-		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP) {
-			/* Name the file that does not belong, when one does not: a
-			 * stray file shows first as a neighbour running into it. */
-			for (uint32_t k = 0; k < nbase; k++)
-				if (seg_misnamed(l, bases[k], k + 1 < nbase ? bases[k + 1] : INT64_MAX, err, errlen)) {
-					errno = EUCLEAN;
-					return SLUICE_PLOG_OPEN_UNUSABLE;
-				}
-			char next[32] = "the log end";
-			if (!last)
-				snprintf(next, sizeof next, "%" PRId64, hi);
-			if (res.stop == SCAN_MISPLACED)
-				snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
-					 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next "
-					 "segment file allow: a stray or misnamed segment file; nothing was changed on disk",
-					 bases[i], res.base, res.last, bases[i], next);
-			else
-				snprintf(err, errlen, "segment files %020" PRId64 ".log and %020" PRId64 ".log overlap: the "
-					 "first holds a batch of offsets %" PRId64 " to %" PRId64 " at byte %lld, but the "
-					 "second is named for offset %" PRId64 "; nothing was changed on disk",
-					 bases[i], hi, res.base, res.last, (long long)valid, hi);
-			errno = EUCLEAN;
-			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
+		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP)
+			return report_misfit(l, bases, nbase, i, &res, valid, err, errlen);
 		if (!last) {
 			seg_mark_damaged(l, s, st.st_size, hi, &res, rec);
 			continue;
@@ -1133,12 +1192,11 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 	return 0;
 }
 
-int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
-		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
-		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
+/* Create the partition directory unless it exists, making a new one's
+ * entry durable. Returns 0, or SLUICE_PLOG_OPEN_IO with err filled. */
+static int dir_create(const char *dir, char *err, size_t errlen)
 {
 	if (mkdir(dir, 0755) == 0) {
-		/* A new partition directory: make its entry durable. */
 		char parent[PATH_BYTES];
 		snprintf(parent, sizeof parent, "%s", dir);
 		char *slash = strrchr(parent, '/');
@@ -1154,15 +1212,24 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
 		return SLUICE_PLOG_OPEN_IO;
 	}
+	return 0;
+}
+
+/* A log with no segment yet: its configuration (extent size rounded to
+ * whole blocks), its pool (a private one without cfg->pool), no file open.
+ * NULL with err filled when out of memory or the path is too long. */
+static struct sluice_plog *plog_new(const char *dir, const struct sluice_plog_cfg *cfg,
+				    const struct sluice_plog_hooks *hooks, char *err, size_t errlen)
+{
 	struct sluice_plog *l = calloc(1, sizeof *l);
 	if (!l) {
 		snprintf(err, errlen, "out of memory");
-		return -1;
+		return NULL;
 	}
 	if (strlen(dir) >= sizeof l->dir) {
 		snprintf(err, errlen, "partition directory path too long: %s", dir);
 		free(l);
-		return -1;
+		return NULL;
 	}
 	snprintf(l->dir, sizeof l->dir, "%s", dir);
 	l->cfg = *cfg;
@@ -1178,39 +1245,77 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		if (!l->pool) {
 			snprintf(err, errlen, "out of memory");
 			free(l);
-			return -1;
+			return NULL;
 		}
 	}
 	l->ext_bytes = (int64_t)sluice_pool_extent_bytes(l->pool);
+	assert(l->ext_bytes >= SLUICE_PLOG_BLOCK && l->ext_bytes % SLUICE_PLOG_BLOCK == 0);
 	l->hooks = *hooks;
 	l->fd_write = -1;
 	l->fd_slot = -1;
 	l->recovery_point = read_recovery_point(dir);
+	return l;
+}
+
+/* The log start offset persisted by sluice_plog_delete_records, when it
+ * lies within the log's segments. */
+static void read_log_start(struct sluice_plog *l)
+{
+	char p[PATH_BYTES];
+	snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
+	FILE *f = fopen(p, "r");
+	long long v;
+	if (f && fscanf(f, "%lld", &v) == 1 && v > l->log_start && v <= l->leo)
+		l->log_start = v;
+	if (f)
+		fclose(f);
+}
+
+/* Finish interrupted swaps, drop a stopped compaction's files, and load
+ * every segment in the directory (recover_segments). Returns 0, or
+ * SLUICE_PLOG_OPEN_UNUSABLE with err and errno saying why. */
+static int plog_recover(struct sluice_plog *l, bool clean, struct sluice_plog_recovery *rec, char *err,
+			size_t errlen)
+{
 	int64_t *bases = NULL;
 	uint32_t nbase = 0;
-	swaps_recover(dir);
-	remove_stray_cleaned(dir);
-	if (list_segments(dir, &bases, &nbase) < 0) {
+	swaps_recover(l->dir);
+	remove_stray_cleaned(l->dir);
+	if (list_segments(l->dir, &bases, &nbase) < 0) {
 		int e = errno;
-		snprintf(err, errlen, "list %s: %s", dir, e == E2BIG ? "more than SLUICE_PLOG_SEGMENTS_MAX segment files" : strerror(e));
-		sluice_plog_close(l);
+		snprintf(err, errlen, "list %s: %s", l->dir,
+			 e == E2BIG ? "more than SLUICE_PLOG_SEGMENTS_MAX segment files" : strerror(e));
 		errno = e;
 		return SLUICE_PLOG_OPEN_UNUSABLE;
 	}
-	struct sluice_plog_recovery dummy;
-	if (!rec)
-		rec = &dummy;
+	assert(nbase <= SLUICE_PLOG_SEGMENTS_MAX);
 	memset(rec, 0, sizeof *rec);
 	rec->crc_checked = !clean;
 	int rc = recover_segments(l, bases, nbase, clean, rec, err, errlen);
+	int e = errno;
+	free(bases);
+	errno = e;
+	return rc;
+}
+
+int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
+		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
+		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
+{
+	int rc = dir_create(dir, err, errlen);
+	if (rc < 0)
+		return rc;
+	struct sluice_plog *l = plog_new(dir, cfg, hooks, err, errlen);
+	if (!l)
+		return -1;
+	struct sluice_plog_recovery dummy;
+	rc = plog_recover(l, clean, rec ? rec : &dummy, err, errlen);
 	if (rc < 0) {
 		int e = errno;
-		free(bases);
 		sluice_plog_close(l);
 		errno = e;
 		return rc;
 	}
-	free(bases);
 	if (l->seg_n == 0 && create_segment(l, 0) < 0) {
 		snprintf(err, errlen, "out of memory");
 		sluice_plog_close(l);
@@ -1218,22 +1323,15 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	}
 	l->log_start = l->segs[0].base_offset;
 	l->leo = l->written_end = active(l)->next_offset;
-	{
-		char p[PATH_BYTES];
-		snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
-		FILE *f = fopen(p, "r");
-		long long v;
-		if (f && fscanf(f, "%lld", &v) == 1 && v > l->log_start && v <= l->leo)
-			l->log_start = v;
-		if (f)
-			fclose(f);
-	}
+	read_log_start(l);
+	assert(l->log_start <= l->written_end && l->written_end <= l->leo);
 	if (open_active(l, err, errlen) < 0) {
 		int e = errno;
 		sluice_plog_close(l);
 		errno = e;
 		return e == EMFILE || e == ENFILE || e == ENOMEM ? SLUICE_PLOG_OPEN_UNUSABLE : SLUICE_PLOG_OPEN_IO;
 	}
+	assert(l->seg_n >= 1 && l->seg_n <= SLUICE_PLOG_SEGMENTS_MAX);
 	l->opened = true;
 	l->modified |= !clean;
 	*out = l;
@@ -2110,11 +2208,81 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 	return sluice_plog_read_below(l, offset, l->written_end, max_bytes, min_one, out);
 }
 
+/* The length of the whole batches leading buf[0, want), read at segment
+ * position pos (limit: the end of its readable bytes), stopping before the
+ * first whose base offset is at or past end when cut. When the first batch
+ * alone is longer than want, *first_len is its length; *malformed when
+ * the first bytes are not a batch header at all. */
+static size_t whole_batches(const uint8_t *buf, size_t want, int64_t pos, int64_t limit, bool cut, int64_t end,
+			    int64_t *first_len, bool *malformed)
+{
+	size_t n = 0;
+	*first_len = 0;
+	*malformed = false;
+	while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
+		int64_t len = (int64_t)(int32_t)kbe32(buf + n + SLUICE_BATCH_OFF_LENGTH) + 12;
+		if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit) {
+			*malformed = n == 0;
+			break;
+		}
+		if (cut && (int64_t)kbe64(buf + n) >= end)
+			break;
+		if (n + (size_t)len > want) {
+			if (n == 0)
+				*first_len = len;
+			break;
+		}
+		n += (size_t)len;
+	}
+	assert(n <= want);
+	return n;
+}
+
+/* Never serve a batch whose CRC fails (a disk that rotted after a clean
+ * shutdown, which recovery does not rescan): the length of the good
+ * batches leading buf[0, n), read from segment si at pos; the damage past
+ * them is reported. The CRC leaves BaseOffset out: from disk, batches must
+ * also lie in this segment's offsets, in order, or they are not served. */
+static size_t crc_checked_prefix(const struct sluice_plog *l, uint32_t si, const uint8_t *buf, size_t n, int64_t pos)
+{
+	const struct segment *s = &l->segs[si];
+	size_t good = 0;
+	int64_t expect = s->base_offset, seg_hi = si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo;
+	while (good < n) {
+		struct sluice_batch b;
+		if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK || !batch_offsets_sane(&b) ||
+		    b.base_offset < expect || b.base_offset + b.last_offset_delta >= seg_hi) {
+			SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
+				 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
+			break;
+		}
+		expect = b.base_offset + b.last_offset_delta + 1;
+		good += (size_t)sluice_batch_total_bytes(&b);
+	}
+	assert(good <= n);
+	return good;
+}
+
+/* buf holds want bytes of segment s read at pos: grow it to len and read
+ * the rest. NULL (buf freed) when memory or the read fails. */
+static uint8_t *read_rest(struct sluice_plog *l, struct segment *s, uint8_t *buf, int64_t pos, size_t want, size_t len,
+			  bool *verified)
+{
+	assert(len > want);
+	uint8_t *nb = realloc(buf, len);
+	if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, len - want, nb + want, true, verified) < 0) {
+		free(nb ? nb : buf);
+		return NULL;
+	}
+	return nb;
+}
+
 int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t end, int32_t max_bytes, bool min_one,
 			       uint8_t **out)
 {
 	*out = NULL;
 	assert(end <= l->written_end);
+	assert(l->log_start <= l->written_end && l->written_end <= l->leo);
 	if (offset < l->log_start || offset > l->leo)
 		return -1;
 	if (offset >= end)
@@ -2145,36 +2313,20 @@ int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t en
 		uint8_t *buf = malloc(want);
 		if (!buf)
 			return -2;
-		bool verified = false, verified2 = true;
+		bool verified = false, verified2 = true, malformed;
 		if (seg_read_bytes_ex(l, s, pos, want, buf, true, &verified) < 0) {
 			free(buf);
 			return -2;
 		}
-		size_t n = 0;
-		bool malformed = false; /* the first batch is not one: damage, CORRUPT_MESSAGE */
-		while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
-			int64_t len = (int64_t)(int32_t)kbe32(buf + n + SLUICE_BATCH_OFF_LENGTH) + 12;
-			if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit) {
-				malformed = n == 0;
-				break;
-			}
-			if (cut && (int64_t)kbe64(buf + n) >= end)
-				break;
-			if (n + (size_t)len > want) {
-				if (n == 0 && min_one) {
-					/* The first batch is larger than max_bytes: whole, as Kafka does. */
-					uint8_t *nb = realloc(buf, (size_t)len);
-					if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, (size_t)len - want, nb + want,
-								     true, &verified2) < 0) {
-						free(nb ? nb : buf);
-						return -2;
-					}
-					buf = nb;
-					n = (size_t)len;
-				}
-				break;
-			}
-			n += (size_t)len;
+		int64_t first_len;
+		size_t n = whole_batches(buf, want, pos, limit, cut, end, &first_len, &malformed);
+		if (n == 0 && first_len > 0 && min_one) {
+			/* The first batch is larger than max_bytes: whole, as Kafka does. */
+			assert(first_len > (int64_t)want && pos + first_len <= limit);
+			buf = read_rest(l, s, buf, pos, want, (size_t)first_len, &verified2);
+			if (!buf)
+				return -2;
+			n = (size_t)first_len;
 		}
 		if (n == 0) {
 			free(buf);
@@ -2183,25 +2335,9 @@ int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t en
 					 l->dir, s->base_offset, (long long)pos);
 			return malformed ? -3 : 0;
 		}
-		/* Never serve a batch whose CRC fails (a disk that rotted after a
-		 * clean shutdown, which recovery does not rescan): serve what comes
-		 * before it, and report the damage. Bytes that never left memory
-		 * since their produce (which checked every CRC) need no check. */
-		/* The CRC leaves BaseOffset out: from disk, batches must also lie
-		 * in this segment's offsets, in order, or they are not served. */
-		size_t good = verified && verified2 ? n : 0;
-		int64_t expect = s->base_offset, seg_hi = si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo;
-		while (good < n) {
-			struct sluice_batch b;
-			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK || !batch_offsets_sane(&b) ||
-			    b.base_offset < expect || b.base_offset + b.last_offset_delta >= seg_hi) {
-				SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
-					 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
-				break;
-			}
-			expect = b.base_offset + b.last_offset_delta + 1;
-			good += (size_t)sluice_batch_total_bytes(&b);
-		}
+		/* Bytes that never left memory since their produce (which checked
+		 * every CRC) need no check. */
+		size_t good = verified && verified2 ? n : crc_checked_prefix(l, si, buf, n, pos);
 		if (good == 0) {
 			free(buf);
 			return -3;
@@ -3183,54 +3319,57 @@ static uint64_t closed_signature(const struct sluice_plog *l)
 	return h;
 }
 
-struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
-							 const struct sluice_plog_clean_policy *pol)
+/* What a pass may clean: the closed segments up to the first holding a
+ * record newer than min.compaction.lag.ms (those stay as written a while
+ * longer) or damaged. Returns their number; *total is their bytes, *dirty
+ * those not cleaned yet, *overdue whether dirty data is older than
+ * max.compaction.lag.ms. */
+static uint32_t clean_eligible(const struct sluice_plog *l, int64_t now_ms, const struct sluice_plog_clean_policy *pol,
+			       int64_t *total, int64_t *dirty, bool *overdue)
 {
-	int64_t min_lag_ms = pol->min_lag_ms, delete_retention_ms = pol->delete_retention_ms;
-	int64_t budget_bytes = pol->budget_bytes;
-	bool overdue = false; /* dirty data older than max.compaction.lag.ms */
-	if (l->failed || l->seg_n < 2)
-		return NULL;
-	/* Eligible: the closed segments up to the first holding a record newer
-	 * than min.compaction.lag.ms (those stay as written a while longer). */
 	uint32_t eligible = 0;
-	int64_t total = 0, dirty = 0;
+	*total = *dirty = 0;
+	*overdue = false;
 	while (eligible + 1 < l->seg_n) {
 		const struct segment *sg = &l->segs[eligible];
-		if (min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < min_lag_ms)
+		if (pol->min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < pol->min_lag_ms)
 			break;
 		if (sg->damaged)
 			break; /* its damaged bytes stay as recovery found them, and so does what follows */
-		total += sg->size;
+		*total += sg->size;
 		if (sg->base_offset >= l->compact_clean_end) {
 			int64_t oldest = sg->first_ts >= 0 ? sg->first_ts : sg->max_ts;
-			dirty += sg->size;
-			overdue |= pol->max_lag_ms > 0 && oldest >= 0 && now_ms - oldest > pol->max_lag_ms;
+			*dirty += sg->size;
+			*overdue |= pol->max_lag_ms > 0 && oldest >= 0 && now_ms - oldest > pol->max_lag_ms;
 		}
 		eligible++;
 	}
-	if (eligible == 0)
-		return NULL;
-	/* A pass is due when the previous one changed something or stopped at
-	 * its byte limit, or a kept tombstone expires; otherwise only when
-	 * segments closed or went since, and the part not cleaned yet is at
-	 * least min.cleanable.dirty.ratio of the eligible log (as in Kafka). */
-	bool due = now_ms >= l->compact_due_ms || l->compact_next_base != 0;
-	if (!due && (closed_signature(l) == l->compact_sig ||
-		     ((double)dirty < pol->min_dirty_ratio * (double)total && !overdue)))
-		return NULL;
-	/* From where the last pass stopped, the eligible segments that fit the
-	 * budget (at least one). Keys superseded only in later segments are
-	 * kept this pass. */
-	uint32_t first = 0;
-	while (first < eligible && l->segs[first].base_offset < l->compact_next_base)
-		first++;
-	if (first >= eligible)
-		first = 0;
+	assert(eligible < l->seg_n && *dirty <= *total);
+	return eligible;
+}
+
+/* From where the last pass stopped (compact_next_base), the eligible
+ * segments that fit budget_bytes (at least one): *first and the count.
+ * Keys superseded only in later segments are kept this pass. */
+static uint32_t clean_pick(const struct sluice_plog *l, uint32_t eligible, int64_t budget_bytes, uint32_t *first)
+{
+	uint32_t f = 0;
+	while (f < eligible && l->segs[f].base_offset < l->compact_next_base)
+		f++;
+	if (f >= eligible)
+		f = 0;
 	uint32_t n = 0;
 	int64_t bytes = 0;
-	while (first + n < eligible && (n == 0 || bytes + l->segs[first + n].size <= budget_bytes))
-		bytes += l->segs[first + n++].size;
+	while (f + n < eligible && (n == 0 || bytes + l->segs[f + n].size <= budget_bytes))
+		bytes += l->segs[f + n++].size;
+	assert(n >= 1 && f + n <= eligible);
+	*first = f;
+	return n;
+}
+
+/* A job for n segments, its arrays allocated and zeroed; NULL when out of memory. */
+static struct sluice_plog_clean_job *clean_job_new(uint32_t n)
+{
 	struct sluice_plog_clean_job *j = calloc(1, sizeof *j);
 	if (!j)
 		return NULL;
@@ -3243,9 +3382,14 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		sluice_plog_clean_discard(j);
 		return NULL;
 	}
-	/* Groups: consecutive segments whose sizes add up to at most
-	 * segment.bytes, and whose offsets fit the index's 32-bit relative
-	 * offsets. */
+	return j;
+}
+
+/* Groups: consecutive segments (n from first) whose sizes add up to at
+ * most segment.bytes, and whose offsets fit the index's 32-bit relative
+ * offsets, at most SWAP_GROUP_MAX each. */
+static void clean_plan_groups(const struct sluice_plog *l, struct sluice_plog_clean_job *j, uint32_t first, uint32_t n)
+{
 	int64_t gbytes = 0, gbase = 0;
 	uint32_t gcount = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -3261,6 +3405,13 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		gcount++;
 	}
 	j->group_start[j->ngroups] = n;
+	assert(j->ngroups >= 1 && j->ngroups <= n && j->group_start[0] == 0);
+}
+
+/* The shadow log naming segments [first, first + n) of l, no pool, and
+ * empty results. */
+static void clean_shadow_fill(const struct sluice_plog *l, struct sluice_plog_clean_job *j, uint32_t first, uint32_t n)
+{
 	memcpy(j->shadow.dir, l->dir, sizeof j->shadow.dir);
 	j->shadow.cfg = l->cfg;
 	j->shadow.cfg.pool = NULL;
@@ -3272,13 +3423,42 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		d->fd_read = d->fd_direct = -1;
 		j->result[i].fd_read = j->result[i].fd_direct = -1;
 		j->result[i].base_offset = -1;
+		assert(i == 0 || d->base_offset >= d[-1].base_offset);
 	}
 	j->shadow.seg_n = n;
+}
+
+struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
+							 const struct sluice_plog_clean_policy *pol)
+{
+	if (l->failed || l->seg_n < 2)
+		return NULL;
+	int64_t total, dirty;
+	bool overdue; /* dirty data older than max.compaction.lag.ms */
+	uint32_t eligible = clean_eligible(l, now_ms, pol, &total, &dirty, &overdue);
+	if (eligible == 0)
+		return NULL;
+	/* A pass is due when the previous one changed something or stopped at
+	 * its byte limit, or a kept tombstone expires; otherwise only when
+	 * segments closed or went since, and the part not cleaned yet is at
+	 * least min.cleanable.dirty.ratio of the eligible log (as in Kafka). */
+	bool due = now_ms >= l->compact_due_ms || l->compact_next_base != 0;
+	if (!due && (closed_signature(l) == l->compact_sig ||
+		     ((double)dirty < pol->min_dirty_ratio * (double)total && !overdue)))
+		return NULL;
+	uint32_t first;
+	uint32_t n = clean_pick(l, eligible, pol->budget_bytes, &first);
+	struct sluice_plog_clean_job *j = clean_job_new(n);
+	if (!j)
+		return NULL;
+	clean_plan_groups(l, j, first, n);
+	clean_shadow_fill(l, j, first, n);
 	j->now_ms = now_ms;
-	j->delete_retention_ms = delete_retention_ms;
+	j->delete_retention_ms = pol->delete_retention_ms;
 	j->tombstone_due_ms = INT64_MAX;
 	j->next_base = first + n < eligible ? l->segs[first + n].base_offset : 0;
 	j->end_base = l->segs[first + n].base_offset; /* the first segment after the pass */
+	assert(j->end_base > j->shadow.segs[n - 1].base_offset);
 	return j;
 }
 
