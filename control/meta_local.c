@@ -50,6 +50,14 @@ _Static_assert(RECORD_BYTES_MAX > 40 + SLUICE_TOPIC_NAME_MAX +
 #define JOURNAL_SLACK_BYTES (1u << 20)
 #define NAME_SET_MIN 1024u
 _Static_assert((NAME_SET_MIN & (NAME_SET_MIN - 1)) == 0, "power of two");
+_Static_assert((uint64_t)SLUICE_TOPICS_MAX * 4 + 4 <= UINT32_MAX, "the name set, at most half full, has uint32_t slots");
+_Static_assert(RECORD_BYTES_MAX <= UINT32_MAX && RECORD_HEADER_BYTES == 2 * sizeof(uint32_t),
+	       "a record's length fits its u32 header field");
+/* A "deleted <name> <partitions> <id>" line. */
+#define DELETED_LINE_BYTES 400
+_Static_assert(sizeof "deleted " + SLUICE_TOPIC_NAME_MAX + sizeof " -2147483648 " + 32 <= DELETED_LINE_BYTES &&
+		       DELETED_LINE_BYTES <= RECORD_BYTES_MAX,
+	       "a deleted line fits its buffer and one record");
 #define SNAPSHOT_MAGIC "# sluice topic metadata v"
 #define SNAPSHOT_HEADER                                                                                              \
 	"# sluice topic metadata v2: topic <name> <partitions> <id> [key=value ...] | deleted <name> <partitions> " \
@@ -105,6 +113,18 @@ struct meta_local {
 _Static_assert(SLUICE_META_QUEUE_CHANGES_MAX <= UINT32_MAX / 2, "q_changes holds the queue and one batch more");
 
 #define PRODUCER_ID_BLOCK 1000
+_Static_assert(PRODUCER_ID_BLOCK > 0, "a block holds ids");
+
+static size_t record_at(const char *buf, size_t len, size_t pos);
+
+/* Staging runs with the writer lock held (by the writer thread, or by the
+ * thread between batch_begin and batch_commit), or at open before anything
+ * else can see m. A trylock on a held default mutex answers EBUSY; on a
+ * free one it takes it, and the assertion this feeds fails. */
+static bool staging_locked(struct meta_local *m)
+{
+	return m->replaying || pthread_mutex_trylock(&m->lock) == EBUSY;
+}
 
 static int cmp_name(const char *a, size_t alen, const char *b)
 {
@@ -150,7 +170,11 @@ static void topic_copy_out(struct sluice_topic *out, const struct sluice_topic *
 
 static void topic_unref(struct sluice_topic *t)
 {
-	if (t && __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	if (!t)
+		return;
+	int refs = __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
+	assert(refs >= 0); /* one release per reference */
+	if (refs == 0)
 		free(t);
 }
 
@@ -167,7 +191,8 @@ static struct sluice_meta_snapshot *ml_acquire(void *self)
 	struct meta_local *m = self;
 	pthread_mutex_lock(&m->pub_lock);
 	struct sluice_meta_snapshot *s = m->current;
-	__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	int refs = __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	assert(refs >= 2); /* current's own reference and this one */
 	pthread_mutex_unlock(&m->pub_lock);
 	return s;
 }
@@ -175,7 +200,11 @@ static struct sluice_meta_snapshot *ml_acquire(void *self)
 static void ml_release(void *self, struct sluice_meta_snapshot *s)
 {
 	(void)self;
-	if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	if (!s)
+		return;
+	int refs = __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	assert(refs >= 0); /* one release per acquire */
+	if (refs == 0)
 		snap_free(s);
 }
 
@@ -189,9 +218,11 @@ static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot
 		free(s);
 		return NULL;
 	}
+	assert(__atomic_load_n(&cur->refs, __ATOMIC_ACQUIRE) >= 1);
 	for (uint32_t i = 0; i < cur->topic_n; i++) {
 		s->topics[i] = cur->topics[i];
-		__atomic_add_fetch(&s->topics[i]->refs, 1, __ATOMIC_ACQ_REL);
+		int refs = __atomic_add_fetch(&s->topics[i]->refs, 1, __ATOMIC_ACQ_REL);
+		assert(refs >= 2); /* cur's and the clone's */
 	}
 	s->topic_n = cur->topic_n;
 	s->broker_n = cur->broker_n;
@@ -203,6 +234,7 @@ static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot
 
 static void publish(struct meta_local *m, struct sluice_meta_snapshot *s)
 {
+	assert(s->refs == 1 && s->version > m->current->version); /* the writer's, handed to current */
 	pthread_mutex_lock(&m->pub_lock);
 	struct sluice_meta_snapshot *old = m->current;
 	m->current = s;
@@ -239,6 +271,8 @@ static bool fold_eq(const char *a, size_t alen, const char *b)
  * slot where it would go. */
 static uint32_t names_slot(const struct meta_local *m, const char *name, size_t len)
 {
+	/* A power of two, never full: the probe ends. */
+	assert((m->names_cap & (m->names_cap - 1)) == 0 && m->names_n < m->names_cap);
 	uint32_t mask = m->names_cap - 1;
 	uint32_t i = fold_hash(name, len) & mask;
 	while (m->names[i] && !fold_eq(name, len, m->names[i]->name))
@@ -265,6 +299,7 @@ static int names_insert(struct meta_local *m, struct sluice_topic *t)
 	assert(!m->names[s]);
 	m->names[s] = t;
 	m->names_n++;
+	assert(m->names_n * 2 <= m->names_cap);
 	return 0;
 }
 
@@ -295,6 +330,7 @@ static int names_rebuild(struct meta_local *m, const struct sluice_meta_snapshot
 	m->names_n = 0;
 	for (uint32_t i = 0; i < s->topic_n; i++)
 		(void)names_insert(m, s->topics[i]); /* cannot grow: cap holds them */
+	assert(m->names_n == s->topic_n && m->names_cap == cap);
 	return 0;
 }
 
@@ -320,6 +356,7 @@ static int tomb_add(struct meta_local *m, const char *name, const uint8_t id[16]
 		m->tombs = nt;
 		m->tomb_cap = cap;
 	}
+	assert(strlen(name) < sizeof m->tombs[0].name && m->tomb_n < m->tomb_cap);
 	struct sluice_meta_tombstone *t = &m->tombs[m->tomb_n++];
 	snprintf(t->name, sizeof t->name, "%s", name);
 	memcpy(t->id, id, 16);
@@ -393,7 +430,9 @@ static size_t fmt_deleted(char *buf, size_t cap, const char *name, int32_t parti
 {
 	char hex[33];
 	hex16(id, hex);
-	return (size_t)snprintf(buf, cap, "deleted %s %d %s", name, partitions, hex);
+	int n = snprintf(buf, cap, "deleted %s %d %s", name, partitions, hex);
+	assert(n > 0 && (size_t)n < cap);
+	return (size_t)n;
 }
 
 /* Appends one framed record to the batch's journal buffer. */
@@ -422,6 +461,8 @@ static void jrec_add(struct meta_local *m, const char *payload, size_t len)
 	}
 	memcpy(h + RECORD_HEADER_BYTES, payload, len);
 	m->jlen += RECORD_HEADER_BYTES + len;
+	/* The record reads back as open will read it. */
+	assert(record_at(m->jbuf, m->jlen, m->jlen - RECORD_HEADER_BYTES - len) == RECORD_HEADER_BYTES + len);
 }
 
 static void jrec_topic(struct meta_local *m, const struct sluice_topic *t)
@@ -455,6 +496,7 @@ static void stage_reset(struct meta_local *m)
 /* The batch's private copy of the topic array, made at its first change. */
 static int stage_work(struct meta_local *m)
 {
+	assert(staging_locked(m));
 	if (!m->work && !(m->work = snap_clone(m->current)))
 		return -1;
 	if (!m->dead && !(m->dead = calloc(m->work->topic_n + 1, 1)))
@@ -512,9 +554,11 @@ static int stage_add(struct meta_local *m, struct sluice_topic *t)
 	if (names_insert(m, t) < 0)
 		return -1;
 	topic_place(m, t);
+	assert(t->refs == 1 && m->added_n < m->added_cap);
 	t->stage_index = m->added_n;
 	m->added[m->added_n++] = t;
 	m->added_live++;
+	assert(m->added_live <= m->added_n);
 	m->changed = true;
 	jrec_topic(m, t);
 	return 0;
@@ -548,7 +592,7 @@ static int stage_remove(struct meta_local *m, struct sluice_topic *t, uint32_t s
 {
 	if (stage_work(m) < 0 || tomb_add(m, t->name, t->id, t->partitions) < 0)
 		return -1;
-	char buf[400];
+	char buf[DELETED_LINE_BYTES];
 	jrec_add(m, buf, fmt_deleted(buf, sizeof buf, t->name, t->partitions, t->id));
 	names_remove(m, slot);
 	if (is_added(m, t)) {
@@ -561,6 +605,7 @@ static int stage_remove(struct meta_local *m, struct sluice_topic *t, uint32_t s
 		m->dead[i] = 1;
 		m->dead_n++;
 	}
+	assert(m->dead_n <= m->work->topic_n && live_count(m) == m->work->topic_n - m->dead_n + m->added_live);
 	m->changed = true;
 	return 0;
 }
@@ -618,6 +663,7 @@ static void stage_discard(struct meta_local *m)
 		snap_free(m->work);
 	for (uint32_t i = 0; i < m->added_n; i++)
 		topic_unref(m->added[i]);
+	assert(m->tomb_n >= m->tomb_n_at_begin); /* a batch only adds tombstones */
 	m->tomb_n = m->tomb_n_at_begin;
 	if (m->changed && names_rebuild(m, m->current) < 0)
 		SLOG_ERR("meta", "out of memory rebuilding the topic name index");
@@ -658,6 +704,7 @@ static int write_all(int fd, const char *p, size_t n)
 static int compact(struct meta_local *m, const struct sluice_meta_snapshot *s)
 {
 	uint64_t gen = m->generation + 1;
+	assert(staging_locked(m) && s->topic_n <= SLUICE_TOPICS_MAX);
 	char tmp[1300];
 	snprintf(tmp, sizeof tmp, "%s.tmp", m->path);
 	FILE *f = fopen(tmp, "w");
@@ -696,6 +743,7 @@ static int compact(struct meta_local *m, const struct sluice_meta_snapshot *s)
 		rec[4 + i] = (char)(crc >> (8 * i));
 	}
 	memcpy(rec + RECORD_HEADER_BYTES, hdr, hl);
+	assert(hl < sizeof hdr && record_at(rec, RECORD_HEADER_BYTES + hl, 0) == RECORD_HEADER_BYTES + hl);
 	int fd = open(jtmp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 	if (fd < 0 || write_all(fd, rec, RECORD_HEADER_BYTES + hl) < 0 || fdatasync(fd) < 0 || rename(jtmp, m->jpath) < 0) {
 		SLOG_WARN("meta", "cannot start %s: %s; the next change rewrites %s again", m->jpath, strerror(errno), m->path);
@@ -713,6 +761,7 @@ static int compact(struct meta_local *m, const struct sluice_meta_snapshot *s)
  * append is cut off again so that later records never follow garbage. */
 static int journal_append(struct meta_local *m)
 {
+	assert(m->jfd >= 0 && m->jlen > 0 && !m->oom);
 	if (write_all(m->jfd, m->jbuf, m->jlen) == 0 && fdatasync(m->jfd) == 0) {
 		m->jbytes += m->jlen;
 		m->stats.journal_appends++;
@@ -730,6 +779,7 @@ static int journal_append(struct meta_local *m)
 /* Persist and publish the staged batch; on failure nothing of it happened. */
 static int16_t stage_commit(struct meta_local *m, char *msg, size_t msglen)
 {
+	assert(staging_locked(m) && !m->replaying);
 	if (!m->changed) {
 		stage_discard(m);
 		return 0;
@@ -755,6 +805,7 @@ static int16_t stage_commit(struct meta_local *m, char *msg, size_t msglen)
 	}
 	publish(m, s);
 	stage_reset(m);
+	assert(m->current == s && !m->work);
 	return 0;
 }
 
@@ -959,6 +1010,7 @@ static int16_t stage_modify(struct meta_local *m, struct sluice_meta_change *c, 
  * any id in them is used, so a restart never repeats one. */
 static int64_t pid_allocate(struct meta_local *m)
 {
+	assert(staging_locked(m) && m->pid_next <= m->pid_block_end);
 	if (m->pid_next >= m->pid_block_end) {
 		int64_t end = m->pid_block_end + PRODUCER_ID_BLOCK;
 		char tmp[1200];
@@ -983,7 +1035,7 @@ static int64_t pid_allocate(struct meta_local *m)
  * since a discarded batch restores the tombstone count. */
 static void forget_now(struct meta_local *m, const uint8_t id[16])
 {
-	assert(!m->changed);
+	assert(!m->changed && staging_locked(m));
 	if (!tomb_find(m, id))
 		return;
 	tomb_drop(m, id);
@@ -1039,6 +1091,7 @@ static bool change_staged(const struct sluice_meta_change *c)
 static void writer_commit(struct meta_local *m, struct sluice_meta_batch *group)
 {
 	pthread_mutex_lock(&m->lock);
+	assert(!m->work && !m->changed && !in_batch(m));
 	stage_reset(m);
 	for (struct sluice_meta_batch *b = group; b; b = b->next)
 		for (uint32_t i = 0; i < b->change_n; i++) {
@@ -1086,6 +1139,7 @@ static struct sluice_meta_batch *writer_take(struct meta_local *m, uint32_t *cha
 	if (!m->q_head)
 		m->q_tail = NULL;
 	last->next = NULL;
+	assert(n <= SLUICE_META_BATCH_CHANGES_MAX && n <= m->q_changes);
 	*change_n = n;
 	return first;
 }
@@ -1263,6 +1317,7 @@ static void ml_batch_begin(void *self)
 	struct meta_local *m = self;
 	assert(!in_batch(m));
 	pthread_mutex_lock(&m->lock);
+	assert(!m->work && !m->changed);
 	stage_reset(m);
 	__atomic_store_n(&m->owner, pthread_self(), __ATOMIC_RELEASE);
 }
@@ -1345,6 +1400,7 @@ static struct sluice_topic *parse_topic(char *line, char *err, size_t errlen)
 		dst[n] = '\0';
 		t->config_n++;
 	}
+	assert(t->config_n <= SLUICE_TOPIC_CONFIGS_MAX && t->partitions >= 1);
 	sluice_topic_limits_parse(&t->limits, t->configs, t->config_n);
 	struct sluice_topic *trimmed = realloc(t, topic_size(t->config_n));
 	return trimmed ? trimmed : t;
@@ -1356,6 +1412,7 @@ static struct sluice_topic *parse_topic(char *line, char *err, size_t errlen)
  * "forget <id>" drops a tombstone. */
 static int apply_line(struct meta_local *m, char *line, char *err, size_t errlen)
 {
+	assert(m->replaying); /* open only: nothing else sees m yet */
 	if (!strncmp(line, "topic ", 6)) {
 		struct sluice_topic *t = parse_topic(line, err, errlen);
 		if (!t)
@@ -1500,6 +1557,7 @@ static uint32_t le32(const uint8_t *p)
 /* The length of the valid record at buf[pos..len), or 0 (torn or damaged). */
 static size_t record_at(const char *buf, size_t len, size_t pos)
 {
+	assert(pos <= len);
 	if (len - pos < RECORD_HEADER_BYTES)
 		return 0;
 	uint32_t n = le32((const uint8_t *)buf + pos), crc = le32((const uint8_t *)buf + pos + 4);
@@ -1507,6 +1565,7 @@ static size_t record_at(const char *buf, size_t len, size_t pos)
 		return 0;
 	if (sluice_crc32c(0, buf + pos + RECORD_HEADER_BYTES, n) != crc)
 		return 0;
+	assert(RECORD_HEADER_BYTES + n <= len - pos);
 	return RECORD_HEADER_BYTES + n;
 }
 
@@ -1562,6 +1621,7 @@ static int load_journal(struct meta_local *m, char *err, size_t errlen)
 		pos += r;
 		records++;
 	}
+	assert(pos <= len && m->replaying);
 	free(buf);
 	int fd = open(m->jpath, O_WRONLY | O_APPEND | O_CLOEXEC);
 	if (fd < 0 || (pos < len && (ftruncate(fd, (off_t)pos) < 0 || fdatasync(fd) < 0))) {
@@ -1632,6 +1692,7 @@ int sluice_meta_local_open(struct sluice_meta *out, const char *dir, int32_t def
 		return -1;
 	}
 	if (loaded) {
+		assert(loaded->refs == 1 && loaded->topic_n == live_count(m));
 		loaded->version = 1;
 		snap_free(s);
 		m->current = loaded;
@@ -1656,6 +1717,7 @@ void sluice_meta_local_close(struct sluice_meta *mm)
 	if (!m)
 		return;
 	writer_stop(m);
+	assert(!m->work && !in_batch(m)); /* no batch left staged */
 	pthread_mutex_destroy(&m->q_lock);
 	pthread_cond_destroy(&m->q_cond);
 	pthread_cond_destroy(&m->q_space);

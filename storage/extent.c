@@ -12,6 +12,13 @@
 
 #define POOL_BUCKETS_MIN 64u
 #define POOL_BUCKETS_MAX (1u << 20)
+#define POOL_SLOTS_MAX (1u << 24) /* budgeted buffers, whatever the budget */
+_Static_assert((POOL_BUCKETS_MIN & (POOL_BUCKETS_MIN - 1)) == 0 && (POOL_BUCKETS_MAX & (POOL_BUCKETS_MAX - 1)) == 0 &&
+		       POOL_BUCKETS_MIN <= POOL_BUCKETS_MAX,
+	       "bucket counts are powers of two: the key is masked");
+_Static_assert(POOL_SLOTS_MAX <= INT32_MAX && SLUICE_POOL_REGISTERED_MAX <= POOL_SLOTS_MAX,
+	       "a slot index fits an extent's int32_t slot, and registered buffers are budgeted slots");
+_Static_assert(SLUICE_POOL_FILES_MAX <= INT32_MAX, "a fixed-file slot fits the int32_t free list");
 
 struct sluice_pool {
 	size_t extent_bytes;
@@ -41,7 +48,7 @@ struct sluice_pool *sluice_pool_new(size_t extent_bytes, size_t budget_bytes, st
 		return NULL;
 	p->extent_bytes = extent_bytes;
 	size_t n = budget_bytes / extent_bytes;
-	p->slots_max = n < 1 ? 1 : n > (1u << 24) ? (1u << 24) : (uint32_t)n;
+	p->slots_max = n < 1 ? 1 : n > POOL_SLOTS_MAX ? POOL_SLOTS_MAX : (uint32_t)n;
 	uint32_t buckets = POOL_BUCKETS_MIN;
 	while (buckets < 2 * p->slots_max && buckets < POOL_BUCKETS_MAX)
 		buckets <<= 1;
@@ -80,6 +87,8 @@ struct sluice_pool *sluice_pool_new(size_t extent_bytes, size_t budget_bytes, st
 			p->file_free_n = nfiles;
 		}
 	}
+	assert(p->slots_max >= 1 && p->slots_max <= POOL_SLOTS_MAX && (p->bucket_mask & (p->bucket_mask + 1)) == 0);
+	assert(p->registered_max <= p->slots_max && p->file_free_n <= p->files_max);
 	return p;
 }
 
@@ -95,6 +104,7 @@ void sluice_pool_destroy(struct sluice_pool *p)
 		return;
 	if (p->buckets)
 		sluice_cache_forget(p, NULL, -1);
+	assert(!p->lru_head && p->stats.bytes_cached == 0 && p->free_n <= p->slots_n);
 	if (p->ring && p->registered_max)
 		(void)io_uring_unregister_buffers(p->ring);
 	if (p->ring && p->files_registered)
@@ -123,6 +133,8 @@ static uint32_t key_bucket(const struct sluice_pool *p, const void *owner, int64
 
 static void lru_unlink(struct sluice_pool *p, struct sluice_extent *e)
 {
+	assert(e->lru_prev || p->lru_head == e);
+	assert(e->lru_next || p->lru_tail == e);
 	if (e->lru_prev)
 		e->lru_prev->lru_next = e->lru_next;
 	else
@@ -136,6 +148,7 @@ static void lru_unlink(struct sluice_pool *p, struct sluice_extent *e)
 
 static void lru_push_head(struct sluice_pool *p, struct sluice_extent *e)
 {
+	assert(!e->lru_prev && !e->lru_next && p->lru_head != e);
 	e->lru_prev = NULL;
 	e->lru_next = p->lru_head;
 	if (p->lru_head)
@@ -143,12 +156,13 @@ static void lru_push_head(struct sluice_pool *p, struct sluice_extent *e)
 	else
 		p->lru_tail = e;
 	p->lru_head = e;
+	assert(p->lru_tail && !p->lru_tail->lru_next);
 }
 
 /* Take e out of the index and the LRU list and drop the cache's reference. */
 static void cache_remove(struct sluice_pool *p, struct sluice_extent *e)
 {
-	assert(e->cached);
+	assert(e->cached && e->refs >= 1 && p->stats.bytes_cached >= p->extent_bytes);
 	struct sluice_extent **pp = &p->buckets[key_bucket(p, e->owner, e->seg_base, e->file_off)];
 	while (*pp != e)
 		pp = &(*pp)->hnext;
@@ -187,12 +201,14 @@ static struct sluice_extent *slot_alloc(struct sluice_pool *p)
 		p->unbudgeted_live++;
 		p->stats.unbudgeted++;
 	}
+	assert(p->slots_n <= p->slots_max && (e->slot < 0 || p->slots[e->slot] == e));
 	return e;
 }
 
 struct sluice_extent *sluice_pool_get(struct sluice_pool *p)
 {
 	struct sluice_extent *e = NULL;
+	assert(p->free_n <= p->slots_n && p->slots_n <= p->slots_max);
 	if (p->free_n)
 		e = p->free_stack[--p->free_n];
 	else if (p->slots_n < p->slots_max)
@@ -254,6 +270,7 @@ void sluice_pool_trim(struct sluice_pool *p)
 	struct sluice_extent *c = p->lru_tail;
 	while (c && p->unbudgeted_live > 0) {
 		struct sluice_extent *prev = c->lru_prev;
+		assert(c->cached && c->refs >= 1); /* the LRU list holds cached extents only */
 		if (c->slot < 0 && c->refs == 1) {
 			cache_remove(p, c);
 			p->stats.evictions++;
@@ -264,6 +281,7 @@ void sluice_pool_trim(struct sluice_pool *p)
 
 void sluice_pool_get_stats(const struct sluice_pool *p, struct sluice_pool_stats *out)
 {
+	assert(p->file_free_n <= p->files_max);
 	*out = p->stats;
 	out->bytes_allocated += (size_t)p->unbudgeted_live * p->extent_bytes;
 	out->files_in_use = p->files_registered ? p->files_max - p->file_free_n : 0;
@@ -289,6 +307,7 @@ struct sluice_extent *sluice_cache_lookup(struct sluice_pool *p, const void *own
 {
 	for (struct sluice_extent *e = p->buckets[key_bucket(p, owner, seg_base, file_off)]; e; e = e->hnext)
 		if (e->owner == owner && e->seg_base == seg_base && e->file_off == file_off) {
+			assert(e->cached && e->refs >= 1);
 			if (p->lru_head != e) {
 				lru_unlink(p, e);
 				lru_push_head(p, e);
@@ -312,6 +331,7 @@ void sluice_cache_insert(struct sluice_pool *p, struct sluice_extent *e)
 	e->cached = true;
 	sluice_extent_ref(e);
 	p->stats.bytes_cached += p->extent_bytes;
+	assert(p->lru_head == e && e->refs >= 2); /* the caller's reference and the cache's */
 }
 
 void sluice_cache_forget(struct sluice_pool *p, const void *owner, int64_t seg_base)
@@ -323,6 +343,7 @@ void sluice_cache_forget(struct sluice_pool *p, const void *owner, int64_t seg_b
 			cache_remove(p, c);
 		c = next;
 	}
+	assert(owner || (!p->lru_head && !p->lru_tail && p->stats.bytes_cached == 0));
 }
 
 int sluice_pool_file_register(struct sluice_pool *p, int fd)
@@ -330,6 +351,7 @@ int sluice_pool_file_register(struct sluice_pool *p, int fd)
 	if (!p->files_registered || p->file_free_n == 0)
 		return -1;
 	int32_t slot = p->file_free[p->file_free_n - 1];
+	assert(slot >= 0 && (uint32_t)slot < p->files_max && p->file_free_n <= p->files_max);
 	if (io_uring_register_files_update(p->ring, (unsigned)slot, &fd, 1) != 1)
 		return -1;
 	p->file_free_n--;

@@ -38,6 +38,36 @@ _Static_assert(PREALLOC_STEP_MIN <= PREALLOC_ALIGN_MAX && PREALLOC_ALIGN_MAX <= 
 #define SCAN_BUF_BYTES (4u << 20)
 #define PLOG_DECOMPRESS_MAX (64u << 20) /* a batch inflating past this is not searched */
 #define PLOG_LOOKUP_CACHE_MAX (4u << 20)  /* a lookup keeps a batch's records up to this size */
+_Static_assert((SLUICE_PLOG_BLOCK & (SLUICE_PLOG_BLOCK - 1)) == 0, "align_down masks with the block size");
+_Static_assert(SLUICE_PLOG_CHUNK_BYTES_DEFAULT % SLUICE_PLOG_BLOCK == 0 &&
+		       SLUICE_PLOG_CHUNK_BYTES_DEFAULT >= 4 * SLUICE_PLOG_BLOCK,
+	       "the default extent is whole blocks, and no smaller than plog_new allows");
+_Static_assert(SLUICE_PLOG_CHUNK_BYTES_DEFAULT <= UINT32_MAX, "a read range's offset and length are 32-bit");
+_Static_assert((SLUICE_PLOG_SEGMENTS_MAX & (SLUICE_PLOG_SEGMENTS_MAX - 1)) == 0 &&
+		       SLUICE_PLOG_SEGMENTS_MAX <= UINT32_MAX / 2,
+	       "segment arrays double from a power of two up to exactly the maximum");
+_Static_assert(SWAP_GROUP_MAX <= SLUICE_PLOG_SEGMENTS_MAX, "a compaction group is segments of one log");
+_Static_assert(SCAN_BUF_BYTES % SLUICE_PLOG_BLOCK == 0 && SCAN_BUF_BYTES >= SLUICE_BATCH_HEADER_BYTES,
+	       "a scan buffer holds at least a batch header");
+_Static_assert(PLOG_LOOKUP_CACHE_MAX <= PLOG_DECOMPRESS_MAX, "the lookup cache keeps only what a lookup inflates");
+_Static_assert(SLUICE_BATCH_OFF_MAX_TS + 8 <= SLUICE_BATCH_HEADER_BYTES, "an append patches header bytes only");
+_Static_assert(SLUICE_PLOG_OFFSET_MAX <= INT64_MAX - INT32_MAX - 1,
+	       "the offsets recovery finds sane include every offset a log assigns");
+
+/* The offsets and positions every operation leaves in order: the log
+ * start at or below the written end, that at or below the log end (the
+ * active segment's next offset), and in the active segment the committed
+ * position at or below the submitted one, at or below its bytes (not
+ * once failed: a roll that failed to open its new segment leaves the old
+ * one's positions). A macro, so a failure names the caller's line. */
+#define check_offsets(l)                                                                                              \
+	do {                                                                                                          \
+		assert((l)->seg_n >= 1 && (l)->seg_n <= SLUICE_PLOG_SEGMENTS_MAX);                                    \
+		assert((l)->log_start <= (l)->written_end && (l)->written_end <= (l)->leo);                           \
+		assert((l)->failed || ((l)->committed_pos <= (l)->submitted_end &&                                    \
+				       (l)->submitted_end <= (l)->segs[(l)->seg_n - 1].size));                        \
+		assert((l)->segs[(l)->seg_n - 1].next_offset == (l)->leo);                                            \
+	} while (0)
 
 struct idx_entry {
 	int32_t rel_offset;
@@ -191,6 +221,7 @@ static struct sluice_extent *tail_at(const struct sluice_plog *l, int64_t file_o
  * [lo, hi) are final) and drop the tail's reference. */
 static void extent_retire(struct sluice_plog *l, struct sluice_extent *e, int64_t seg_base, bool cache)
 {
+	assert(e->refs > 0 && e->lo <= e->hi);
 	if (cache && e->hi > e->lo) {
 		e->owner = l;
 		e->seg_base = seg_base;
@@ -214,6 +245,7 @@ static int load_submit(struct sluice_plog *l, struct segment *s, int64_t k, stru
 /* Let go of the whole tail (nothing may be unwritten or in flight). */
 static void tail_release(struct sluice_plog *l, int64_t seg_base, bool cache)
 {
+	assert(!l->write_inflight && l->tail_n <= l->tail_cap);
 	for (uint32_t i = 0; i < l->tail_n; i++)
 		extent_retire(l, l->tail[i], seg_base, cache);
 	l->tail_n = 0;
@@ -243,7 +275,12 @@ static bool seg_add_index(struct segment *s, int64_t offset, int64_t position)
 		s->idx = n;
 		s->idx_cap = cap;
 	}
+	/* Index entries increase: offsets (an entry per batch, in order) and
+	 * positions (batches take bytes). */
+	assert(s->idx_n == 0 || (s->idx[s->idx_n - 1].rel_offset <= offset - s->base_offset &&
+				 s->idx[s->idx_n - 1].position < position));
 	s->idx[s->idx_n++] = (struct idx_entry){(int32_t)(offset - s->base_offset), (int32_t)position};
+	assert(s->base_offset + s->idx[s->idx_n - 1].rel_offset == offset);
 	return true;
 }
 
@@ -261,7 +298,9 @@ static bool seg_add_tindex(struct segment *s, int64_t ts, int64_t offset)
 		s->tidx = n;
 		s->tidx_cap = cap;
 	}
+	assert(s->tidx_n == 0 || s->tidx[s->tidx_n - 1].rel_offset <= offset - s->base_offset);
 	s->tidx[s->tidx_n++] = (struct tidx_entry){ts, (int32_t)(offset - s->base_offset)};
+	assert(s->tidx_n <= s->tidx_cap && s->tidx[s->tidx_n - 1].timestamp == ts);
 	return true;
 }
 
@@ -271,6 +310,8 @@ static void seg_note_batch(struct sluice_plog *l, struct segment *s, const struc
 {
 	int32_t total = sluice_batch_total_bytes(b);
 	int64_t last = b->base_offset + b->last_offset_delta;
+	assert(position >= 0 && total >= SLUICE_BATCH_HEADER_BYTES);
+	assert(b->base_offset >= s->next_offset && b->last_offset_delta >= 0); /* batches follow each other */
 	if (b->max_timestamp > s->max_ts || s->max_ts_offset < 0) {
 		s->max_ts = b->max_timestamp > s->max_ts ? b->max_timestamp : s->max_ts;
 		s->max_ts_offset = last;
@@ -352,8 +393,10 @@ static void seg_write_indexes_as(struct sluice_plog *l, struct segment *s, const
 		uint8_t *buf = malloc((size_t)s->idx_n * 8 + 1);
 		if (buf) {
 			for (uint32_t i = 0; i < s->idx_n; i++) {
+				assert(i == 0 || s->idx[i].position > s->idx[i - 1].position);
 				kput32(buf + i * 8, (uint32_t)s->idx[i].rel_offset);
 				kput32(buf + i * 8 + 4, (uint32_t)s->idx[i].position);
+				assert((int32_t)kbe32(buf + i * 8) == s->idx[i].rel_offset);
 			}
 			ssize_t w = write(fd, buf, (size_t)s->idx_n * 8);
 			(void)w;
@@ -368,8 +411,10 @@ static void seg_write_indexes_as(struct sluice_plog *l, struct segment *s, const
 		uint8_t *buf = malloc((size_t)s->tidx_n * 12 + 1);
 		if (buf) {
 			for (uint32_t i = 0; i < s->tidx_n; i++) {
+				assert(i == 0 || s->tidx[i].timestamp > s->tidx[i - 1].timestamp);
 				kput64(buf + i * 12, (uint64_t)s->tidx[i].timestamp);
 				kput32(buf + i * 12 + 8, (uint32_t)s->tidx[i].rel_offset);
+				assert((int64_t)kbe64(buf + i * 12) == s->tidx[i].timestamp);
 			}
 			ssize_t w = write(fd, buf, (size_t)s->tidx_n * 12);
 			(void)w;
@@ -449,6 +494,7 @@ static void scan_misfit(const uint8_t *buf, size_t avail, const struct sluice_ba
 {
 	struct sluice_batch c;
 	int64_t last = b->base_offset + b->last_offset_delta;
+	assert(b->base_offset < expect || last >= hi); /* only batches that do not fit come here */
 	res->base = b->base_offset;
 	res->last = last;
 	if (sluice_batch_check_crc(buf, avail, &c) != SLUICE_BATCH_OK) {
@@ -464,6 +510,74 @@ static void scan_misfit(const uint8_t *buf, size_t avail, const struct sluice_ba
 	}
 }
 
+/* How scan_buffer stopped walking the batches in its buffer. */
+enum scan_chunk {
+	CHUNK_DONE,   /* every byte of the buffer was whole batches */
+	CHUNK_REFILL, /* a batch whole on disk runs past the buffer: read again from it */
+	CHUNK_GROW,   /* the same at the buffer's start: a larger buffer is needed */
+	CHUNK_STOP,   /* a batch that does not fit the segment (res says why) */
+};
+
+/* What a scan walks: the segment's offset bounds and the file's size. */
+struct scan_bounds {
+	int64_t hi;        /* the next segment's base offset (INT64_MAX: none) */
+	int64_t file_size;
+	bool check_crc;
+};
+
+/* Forget what a segment's indexes and offsets said before a scan. */
+static void seg_scan_reset(struct segment *s)
+{
+	s->idx_n = s->tidx_n = 0;
+	s->bytes_since_index = 0;
+	s->max_ts = -1;
+	s->first_ts = -1;
+	s->max_ts_offset = -1;
+	s->next_offset = s->base_offset;
+}
+
+/* Walk the batches of buf[0, got), read at file position pos, noting each
+ * in s; *off ends at the first byte not consumed, *expect at the offset the
+ * next batch must start at or after. CHUNK_GROW sets *need to the buffer
+ * size the batch at pos takes. */
+static enum scan_chunk scan_buffer(struct sluice_plog *l, struct segment *s, const uint8_t *buf, size_t got,
+				   int64_t pos, const struct scan_bounds *sb, int64_t *expect,
+				   struct sluice_plog_recovery *rec, struct scan_result *res, size_t *off, size_t *need)
+{
+	*off = 0;
+	while (*off < got) {
+		struct sluice_batch b;
+		memset(&b, 0, sizeof b);
+		int64_t at = pos + (int64_t)*off;
+		enum sluice_batch_result r = sb->check_crc ? sluice_batch_check_crc(buf + *off, got - *off, &b)
+							   : sluice_batch_parse(buf + *off, got - *off, &b);
+		if (r == SLUICE_BATCH_SHORT && at + 17 <= sb->file_size && b.length > 0 &&
+		    at + b.length + 12 <= sb->file_size) {
+			/* The batch is whole on disk but not in the buffer: refill
+			 * from its start, growing the buffer when it is larger. */
+			*need = (size_t)b.length + 12;
+			return *off == 0 ? CHUNK_GROW : CHUNK_REFILL;
+		}
+		if (r != SLUICE_BATCH_OK || !batch_offsets_sane(&b)) {
+			res->stop = SCAN_INVALID;
+			res->why = r == SLUICE_BATCH_OK ? "impossible offsets" : sluice_batch_result_name(r);
+			return CHUNK_STOP;
+		}
+		if (b.base_offset < *expect || b.base_offset + b.last_offset_delta >= sb->hi) {
+			scan_misfit(buf + *off, got - *off, &b, at, *expect, sb->hi, res);
+			return CHUNK_STOP;
+		}
+		seg_note_batch(l, s, &b, at);
+		assert(s->next_offset > *expect && s->next_offset <= sb->hi);
+		*expect = s->next_offset;
+		if (rec)
+			rec->batches_scanned++;
+		*off += (size_t)sluice_batch_total_bytes(&b);
+	}
+	assert(*off == got);
+	return CHUNK_DONE;
+}
+
 /* Scan one segment from position 0, rebuilding its indexes. Batches must
  * lie in [lo, hi) (lo: the segment's base offset, hi: the next segment's,
  * INT64_MAX for the last) and follow one another in offset order. Stops at
@@ -473,6 +587,7 @@ static int64_t seg_scan_range(struct sluice_plog *l, struct segment *s, int fd, 
 			      struct sluice_plog_recovery *rec, struct scan_result *res)
 {
 	struct stat st;
+	assert(lo >= s->base_offset);
 	memset(res, 0, sizeof *res);
 	if (fstat(fd, &st) < 0)
 		return -1;
@@ -480,73 +595,40 @@ static int64_t seg_scan_range(struct sluice_plog *l, struct segment *s, int fd, 
 	uint8_t *buf = malloc(cap);
 	if (!buf)
 		return -1;
-	int64_t pos = 0, file_size = st.st_size, expect = lo;
-	s->idx_n = s->tidx_n = 0;
-	s->bytes_since_index = 0;
-	s->max_ts = -1;
-	s->first_ts = -1;
-	s->max_ts_offset = -1;
-	s->next_offset = s->base_offset;
+	const struct scan_bounds sb = {.hi = hi, .file_size = st.st_size, .check_crc = check_crc};
+	int64_t pos = 0, expect = lo;
+	seg_scan_reset(s);
 	bool io_error = false;
-	while (pos < file_size) {
-		size_t want = (size_t)(file_size - pos < (int64_t)cap ? file_size - pos : (int64_t)cap);
+	while (pos < sb.file_size) {
+		size_t want = (size_t)(sb.file_size - pos < (int64_t)cap ? sb.file_size - pos : (int64_t)cap);
 		ssize_t got = pread(fd, buf, want, pos);
 		if (got < 0)
 			io_error = true;
 		if (got <= 0)
 			break;
-		size_t off = 0;
-		bool stop = false, grow = false;
-		while (off < (size_t)got) {
-			struct sluice_batch b;
-			memset(&b, 0, sizeof b);
-			enum sluice_batch_result r = check_crc ? sluice_batch_check_crc(buf + off, (size_t)got - off, &b)
-							       : sluice_batch_parse(buf + off, (size_t)got - off, &b);
-			if (r == SLUICE_BATCH_SHORT && pos + (int64_t)off + 17 <= file_size && b.length > 0 &&
-			    pos + (int64_t)off + b.length + 12 <= file_size) {
-				/* The batch is whole on disk but not in the buffer: refill
-				 * from its start, growing the buffer when it is larger. */
-				if (off == 0) {
-					size_t need = (size_t)b.length + 12;
-					uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
-					if (!nb) {
-						io_error = true;
-						errno = ENOMEM;
-						stop = true;
-						break;
-					}
-					buf = nb;
-					cap = need;
-					grow = true;
-				}
-				break;
-			}
-			if (r != SLUICE_BATCH_OK || !batch_offsets_sane(&b)) {
-				res->stop = SCAN_INVALID;
-				res->why = r == SLUICE_BATCH_OK ? "impossible offsets" : sluice_batch_result_name(r);
-				stop = true;
-				break;
-			}
-			if (b.base_offset < expect || b.base_offset + b.last_offset_delta >= hi) {
-				scan_misfit(buf + off, (size_t)got - off, &b, pos + (int64_t)off, expect, hi, res);
-				stop = true;
-				break;
-			}
-			seg_note_batch(l, s, &b, pos + (int64_t)off);
-			expect = s->next_offset;
-			if (rec)
-				rec->batches_scanned++;
-			off += (size_t)sluice_batch_total_bytes(&b);
-		}
+		size_t off = 0, need = 0;
+		enum scan_chunk c = scan_buffer(l, s, buf, (size_t)got, pos, &sb, &expect, rec, res, &off, &need);
 		pos += (int64_t)off;
-		if (stop || (off == 0 && !grow))
+		if (c == CHUNK_GROW) {
+			uint8_t *nb = need > cap ? realloc(buf, need) : NULL;
+			if (!nb) {
+				io_error = true;
+				errno = ENOMEM;
+				break;
+			}
+			buf = nb;
+			cap = need;
+			continue;
+		}
+		if (c == CHUNK_STOP || off == 0)
 			break;
 	}
 	free(buf);
+	assert(pos <= sb.file_size);
 	s->size = pos;
 	if (io_error)
 		return -1;
-	if (pos < file_size && res->stop == SCAN_END) {
+	if (pos < sb.file_size && res->stop == SCAN_END) {
 		res->stop = SCAN_INVALID; /* a batch cut short by the end of the file */
 		res->why = "a batch cut short";
 	}
@@ -568,6 +650,7 @@ static int64_t seg_scan(struct sluice_plog *l, struct segment *s, int fd, bool c
 #define ZERO_CHECK_BYTES (64 << 20)
 static bool preallocated_zeros(int fd, int64_t pos, int64_t size)
 {
+	assert(pos >= 0 && pos <= size);
 	off_t hole = lseek(fd, pos, SEEK_HOLE);
 	int64_t written_end = hole < 0 || hole > size ? size : (int64_t)hole;
 	if (written_end < size && lseek(fd, written_end, SEEK_DATA) >= 0)
@@ -620,6 +703,7 @@ static bool seg_load_index(struct sluice_plog *l, struct segment *s, int64_t log
 	close(fd);
 	if (!ok)
 		s->idx_n = 0;
+	assert(!ok || (int64_t)s->idx_n * 8 == st.st_size);
 	return ok;
 }
 
@@ -674,6 +758,7 @@ static struct hdr_view hdr_read(const uint8_t *hdr)
 static int64_t seg_tail_scan(struct sluice_plog *l, struct segment *s, int fd, int64_t file_size, int64_t hi)
 {
 	(void)l;
+	assert(s->idx_n > 0); /* called once the index loaded */
 	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 	if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
 		return -1;
@@ -695,6 +780,7 @@ static int64_t seg_tail_scan(struct sluice_plog *l, struct segment *s, int fd, i
 			s->max_ts = v.max_ts;
 		pos += v.len;
 	}
+	assert(pos <= file_size);
 	s->size = pos;
 	if (pos != file_size || first || s->next_offset - 1 - s->base_offset > INT32_MAX)
 		return -1;
@@ -764,6 +850,7 @@ static int list_segments(const char *dir, int64_t **out, uint32_t *n)
 	errno = saved;
 	if (!v)
 		return -1;
+	assert(cnt <= SLUICE_PLOG_SEGMENTS_MAX);
 	qsort(v, cnt, sizeof *v, cmp_i64);
 	*out = v;
 	*n = cnt;
@@ -772,6 +859,7 @@ static int list_segments(const char *dir, int64_t **out, uint32_t *n)
 
 static bool segs_reserve(struct sluice_plog *l)
 {
+	assert(l->seg_n <= l->seg_cap && l->seg_cap <= SLUICE_PLOG_SEGMENTS_MAX);
 	if (l->seg_n < l->seg_cap)
 		return true;
 	if (l->seg_cap >= SLUICE_PLOG_SEGMENTS_MAX)
@@ -852,6 +940,7 @@ size_t sluice_plog_release_cache(struct sluice_plog *l)
 	    l->segs[l->seg_n - 1].size > l->submitted_end)
 		return 0;
 	size_t n = sluice_plog_cache_bytes(l) + l->tl_plain_len;
+	assert(!l->ra_ext && !l->write_inflight); /* nothing in flight reads or writes the tail */
 	tail_release(l, l->segs[l->seg_n - 1].base_offset, true);
 	free(l->tl_plain);
 	l->tl_plain = NULL;
@@ -922,11 +1011,15 @@ static int open_active(struct sluice_plog *l, char *err, size_t errlen)
 	assert(l->tail_n == 0);
 	l->submitted_end = s->size;
 	l->committed_pos = s->size;
+	assert(l->prealloc_end >= s->size && l->fd_write >= 0);
 	return 0;
 }
 
 static int create_segment(struct sluice_plog *l, int64_t base)
 {
+	/* Segments follow each other: a new one starts at or past the offsets
+	 * of the one before it. */
+	assert(l->seg_n == 0 || base >= active(l)->next_offset);
 	if (!segs_reserve(l))
 		return -ENOMEM;
 	struct segment *s = &l->segs[l->seg_n++];
@@ -937,6 +1030,7 @@ static int create_segment(struct sluice_plog *l, int64_t base)
 	s->max_ts = -1;
 	s->first_ts = -1;
 	s->max_ts_offset = -1;
+	assert(l->seg_n <= l->seg_cap);
 	return 0;
 }
 
@@ -946,6 +1040,7 @@ static void seg_mark_damaged(struct sluice_plog *l, struct segment *s, int64_t f
 			     const struct scan_result *res, struct sluice_plog_recovery *rec)
 {
 	char served[96] = "no batch before it is served", refused[128] = "no offset lies in the damaged bytes";
+	assert(!s->damaged && s->next_offset <= hi && s->size <= file_size);
 	s->damaged = true;
 	rec->segments_damaged++;
 	if (s->next_offset > s->base_offset)
@@ -972,6 +1067,7 @@ static int recover_tail(struct sluice_plog *l, struct segment *s, int fd, int64_
 			const struct scan_result *res, struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
 	int64_t rp = l->recovery_point, valid = s->size;
+	assert(s == active(l) && valid <= file_size);
 	if (s->next_offset < rp) {
 		struct scan_result missing = *res;
 		if (valid == file_size)
@@ -1046,6 +1142,59 @@ static bool seg_misnamed(const struct sluice_plog *l, int64_t base, int64_t hi, 
 	return bad;
 }
 
+/* Open segment s for reading, and check it is a regular file: its
+ * descriptor with *st filled, or -1 with err and errno saying why. */
+static int seg_open_regular(struct sluice_plog *l, struct segment *s, struct stat *st, char *err, size_t errlen)
+{
+	int fd = seg_fd_read(l, s);
+	if (fd < 0 || fstat(fd, st) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open segment %020" PRId64 ".log: %s", s->base_offset, strerror(e));
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		snprintf(err, errlen, "segment %020" PRId64 ".log is %s, not a file; nothing was changed on disk",
+			 s->base_offset, S_ISDIR(st->st_mode) ? "a directory" : "not a regular file");
+		errno = EUCLEAN;
+		return -1;
+	}
+	return fd;
+}
+
+/* Segment i's scan found a good batch outside its offsets (SCAN_MISPLACED
+ * or SCAN_OVERLAP at byte valid): the partition is unusable. Name the file
+ * that does not belong, when one does not: a stray file shows first as a
+ * neighbour running into it. */
+static int report_misfit(const struct sluice_plog *l, const int64_t *bases, uint32_t nbase, uint32_t i,
+			 const struct scan_result *res, int64_t valid, char *err, size_t errlen)
+{
+	assert(i < nbase);
+	assert(res->stop == SCAN_MISPLACED || res->stop == SCAN_OVERLAP);
+	bool last = i + 1 == nbase;
+	int64_t hi = last ? INT64_MAX : bases[i + 1];
+	for (uint32_t k = 0; k < nbase; k++)
+		if (seg_misnamed(l, bases[k], k + 1 < nbase ? bases[k + 1] : INT64_MAX, err, errlen)) {
+			errno = EUCLEAN;
+			return SLUICE_PLOG_OPEN_UNUSABLE;
+		}
+	char next[32] = "the log end";
+	if (!last)
+		snprintf(next, sizeof next, "%" PRId64, hi);
+	if (res->stop == SCAN_MISPLACED)
+		snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
+			 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next "
+			 "segment file allow: a stray or misnamed segment file; nothing was changed on disk",
+			 bases[i], res->base, res->last, bases[i], next);
+	else
+		snprintf(err, errlen, "segment files %020" PRId64 ".log and %020" PRId64 ".log overlap: the "
+			 "first holds a batch of offsets %" PRId64 " to %" PRId64 " at byte %lld, but the "
+			 "second is named for offset %" PRId64 "; nothing was changed on disk",
+			 bases[i], hi, res->base, res->last, (long long)valid, hi);
+	errno = EUCLEAN;
+	return SLUICE_PLOG_OPEN_UNUSABLE;
+}
+
 /* Load the segments in base-offset order. Each one's batches must lie
  * between its own base offset and the next segment's. Closed segments
  * below the recovery point are trusted when their index agrees with the
@@ -1059,6 +1208,7 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 			    struct sluice_plog_recovery *rec, char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < nbase; i++) {
+		assert(i == 0 || bases[i] >= bases[i - 1]);
 		if (create_segment(l, bases[i]) < 0) {
 			snprintf(err, errlen, "out of memory");
 			errno = ENOMEM;
@@ -1067,20 +1217,10 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 		struct segment *s = active(l);
 		bool last = i + 1 == nbase;
 		int64_t hi = last ? INT64_MAX : bases[i + 1];
-		int fd = seg_fd_read(l, s);
 		struct stat st;
-		if (fd < 0 || fstat(fd, &st) < 0) {
-			int e = errno;
-			snprintf(err, errlen, "cannot open segment %020" PRId64 ".log: %s", bases[i], strerror(e));
-			errno = e;
+		int fd = seg_open_regular(l, s, &st, err, errlen);
+		if (fd < 0)
 			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
-		if (!S_ISREG(st.st_mode)) {
-			snprintf(err, errlen, "segment %020" PRId64 ".log is %s, not a file; nothing was changed on disk",
-				 bases[i], S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
-			errno = EUCLEAN;
-			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
 		bool need_crc = !clean && (bases[i] >= l->recovery_point || last || bases[i + 1] > l->recovery_point);
 		/* a trusted closed segment: offset index from disk; lookups by
 		 * time scan its batch headers (see sluice_plog_offset_for_time) */
@@ -1096,32 +1236,11 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 			errno = e;
 			return SLUICE_PLOG_OPEN_UNUSABLE;
 		}
+		assert(valid == s->size && valid <= st.st_size);
 		if (valid == st.st_size && (!last || s->next_offset >= l->recovery_point))
 			continue;
-		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP) {
-			/* Name the file that does not belong, when one does not: a
-			 * stray file shows first as a neighbour running into it. */
-			for (uint32_t k = 0; k < nbase; k++)
-				if (seg_misnamed(l, bases[k], k + 1 < nbase ? bases[k + 1] : INT64_MAX, err, errlen)) {
-					errno = EUCLEAN;
-					return SLUICE_PLOG_OPEN_UNUSABLE;
-				}
-			char next[32] = "the log end";
-			if (!last)
-				snprintf(next, sizeof next, "%" PRId64, hi);
-			if (res.stop == SCAN_MISPLACED)
-				snprintf(err, errlen, "segment file %020" PRId64 ".log begins with a batch of offsets %" PRId64
-					 " to %" PRId64 ", outside the offsets %" PRId64 " up to %s that its name and the next "
-					 "segment file allow: a stray or misnamed segment file; nothing was changed on disk",
-					 bases[i], res.base, res.last, bases[i], next);
-			else
-				snprintf(err, errlen, "segment files %020" PRId64 ".log and %020" PRId64 ".log overlap: the "
-					 "first holds a batch of offsets %" PRId64 " to %" PRId64 " at byte %lld, but the "
-					 "second is named for offset %" PRId64 "; nothing was changed on disk",
-					 bases[i], hi, res.base, res.last, (long long)valid, hi);
-			errno = EUCLEAN;
-			return SLUICE_PLOG_OPEN_UNUSABLE;
-		}
+		if (res.stop == SCAN_MISPLACED || res.stop == SCAN_OVERLAP)
+			return report_misfit(l, bases, nbase, i, &res, valid, err, errlen);
 		if (!last) {
 			seg_mark_damaged(l, s, st.st_size, hi, &res, rec);
 			continue;
@@ -1133,12 +1252,11 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 	return 0;
 }
 
-int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
-		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
-		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
+/* Create the partition directory unless it exists, making a new one's
+ * entry durable. Returns 0, or SLUICE_PLOG_OPEN_IO with err filled. */
+static int dir_create(const char *dir, char *err, size_t errlen)
 {
 	if (mkdir(dir, 0755) == 0) {
-		/* A new partition directory: make its entry durable. */
 		char parent[PATH_BYTES];
 		snprintf(parent, sizeof parent, "%s", dir);
 		char *slash = strrchr(parent, '/');
@@ -1154,15 +1272,24 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
 		return SLUICE_PLOG_OPEN_IO;
 	}
+	return 0;
+}
+
+/* A log with no segment yet: its configuration (extent size rounded to
+ * whole blocks), its pool (a private one without cfg->pool), no file open.
+ * NULL with err filled when out of memory or the path is too long. */
+static struct sluice_plog *plog_new(const char *dir, const struct sluice_plog_cfg *cfg,
+				    const struct sluice_plog_hooks *hooks, char *err, size_t errlen)
+{
 	struct sluice_plog *l = calloc(1, sizeof *l);
 	if (!l) {
 		snprintf(err, errlen, "out of memory");
-		return -1;
+		return NULL;
 	}
 	if (strlen(dir) >= sizeof l->dir) {
 		snprintf(err, errlen, "partition directory path too long: %s", dir);
 		free(l);
-		return -1;
+		return NULL;
 	}
 	snprintf(l->dir, sizeof l->dir, "%s", dir);
 	l->cfg = *cfg;
@@ -1178,39 +1305,77 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 		if (!l->pool) {
 			snprintf(err, errlen, "out of memory");
 			free(l);
-			return -1;
+			return NULL;
 		}
 	}
 	l->ext_bytes = (int64_t)sluice_pool_extent_bytes(l->pool);
+	assert(l->ext_bytes >= SLUICE_PLOG_BLOCK && l->ext_bytes % SLUICE_PLOG_BLOCK == 0);
 	l->hooks = *hooks;
 	l->fd_write = -1;
 	l->fd_slot = -1;
 	l->recovery_point = read_recovery_point(dir);
+	return l;
+}
+
+/* The log start offset persisted by sluice_plog_delete_records, when it
+ * lies within the log's segments. */
+static void read_log_start(struct sluice_plog *l)
+{
+	char p[PATH_BYTES];
+	snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
+	FILE *f = fopen(p, "r");
+	long long v;
+	if (f && fscanf(f, "%lld", &v) == 1 && v > l->log_start && v <= l->leo)
+		l->log_start = v;
+	if (f)
+		fclose(f);
+}
+
+/* Finish interrupted swaps, drop a stopped compaction's files, and load
+ * every segment in the directory (recover_segments). Returns 0, or
+ * SLUICE_PLOG_OPEN_UNUSABLE with err and errno saying why. */
+static int plog_recover(struct sluice_plog *l, bool clean, struct sluice_plog_recovery *rec, char *err,
+			size_t errlen)
+{
 	int64_t *bases = NULL;
 	uint32_t nbase = 0;
-	swaps_recover(dir);
-	remove_stray_cleaned(dir);
-	if (list_segments(dir, &bases, &nbase) < 0) {
+	swaps_recover(l->dir);
+	remove_stray_cleaned(l->dir);
+	if (list_segments(l->dir, &bases, &nbase) < 0) {
 		int e = errno;
-		snprintf(err, errlen, "list %s: %s", dir, e == E2BIG ? "more than SLUICE_PLOG_SEGMENTS_MAX segment files" : strerror(e));
-		sluice_plog_close(l);
+		snprintf(err, errlen, "list %s: %s", l->dir,
+			 e == E2BIG ? "more than SLUICE_PLOG_SEGMENTS_MAX segment files" : strerror(e));
 		errno = e;
 		return SLUICE_PLOG_OPEN_UNUSABLE;
 	}
-	struct sluice_plog_recovery dummy;
-	if (!rec)
-		rec = &dummy;
+	assert(nbase <= SLUICE_PLOG_SEGMENTS_MAX);
 	memset(rec, 0, sizeof *rec);
 	rec->crc_checked = !clean;
 	int rc = recover_segments(l, bases, nbase, clean, rec, err, errlen);
+	int e = errno;
+	free(bases);
+	errno = e;
+	return rc;
+}
+
+int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool clean,
+		     const struct sluice_plog_hooks *hooks, struct sluice_plog **out,
+		     struct sluice_plog_recovery *rec, char *err, size_t errlen)
+{
+	int rc = dir_create(dir, err, errlen);
+	if (rc < 0)
+		return rc;
+	struct sluice_plog *l = plog_new(dir, cfg, hooks, err, errlen);
+	if (!l)
+		return -1;
+	struct sluice_plog_recovery dummy;
+	rc = plog_recover(l, clean, rec ? rec : &dummy, err, errlen);
 	if (rc < 0) {
 		int e = errno;
-		free(bases);
 		sluice_plog_close(l);
 		errno = e;
 		return rc;
 	}
-	free(bases);
 	if (l->seg_n == 0 && create_segment(l, 0) < 0) {
 		snprintf(err, errlen, "out of memory");
 		sluice_plog_close(l);
@@ -1218,22 +1383,15 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 	}
 	l->log_start = l->segs[0].base_offset;
 	l->leo = l->written_end = active(l)->next_offset;
-	{
-		char p[PATH_BYTES];
-		snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
-		FILE *f = fopen(p, "r");
-		long long v;
-		if (f && fscanf(f, "%lld", &v) == 1 && v > l->log_start && v <= l->leo)
-			l->log_start = v;
-		if (f)
-			fclose(f);
-	}
+	read_log_start(l);
+	assert(l->log_start >= l->segs[0].base_offset);
 	if (open_active(l, err, errlen) < 0) {
 		int e = errno;
 		sluice_plog_close(l);
 		errno = e;
 		return e == EMFILE || e == ENFILE || e == ENOMEM ? SLUICE_PLOG_OPEN_UNUSABLE : SLUICE_PLOG_OPEN_IO;
 	}
+	check_offsets(l);
 	l->opened = true;
 	l->modified |= !clean;
 	*out = l;
@@ -1244,7 +1402,8 @@ int sluice_plog_open(const char *dir, const struct sluice_plog_cfg *cfg, bool cl
 
 static void advance_written(struct sluice_plog *l, int64_t end_pos, int64_t end_offset)
 {
-	assert(end_offset >= l->written_end);
+	assert(end_offset >= l->written_end && end_offset <= l->leo);
+	assert(end_pos >= l->committed_pos && end_pos <= active(l)->size);
 	l->committed_pos = end_pos;
 	l->written_end = end_offset;
 	if (l->hooks.written)
@@ -1258,6 +1417,7 @@ static void tail_pad(struct sluice_plog *l, int64_t size, int64_t end)
 	if (end <= size)
 		return;
 	struct sluice_extent *e = tail_at(l, ext_floor(l, size - 1 < 0 ? 0 : size - 1));
+	assert(end - size < SLUICE_PLOG_BLOCK); /* padding fills the last block only */
 	if (size % l->ext_bytes == 0)
 		return; /* the write ends at an extent boundary: nothing to pad */
 	assert(e && end <= e->file_off + l->ext_bytes);
@@ -1274,6 +1434,7 @@ static int write_sync(struct sluice_plog *l)
 	 * missing, and the caller syncs next). */
 	if (s->size <= l->submitted_end)
 		return 0;
+	assert(l->tail_n > 0); /* the bytes not yet written are in the tail */
 	int64_t start = align_down(l->submitted_end);
 	int64_t end = l->cfg.direct_io ? align_up(s->size) : s->size;
 	tail_pad(l, s->size, end);
@@ -1319,6 +1480,7 @@ static int roll(struct sluice_plog *l)
 	/* Acknowledged only now that the closing segment is on stable storage. */
 	if (l->committed_pos < s->size || l->written_end < l->leo)
 		advance_written(l, s->size, l->leo);
+	assert(l->written_end == l->leo && l->committed_pos == s->size);
 	seg_write_indexes(l, s);
 	fd_write_close(l);
 	l->unflushed_messages = 0;
@@ -1335,6 +1497,8 @@ static int roll(struct sluice_plog *l)
 			l->hooks.written(l, l->hooks.arg);
 		return -EIO;
 	}
+	assert(active(l)->base_offset == l->leo && active(l)->size == 0);
+	check_offsets(l);
 	return 0;
 }
 
@@ -1382,6 +1546,7 @@ static struct sluice_extent *tail_extent_for(struct sluice_plog *l, struct segme
 			e->lo = from;
 		}
 	}
+	assert(e->file_off <= e->lo && e->lo <= pos && e->hi == pos && l->tail_n < l->tail_cap);
 	l->tail[l->tail_n++] = e;
 	return e;
 }
@@ -1396,6 +1561,7 @@ static int tail_copy(struct sluice_plog *l, struct segment *s, int64_t pos, cons
 		if (!e)
 			return -1;
 		assert(pos >= e->lo && pos <= e->hi);
+		assert(pos < e->file_off + l->ext_bytes); /* the extent holds pos */
 		size_t n = (size_t)(e->file_off + l->ext_bytes - pos);
 		if (n > len)
 			n = len;
@@ -1416,8 +1582,10 @@ static int tail_copy(struct sluice_plog *l, struct segment *s, int64_t pos, cons
 static void batch_header_patch(const uint8_t *data, const struct sluice_batch *b, int64_t base_offset,
 			       int32_t leader_epoch, int64_t log_append_time, uint8_t *hdr)
 {
+	assert(base_offset >= 0 && sluice_batch_total_bytes(b) >= SLUICE_BATCH_HEADER_BYTES);
 	memcpy(hdr, data, SLUICE_BATCH_OFF_MAX_TS + 8);
 	sluice_batch_set_base_offset(hdr, base_offset, leader_epoch);
+	assert((int64_t)kbe64(hdr) == base_offset);
 	if (log_append_time < 0)
 		return;
 	uint16_t attr = (uint16_t)(b->attributes | SLUICE_BATCH_ATTR_TS_LOG_APPEND);
@@ -1442,6 +1610,7 @@ static void batch_header_patch(const uint8_t *data, const struct sluice_batch *b
 static bool roll_due(const struct sluice_plog *l, const struct segment *s, size_t bytes, int32_t last_delta,
 		     int64_t max_ts)
 {
+	assert(s == &l->segs[l->seg_n - 1] && last_delta >= 0);
 	if (s->size == 0)
 		return false;
 	if (s->size + (int64_t)bytes > l->cfg.segment_bytes)
@@ -1507,6 +1676,7 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 		off += blen;
 	}
 	assert(off == len);
+	check_offsets(l);
 	l->modified = true;
 	*last_offset = l->leo - 1;
 	l->last_append_ms = mono_ms();
@@ -1532,6 +1702,7 @@ bool sluice_plog_write_inflight(const struct sluice_plog *l)
  * vectored write. With an fdatasync they are linked in order before it. */
 static uint32_t write_parts(const struct sluice_plog *l, int64_t start, int64_t end)
 {
+	assert(start < end);
 	return (uint32_t)((ext_floor(l, end - 1) - ext_floor(l, start)) / l->ext_bytes + 1);
 }
 
@@ -1620,6 +1791,7 @@ static void prealloc_ahead(struct sluice_plog *l, int64_t start, int64_t end)
 		target = l->cfg.segment_bytes;
 	if (target <= end)
 		return;
+	assert(step >= PREALLOC_STEP_MIN && step <= PREALLOC_STEP_MAX && end > l->prealloc_end);
 	if (fallocate(l->fd_write, 0, l->prealloc_end, target - l->prealloc_end) < 0) {
 		SLOG_DEBUG("storage", "%s: fallocate refused (%s); writes extend the file", l->dir, strerror(errno));
 		l->prealloc_refused = true;
@@ -1638,6 +1810,7 @@ int64_t sluice_plog_trim_prealloc(struct sluice_plog *l, int64_t now_ms, int64_t
 	 * the next write rewrites it in place); only the blocks ahead go. The
 	 * descriptor may have been given back: then by path. */
 	int64_t keep = l->cfg.direct_io ? align_up(s->size) : s->size, gone = l->prealloc_end - keep;
+	assert(gone > 0 && keep >= s->size);
 	char p[PATH_BYTES];
 	seg_path(l, s->base_offset, ".log", p);
 	if ((l->fd_write >= 0 ? ftruncate(l->fd_write, keep) : truncate(p, keep)) < 0) {
@@ -1667,6 +1840,7 @@ int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
 	int n = prep_writes(l, ring, start, end, want_fsync);
 	if (n < 0)
 		return n;
+	assert(n >= 1 && (unsigned)n + (want_fsync ? 1 : 0) == need);
 	l->write_inflight = true;
 	l->inflight_parts = n;
 	l->inflight_err = 0;
@@ -1686,6 +1860,7 @@ int sluice_plog_submit_write(struct sluice_plog *l, struct io_uring *ring)
 		l->fsync_linked = true;
 		l->unflushed_messages = 0;
 	}
+	check_offsets(l);
 	return 0;
 }
 
@@ -1702,10 +1877,13 @@ static void tail_trim(struct sluice_plog *l)
 		memmove(l->tail, l->tail + n, (l->tail_n - n) * sizeof *l->tail);
 		l->tail_n -= n;
 	}
+	/* The tail starts with the extent the next write starts in. */
+	assert(l->tail_n == 0 || l->tail[0]->file_off <= next_start);
 }
 
 void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 {
+	assert(kind >= 1 && kind < 4 + SLUICE_PLOG_LOADS_MAX);
 	if (kind == 3) {
 		readahead_complete(l, res);
 		return;
@@ -1741,6 +1919,7 @@ void sluice_plog_complete(struct sluice_plog *l, int kind, int res)
 		tail_trim(l);
 		if (!l->fsync_linked)
 			advance_written(l, l->inflight_end_pos, l->inflight_end_offset);
+		check_offsets(l);
 		return;
 	}
 	assert(kind == 2 && l->fsync_inflight);
@@ -1831,6 +2010,8 @@ int sluice_plog_enforce_retention(struct sluice_plog *l, int64_t now_ms, int64_t
 		l->log_start = l->segs[0].base_offset;
 		write_log_start(l);
 	}
+	assert(l->log_start >= l->segs[0].base_offset);
+	check_offsets(l);
 	return deleted;
 }
 
@@ -1876,6 +2057,7 @@ static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *
 {
 	int64_t limit = seg_limit(l, s);
 	int64_t want_end = k + l->ext_bytes < limit ? k + l->ext_bytes : limit;
+	assert(k >= 0 && k % l->ext_bytes == 0);
 	if (want_end <= k)
 		return NULL;
 	int fd = seg_fd_direct(l, s);
@@ -1905,6 +2087,7 @@ static struct sluice_extent *extent_load(struct sluice_plog *l, struct segment *
 	e->seg_base = s->base_offset;
 	e->file_off = e->lo = k;
 	e->hi = want_end;
+	assert(e->hi - e->file_off <= l->ext_bytes);
 	sluice_cache_insert(l->pool, e);
 	sluice_extent_put(e); /* the cache's reference remains */
 	return e;
@@ -1930,6 +2113,7 @@ static int seg_read_bytes_ex(struct sluice_plog *l, struct segment *s, int64_t p
 		if (n > len)
 			n = len;
 		int64_t end = pos + (int64_t)n;
+		assert(pos >= 0 && n > 0 && end <= k + l->ext_bytes); /* one extent at a time */
 		const struct sluice_extent *e = act ? tail_at(l, k) : NULL;
 		if (!e || e->lo > pos || e->hi < end) {
 			e = sluice_cache_lookup(l->pool, l, s->base_offset, k);
@@ -2005,6 +2189,7 @@ static void read_ahead(struct sluice_plog *l, struct segment *s, int64_t k)
 	e->seg_base = s->base_offset;
 	e->file_off = e->lo = next;
 	e->hi = end;
+	assert(end > next && end - next <= l->ext_bytes && !l->ra_ext);
 	l->ra_ext = e;
 	l->ra_seg_base = s->base_offset;
 	l->ra_gen = l->cache_gen;
@@ -2042,6 +2227,7 @@ static void readahead_complete(struct sluice_plog *l, int res)
 
 static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
 {
+	assert(l->seg_n >= 1);
 	uint32_t lo = 0, hi = l->seg_n - 1;
 	while (lo < hi) {
 		uint32_t mid = (lo + hi + 1) / 2;
@@ -2050,6 +2236,9 @@ static uint32_t find_segment(const struct sluice_plog *l, int64_t offset)
 		else
 			hi = mid - 1;
 	}
+	/* The segments are in base-offset order, so the search found the last
+	 * one starting at or below offset. */
+	assert(lo + 1 == l->seg_n || l->segs[lo + 1].base_offset > offset);
 	return lo;
 }
 
@@ -2062,6 +2251,7 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 {
 	int64_t pos = 0;
 	uint32_t lo = 0, hi = s->idx_n;
+	assert(limit >= 0 && s->idx_n <= s->idx_cap);
 	while (lo < hi) { /* last index entry with offset <= target */
 		uint32_t mid = (lo + hi) / 2;
 		if (s->base_offset + s->idx[mid].rel_offset <= offset)
@@ -2098,8 +2288,10 @@ static int64_t seg_find_position(struct sluice_plog *l, struct segment *s, int64
 		indexed = -1;
 		if (!v.ok)
 			return -3;
-		if (v.last >= offset)
+		if (v.last >= offset) {
+			assert(pos + SLUICE_BATCH_HEADER_BYTES <= limit);
 			return pos;
+		}
 		pos += v.len;
 	}
 	return -1;
@@ -2110,11 +2302,81 @@ int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_byte
 	return sluice_plog_read_below(l, offset, l->written_end, max_bytes, min_one, out);
 }
 
+/* The length of the whole batches leading buf[0, want), read at segment
+ * position pos (limit: the end of its readable bytes), stopping before the
+ * first whose base offset is at or past end when cut. When the first batch
+ * alone is longer than want, *first_len is its length; *malformed when
+ * the first bytes are not a batch header at all. */
+static size_t whole_batches(const uint8_t *buf, size_t want, int64_t pos, int64_t limit, bool cut, int64_t end,
+			    int64_t *first_len, bool *malformed)
+{
+	size_t n = 0;
+	*first_len = 0;
+	*malformed = false;
+	while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
+		int64_t len = (int64_t)(int32_t)kbe32(buf + n + SLUICE_BATCH_OFF_LENGTH) + 12;
+		if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit) {
+			*malformed = n == 0;
+			break;
+		}
+		if (cut && (int64_t)kbe64(buf + n) >= end)
+			break;
+		if (n + (size_t)len > want) {
+			if (n == 0)
+				*first_len = len;
+			break;
+		}
+		n += (size_t)len;
+	}
+	assert(n <= want);
+	return n;
+}
+
+/* Never serve a batch whose CRC fails (a disk that rotted after a clean
+ * shutdown, which recovery does not rescan): the length of the good
+ * batches leading buf[0, n), read from segment si at pos; the damage past
+ * them is reported. The CRC leaves BaseOffset out: from disk, batches must
+ * also lie in this segment's offsets, in order, or they are not served. */
+static size_t crc_checked_prefix(const struct sluice_plog *l, uint32_t si, const uint8_t *buf, size_t n, int64_t pos)
+{
+	const struct segment *s = &l->segs[si];
+	size_t good = 0;
+	int64_t expect = s->base_offset, seg_hi = si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo;
+	while (good < n) {
+		struct sluice_batch b;
+		if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK || !batch_offsets_sane(&b) ||
+		    b.base_offset < expect || b.base_offset + b.last_offset_delta >= seg_hi) {
+			SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
+				 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
+			break;
+		}
+		expect = b.base_offset + b.last_offset_delta + 1;
+		good += (size_t)sluice_batch_total_bytes(&b);
+	}
+	assert(good <= n);
+	return good;
+}
+
+/* buf holds want bytes of segment s read at pos: grow it to len and read
+ * the rest. NULL (buf freed) when memory or the read fails. */
+static uint8_t *read_rest(struct sluice_plog *l, struct segment *s, uint8_t *buf, int64_t pos, size_t want, size_t len,
+			  bool *verified)
+{
+	assert(len > want);
+	uint8_t *nb = realloc(buf, len);
+	if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, len - want, nb + want, true, verified) < 0) {
+		free(nb ? nb : buf);
+		return NULL;
+	}
+	return nb;
+}
+
 int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t end, int32_t max_bytes, bool min_one,
 			       uint8_t **out)
 {
 	*out = NULL;
 	assert(end <= l->written_end);
+	check_offsets(l);
 	if (offset < l->log_start || offset > l->leo)
 		return -1;
 	if (offset >= end)
@@ -2145,36 +2407,20 @@ int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t en
 		uint8_t *buf = malloc(want);
 		if (!buf)
 			return -2;
-		bool verified = false, verified2 = true;
+		bool verified = false, verified2 = true, malformed;
 		if (seg_read_bytes_ex(l, s, pos, want, buf, true, &verified) < 0) {
 			free(buf);
 			return -2;
 		}
-		size_t n = 0;
-		bool malformed = false; /* the first batch is not one: damage, CORRUPT_MESSAGE */
-		while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
-			int64_t len = (int64_t)(int32_t)kbe32(buf + n + SLUICE_BATCH_OFF_LENGTH) + 12;
-			if (len < SLUICE_BATCH_HEADER_BYTES || pos + (int64_t)n + len > limit) {
-				malformed = n == 0;
-				break;
-			}
-			if (cut && (int64_t)kbe64(buf + n) >= end)
-				break;
-			if (n + (size_t)len > want) {
-				if (n == 0 && min_one) {
-					/* The first batch is larger than max_bytes: whole, as Kafka does. */
-					uint8_t *nb = realloc(buf, (size_t)len);
-					if (!nb || seg_read_bytes_ex(l, s, pos + (int64_t)want, (size_t)len - want, nb + want,
-								     true, &verified2) < 0) {
-						free(nb ? nb : buf);
-						return -2;
-					}
-					buf = nb;
-					n = (size_t)len;
-				}
-				break;
-			}
-			n += (size_t)len;
+		int64_t first_len;
+		size_t n = whole_batches(buf, want, pos, limit, cut, end, &first_len, &malformed);
+		if (n == 0 && first_len > 0 && min_one) {
+			/* The first batch is larger than max_bytes: whole, as Kafka does. */
+			assert(first_len > (int64_t)want && pos + first_len <= limit);
+			buf = read_rest(l, s, buf, pos, want, (size_t)first_len, &verified2);
+			if (!buf)
+				return -2;
+			n = (size_t)first_len;
 		}
 		if (n == 0) {
 			free(buf);
@@ -2183,25 +2429,9 @@ int32_t sluice_plog_read_below(struct sluice_plog *l, int64_t offset, int64_t en
 					 l->dir, s->base_offset, (long long)pos);
 			return malformed ? -3 : 0;
 		}
-		/* Never serve a batch whose CRC fails (a disk that rotted after a
-		 * clean shutdown, which recovery does not rescan): serve what comes
-		 * before it, and report the damage. Bytes that never left memory
-		 * since their produce (which checked every CRC) need no check. */
-		/* The CRC leaves BaseOffset out: from disk, batches must also lie
-		 * in this segment's offsets, in order, or they are not served. */
-		size_t good = verified && verified2 ? n : 0;
-		int64_t expect = s->base_offset, seg_hi = si + 1 < l->seg_n ? l->segs[si + 1].base_offset : l->leo;
-		while (good < n) {
-			struct sluice_batch b;
-			if (sluice_batch_check_crc(buf + good, n - good, &b) != SLUICE_BATCH_OK || !batch_offsets_sane(&b) ||
-			    b.base_offset < expect || b.base_offset + b.last_offset_delta >= seg_hi) {
-				SLOG_ERR("storage", "%s: corrupt batch at segment %020" PRId64 " position %lld; not served",
-					 l->dir, s->base_offset, (long long)(pos + (int64_t)good));
-				break;
-			}
-			expect = b.base_offset + b.last_offset_delta + 1;
-			good += (size_t)sluice_batch_total_bytes(&b);
-		}
+		/* Bytes that never left memory since their produce (which checked
+		 * every CRC) need no check. */
+		size_t good = verified && verified2 ? n : crc_checked_prefix(l, si, buf, n, pos);
 		if (good == 0) {
 			free(buf);
 			return -3;
@@ -2227,6 +2457,7 @@ static void write_log_start(struct sluice_plog *l)
 	char p[PATH_BYTES], tmp[PATH_BYTES];
 	snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
 	snprintf(tmp, sizeof tmp, "%s/sluice-log-start-offset.tmp", l->dir);
+	assert(l->log_start >= 0 && l->log_start <= l->written_end);
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return;
@@ -2261,6 +2492,8 @@ int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
 		memmove(l->segs, l->segs + drop, (l->seg_n - drop) * sizeof *l->segs);
 		l->seg_n -= drop;
 	}
+	assert(l->segs[0].base_offset <= l->log_start);
+	check_offsets(l);
 	return l->log_start;
 }
 
@@ -2488,6 +2721,7 @@ int sluice_plog_close_io(struct sluice_plog *l)
 	if (rc == 0) {
 		if (l->committed_pos < s->size || l->written_end < l->leo)
 			advance_written(l, s->size, l->leo);
+		assert(l->written_end == l->leo && l->committed_pos == s->size);
 		seg_write_indexes(l, s);
 		write_recovery_point(l, l->leo);
 		l->modified = false; /* close has nothing left to write */
@@ -2617,6 +2851,7 @@ static void load_complete(struct sluice_plog *l, int slot, int res)
 static int extent_get(struct sluice_plog *l, struct segment *s, int64_t pos, int64_t end, struct io_uring *ring,
 		      struct sluice_extent **out)
 {
+	assert(end > pos);
 	struct sluice_extent *e = extent_find(l, s, pos, end);
 	if (e)
 		sluice_pool_count(l->pool, true);
@@ -2629,6 +2864,7 @@ static int extent_get(struct sluice_plog *l, struct segment *s, int64_t pos, int
 		if (!e || e->lo > pos || e->hi < end)
 			return -2;
 	}
+	assert(e->lo <= pos && e->hi >= end && e->refs > 0);
 	*out = e;
 	return 0;
 }
@@ -2639,6 +2875,7 @@ static int extent_get(struct sluice_plog *l, struct segment *s, int64_t pos, int
 static int extents_ensure(struct sluice_plog *l, struct segment *s, int64_t from, int64_t to, struct io_uring *ring)
 {
 	int rc = 0;
+	assert(ring && from >= 0);
 	while (from < to) {
 		int64_t k = ext_floor(l, from), end = k + l->ext_bytes < to ? k + l->ext_bytes : to;
 		int r = extent_find(l, s, from, end) ? 0 : load_submit(l, s, k, ring);
@@ -2760,6 +2997,7 @@ void sluice_read_result_release(struct sluice_read_result *r)
  * in the segment's offsets, in order. w->expect moves past the batch. */
 static bool batch_servable(struct read_walk *w, int64_t rel, int64_t len, const uint8_t *hdr)
 {
+	assert(len >= SLUICE_BATCH_HEADER_BYTES && rel >= 0 && rel + len <= w->r->bytes);
 	if (result_walk(w->r, rel, len, NULL, NULL)) {
 		w->expect = hdr_read(hdr).last + 1;
 		return true;
@@ -2783,6 +3021,7 @@ static bool batch_servable(struct read_walk *w, int64_t rel, int64_t len, const 
 		return false;
 	}
 	w->expect = b.base_offset + b.last_offset_delta + 1;
+	assert(w->expect <= w->seg_hi);
 	return true;
 }
 
@@ -2795,6 +3034,7 @@ static int64_t walk_batches(struct read_walk *w, int64_t want, bool min_one)
 {
 	int64_t n = 0;
 	int rc = 0;
+	assert(w->r->n == 0 && w->r->bytes == 0 && w->pos + want <= w->limit);
 	while (n + SLUICE_BATCH_HEADER_BYTES <= want) {
 		uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
 		if ((rc = result_extend(w, w->pos + n + SLUICE_BATCH_HEADER_BYTES)) < 0)
@@ -2835,6 +3075,7 @@ static int64_t walk_batches(struct read_walk *w, int64_t want, bool min_one)
 	if (rc == SLUICE_PLOG_READ_TOO_MANY_EXTENTS && n > 0)
 		rc = 0; /* serve the batches that fit */
 	result_trim(w->r, rc < 0 ? 0 : n);
+	assert(w->pos + n <= w->limit);
 	return rc < 0 ? rc : n;
 }
 
@@ -2888,6 +3129,8 @@ int32_t sluice_plog_read_extents(struct sluice_plog *l, int64_t offset, int64_t 
 
 #define COMPACT_DECOMPRESS_MAX (64u << 20)
 #define COMPACT_KEYS_MAX (16u << 20) /* keys tracked in one pass */
+_Static_assert((COMPACT_KEYS_MAX & (COMPACT_KEYS_MAX - 1)) == 0 && COMPACT_KEYS_MAX <= UINT32_MAX / 8,
+	       "the key map's capacity doubles as a uint32_t power of two past twice the keys");
 
 struct keymap {
 	uint64_t *hash; /* 0: empty */
@@ -2937,6 +3180,8 @@ static int64_t *keymap_slot(struct keymap *m, uint64_t h, bool create)
 	}
 	if (!m->cap)
 		return NULL;
+	/* A power of two, at most half full: the probe finds h or a free slot. */
+	assert((m->cap & (m->cap - 1)) == 0 && m->n < m->cap);
 	for (uint32_t i = (uint32_t)h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
 		if (m->hash[i] == h)
 			return &m->offset[i];
@@ -2988,6 +3233,7 @@ static int seg_each_batch(struct sluice_plog *l, struct segment *s,
 			break;
 		pos += len;
 	}
+	assert(pos <= s->size);
 	free(buf);
 	return 0;
 fail:
@@ -3062,6 +3308,7 @@ static bool clean_rebuild(struct clean_ctx *c, const uint8_t *batch, size_t len,
 	int codec = b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK;
 	uint8_t *h = c->out.buf;
 	size_t total = c->out.len;
+	assert(total >= SLUICE_BATCH_HEADER_BYTES && c->kept > 0 && c->kept < b->records_count);
 	if (codec) {
 		size_t plain = c->out.len - SLUICE_BATCH_HEADER_BYTES, need = sluice_compress_bound(codec, plain);
 		if (need == 0)
@@ -3090,6 +3337,7 @@ static bool clean_rebuild(struct clean_ctx *c, const uint8_t *batch, size_t len,
 	kput32(h + SLUICE_BATCH_OFF_COUNT, (uint32_t)c->kept);
 	kput32(h + SLUICE_BATCH_OFF_CRC,
 	       sluice_crc32c(0, h + SLUICE_BATCH_OFF_ATTRIBUTES, total - SLUICE_BATCH_OFF_ATTRIBUTES));
+	assert(kbe32(h + SLUICE_BATCH_OFF_LENGTH) + SLUICE_BATCH_LOG_OVERHEAD == total);
 	*out = h;
 	*out_len = total;
 	return true;
@@ -3183,54 +3431,57 @@ static uint64_t closed_signature(const struct sluice_plog *l)
 	return h;
 }
 
-struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
-							 const struct sluice_plog_clean_policy *pol)
+/* What a pass may clean: the closed segments up to the first holding a
+ * record newer than min.compaction.lag.ms (those stay as written a while
+ * longer) or damaged. Returns their number; *total is their bytes, *dirty
+ * those not cleaned yet, *overdue whether dirty data is older than
+ * max.compaction.lag.ms. */
+static uint32_t clean_eligible(const struct sluice_plog *l, int64_t now_ms, const struct sluice_plog_clean_policy *pol,
+			       int64_t *total, int64_t *dirty, bool *overdue)
 {
-	int64_t min_lag_ms = pol->min_lag_ms, delete_retention_ms = pol->delete_retention_ms;
-	int64_t budget_bytes = pol->budget_bytes;
-	bool overdue = false; /* dirty data older than max.compaction.lag.ms */
-	if (l->failed || l->seg_n < 2)
-		return NULL;
-	/* Eligible: the closed segments up to the first holding a record newer
-	 * than min.compaction.lag.ms (those stay as written a while longer). */
 	uint32_t eligible = 0;
-	int64_t total = 0, dirty = 0;
+	*total = *dirty = 0;
+	*overdue = false;
 	while (eligible + 1 < l->seg_n) {
 		const struct segment *sg = &l->segs[eligible];
-		if (min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < min_lag_ms)
+		if (pol->min_lag_ms > 0 && sg->max_ts >= 0 && now_ms - sg->max_ts < pol->min_lag_ms)
 			break;
 		if (sg->damaged)
 			break; /* its damaged bytes stay as recovery found them, and so does what follows */
-		total += sg->size;
+		*total += sg->size;
 		if (sg->base_offset >= l->compact_clean_end) {
 			int64_t oldest = sg->first_ts >= 0 ? sg->first_ts : sg->max_ts;
-			dirty += sg->size;
-			overdue |= pol->max_lag_ms > 0 && oldest >= 0 && now_ms - oldest > pol->max_lag_ms;
+			*dirty += sg->size;
+			*overdue |= pol->max_lag_ms > 0 && oldest >= 0 && now_ms - oldest > pol->max_lag_ms;
 		}
 		eligible++;
 	}
-	if (eligible == 0)
-		return NULL;
-	/* A pass is due when the previous one changed something or stopped at
-	 * its byte limit, or a kept tombstone expires; otherwise only when
-	 * segments closed or went since, and the part not cleaned yet is at
-	 * least min.cleanable.dirty.ratio of the eligible log (as in Kafka). */
-	bool due = now_ms >= l->compact_due_ms || l->compact_next_base != 0;
-	if (!due && (closed_signature(l) == l->compact_sig ||
-		     ((double)dirty < pol->min_dirty_ratio * (double)total && !overdue)))
-		return NULL;
-	/* From where the last pass stopped, the eligible segments that fit the
-	 * budget (at least one). Keys superseded only in later segments are
-	 * kept this pass. */
-	uint32_t first = 0;
-	while (first < eligible && l->segs[first].base_offset < l->compact_next_base)
-		first++;
-	if (first >= eligible)
-		first = 0;
+	assert(eligible < l->seg_n && *dirty <= *total);
+	return eligible;
+}
+
+/* From where the last pass stopped (compact_next_base), the eligible
+ * segments that fit budget_bytes (at least one): *first and the count.
+ * Keys superseded only in later segments are kept this pass. */
+static uint32_t clean_pick(const struct sluice_plog *l, uint32_t eligible, int64_t budget_bytes, uint32_t *first)
+{
+	uint32_t f = 0;
+	while (f < eligible && l->segs[f].base_offset < l->compact_next_base)
+		f++;
+	if (f >= eligible)
+		f = 0;
 	uint32_t n = 0;
 	int64_t bytes = 0;
-	while (first + n < eligible && (n == 0 || bytes + l->segs[first + n].size <= budget_bytes))
-		bytes += l->segs[first + n++].size;
+	while (f + n < eligible && (n == 0 || bytes + l->segs[f + n].size <= budget_bytes))
+		bytes += l->segs[f + n++].size;
+	assert(n >= 1 && f + n <= eligible);
+	*first = f;
+	return n;
+}
+
+/* A job for n segments, its arrays allocated and zeroed; NULL when out of memory. */
+static struct sluice_plog_clean_job *clean_job_new(uint32_t n)
+{
 	struct sluice_plog_clean_job *j = calloc(1, sizeof *j);
 	if (!j)
 		return NULL;
@@ -3243,9 +3494,14 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		sluice_plog_clean_discard(j);
 		return NULL;
 	}
-	/* Groups: consecutive segments whose sizes add up to at most
-	 * segment.bytes, and whose offsets fit the index's 32-bit relative
-	 * offsets. */
+	return j;
+}
+
+/* Groups: consecutive segments (n from first) whose sizes add up to at
+ * most segment.bytes, and whose offsets fit the index's 32-bit relative
+ * offsets, at most SWAP_GROUP_MAX each. */
+static void clean_plan_groups(const struct sluice_plog *l, struct sluice_plog_clean_job *j, uint32_t first, uint32_t n)
+{
 	int64_t gbytes = 0, gbase = 0;
 	uint32_t gcount = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -3261,6 +3517,13 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		gcount++;
 	}
 	j->group_start[j->ngroups] = n;
+	assert(j->ngroups >= 1 && j->ngroups <= n && j->group_start[0] == 0);
+}
+
+/* The shadow log naming segments [first, first + n) of l, no pool, and
+ * empty results. */
+static void clean_shadow_fill(const struct sluice_plog *l, struct sluice_plog_clean_job *j, uint32_t first, uint32_t n)
+{
 	memcpy(j->shadow.dir, l->dir, sizeof j->shadow.dir);
 	j->shadow.cfg = l->cfg;
 	j->shadow.cfg.pool = NULL;
@@ -3272,13 +3535,42 @@ struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, i
 		d->fd_read = d->fd_direct = -1;
 		j->result[i].fd_read = j->result[i].fd_direct = -1;
 		j->result[i].base_offset = -1;
+		assert(i == 0 || d->base_offset >= d[-1].base_offset);
 	}
 	j->shadow.seg_n = n;
+}
+
+struct sluice_plog_clean_job *sluice_plog_clean_prepare(struct sluice_plog *l, int64_t now_ms,
+							 const struct sluice_plog_clean_policy *pol)
+{
+	if (l->failed || l->seg_n < 2)
+		return NULL;
+	int64_t total, dirty;
+	bool overdue; /* dirty data older than max.compaction.lag.ms */
+	uint32_t eligible = clean_eligible(l, now_ms, pol, &total, &dirty, &overdue);
+	if (eligible == 0)
+		return NULL;
+	/* A pass is due when the previous one changed something or stopped at
+	 * its byte limit, or a kept tombstone expires; otherwise only when
+	 * segments closed or went since, and the part not cleaned yet is at
+	 * least min.cleanable.dirty.ratio of the eligible log (as in Kafka). */
+	bool due = now_ms >= l->compact_due_ms || l->compact_next_base != 0;
+	if (!due && (closed_signature(l) == l->compact_sig ||
+		     ((double)dirty < pol->min_dirty_ratio * (double)total && !overdue)))
+		return NULL;
+	uint32_t first;
+	uint32_t n = clean_pick(l, eligible, pol->budget_bytes, &first);
+	struct sluice_plog_clean_job *j = clean_job_new(n);
+	if (!j)
+		return NULL;
+	clean_plan_groups(l, j, first, n);
+	clean_shadow_fill(l, j, first, n);
 	j->now_ms = now_ms;
-	j->delete_retention_ms = delete_retention_ms;
+	j->delete_retention_ms = pol->delete_retention_ms;
 	j->tombstone_due_ms = INT64_MAX;
 	j->next_base = first + n < eligible ? l->segs[first + n].base_offset : 0;
 	j->end_base = l->segs[first + n].base_offset; /* the first segment after the pass */
+	assert(j->end_base > j->shadow.segs[n - 1].base_offset);
 	return j;
 }
 
@@ -3289,6 +3581,7 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 {
 	struct sluice_plog *sh = &j->shadow;
 	uint32_t i0 = j->group_start[g], i1 = j->group_start[g + 1];
+	assert(g < j->ngroups && i0 < i1 && i1 <= sh->seg_n);
 	int64_t base = sh->segs[i0].base_offset;
 	char tmp[PATH_BYTES];
 	seg_path(sh, base, ".log.cleaned", tmp);
@@ -3326,6 +3619,7 @@ static void clean_group(struct sluice_plog_clean_job *j, struct keymap *map, uin
 		struct segment *r = &j->result[g];
 		r->base_offset = base;
 		r->max_ts = -1;
+		assert(c.written <= in_bytes); /* clean_batch never grows a batch */
 		if (seg_scan(sh, r, c.fd, false, -1, NULL) == c.written) {
 			seg_write_indexes_as(sh, r, ".cleaned");
 			j->removed[g] = c.removed;
@@ -3379,6 +3673,7 @@ void sluice_plog_clean_run(struct sluice_plog_clean_job *j)
 {
 	struct sluice_plog *sh = &j->shadow;
 	struct map_ctx m = {.job = j};
+	assert(j->ngroups >= 1 && sh->seg_n >= 1 && !sh->pool);
 	j->io_start_s = clean_now_s();
 	for (uint32_t i = 0; i < sh->seg_n && !m.map.full && !j->cancelled; i++)
 		if (seg_each_batch(sh, &sh->segs[i], map_batch, &m) < 0)
@@ -3436,6 +3731,7 @@ void sluice_plog_clean_discard(struct sluice_plog_clean_job *j)
 static bool swap_manifest_write(const char *dir, const int64_t *bases, uint32_t n)
 {
 	char p[PATH_BYTES], tmp[PATH_BYTES + 8];
+	assert(n >= 1 && n <= SWAP_GROUP_MAX);
 	snprintf(p, sizeof p, "%.*s/%020" PRId64 ".swap", PATH_BYTES - 64, dir, bases[0]);
 	snprintf(tmp, sizeof tmp, "%s.tmp", p);
 	FILE *f = fopen(tmp, "w");
@@ -3476,6 +3772,7 @@ static bool file_reaches(const char *path, int64_t offset)
 static void swap_apply(const char *dir, const int64_t *bases, uint32_t n)
 {
 	char p[PATH_BYTES], q[PATH_BYTES];
+	assert(n >= 1 && n <= SWAP_GROUP_MAX);
 	/* The old segments go only when their cleaned replacement is there:
 	 * still "<first>.log.cleaned", or already renamed over the first
 	 * (which then holds offsets past the second's base). A manifest whose
@@ -3565,6 +3862,9 @@ static bool clean_swap(struct sluice_plog *l, uint32_t k, uint32_t cnt, struct s
 		memmove(&l->segs[k + 1], &l->segs[k + cnt], (l->seg_n - k - cnt) * sizeof *l->segs);
 		l->seg_n -= cnt - 1;
 	}
+	/* The cleaned segment takes the first one's place, in order. */
+	assert(l->segs[k].base_offset == bases[0] && k + 1 < l->seg_n &&
+	       l->segs[k].base_offset < l->segs[k + 1].base_offset);
 	return true;
 }
 
@@ -3577,6 +3877,7 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 			continue;
 		/* Only segments still there, closed and unchanged, in order. */
 		uint32_t i0 = j->group_start[g], cnt = j->group_start[g + 1] - i0, k = 0;
+		assert(cnt >= 1 && cnt <= SWAP_GROUP_MAX);
 		while (k < l->seg_n && l->segs[k].base_offset != j->shadow.segs[i0].base_offset)
 			k++;
 		bool same = k + cnt < l->seg_n && !l->failed;
@@ -3592,6 +3893,7 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 		merged |= cnt > 1;
 		j->written[g] = false;
 	}
+	check_offsets(l);
 	l->compact_sig = closed_signature(l);
 	/* A pass that changed segments goes again soon: shrunk neighbours may now
 	 * merge (the passes converge: each merges or removes something, or ends). */
