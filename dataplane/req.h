@@ -102,7 +102,7 @@ void sluice_conn_request_parked(struct req *r, bool parked);
 struct proto_state {
 	struct req *parked_head;
 	int32_t parked_n;
-	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
+	struct partop *refused; /* ops the runtime's backlog refused, answered by the next drain (net_rings.c) */
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 };
 /* Release what the protocol layer keeps in a core's state (the network

@@ -368,8 +368,10 @@ void stub_drain(void)
 }
 
 /* The network core's side of the storage rings (dataplane/net_rings.c),
- * replaced: ops wait in the queue above and are answered when the core
- * drains its replies. */
+ * replaced: where ops go (sluice_net_submit, above: into the queue rather
+ * than through the core runtime's send) and where answers come from (the
+ * runtime's drain and pending hooks, below). The rest of the loop is the
+ * real one: sluice_netcore_turn is a turn of the core runtime. */
 void stub_store_hold(bool hold) { store_held = hold; }
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
@@ -381,8 +383,6 @@ bool sluice_netcore_drain_replies(struct netcore *nc)
 	stub_drain();
 	return any;
 }
-
-void sluice_netcore_flush_backlog(struct netcore *nc) { (void)nc; }
 
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
