@@ -28,6 +28,11 @@
 #define SLUICE_CONN_RECV_BYTES (64u << 10)
 #define SLUICE_REQ_PARTITIONS_MAX 100000 /* partitions one request may name */
 #define SLUICE_STORE_PARTITIONS_MAX (1u << 20)
+/* Ops a network core's runtime backlog (runtime.h) may hold before the core
+ * stops reading requests until the storage cores catch up. */
+#define SLUICE_NET_BACKLOG_PAUSE (SLUICE_RT_BACKLOG_MAX / 2)
+_Static_assert(SLUICE_NET_BACKLOG_PAUSE + SLUICE_REQ_PARTITIONS_MAX <= SLUICE_RT_BACKLOG_MAX,
+	       "a request read below the pause fits on the backlog whole");
 
 /* Message types on the rings. */
 enum {

@@ -27,13 +27,10 @@
 #define SLUICE_NET_THROTTLE_POLL_MS 10    /* how often a throttled core looks for queue room */
 #define SLUICE_NET_IDLE_WAIT_MS 500       /* the longest a turn waits with nothing due */
 #define SLUICE_NET_SHUTDOWN_TURN_MS 10    /* the longest a shutdown turn waits */
-#define SLUICE_NET_BACKLOG_PAUSE (SLUICE_RT_BACKLOG_MAX / 2) /* ops waiting that stop reading */
 #define SLUICE_CONN_IN_BYTES_MIN 4096     /* first allocation of a connection's frame buffer */
 #define SLUICE_FRAME_BYTES_MIN 8          /* ApiKey, ApiVersion, CorrelationId */
 _Static_assert(SLUICE_NET_SWEEP_MS_MIN < SLUICE_NET_SWEEP_MS_MAX, "sweep interval range");
 _Static_assert(SLUICE_NET_THROTTLE_POLL_MS <= SLUICE_NET_IDLE_WAIT_MS, "throttled cores poll sooner than idle ones");
-_Static_assert(SLUICE_NET_BACKLOG_PAUSE + SLUICE_REQ_PARTITIONS_MAX <= SLUICE_RT_BACKLOG_MAX,
-	       "a request read below the pause fits on the backlog whole");
 _Static_assert(SLUICE_NET_IDLE_WAIT_MS <= SLUICE_RT_SLEEP_MS_MAX, "the runtime bounds every sleep");
 _Static_assert(SLUICE_NET_SHUTDOWN_TURN_MS < SLUICE_NET_SHUTDOWN_DRAIN_MS, "shutdown turns many times");
 _Static_assert(SLUICE_CONN_IN_BYTES_MIN <= SLUICE_CONN_RECV_BYTES / 2, "a small buffer is never shrunk");
