@@ -282,3 +282,19 @@ Test(netcore, backlog_pauses_reading, .init = setup, .fini = teardown)
 	sluice_rt_fini(&storage);
 	sluice_ring_free(&ring);
 }
+
+static void count_post(void *arg) { (*(int *)arg)++; }
+
+/* Proves the network core's turn is the core runtime's: a post (how
+ * metadata completions reach the core) runs in the next turn, once. */
+Test(netcore, turn_runs_posts, .init = setup, .fini = teardown)
+{
+	int ran = 0;
+	struct sluice_rt_post p = {.fn = count_post, .arg = &ran};
+	sluice_rt_post(&NC->rt, &p);
+	cr_expect_eq(ran, 0, "run by the core, not the poster");
+	sluice_netcore_turn(NC, 0);
+	cr_expect_eq(ran, 1);
+	sluice_netcore_turn(NC, 0);
+	cr_expect_eq(ran, 1, "once");
+}
