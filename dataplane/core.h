@@ -28,6 +28,11 @@
 #define SLUICE_CONN_RECV_BYTES (64u << 10)
 #define SLUICE_REQ_PARTITIONS_MAX 100000 /* partitions one request may name */
 #define SLUICE_STORE_PARTITIONS_MAX (1u << 20)
+/* Ops a network core's runtime backlog (runtime.h) may hold before the core
+ * stops reading requests until the storage cores catch up. */
+#define SLUICE_NET_BACKLOG_PAUSE (SLUICE_RT_BACKLOG_MAX / 2)
+_Static_assert(SLUICE_NET_BACKLOG_PAUSE + SLUICE_REQ_PARTITIONS_MAX <= SLUICE_RT_BACKLOG_MAX,
+	       "a request read below the pause fits on the backlog whole");
 
 /* Message types on the rings. */
 enum {
@@ -97,20 +102,8 @@ _Static_assert(SLUICE_CORES_MAX < INT16_MAX, "struct partop's core_plus1 holds a
 
 struct broker;
 
-/* A core's runtime (dataplane/runtime.h), whose first two members stay
- * readable as core->efd and core->sleeping for the code that wakes a core
- * by its fields (the network core, until it runs on the runtime too). */
-#define SLUICE_CORE_RT                                                                                   \
-	union {                                                                                          \
-		struct sluice_rt rt;                                                                     \
-		struct {                                                                                 \
-			int efd;                                                                         \
-			int sleeping;                                                                    \
-		};                                                                                       \
-	}
-
 struct storecore {
-	SLUICE_CORE_RT; /* first: its own cache lines */
+	struct sluice_rt rt; /* the core's loop, wake and timers (dataplane/runtime.h); first: its own cache lines */
 	int id;
 	struct broker *b;
 	struct io_uring ring;
@@ -121,22 +114,16 @@ struct storecore {
 };
 
 struct sluice_transport_ops;
-struct sluice_post;
 
 /* A network core (dataplane/netcore.c): the connections a thread serves,
  * over a transport backend (dataplane/transport.h) whose state is private. */
 struct netcore {
-	SLUICE_CORE_RT; /* only efd and sleeping are live until the loop moves onto the runtime */
-	int id;
+	struct sluice_rt rt; /* the core's loop, wake and timers (dataplane/runtime.h); first: its own cache lines */
+	int id;              /* rt.id too */
 	struct broker *b;
-	pthread_t thread;
 	const struct sluice_transport_ops *tops; /* the backend, chosen by sluice.transport */
 	void *tstate; /* the backend's private state */
 	void *state;  /* the network core's (its first member: struct proto_state) */
-	/* Work other threads hand this core (dataplane/net_post.c): a
-	 * lock-free stack, here rather than in state so that a post arriving
-	 * after the core stopped never writes freed memory. */
-	struct sluice_post *posts;
 };
 
 struct broker {
@@ -154,14 +141,10 @@ struct broker {
 	int ncpu;
 };
 
-#define SLUICE_CORE_RT_CHECK(type)                                                                       \
-	_Static_assert(offsetof(type, efd) == offsetof(type, rt.efd) &&                                  \
-			       offsetof(type, sleeping) == offsetof(type, rt.sleeping),                   \
-		       #type ": efd and sleeping are the runtime's")
-SLUICE_CORE_RT_CHECK(struct storecore);
-SLUICE_CORE_RT_CHECK(struct netcore);
+_Static_assert(offsetof(struct storecore, rt) == 0 && offsetof(struct netcore, rt) == 0,
+	       "a core's runtime comes first, on its own cache lines");
 
-/* The wake protocol (sluice_core_wake) and pinning: dataplane/runtime.h. */
+/* The wake protocol (sluice_rt_wake) and pinning: dataplane/runtime.h. */
 
 /* Which data directory holds (or will hold) a partition: -1 if none yet
  * (with create false) or no directory is usable. */
@@ -170,31 +153,37 @@ void sluice_dir_failed(struct broker *b, int dir, const char *why);
 /* Partition placement: which storage core owns a topic partition
  * (sluice_rt_core_for under its older name). */
 int sluice_store_core_for(const struct broker *b, const char *topic, int32_t partition);
-/* Send a partop to its storage core (keeps it on a backlog if the ring is full). */
+/* Send a partop to its storage core through the runtime's send (a ring
+ * that is full keeps it, in order, on the core's backlog); where ops go, so
+ * the tests' storage double replaces it (with the two below: net_rings.c).
+ * An op the backlog refuses (full: reading stops well before) comes back
+ * through drain_replies with an error. */
 void sluice_net_submit(struct netcore *nc, struct partop *op);
 
 int sluice_storage_core_start(struct storecore *sc);
 void sluice_storage_core_join(struct storecore *sc);
 
 /* Network cores (netcore.c): init picks the backend named by
- * sluice.transport (an unknown name fails, naming the key) and sets it up;
- * run is the core's thread; fini after every network core has stopped. */
+ * sluice.transport (an unknown name fails, naming the key) and sets it up
+ * with the core's runtime; start runs the core's thread on the runtime
+ * (sluice_rt_run with the network core's hooks; stopped with sluice_rt_stop
+ * and sluice_rt_join on nc->rt); fini after every network core has been
+ * joined. */
 int sluice_netcore_init(struct netcore *nc);
 int sluice_netcore_init_with(struct netcore *nc, const struct sluice_transport_ops *tops);
-void *sluice_netcore_run(void *nc);
+int sluice_netcore_start(struct netcore *nc);
 void sluice_netcore_fini(struct netcore *nc);
-/* One turn of a network core's loop and its parts, each callable alone (the
- * core runtime will drive them, with the backend's poll as its sleep):
- * storage replies, the backlog of ops that found a ring full, parked
- * fetches, connections throttled by a broker-wide budget, the idle and
- * slow-frame sweep, then the backend's poll for at most wait_max_ms. */
+/* One turn of a network core's loop (sluice_rt_turn with its hooks: storage
+ * replies, posts, timers such as the sweep, parked fetches, throttled
+ * connections, the backlog flushed) and the backend's poll for at most
+ * wait_max_ms; and its parts, each callable alone: storage replies taken
+ * (net_rings.c), whether any wait, connections throttled by a broker-wide
+ * budget resumed, the idle and slow-frame sweep. */
 void sluice_netcore_turn(struct netcore *nc, int64_t wait_max_ms);
 bool sluice_netcore_drain_replies(struct netcore *nc);
-void sluice_netcore_flush_backlog(struct netcore *nc);
 bool sluice_netcore_replies_waiting(struct netcore *nc);
 void sluice_netcore_resume_throttled(struct netcore *nc);
 void sluice_netcore_sweep(struct netcore *nc, int64_t now_ms);
-void sluice_netcore_poll(struct netcore *nc, int64_t wait_max_ms);
 /* Close every connection and turn until they are freed (or a limit). */
 void sluice_netcore_close_all(struct netcore *nc);
 /* Connections open on this core. */

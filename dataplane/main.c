@@ -521,13 +521,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "sluice-broker: cannot start storage core %d\n", s);
 			return 1;
 		}
-	for (int n = 0; n < b.net_n; n++) {
-		if (pthread_create(&b.net[n].thread, NULL, sluice_netcore_run, &b.net[n]) != 0) {
+	for (int n = 0; n < b.net_n; n++)
+		if (sluice_netcore_start(&b.net[n]) < 0) {
 			fprintf(stderr, "sluice-broker: cannot start network core %d\n", n);
 			return 1;
 		}
-		sluice_rt_pin(&b, b.net[n].thread, n);
-	}
 	SLOG_INFO("broker", "sluice-broker node %d listening on %s:%d (advertised %s:%d), transport %s, "
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
 		  b.cfg.node_id, b.cfg.listen_host, b.cfg.listen_port, b.cfg.advertised_host, b.cfg.advertised_port,
@@ -535,12 +533,14 @@ int main(int argc, char **argv)
 	while (!__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
 	SLOG_INFO("broker", "shutting down");
-	/* Every network core stops before any is finalised: they share one
-	 * listening socket, which the first core's fini closes. */
-	for (int n = 0; n < b.net_n; n++) {
-		sluice_core_wake(&(int){1}, b.net[n].efd);
-		pthread_join(b.net[n].thread, NULL);
-	}
+	/* Every network core stops (each closes its connections and drains
+	 * them, together) before any is finalised: they share one listening
+	 * socket, which the first core's fini closes. b.stopping, set already,
+	 * keeps them from accepting meanwhile. */
+	for (int n = 0; n < b.net_n; n++)
+		sluice_rt_stop(&b.net[n].rt);
+	for (int n = 0; n < b.net_n; n++)
+		sluice_rt_join(&b.net[n].rt);
 	for (int n = 0; n < b.net_n; n++)
 		sluice_netcore_fini(&b.net[n]);
 	__atomic_store_n(&b.stopping, 2, __ATOMIC_RELEASE);

@@ -1,10 +1,13 @@
 /* A network core's side of the rings to the storage cores: partition ops go
- * out (kept in order on a backlog while a ring is full) and come back
- * finished, with wake-ups for parked fetches; posts from other threads
- * (net_post.c) are run with the replies. Apart from netcore.c so that
- * the tests, which answer ops with an in-memory storage double
- * (tests/unit/proto_stubs.c), can replace exactly this file; the core
- * runtime (issue 11) takes it over. */
+ * out through the core runtime's send (dataplane/runtime.h: an op that
+ * finds its ring full waits, in order, on the runtime's backlog, which the
+ * loop flushes every turn) and come back finished, with wake-ups for parked
+ * fetches. Apart from netcore.c so that the tests, which answer ops with an
+ * in-memory storage double (tests/unit/proto_stubs.c), replace exactly this
+ * file: where ops go (sluice_net_submit) and where answers come from
+ * (sluice_netcore_drain_replies, sluice_netcore_replies_waiting). */
+#include "common/kafka/errors.h"
+#include "common/log.h"
 #include "dataplane/req.h"
 #include <assert.h>
 
@@ -19,49 +22,57 @@ static int op_core(const struct netcore *nc, const struct partop *op)
 	return sc;
 }
 
+/* The backlog refuses only past SLUICE_RT_BACKLOG_MAX messages, and the
+ * network core stops reading requests long before (netcore.c); what still
+ * overflows (many parked fetches retried at once) fails as if its partition
+ * had moved, which every client retries after a metadata refresh. It is
+ * answered by the next drain, never inside the submit: the request's
+ * dispatch loop is still running. */
 void sluice_net_submit(struct netcore *nc, struct partop *op)
 {
 	struct proto_state *ps = nc->state;
-	int sc = op_core(nc, op);
-	struct storecore *s = &nc->b->store[sc];
+	struct storecore *s = &nc->b->store[op_core(nc, op)];
+	assert(op->req && op->net_core == (uint8_t)nc->id);
+	assert(nc->rt.id == nc->id);
 	op->next = NULL;
-	if (!ps->backlog_head && sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op})) {
-		sluice_core_wake(&s->sleeping, s->efd);
+	if (sluice_rt_send(&nc->rt, &s->in[nc->id], &s->rt, (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op}))
 		return;
-	}
-	if (ps->backlog_tail)
-		ps->backlog_tail->next = op;
-	else
-		ps->backlog_head = op;
-	ps->backlog_tail = op;
+	op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+	op->next = ps->refused;
+	ps->refused = op;
 }
 
-void sluice_netcore_flush_backlog(struct netcore *nc)
+/* Ops the backlog refused, handed back with their error. */
+static bool answer_refused(struct netcore *nc)
 {
 	struct proto_state *ps = nc->state;
-	while (ps->backlog_head) {
-		struct partop *op = ps->backlog_head;
-		struct storecore *s = &nc->b->store[op_core(nc, op)];
-		if (!sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_PARTOP, (uint32_t)nc->id, op}))
-			break;
-		sluice_core_wake(&s->sleeping, s->efd);
-		ps->backlog_head = op->next;
-		if (!ps->backlog_head)
-			ps->backlog_tail = NULL;
+	struct partop *list = ps->refused;
+	ps->refused = NULL;
+	uint32_t n = 0;
+	while (list) {
+		struct partop *op = list;
+		list = op->next;
+		op->next = NULL;
+		assert(op->error == KERR_NOT_LEADER_OR_FOLLOWER);
+		sluice_proto_on_partop(nc, op); /* may submit (and refuse) again: onto the fresh list */
+		n++;
 	}
-	assert(ps->backlog_head || !ps->backlog_tail);
+	if (n)
+		SLOG_WARN("net", "network core %d: %u partition op(s) refused: %u waiting for full storage rings",
+			  nc->id, n, sluice_rt_backlog_n(&nc->rt));
+	return n > 0;
 }
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
-	/* Completions other threads posted (net_post.c) run with the replies. */
-	bool any = sluice_netcore_run_posts(nc), wake = false;
+	bool any = answer_refused(nc), wake = false;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_msg m;
 		for (int k = 0; k < SLUICE_NET_REPLIES_PER_TURN && sluice_ring_pop(&nc->b->store[s].out[nc->id], &m);
 		     k++) {
 			any = true;
 			assert(m.type == MSG_WAKE_FETCHES || m.type == MSG_PARTOP);
+			assert(m.from_core == (uint32_t)s);
 			if (m.type == MSG_WAKE_FETCHES)
 				wake = true;
 			else
@@ -73,10 +84,12 @@ bool sluice_netcore_drain_replies(struct netcore *nc)
 	return any;
 }
 
+/* The runtime's pending hook: answers waiting that its own checks (posts,
+ * backlog) cannot see. */
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
-	struct proto_state *ps = nc->state;
-	if (ps->backlog_head || sluice_netcore_posts_waiting(nc))
+	const struct proto_state *ps = nc->state;
+	if (ps->refused)
 		return true;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_ring *r = &nc->b->store[s].out[nc->id];

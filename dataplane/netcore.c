@@ -20,18 +20,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #define SLUICE_NET_SHUTDOWN_DRAIN_MS 5000 /* how long shutdown waits for busy connections */
 #define SLUICE_NET_SWEEP_MS_MIN 10        /* idle and slow connections are looked for at most */
 #define SLUICE_NET_SWEEP_MS_MAX 1000      /* this often, and at least this often */
 #define SLUICE_NET_THROTTLE_POLL_MS 10    /* how often a throttled core looks for queue room */
 #define SLUICE_NET_IDLE_WAIT_MS 500       /* the longest a turn waits with nothing due */
+#define SLUICE_NET_SHUTDOWN_TURN_MS 10    /* the longest a shutdown turn waits */
 #define SLUICE_CONN_IN_BYTES_MIN 4096     /* first allocation of a connection's frame buffer */
 #define SLUICE_FRAME_BYTES_MIN 8          /* ApiKey, ApiVersion, CorrelationId */
 _Static_assert(SLUICE_NET_SWEEP_MS_MIN < SLUICE_NET_SWEEP_MS_MAX, "sweep interval range");
 _Static_assert(SLUICE_NET_THROTTLE_POLL_MS <= SLUICE_NET_IDLE_WAIT_MS, "throttled cores poll sooner than idle ones");
+_Static_assert(SLUICE_NET_IDLE_WAIT_MS <= SLUICE_RT_SLEEP_MS_MAX, "the runtime bounds every sleep");
+_Static_assert(SLUICE_NET_SHUTDOWN_TURN_MS < SLUICE_NET_SHUTDOWN_DRAIN_MS, "shutdown turns many times");
 _Static_assert(SLUICE_CONN_IN_BYTES_MIN <= SLUICE_CONN_RECV_BYTES / 2, "a small buffer is never shrunk");
 
 struct nstate {
@@ -39,7 +40,7 @@ struct nstate {
 	int32_t conns;
 	struct conn *all;       /* every connection of this core, for sweeps and shutdown */
 	struct conn *throttled; /* waiting for room under queued.max.request.bytes */
-	int64_t next_sweep_ms;
+	struct sluice_rt_timer sweep; /* armed while connections are open, every sweep_interval_ms */
 };
 
 /* Broker-wide, over every network core (atomics): bytes of request frames
@@ -97,10 +98,12 @@ static bool queue_has_room(const struct netcore *nc)
 	return max <= 0 || __atomic_load_n(&queued_request_bytes, __ATOMIC_RELAXED) < max;
 }
 
-/* The broker-wide budgets allow reading another request from c. */
+/* The broker-wide budgets allow reading another request from c, and the
+ * core's backlog of ops waiting for full storage rings is short enough to
+ * take all of one more request's (storage is behind: wait for it). */
 static bool broker_has_room(const struct conn *c)
 {
-	if (!queue_has_room(c->nc))
+	if (!queue_has_room(c->nc) || sluice_rt_backlog_n(&c->nc->rt) >= SLUICE_NET_BACKLOG_PAUSE)
 		return false;
 	return c->inflight == 0 ||
 	       __atomic_load_n(&held_bytes_total, __ATOMIC_RELAXED) < c->nc->b->cfg.response_bytes_max;
@@ -577,9 +580,7 @@ void sluice_netcore_sweep(struct netcore *nc, int64_t now)
 {
 	struct nstate *ns = nc->state;
 	const struct sluice_config *cfg = &nc->b->cfg;
-	if (now < ns->next_sweep_ms)
-		return;
-	ns->next_sweep_ms = now + sweep_interval_ms(cfg);
+	assert(ns->conns >= 0);
 	for (struct conn *c = ns->all, *next; c; c = next) {
 		next = c->all_next; /* closing may free c, never another connection */
 		if (c->closing)
@@ -642,49 +643,106 @@ int32_t sluice_netcore_conns(const struct netcore *nc)
 
 /* ---- the loop --------------------------------------------------------- */
 
-/* The backend's poll, for at most wait_max_ms, shorter when a parked fetch
- * is due, a sweep is due or throttled connections wait for room made on
- * other cores; not at all when storage replies are already waiting. The
- * sleeping flag is set before the last look at the rings so that a storage
- * core's wake is never lost (core.h). */
-void sluice_netcore_poll(struct netcore *nc, int64_t wait_max_ms)
+/* The network core runs on the core runtime (runtime.h), which owns the
+ * loop: each turn takes the storage cores' replies (net_rings.c), runs
+ * posts and due timers (the sweep), the work below, and flushes the
+ * backlog of ops that found a ring full; then it sleeps in the backend's
+ * poll until the next timer, the deadline below or a wake. */
+
+static bool net_drain(void *core)
 {
-	struct nstate *ns = nc->state;
-	int64_t now = sluice_now_ms();
-	if (ns->throttled && wait_max_ms > SLUICE_NET_THROTTLE_POLL_MS)
-		wait_max_ms = SLUICE_NET_THROTTLE_POLL_MS;
-	else if (ns->conns > 0 && wait_max_ms > sweep_interval_ms(&nc->b->cfg))
-		wait_max_ms = sweep_interval_ms(&nc->b->cfg);
-	int64_t deadline = sluice_proto_next_deadline(nc);
-	int64_t wait_ms = deadline == INT64_MAX ? wait_max_ms : deadline - now;
-	if (wait_ms < 0)
-		wait_ms = 0;
-	if (wait_ms > wait_max_ms)
-		wait_ms = wait_max_ms;
-	__atomic_store_n(&nc->sleeping, 1, __ATOMIC_SEQ_CST);
-	if (sluice_netcore_replies_waiting(nc))
-		wait_ms = 0;
-	nc->tops->poll(nc, wait_ms);
-	__atomic_store_n(&nc->sleeping, 0, __ATOMIC_SEQ_CST);
+	return sluice_netcore_drain_replies(core);
 }
 
-void sluice_netcore_turn(struct netcore *nc, int64_t wait_max_ms)
+/* The sweep, a timer on the core's runtime, armed while connections are
+ * open (an idle core is not woken for it). */
+static void sweep_arm(struct netcore *nc, int64_t now)
 {
 	struct nstate *ns = nc->state;
-	sluice_netcore_drain_replies(nc);
-	sluice_netcore_flush_backlog(nc);
-	int64_t now = sluice_now_ms();
+	int armed = sluice_rt_timer_add(&nc->rt, &ns->sweep, now + sweep_interval_ms(&nc->b->cfg));
+	assert(armed == 0); /* the core's only timer: never refused */
+	(void)armed;
+	assert(ns->sweep.slot != SLUICE_RT_TIMER_IDLE);
+}
+
+static void sweep_fire(void *arg)
+{
+	struct netcore *nc = arg;
+	struct nstate *ns = nc->state;
+	int64_t now = sluice_rt_now_ms();
+	sluice_netcore_sweep(nc, now);
+	if (ns->conns > 0)
+		sweep_arm(nc, now);
+}
+
+/* Parked fetches whose deadline passed answer now; throttled connections
+ * read on if room was made (on any core); the sweep starts with the first
+ * connection. */
+static void net_work(void *core, int64_t now)
+{
+	struct netcore *nc = core;
+	struct nstate *ns = nc->state;
+	assert(ns->proto.parked_n >= 0 && ns->conns >= 0);
 	if (ns->proto.parked_n)
 		sluice_proto_retry_parked(nc, now, false);
 	sluice_netcore_resume_throttled(nc);
-	sluice_netcore_sweep(nc, now);
-	sluice_netcore_poll(nc, wait_max_ms);
+	if (ns->conns > 0 && ns->sweep.slot == SLUICE_RT_TIMER_IDLE)
+		sweep_arm(nc, now);
 }
 
-/* At shutdown every connection is closed and the loop keeps turning until
- * each is freed: its I/O completed, its ops back from the storage cores
- * (which run until the network cores are joined), its parked fetches
- * dropped. A connection still busy after the limit is left to process exit. */
+static bool net_pending(void *core)
+{
+	return sluice_netcore_replies_waiting(core);
+}
+
+/* The earliest parked fetch's deadline; soon while connections wait for
+ * room made on other cores, which wake nobody when they release it. */
+static int64_t net_deadline(void *core, int64_t now)
+{
+	struct netcore *nc = core;
+	struct nstate *ns = nc->state;
+	int64_t d = ns->proto.parked_n ? sluice_proto_next_deadline(nc) : INT64_MAX;
+	if (ns->throttled && now + SLUICE_NET_THROTTLE_POLL_MS < d)
+		d = now + SLUICE_NET_THROTTLE_POLL_MS;
+	assert((ns->proto.parked_n == 0) == (ns->proto.parked_head == NULL));
+	return d;
+}
+
+/* The backend's poll is the core's sleep: io_uring waits in the kernel with
+ * a read armed on rt.efd (the runtime's wake); DPDK will busy-poll. */
+static void net_poll(void *core, int64_t wait_ms)
+{
+	struct netcore *nc = core;
+	assert(wait_ms >= 0 && wait_ms <= SLUICE_RT_SLEEP_MS_MAX);
+	nc->tops->poll(nc, wait_ms);
+}
+
+static void net_end(void *core)
+{
+	sluice_netcore_close_all(core);
+}
+
+static const struct sluice_rt_hooks netcore_hooks = {
+	.end = net_end,
+	.drain = net_drain,
+	.work = net_work,
+	.pending = net_pending,
+	.deadline = net_deadline,
+	.poll = net_poll,
+	.sleep_max_ms = SLUICE_NET_IDLE_WAIT_MS,
+};
+
+void sluice_netcore_turn(struct netcore *nc, int64_t wait_max_ms)
+{
+	assert(wait_max_ms >= 0);
+	sluice_rt_turn(&nc->rt, &netcore_hooks, nc, wait_max_ms);
+}
+
+/* At shutdown (the runtime's end hook, after the loop's last turn) every
+ * connection is closed and the core keeps turning until each is freed: its
+ * I/O completed, its ops back from the storage cores (which run until the
+ * network cores are joined), its parked fetches dropped. A connection still
+ * busy after the limit is left to process exit. */
 void sluice_netcore_close_all(struct netcore *nc)
 {
 	struct nstate *ns = nc->state;
@@ -692,24 +750,13 @@ void sluice_netcore_close_all(struct netcore *nc)
 		next = c->all_next; /* closing may free c, never another connection */
 		sluice_conn_close(c);
 	}
-	int64_t until = sluice_now_ms() + SLUICE_NET_SHUTDOWN_DRAIN_MS;
-	while (ns->conns > 0 && sluice_now_ms() < until)
-		sluice_netcore_turn(nc, 10);
+	int64_t until = sluice_rt_now_ms() + SLUICE_NET_SHUTDOWN_DRAIN_MS;
+	while (ns->conns > 0 && sluice_rt_now_ms() < until)
+		sluice_rt_turn(&nc->rt, &netcore_hooks, nc, SLUICE_NET_SHUTDOWN_TURN_MS);
 	if (ns->conns > 0)
 		SLOG_WARN("net", "network core %d: %d connection(s) still busy after %d ms of shutdown", nc->id,
 			  ns->conns, SLUICE_NET_SHUTDOWN_DRAIN_MS);
-}
-
-void *sluice_netcore_run(void *arg)
-{
-	struct netcore *nc = arg;
-	char name[16];
-	snprintf(name, sizeof name, "sluice-net%d", nc->id);
-	pthread_setname_np(pthread_self(), name);
-	while (!__atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE))
-		sluice_netcore_turn(nc, SLUICE_NET_IDLE_WAIT_MS);
-	sluice_netcore_close_all(nc);
-	return NULL;
+	assert(ns->conns >= 0);
 }
 
 /* ---- start and stop --------------------------------------------------- */
@@ -717,14 +764,15 @@ void *sluice_netcore_run(void *arg)
 int sluice_netcore_init_with(struct netcore *nc, const struct sluice_transport_ops *tops)
 {
 	assert(tops && !nc->state);
+	assert(nc->id >= 0 && nc->id < SLUICE_CORES_MAX);
+	if (sluice_rt_init(&nc->rt, nc->b, SLUICE_RT_NET, nc->id) < 0)
+		return -1;
 	struct nstate *ns = calloc(1, sizeof *ns);
 	if (!ns)
 		return -1;
 	nc->state = ns;
 	nc->tops = tops;
-	nc->efd = eventfd(0, EFD_CLOEXEC);
-	if (nc->efd < 0)
-		return -1;
+	sluice_rt_timer_init(&ns->sweep, sweep_fire, nc);
 	return tops->init(nc);
 }
 
@@ -738,12 +786,19 @@ int sluice_netcore_init(struct netcore *nc)
 	return -1;
 }
 
+int sluice_netcore_start(struct netcore *nc)
+{
+	assert(nc->state && nc->tops && nc->rt.id == nc->id);
+	return sluice_rt_start(&nc->rt, &netcore_hooks, nc);
+}
+
+/* After every network core's sluice_rt_join (they share the backend's
+ * listener, which core 0's fini closes). */
 void sluice_netcore_fini(struct netcore *nc)
 {
 	if (nc->tops)
 		nc->tops->fini(nc);
-	if (nc->efd >= 0)
-		close(nc->efd);
+	sluice_rt_fini(&nc->rt);
 	sluice_proto_state_fini(nc->state);
 	free(nc->state);
 	nc->state = NULL;

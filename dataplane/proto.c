@@ -161,7 +161,7 @@ void sluice_proto_snap_refresh(struct req *r)
  * allocation owned by the request (r->meta). */
 struct proto_meta {
 	struct sluice_meta_batch batch;
-	struct sluice_post post;
+	struct sluice_rt_post post; /* the completion, run on the request's network core */
 	struct req *r;
 	void (*done)(struct req *r);
 	void *extra;   /* the handler's room after the changes */
@@ -201,10 +201,11 @@ struct sluice_meta_batch *sluice_proto_meta_current(struct req *r, void **extra)
 
 /* The network core: the batch is back. The request's snapshot is renewed
  * (it shows the batch) before its handler answers. */
-static void meta_post_run(struct netcore *nc, struct sluice_post *p)
+static void meta_post_run(void *arg)
 {
-	struct proto_meta *pm = (struct proto_meta *)((char *)p - offsetof(struct proto_meta, post));
+	struct proto_meta *pm = arg;
 	struct req *r = pm->r;
+	struct netcore *nc = r->nc;
 	struct proto_state *ps = nc->state;
 	assert(r->nc == nc && r->meta == pm && pm->out);
 	assert(r->pending == 1 && !r->done && ps->meta_out > 0);
@@ -221,7 +222,8 @@ static void meta_batch_done(struct sluice_meta_batch *b)
 {
 	struct proto_meta *pm = (struct proto_meta *)((char *)b - offsetof(struct proto_meta, batch));
 	assert(pm->out && b->arg == pm);
-	sluice_netcore_post(pm->r->nc, &pm->post);
+	assert(pm->post.fn == meta_post_run && pm->post.arg == pm);
+	sluice_rt_post(&pm->r->nc->rt, &pm->post);
 }
 
 enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*done)(struct req *r))
@@ -231,7 +233,8 @@ enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*do
 	assert(r->pending == 0 && !r->done);
 	pm->batch.done = meta_batch_done;
 	pm->batch.arg = pm;
-	pm->post.run = meta_post_run;
+	pm->post.fn = meta_post_run;
+	pm->post.arg = pm;
 	pm->done = done;
 	/* Held like ops lent to a storage core: a connection closed meanwhile
 	 * keeps the request (netcore.c drops it once done) until the batch is

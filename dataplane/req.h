@@ -99,27 +99,18 @@ void sluice_conn_close(struct conn *c);
  * its frame, not the reads it may make when retried. */
 void sluice_conn_request_parked(struct req *r, bool parked);
 
-/* Work handed to a network core by another thread (dataplane/net_post.c):
- * the metadata writer completing a request's batch. run is called on the
- * core, once, in the order the posts were made; the post's owner keeps it
- * alive until then. A stand-in for the core runtime's post (issue 11:
- * sluice_rt_post), which replaces it. */
-struct sluice_post {
-	struct sluice_post *next;
-	void (*run)(struct netcore *nc, struct sluice_post *p);
-};
-/* Any thread: queue p for nc and wake nc (core.h's wake protocol). */
-void sluice_netcore_post(struct netcore *nc, struct sluice_post *p);
-/* nc's thread: run every post queued so far, oldest first; whether any ran. */
-bool sluice_netcore_run_posts(struct netcore *nc);
-/* Whether posts wait (the last look before the core sleeps). */
-bool sluice_netcore_posts_waiting(const struct netcore *nc);
+/* Whether work other threads posted to nc (sluice_rt_post: the metadata
+ * writer completing a request's batch) waits to run; nc's thread only. */
+static inline bool sluice_netcore_posts_waiting(const struct netcore *nc)
+{
+	return __atomic_load_n(&nc->rt.posts, __ATOMIC_ACQUIRE) != NULL || nc->rt.taken != NULL;
+}
 
 /* Per network core protocol state. */
 struct proto_state {
 	struct req *parked_head;
 	int32_t parked_n;
-	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
+	struct partop *refused; /* ops the runtime's backlog refused, answered by the next drain (net_rings.c) */
 	int32_t meta_out; /* requests whose metadata batch is out (proto.c) */
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 };

@@ -91,19 +91,14 @@ void sluice_rt_pin(const struct broker *b, pthread_t t, int slot)
 
 /* ---- wake and clock ---------------------------------------------------- */
 
-void sluice_core_wake(int *sleeping, int efd)
-{
-	if (__atomic_load_n(sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(sleeping, 0, __ATOMIC_SEQ_CST)) {
-		uint64_t one = 1;
-		ssize_t w = write(efd, &one, sizeof one);
-		(void)w; /* only EAGAIN at a counter near 2^64: the core is awake then */
-	}
-}
-
 void sluice_rt_wake(struct sluice_rt *rt)
 {
 	assert(rt->efd >= 0);
-	sluice_core_wake(&rt->sleeping, rt->efd);
+	if (__atomic_load_n(&rt->sleeping, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&rt->sleeping, 0, __ATOMIC_SEQ_CST)) {
+		uint64_t one = 1;
+		ssize_t w = write(rt->efd, &one, sizeof one);
+		(void)w; /* only EAGAIN at a counter near 2^64: the core is awake then */
+	}
 }
 
 int64_t sluice_rt_now_ms(void)

@@ -22,31 +22,15 @@
  * sluice_rt_post is for the owning core's thread only (or the main thread
  * before start / after join).
  *
- * How a network core uses it (dataplane/netcore.c after the merge of the
- * transport seam; today it still runs its own loop):
- *   - sluice_netcore_init calls sluice_rt_init(&nc->rt, b, SLUICE_RT_NET,
- *     id) instead of creating nc->efd itself, and sluice_netcore_fini calls
- *     sluice_rt_fini;
- *   - main.c starts it with sluice_rt_start(&nc->rt, &netcore_hooks, nc)
- *     and stops it with sluice_rt_stop + sluice_rt_join, as the storage
- *     cores are (it keeps nc->b->stopping for the accept path);
- *   - hooks: drain = sluice_netcore_drain_replies; work = retry parked
- *     fetches, resume throttled connections, sweep; pending = storage
- *     replies waiting in its rings; deadline = the parked fetches' and the
- *     sweep's next due time (or now + SLUICE_NET_THROTTLE_POLL_MS while
- *     throttled); poll = nc->tops->poll(nc, wait_ms), the transport
- *     backend's op (io_uring: wait for a CQE with the eventfd read armed;
- *     DPDK: busy-poll its queues for wait_ms, returning early when
- *     `sleeping` was cleared); end = sluice_netcore_close_all, whose drain
- *     turns call sluice_rt_turn(&nc->rt, &netcore_hooks, nc, 10);
- *   - sluice_net_submit becomes one call, sluice_rt_send(&nc->rt,
- *     &s->in[nc->id], &s->rt, msg), and net_rings.c's backlog list and
- *     flush go (the runtime flushes each turn); a false return (backlog at
- *     SLUICE_RT_BACKLOG_MAX) is answered with back-pressure: stop reading.
- * Until then core.h keeps `efd` and `sleeping` readable under their old
- * names on both cores (a union over the first members of struct
- * sluice_rt), so the network code and the storage cores wake each other
- * through the same two fields. */
+ * The two cores on it: the storage core (dataplane/storage_core.c; poll:
+ * its io_uring) and the network core (dataplane/netcore.c; drain: storage
+ * replies; work: parked fetches' expiry, throttled connections; the sweep
+ * a timer; poll: the transport backend's op, so the io_uring backend waits
+ * in the kernel with a read armed on efd and a DPDK one busy-polls; end:
+ * close every connection and keep turning, with sluice_rt_turn, until they
+ * are freed). Each sends to the other with sluice_rt_send and pushes back
+ * when it refuses: the storage core stops taking ops, the network core
+ * stops reading requests. */
 #ifndef SLUICE_RUNTIME_H
 #define SLUICE_RUNTIME_H
 #include "common/ring.h"
@@ -133,8 +117,6 @@ struct sluice_rt_hooks {
 };
 
 struct sluice_rt {
-	/* These two first, in this order: core.h reads them as core->efd and
-	 * core->sleeping too (see the top of this file). */
 	int efd;      /* written to wake the core */
 	int sleeping; /* atomic: set while the core may wait in poll */
 	int id;       /* < SLUICE_CORES_MAX */
@@ -177,8 +159,6 @@ void sluice_rt_turn(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void 
 
 /* From any thread: wake rt if it sleeps (the wake protocol above). */
 void sluice_rt_wake(struct sluice_rt *rt);
-/* The same protocol on bare fields, for code that holds no sluice_rt yet. */
-void sluice_core_wake(int *sleeping, int efd);
 
 /* The monotonic clock, in milliseconds. */
 int64_t sluice_rt_now_ms(void);

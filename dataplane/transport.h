@@ -84,8 +84,11 @@ struct sluice_transport_ops {
 	 * buffer behind a FIN it never takes). */
 	void (*close)(struct conn *c, bool abort);
 	/* Run completions, waiting at most wait_ms (0: do not wait) for the
-	 * first: in the kernel for io_uring, which must also wake when nc->efd
-	 * is written (the storage cores' wake); busy polling for DPDK. */
+	 * first; the network core's sleep in the core runtime (runtime.h): in
+	 * the kernel for io_uring, which must also wake when nc->rt.efd is
+	 * written (sluice_rt_wake: a storage core's reply, a post, a stop);
+	 * busy polling for DPDK, returning early once nc->rt.sleeping is
+	 * cleared. */
 	void (*poll)(struct netcore *nc, int64_t wait_ms);
 };
 

@@ -327,7 +327,7 @@ static void uring_poll(struct netcore *nc, int64_t wait_ms)
 	arm_accept(us);
 	if (!us->efd_armed) {
 		struct io_uring_sqe *sqe = sqe_get(us);
-		io_uring_prep_read(sqe, nc->efd, &us->efd_buf, sizeof us->efd_buf, 0);
+		io_uring_prep_read(sqe, nc->rt.efd, &us->efd_buf, sizeof us->efd_buf, 0);
 		io_uring_sqe_set_data64(sqe, UD_EVENTFD);
 		us->efd_armed = true;
 	}

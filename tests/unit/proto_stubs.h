@@ -13,7 +13,7 @@
  *     then calls sluice_proto_on_partop, as a storage core handing the op
  *     back would;
  *   - the metadata backend is the real local one, writer thread included:
- *     its completions come back through the core's posts (net_post.c),
+ *     its completions come back through the core runtime's posts,
  *     which the replaced sluice_netcore_drain_replies runs;
  *   - sluice_group_partition (group.c is not linked: group ops get no
  *     answer, which the handlers treat as a coordinator failure).
@@ -73,6 +73,8 @@ int stub_parked(void);
 #define STUB_META_WAIT_MS 100    /* one sleep on the core's eventfd */
 #define STUB_META_WAITS_MAX 600  /* a minute in all, then give up */
 void stub_meta_hold(bool hold);
+/* Whether the metadata writer's completion has been posted (held or not). */
+bool stub_meta_posted(void);
 void stub_meta_wait(void);
 /* Requests whose metadata batch is out. */
 int stub_meta_out(void);

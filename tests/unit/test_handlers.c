@@ -2538,9 +2538,9 @@ Test(produce, max_timestamp_rewritten, .init = setup, .fini = teardown)
  * the network core, which the held stub leaves unrun. */
 static void wait_posted(void)
 {
-	for (int i = 0; i < 5000 && !sluice_netcore_posts_waiting(stub_netcore()); i++)
+	for (int i = 0; i < 5000 && !stub_meta_posted(); i++)
 		usleep(1000);
-	cr_assert(sluice_netcore_posts_waiting(stub_netcore()), "the metadata writer never completed the batch");
+	cr_assert(stub_meta_posted(), "the metadata writer never completed the batch");
 }
 
 static void create_topics_send(int16_t v, const char *name, int32_t partitions)

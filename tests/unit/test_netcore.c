@@ -1,7 +1,8 @@
 /* Unit tests of the network core (dataplane/netcore.c) over the in-memory
  * transport backend: framing of bytes that come in any pieces, responses in
- * request order, refused frames, a peer gone mid-request, and a budget
- * pausing and resuming reading. */
+ * request order, refused frames, a peer gone mid-request, a budget
+ * pausing and resuming reading, and the core runtime's backlog of ops for
+ * full storage rings doing the same. */
 #include "proto_stubs.h"
 #include "common/kafka/codec.h"
 #include "common/log.h"
@@ -245,4 +246,55 @@ Test(netcore, budget_pauses_and_resumes, .init = setup, .fini = teardown)
 	for (int i = 0; i <= sent; i++)
 		cr_expect_eq(take_corr(t), i);
 	tt_free(NC, t);
+}
+
+/* Proves that while the core runtime's backlog holds SLUICE_NET_BACKLOG_PAUSE
+ * ops (storage cores behind), the network core reads no further request,
+ * and reads on, answering it, once the backlog has drained. */
+Test(netcore, backlog_pauses_reading, .init = setup, .fini = teardown)
+{
+	struct sluice_ring ring;
+	struct sluice_rt storage;
+	cr_assert_eq(sluice_ring_init(&ring, 1024), 0);
+	cr_assert_eq(sluice_rt_init(&storage, NULL, SLUICE_RT_STORE, 0), 0);
+	struct sluice_msg m = {MSG_PARTOP, (uint32_t)NC->id, &m};
+	while (sluice_rt_backlog_n(&NC->rt) < SLUICE_NET_BACKLOG_PAUSE)
+		cr_assert(sluice_rt_send(&NC->rt, &ring, &storage, m));
+	struct tt_conn *t = tt_connect(NC);
+	uint8_t f[14];
+	api_versions(f, 5);
+	tt_feed(t, f, sizeof f);
+	tt_pump(NC, 100);
+	cr_expect_eq(take_corr(t), -1, "a request read while the backlog is long");
+	cr_expect(tt_paused(t), "reading goes on");
+	/* The storage core catches up; each turn flushes what the ring takes. */
+	for (int turns = 0; sluice_rt_backlog_n(&NC->rt) > 0 && turns < 10000; turns++) {
+		struct sluice_msg got;
+		while (sluice_ring_pop(&ring, &got))
+			cr_assert(got.ptr == &m);
+		sluice_netcore_turn(NC, 0);
+	}
+	cr_assert_eq(sluice_rt_backlog_n(&NC->rt), 0);
+	tt_pump(NC, 1000);
+	cr_expect(!tt_paused(t));
+	cr_expect_eq(take_corr(t), 5, "answered once the backlog drained");
+	tt_free(NC, t);
+	sluice_rt_fini(&storage);
+	sluice_ring_free(&ring);
+}
+
+static void count_post(void *arg) { (*(int *)arg)++; }
+
+/* Proves the network core's turn is the core runtime's: a post (how
+ * metadata completions reach the core) runs in the next turn, once. */
+Test(netcore, turn_runs_posts, .init = setup, .fini = teardown)
+{
+	int ran = 0;
+	struct sluice_rt_post p = {.fn = count_post, .arg = &ran};
+	sluice_rt_post(&NC->rt, &p);
+	cr_expect_eq(ran, 0, "run by the core, not the poster");
+	sluice_netcore_turn(NC, 0);
+	cr_expect_eq(ran, 1);
+	sluice_netcore_turn(NC, 0);
+	cr_expect_eq(ran, 1, "once");
 }
