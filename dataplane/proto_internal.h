@@ -99,8 +99,15 @@ void sluice_proto_snap_refresh(struct req *r);
 const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16]);
 
 /* n zeroed ops owned by r, each pointing back at r (NULL when n <= 0 or out
- * of memory; r->nops says how many there are). */
+ * of memory; r->nops says how many there are). Up to
+ * sluice.network.pool.op.array.partitions they are one of the core's pooled
+ * arrays (sluice_proto_has_room keeps one free for each request read); a
+ * request naming more partitions allocates them (not the hot path). */
 struct partop *sluice_proto_ops_alloc(struct req *r, int32_t n);
+/* bytes of zeroed handler state for r, set as r->api: inside the request
+ * when it fits SLUICE_REQ_API_INLINE_BYTES (no allocation: Fetch), else from
+ * the heap (NULL when out of memory). Freed with the request. */
+void *sluice_proto_api_state(struct req *r, size_t bytes);
 /* Resolve a data op's topic by name in r's snapshot; an unknown topic or
  * partition makes the op local with UNKNOWN_TOPIC_OR_PARTITION. */
 void sluice_proto_op_resolve(struct req *r, struct partop *op, struct kstr name);
