@@ -112,6 +112,8 @@ void sluice_proto_state_fini(struct proto_state *ps)
 	if (!ps)
 		return;
 	sluice_inflater_free(&ps->inflater);
+	while (ps->resp_cache_n > 0)
+		free(ps->resp_cache[--ps->resp_cache_n]);
 	/* A connection still busy at shutdown keeps its requests (and storage
 	 * cores may still hold their ops): left to process exit, as before. */
 	if (!pools_full(ps))
@@ -194,15 +196,49 @@ void *sluice_proto_api_state(struct req *r, size_t bytes)
 #define RESP_SPARE_BYTES_MAX (16u << 20) /* largest response buffer a connection keeps */
 #define RESP_HEADER_BYTES 8              /* size and correlation id */
 
-void sluice_proto_resp_begin(struct req *r)
+/* A response buffer kept for reuse: the connection's spare (its last one,
+ * as large as it grew), else one of the core's small cached ones, else a
+ * fresh one. */
+static void resp_buffer_take(struct req *r)
 {
-	assert(!r->done);
-	if (r->conn && r->conn->spare && !r->out.buf) {
+	struct proto_state *ps = r->nc->state;
+	assert(!r->out.buf);
+	if (r->conn && r->conn->spare) {
 		r->out = (struct kwr){.buf = r->conn->spare, .cap = r->conn->spare_cap, .cap_max = (size_t)INT32_MAX};
 		r->conn->spare = NULL;
+	} else if (ps->resp_cache_n > 0) {
+		int32_t i = --ps->resp_cache_n;
+		r->out = (struct kwr){.buf = ps->resp_cache[i], .cap = ps->resp_cache_cap[i], .cap_max = (size_t)INT32_MAX};
+		ps->resp_cache[i] = NULL;
 	} else {
 		kwr_init(&r->out, 256, (size_t)INT32_MAX);
 	}
+}
+
+/* Keep r's response buffer for the next response: as the connection's
+ * spare when it has none, else in the core's cache when small. */
+static void resp_buffer_keep(struct req *r)
+{
+	struct proto_state *ps = r->nc->state;
+	if (!r->out.buf)
+		return;
+	if (r->conn && !r->conn->spare && r->out.cap <= RESP_SPARE_BYTES_MAX) {
+		r->conn->spare = r->out.buf;
+		r->conn->spare_cap = r->out.cap;
+		r->out.buf = NULL;
+	} else if (r->out.cap <= SLUICE_PROTO_RESP_CACHE_BYTES_MAX && ps->resp_cache_n < SLUICE_PROTO_RESP_CACHE_N) {
+		ps->resp_cache[ps->resp_cache_n] = r->out.buf;
+		ps->resp_cache_cap[ps->resp_cache_n++] = r->out.cap;
+		r->out.buf = NULL;
+	}
+	assert(ps->resp_cache_n <= SLUICE_PROTO_RESP_CACHE_N);
+}
+
+void sluice_proto_resp_begin(struct req *r)
+{
+	assert(!r->done);
+	if (!r->out.buf)
+		resp_buffer_take(r);
 	kwr_i32(&r->out, 0); /* size, patched in resp_end */
 	kwr_i32(&r->out, r->correlation_id);
 	if (r->flexible && r->api_key != API_API_VERSIONS) /* ApiVersions answers with header v0 */
@@ -237,11 +273,7 @@ void sluice_req_free(struct req *r)
 	sluice_proto_frame_put(r->nc, r->frame);
 	if (r->api != r->api_inline)
 		free(r->api);
-	if (r->conn && !r->conn->spare && r->out.buf && r->out.cap <= RESP_SPARE_BYTES_MAX) {
-		r->conn->spare = r->out.buf;
-		r->conn->spare_cap = r->out.cap;
-		r->out.buf = NULL;
-	}
+	resp_buffer_keep(r);
 	kwr_free(&r->out);
 	if (r->snap)
 		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);

@@ -123,6 +123,10 @@ void sluice_conn_close(struct conn *c);
 void sluice_conn_request_parked(struct req *r, bool parked);
 
 /* Per network core protocol state. */
+#define SLUICE_PROTO_RESP_CACHE_N 256              /* small response buffers a core keeps */
+#define SLUICE_PROTO_RESP_CACHE_BYTES_MAX (16u << 10) /* the largest it keeps: at most 4 MiB a core */
+_Static_assert(SLUICE_PROTO_RESP_CACHE_N >= SLUICE_CONN_INFLIGHT_MAX,
+	       "one connection's pipelined responses find buffers");
 struct proto_state {
 	struct req *parked_head;
 	int32_t parked_n;
@@ -134,6 +138,11 @@ struct proto_state {
 	int32_t op_array_n;
 	struct sluice_objpool frames;       /* frames up to sluice.network.pool.frame.bytes */
 	struct sluice_objpool frames_large; /* up to sluice.network.pool.large.frame.bytes */
+	/* Small response buffers (heap, so a response may still grow) kept for
+	 * a connection whose own spare is in use: pipelined Produce answers. */
+	uint8_t *resp_cache[SLUICE_PROTO_RESP_CACHE_N];
+	size_t resp_cache_cap[SLUICE_PROTO_RESP_CACHE_N];
+	int32_t resp_cache_n;
 };
 /* Reserve the core's pools from the configuration: 0, or -1 (logged). */
 int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *cfg);
