@@ -13,6 +13,8 @@
 #define SLUICE_LOG_DIRS_MAX 16
 #define SLUICE_CONFIG_POOL_OBJECTS_MAX (1 << 20) /* objects in one per-core pool (dataplane/objpool.h) */
 #define SLUICE_CONFIG_POOL_REQUESTS_DEFAULT 4096 /* sluice.network.pool.requests */
+#define SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX 1024 /* sluice.network.pool.op.array.partitions */
+#define SLUICE_CONFIG_POOL_FRAME_BYTES_MAX (1 << 30)  /* sluice.network.pool.large.frame.bytes */
 /* What a produce frame holds besides one batch of message.max.bytes: the
  * request header, client id, transactional id, topic names, and the other
  * partitions' (smaller) batches of a request that names several. */

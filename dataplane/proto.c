@@ -82,7 +82,12 @@ int64_t sluice_now_ms(void)
 _Static_assert(SLUICE_OBJPOOL_OBJECTS_MAX == SLUICE_CONFIG_POOL_OBJECTS_MAX, "config bounds the pools as objpool.h");
 _Static_assert(SLUICE_CONN_INFLIGHT_MAX <= SLUICE_CONFIG_POOL_REQUESTS_DEFAULT,
 	       "by default one connection can pipeline its whole in-flight limit");
-_Static_assert(SLUICE_REQ_PARTITIONS_MAX <= SLUICE_OBJPOOL_OBJECTS_MAX * 16, "a request's ops fit an op array or the heap");
+_Static_assert(SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX <= SLUICE_REQ_PARTITIONS_MAX,
+	       "a pooled op array is never larger than a request may need");
+_Static_assert((uint64_t)SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX * sizeof(struct partop) <=
+		       SLUICE_OBJPOOL_OBJECT_BYTES_MAX, "the largest op array is a poolable object");
+_Static_assert(SLUICE_CONFIG_POOL_FRAME_BYTES_MAX <= SLUICE_OBJPOOL_OBJECT_BYTES_MAX,
+	       "the largest frame buffer is a poolable object");
 
 int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *cfg)
 {
