@@ -7,6 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Under AddressSanitizer a free object is poisoned, so a use after it was
+ * given back is reported as a heap use after free would be (a pool would
+ * otherwise hide what the allocator used to catch). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POOL_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POOL_POISON(p, n) ((void)(p), (void)(n))
+#define POOL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 _Static_assert((SLUICE_OBJPOOL_ALIGN & (SLUICE_OBJPOOL_ALIGN - 1)) == 0, "the alignment is a power of two");
 _Static_assert(SLUICE_OBJPOOL_OBJECTS_MAX <= UINT32_MAX, "free_stack holds object indices");
 
@@ -32,6 +44,7 @@ int sluice_objpool_init(struct sluice_objpool *p, const char *name, size_t obj_b
 	}
 	p->count = count;
 	p->free_n = count;
+	POOL_POISON(p->mem, p->stride * count);
 	/* The lowest index on top: a lightly used pool keeps using its first pages. */
 	for (uint32_t i = 0; i < count; i++)
 		p->free_stack[i] = count - 1 - i;
@@ -42,6 +55,8 @@ int sluice_objpool_init(struct sluice_objpool *p, const char *name, size_t obj_b
 void sluice_objpool_fini(struct sluice_objpool *p)
 {
 	assert(p->free_n == p->count); /* every object given back */
+	if (p->mem)
+		POOL_UNPOISON(p->mem, p->stride * p->count);
 	free(p->mem);
 	free(p->free_stack);
 	free(p->lent);
@@ -65,6 +80,7 @@ void *sluice_objpool_get(struct sluice_objpool *p)
 	uint32_t i = p->free_stack[--p->free_n];
 	assert(i < p->count && !p->lent[i]);
 	p->lent[i] = 1;
+	POOL_UNPOISON(p->mem + (size_t)i * p->stride, p->obj_bytes);
 	return p->mem + (size_t)i * p->stride;
 }
 
@@ -78,4 +94,5 @@ void sluice_objpool_put(struct sluice_objpool *p, void *obj)
 	assert(p->free_n < p->count);
 	p->lent[i] = 0;
 	p->free_stack[p->free_n++] = i;
+	POOL_POISON(obj, p->stride);
 }

@@ -88,6 +88,20 @@ Test(pool, interior_put_asserts, .signal = SIGABRT)
 	sluice_objpool_put(&p, o + 8);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* Proves, under AddressSanitizer, that touching an object after giving it
+ * back is reported (ASan's exit code 1), as a heap use after free is. */
+Test(pool, use_after_put_reported, .exit_code = 1)
+{
+	struct sluice_objpool p;
+	cr_assert_eq(sluice_objpool_init(&p, "test", 32, 2), 0);
+	volatile uint8_t *o = sluice_objpool_get(&p);
+	o[0] = 1;
+	sluice_objpool_put(&p, (void *)o);
+	o[0] = 2;
+}
+#endif
+
 /* ---- the network core's pools --------------------------------------------- */
 
 static char tmpdir[128];
