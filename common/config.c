@@ -21,6 +21,8 @@ struct cfg_key {
 };
 
 #define F(field) offsetof(struct sluice_config, field)
+#define CFG_STR_(x) #x
+#define CFG_STR(x) CFG_STR_(x) /* a numeric default named in config.h, as text */
 static const struct cfg_key keys[] = {
 	{"node.id", CFG_INT, F(node_id), 0, INT32_MAX, "1"},
 	{"listeners", CFG_STRING, F(listeners), 0, 0, "PLAINTEXT://127.0.0.1:9092"},
@@ -52,6 +54,14 @@ static const struct cfg_key keys[] = {
 	{"queued.max.request.bytes", CFG_LONG, F(queued_max_request_bytes), -1, INT64_MAX, "536870912"},
 	{"sluice.connection.response.bytes.max", CFG_LONG, F(connection_response_bytes_max), 1024, INT64_MAX, "134217728"},
 	{"sluice.response.bytes.max", CFG_LONG, F(response_bytes_max), 1024, INT64_MAX, "1073741824"},
+	{"sluice.network.pool.requests", CFG_INT, F(pool_requests), 1, SLUICE_CONFIG_POOL_OBJECTS_MAX,
+	 CFG_STR(SLUICE_CONFIG_POOL_REQUESTS_DEFAULT)},
+	{"sluice.network.pool.op.arrays", CFG_INT, F(pool_op_arrays), 1, SLUICE_CONFIG_POOL_OBJECTS_MAX, "1024"},
+	{"sluice.network.pool.op.array.partitions", CFG_INT, F(pool_op_array_partitions), 1, SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX, "16"},
+	{"sluice.network.pool.frames", CFG_INT, F(pool_frames), 1, SLUICE_CONFIG_POOL_OBJECTS_MAX, "1024"},
+	{"sluice.network.pool.frame.bytes", CFG_INT, F(pool_frame_bytes), 64, 1048576, "16384"},
+	{"sluice.network.pool.large.frames", CFG_INT, F(pool_large_frames), 0, 65536, "16"},
+	{"sluice.network.pool.large.frame.bytes", CFG_INT, F(pool_large_frame_bytes), -1, SLUICE_CONFIG_POOL_FRAME_BYTES_MAX, "-1"},
 	{"connections.max.idle.ms", CFG_LONG, F(connections_max_idle_ms), -1, INT64_MAX, "600000"},
 	{"sluice.request.receive.timeout.ms", CFG_LONG, F(request_receive_timeout_ms), -1, INT64_MAX, "60000"},
 	{"fetch.max.bytes", CFG_INT, F(fetch_max_bytes), 1024, INT32_MAX, "57671680"},
@@ -294,6 +304,12 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	cfg->log_append_time = strcmp(cfg->message_timestamp_type, "LogAppendTime") == 0;
+	if (cfg->pool_large_frame_bytes < 0) {
+		int64_t b = (int64_t)cfg->message_max_bytes + SLUICE_CONFIG_FRAME_OVERHEAD_BYTES;
+		cfg->pool_large_frame_bytes = (int32_t)(b < SLUICE_CONFIG_POOL_FRAME_BYTES_MAX ? b : SLUICE_CONFIG_POOL_FRAME_BYTES_MAX);
+	}
+	if (cfg->pool_large_frame_bytes < cfg->pool_frame_bytes)
+		cfg->pool_large_frame_bytes = cfg->pool_frame_bytes; /* the large class is never the smaller */
 	{
 		char *end;
 		double r = strtod(cfg->log_cleaner_min_cleanable_ratio_s, &end);

@@ -11,6 +11,14 @@
 
 #define SLUICE_CONFIG_STRING_MAX 512
 #define SLUICE_LOG_DIRS_MAX 16
+#define SLUICE_CONFIG_POOL_OBJECTS_MAX (1 << 20) /* objects in one per-core pool (dataplane/objpool.h) */
+#define SLUICE_CONFIG_POOL_REQUESTS_DEFAULT 4096 /* sluice.network.pool.requests */
+#define SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX 1024 /* sluice.network.pool.op.array.partitions */
+#define SLUICE_CONFIG_POOL_FRAME_BYTES_MAX (1 << 30)  /* sluice.network.pool.large.frame.bytes */
+/* What a produce frame holds besides one batch of message.max.bytes: the
+ * request header, client id, transactional id, topic names, and the other
+ * partitions' (smaller) batches of a request that names several. */
+#define SLUICE_CONFIG_FRAME_OVERHEAD_BYTES (64 << 10)
 
 struct sluice_config {
 	int32_t node_id;
@@ -44,6 +52,19 @@ struct sluice_config {
 	int64_t queued_max_request_bytes;  /* frames read, not yet served, whole broker; <= 0: no limit */
 	int64_t connection_response_bytes_max; /* held per connection before it is no longer read */
 	int64_t response_bytes_max;        /* held by all connections before pipelining stops */
+	/* Per network core pools (dataplane/objpool.h): requests in flight, arrays of
+	 * partition ops (each for up to pool_op_array_partitions), request frames
+	 * up to pool_frame_bytes and up to pool_large_frame_bytes (-1 in the file:
+	 * message.max.bytes plus SLUICE_CONFIG_FRAME_OVERHEAD_BYTES, set by
+	 * sluice_config_finish). Exhausted, a core stops reading until objects
+	 * come back. */
+	int32_t pool_requests;
+	int32_t pool_op_arrays;
+	int32_t pool_op_array_partitions;
+	int32_t pool_frames;
+	int32_t pool_frame_bytes;
+	int32_t pool_large_frames;
+	int32_t pool_large_frame_bytes;
 	int64_t connections_max_idle_ms;   /* -1: never */
 	int64_t request_receive_timeout_ms; /* first to last byte of a frame; -1: never */
 	int32_t fetch_max_bytes;

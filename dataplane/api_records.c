@@ -381,6 +381,8 @@ struct fetch_state {
 	int64_t read_budget;
 };
 
+_Static_assert(sizeof(struct fetch_state) <= SLUICE_REQ_API_INLINE_BYTES, "a Fetch's state lives in its request");
+
 static void fetch_issue(struct req *r)
 {
 	struct fetch_state *fs = r->api;
@@ -465,10 +467,8 @@ static void fetch_decode_tail(struct req *r, struct krd *rd)
 
 bool sluice_api_fetch_start(struct req *r, struct krd *rd)
 {
-	struct fetch_state *fs = calloc(1, sizeof *fs);
-	if (!fs)
-		return false;
-	r->api = fs;
+	struct fetch_state *fs = sluice_proto_api_state(r, sizeof *fs); /* inside the request */
+	assert(fs == (void *)r->api_inline);
 	(void)krd_i32(rd); /* ReplicaId */
 	fs->max_wait_ms = krd_i32(rd);
 	fs->min_bytes = krd_i32(rd);

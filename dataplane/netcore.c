@@ -109,6 +109,22 @@ static bool broker_has_room(const struct conn *c)
 	       __atomic_load_n(&held_bytes_total, __ATOMIC_RELAXED) < c->nc->b->cfg.response_bytes_max;
 }
 
+/* The core's pools (proto.c) can take c's next request: its frame's size is
+ * known once its first 4 bytes are buffered. Objects come back only on this
+ * core, when one of its requests is freed; a connection waiting for them
+ * waits on the throttled list like one stopped by a broker-wide budget. */
+static bool pools_have_room(const struct conn *c)
+{
+	uint32_t next = c->in_len >= 4 ? kbe32(c->in) : 0;
+	return sluice_proto_has_room(c->nc, next);
+}
+
+/* Every budget and pool outside the connection allows reading from it. */
+static bool core_has_room(const struct conn *c)
+{
+	return broker_has_room(c) && pools_have_room(c);
+}
+
 static bool conn_under_budget(const struct conn *c)
 {
 	if (c->inflight >= SLUICE_CONN_INFLIGHT_MAX)
@@ -192,7 +208,7 @@ static void recv_update(struct conn *c)
 {
 	if (c->closing || c->parsing || !c->tconn)
 		return;
-	bool want = conn_under_budget(c) && broker_has_room(c);
+	bool want = conn_under_budget(c) && core_has_room(c);
 	if (!want) {
 		if (conn_under_budget(c))
 			conn_throttle(c);
@@ -231,7 +247,7 @@ void sluice_netcore_resume_throttled(struct netcore *nc)
 		assert(c->throttled);
 		/* Closed ones leave the list at once (the reference would keep
 		 * them alive). */
-		if (!broker_has_room(c) && !c->closing) {
+		if (!core_has_room(c) && !c->closing) {
 			c->throttle_next = ns->throttled;
 			ns->throttled = c;
 			continue;
@@ -416,7 +432,10 @@ static bool frame_start(struct conn *c, const uint8_t *bytes, uint32_t size)
 			  api_key);
 		return false;
 	}
-	uint8_t *frame = malloc(size);
+	/* The frame outlives the bytes it is cut from (the backend's buffer,
+	 * or the connection's): copied into a pooled buffer (parse_bytes made
+	 * sure one is free), from the heap only above the pooled sizes. */
+	uint8_t *frame = sluice_proto_frame_get(c->nc, size);
 	if (!frame)
 		return false;
 	memcpy(frame, bytes, size);
@@ -453,6 +472,10 @@ static size_t parse_bytes(struct conn *c, const uint8_t *bytes, size_t len)
 		}
 		if (len - off - 4 < (size_t)size)
 			break;
+		if (!sluice_proto_has_room(c->nc, (uint32_t)size)) {
+			conn_throttle(c); /* the core's pools are exhausted: back-pressure */
+			break;
+		}
 		bad = !frame_start(c, bytes + off + 4, (uint32_t)size);
 		off += 4 + (size_t)size;
 	}
@@ -488,14 +511,22 @@ static void conn_parse(struct conn *c)
 		c->in_len -= off;
 	}
 	frame_clock(c, off > 0);
-	/* Shrink a buffer that grew for one large frame. */
-	if (c->in_cap > SLUICE_CONN_RECV_BYTES && c->in_len < SLUICE_CONN_RECV_BYTES / 2) {
-		uint8_t *n = realloc(c->in, SLUICE_CONN_RECV_BYTES);
-		if (n) {
-			c->in = n;
-			c->in_cap = SLUICE_CONN_RECV_BYTES;
-		}
+}
+
+/* Shrink a buffer that grew for large frames once the connection has been
+ * quiet for a sweep interval (the sweep calls it): a producer sending
+ * megabyte frames keeps its buffer rather than reallocate it per frame. */
+static void conn_in_trim(struct conn *c, int64_t now, int64_t quiet_ms)
+{
+	if (c->in_cap <= SLUICE_CONN_RECV_BYTES || c->in_len >= SLUICE_CONN_RECV_BYTES / 2 ||
+	    now - c->last_active_ms < quiet_ms)
+		return;
+	uint8_t *n = realloc(c->in, SLUICE_CONN_RECV_BYTES);
+	if (n) {
+		c->in = n;
+		c->in_cap = SLUICE_CONN_RECV_BYTES;
 	}
+	assert(c->in_len <= c->in_cap);
 }
 
 /* Keep n more bytes in the connection's buffer. It grows by doubling as
@@ -585,6 +616,7 @@ void sluice_netcore_sweep(struct netcore *nc, int64_t now)
 		next = c->all_next; /* closing may free c, never another connection */
 		if (c->closing)
 			continue;
+		conn_in_trim(c, now, sweep_interval_ms(cfg));
 		/* Closed with a reset rather than a FIN (see transport.h). */
 		if (cfg->request_receive_timeout_ms > 0 && c->frame_start_ms && !c->paused &&
 		    now - c->frame_start_ms > cfg->request_receive_timeout_ms) {
@@ -771,6 +803,8 @@ int sluice_netcore_init_with(struct netcore *nc, const struct sluice_transport_o
 	if (!ns)
 		return -1;
 	nc->state = ns;
+	if (sluice_proto_state_init(&ns->proto, &nc->b->cfg) < 0)
+		return -1;
 	nc->tops = tops;
 	sluice_rt_timer_init(&ns->sweep, sweep_fire, nc);
 	return tops->init(nc);

@@ -73,10 +73,128 @@ int64_t sluice_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- the core's pools ------------------------------------------------------
+ * Every request takes one struct req, at most one op array and one frame
+ * buffer, so a core that has one of each free can always take the next
+ * frame whole: the network core asks sluice_proto_has_room before cutting
+ * one and otherwise stops reading (back-pressure), and nothing fails once a
+ * frame is cut. Ops beyond an array's partitions and frames beyond the
+ * large class come from the heap: not the hot path. */
+_Static_assert(SLUICE_OBJPOOL_OBJECTS_MAX == SLUICE_CONFIG_POOL_OBJECTS_MAX, "config bounds the pools as objpool.h");
+_Static_assert(SLUICE_CONN_INFLIGHT_MAX <= SLUICE_CONFIG_POOL_REQUESTS_DEFAULT,
+	       "by default one connection can pipeline its whole in-flight limit");
+_Static_assert(SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX <= SLUICE_REQ_PARTITIONS_MAX,
+	       "a pooled op array is never larger than a request may need");
+_Static_assert((uint64_t)SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX * sizeof(struct partop) <=
+		       SLUICE_OBJPOOL_OBJECT_BYTES_MAX, "the largest op array is a poolable object");
+_Static_assert(SLUICE_CONFIG_POOL_FRAME_BYTES_MAX <= SLUICE_OBJPOOL_OBJECT_BYTES_MAX,
+	       "the largest frame buffer is a poolable object");
+
+int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *cfg)
+{
+	assert(cfg->pool_requests > 0 && cfg->pool_op_array_partitions > 0);
+	assert(cfg->pool_large_frame_bytes >= cfg->pool_frame_bytes);
+	ps->op_array_n = cfg->pool_op_array_partitions;
+	if (sluice_objpool_init(&ps->reqs, "requests", sizeof(struct req), (uint32_t)cfg->pool_requests) < 0 ||
+	    sluice_objpool_init(&ps->op_arrays, "op arrays", (size_t)ps->op_array_n * sizeof(struct partop),
+			     (uint32_t)cfg->pool_op_arrays) < 0 ||
+	    sluice_objpool_init(&ps->frames, "frames", (size_t)cfg->pool_frame_bytes, (uint32_t)cfg->pool_frames) < 0 ||
+	    sluice_objpool_init(&ps->frames_large, "large frames", (size_t)cfg->pool_large_frame_bytes,
+			     (uint32_t)cfg->pool_large_frames) < 0) {
+		SLOG_ERR("proto", "cannot reserve the network core's pools (sluice.network.pool.*)");
+		return -1;
+	}
+	return 0;
+}
+
+static bool pools_full(const struct proto_state *ps)
+{
+	return ps->reqs.free_n == ps->reqs.count && ps->op_arrays.free_n == ps->op_arrays.count &&
+	       ps->frames.free_n == ps->frames.count && ps->frames_large.free_n == ps->frames_large.count;
+}
+
 void sluice_proto_state_fini(struct proto_state *ps)
 {
-	if (ps)
-		sluice_inflater_free(&ps->inflater);
+	if (!ps)
+		return;
+	sluice_inflater_free(&ps->inflater);
+	while (ps->resp_cache_n > 0)
+		free(ps->resp_cache[--ps->resp_cache_n]);
+	/* A connection still busy at shutdown keeps its requests (and storage
+	 * cores may still hold their ops): left to process exit, as before. */
+	if (!pools_full(ps))
+		return;
+	sluice_objpool_fini(&ps->reqs);
+	sluice_objpool_fini(&ps->op_arrays);
+	sluice_objpool_fini(&ps->frames);
+	sluice_objpool_fini(&ps->frames_large);
+}
+
+/* The largest frame a pool holds: above it frames come from the heap
+ * (sluice.network.pool.large.frames may be 0: no large class). */
+static size_t frame_pooled_bytes_max(const struct proto_state *ps)
+{
+	return ps->frames_large.count ? ps->frames_large.obj_bytes : ps->frames.obj_bytes;
+}
+
+bool sluice_proto_has_room(const struct netcore *nc, uint32_t frame_bytes)
+{
+	const struct proto_state *ps = nc->state;
+	if (!sluice_objpool_available(&ps->reqs) || !sluice_objpool_available(&ps->op_arrays))
+		return false;
+	if (frame_bytes == 0 || frame_bytes > frame_pooled_bytes_max(ps))
+		return true; /* not known yet, or from the heap */
+	if (frame_bytes <= ps->frames.obj_bytes && sluice_objpool_available(&ps->frames))
+		return true;
+	return sluice_objpool_available(&ps->frames_large) > 0;
+}
+
+uint8_t *sluice_proto_frame_get(struct netcore *nc, uint32_t len)
+{
+	struct proto_state *ps = nc->state;
+	assert(len > 0 && ps->frames.obj_bytes > 0);
+	if (len <= ps->frames.obj_bytes && sluice_objpool_available(&ps->frames))
+		return sluice_objpool_get(&ps->frames);
+	if (len <= frame_pooled_bytes_max(ps))
+		return sluice_objpool_get(&ps->frames_large); /* NULL: back-pressure */
+	return malloc(len); /* larger than every pooled frame: not the hot path */
+}
+
+void sluice_proto_frame_put(struct netcore *nc, uint8_t *frame)
+{
+	struct proto_state *ps = nc->state;
+	if (!frame)
+		return;
+	if (sluice_objpool_owns(&ps->frames, frame))
+		sluice_objpool_put(&ps->frames, frame);
+	else if (sluice_objpool_owns(&ps->frames_large, frame))
+		sluice_objpool_put(&ps->frames_large, frame);
+	else
+		free(frame);
+}
+
+static void ops_put(struct req *r)
+{
+	struct proto_state *ps = r->nc->state;
+	if (!r->ops)
+		return;
+	if (sluice_objpool_owns(&ps->op_arrays, r->ops))
+		sluice_objpool_put(&ps->op_arrays, r->ops);
+	else
+		free(r->ops);
+	r->ops = NULL;
+}
+
+void *sluice_proto_api_state(struct req *r, size_t bytes)
+{
+	assert(!r->api && bytes > 0);
+	if (bytes <= sizeof r->api_inline) {
+		memset(r->api_inline, 0, bytes);
+		r->api = r->api_inline;
+	} else {
+		r->api = calloc(1, bytes); /* the admin APIs' larger state: not the hot path */
+	}
+	return r->api;
 }
 
 /* ---- response framing ----------------------------------------------------- */
@@ -84,15 +202,49 @@ void sluice_proto_state_fini(struct proto_state *ps)
 #define RESP_SPARE_BYTES_MAX (16u << 20) /* largest response buffer a connection keeps */
 #define RESP_HEADER_BYTES 8              /* size and correlation id */
 
-void sluice_proto_resp_begin(struct req *r)
+/* A response buffer kept for reuse: the connection's spare (its last one,
+ * as large as it grew), else one of the core's small cached ones, else a
+ * fresh one. */
+static void resp_buffer_take(struct req *r)
 {
-	assert(!r->done);
-	if (r->conn && r->conn->spare && !r->out.buf) {
+	struct proto_state *ps = r->nc->state;
+	assert(!r->out.buf);
+	if (r->conn && r->conn->spare) {
 		r->out = (struct kwr){.buf = r->conn->spare, .cap = r->conn->spare_cap, .cap_max = (size_t)INT32_MAX};
 		r->conn->spare = NULL;
+	} else if (ps->resp_cache_n > 0) {
+		int32_t i = --ps->resp_cache_n;
+		r->out = (struct kwr){.buf = ps->resp_cache[i], .cap = ps->resp_cache_cap[i], .cap_max = (size_t)INT32_MAX};
+		ps->resp_cache[i] = NULL;
 	} else {
 		kwr_init(&r->out, 256, (size_t)INT32_MAX);
 	}
+}
+
+/* Keep r's response buffer for the next response: as the connection's
+ * spare when it has none, else in the core's cache when small. */
+static void resp_buffer_keep(struct req *r)
+{
+	struct proto_state *ps = r->nc->state;
+	if (!r->out.buf)
+		return;
+	if (r->conn && !r->conn->spare && r->out.cap <= RESP_SPARE_BYTES_MAX) {
+		r->conn->spare = r->out.buf;
+		r->conn->spare_cap = r->out.cap;
+		r->out.buf = NULL;
+	} else if (r->out.cap <= SLUICE_PROTO_RESP_CACHE_BYTES_MAX && ps->resp_cache_n < SLUICE_PROTO_RESP_CACHE_N) {
+		ps->resp_cache[ps->resp_cache_n] = r->out.buf;
+		ps->resp_cache_cap[ps->resp_cache_n++] = r->out.cap;
+		r->out.buf = NULL;
+	}
+	assert(ps->resp_cache_n <= SLUICE_PROTO_RESP_CACHE_N);
+}
+
+void sluice_proto_resp_begin(struct req *r)
+{
+	assert(!r->done);
+	if (!r->out.buf)
+		resp_buffer_take(r);
 	kwr_i32(&r->out, 0); /* size, patched in resp_end */
 	kwr_i32(&r->out, r->correlation_id);
 	if (r->flexible && r->api_key != API_API_VERSIONS) /* ApiVersions answers with header v0 */
@@ -123,19 +275,17 @@ void sluice_req_free(struct req *r)
 		free(r->ops[i].rdata);
 		kwr_free(&r->ops[i].gout);
 	}
-	free(r->ops);
-	free(r->frame);
-	free(r->api);
+	ops_put(r);
+	sluice_proto_frame_put(r->nc, r->frame);
+	if (r->api != r->api_inline)
+		free(r->api);
 	free(r->meta);
-	if (r->conn && !r->conn->spare && r->out.buf && r->out.cap <= RESP_SPARE_BYTES_MAX) {
-		r->conn->spare = r->out.buf;
-		r->conn->spare_cap = r->out.cap;
-		r->out.buf = NULL;
-	}
+	resp_buffer_keep(r);
 	kwr_free(&r->out);
 	if (r->snap)
 		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
-	free(r);
+	struct proto_state *ps = r->nc->state;
+	sluice_objpool_put(&ps->reqs, r);
 }
 
 /* ---- metadata snapshot ---------------------------------------------------- */
@@ -282,13 +432,16 @@ static bool api_versions_unsupported(struct req *r)
 }
 
 /* A request for the frame, queued on c so that responses keep arrival
- * order. NULL when out of memory. */
+ * order. NULL when the core's request pool is exhausted (the network core
+ * asks sluice_proto_has_room first, so only another caller sees it). */
 static struct req *req_queue(struct conn *c, uint8_t *frame, uint32_t len, int16_t key, int16_t version,
 			     int32_t corr)
 {
-	struct req *r = calloc(1, sizeof *r);
+	struct proto_state *ps = c->nc->state;
+	struct req *r = sluice_objpool_get(&ps->reqs);
 	if (!r)
 		return NULL;
+	memset(r, 0, sizeof *r);
 	r->conn = c;
 	r->nc = c->nc;
 	r->api_key = key;
@@ -351,12 +504,14 @@ bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
 	int32_t corr = krd_i32(&rd);
 	if (rd.err) {
 		SLOG_DEBUG("proto", "%s: request header shorter than 8 bytes; closing", c->peer);
-		free(frame);
+		sluice_proto_frame_put(c->nc, frame);
 		return false;
 	}
 	struct req *r = req_queue(c, frame, len, key, version, corr);
 	if (!r) {
-		free(frame);
+		SLOG_WARN("proto", "%s: network core %d has no request free (sluice.network.pool.requests); closing",
+			  c->peer, c->nc->id);
+		sluice_proto_frame_put(c->nc, frame);
 		return false;
 	}
 	bool known = key >= 0 && key < API_KEY_MAX && apis[key].start;
@@ -417,10 +572,14 @@ void sluice_proto_on_partop(struct netcore *nc, struct partop *op)
 
 struct partop *sluice_proto_ops_alloc(struct req *r, int32_t n)
 {
+	struct proto_state *ps = r->nc->state;
 	assert(!r->ops && r->nops == 0);
 	if (n <= 0)
 		return NULL;
-	r->ops = calloc((size_t)n, sizeof *r->ops);
+	if (n <= ps->op_array_n && (r->ops = sluice_objpool_get(&ps->op_arrays)) != NULL)
+		memset(r->ops, 0, (size_t)n * sizeof *r->ops);
+	else
+		r->ops = calloc((size_t)n, sizeof *r->ops); /* more partitions than an array holds */
 	r->nops = r->ops ? n : 0;
 	for (int32_t i = 0; i < r->nops; i++) {
 		r->ops[i].req = r;

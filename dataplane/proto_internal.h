@@ -120,8 +120,15 @@ enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*do
 struct sluice_meta_batch *sluice_proto_meta_current(struct req *r, void **extra);
 
 /* n zeroed ops owned by r, each pointing back at r (NULL when n <= 0 or out
- * of memory; r->nops says how many there are). */
+ * of memory; r->nops says how many there are). Up to
+ * sluice.network.pool.op.array.partitions they are one of the core's pooled
+ * arrays (sluice_proto_has_room keeps one free for each request read); a
+ * request naming more partitions allocates them (not the hot path). */
 struct partop *sluice_proto_ops_alloc(struct req *r, int32_t n);
+/* bytes of zeroed handler state for r, set as r->api: inside the request
+ * when it fits SLUICE_REQ_API_INLINE_BYTES (no allocation: Fetch), else from
+ * the heap (NULL when out of memory). Freed with the request. */
+void *sluice_proto_api_state(struct req *r, size_t bytes);
 /* Resolve a data op's topic by name in r's snapshot; an unknown topic or
  * partition makes the op local with UNKNOWN_TOPIC_OR_PARTITION. */
 void sluice_proto_op_resolve(struct req *r, struct partop *op, struct kstr name);

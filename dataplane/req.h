@@ -8,10 +8,20 @@
 #define SLUICE_REQ_H
 #include "common/kafka/compress.h"
 #include "dataplane/core.h"
+#include "dataplane/objpool.h"
 #include "dataplane/transport.h"
 
 struct conn;
 
+/* Handler state that lives inside the request (Fetch's), so the hot APIs
+ * allocate none; a handler with more takes it from the heap (r->api). */
+#define SLUICE_REQ_API_INLINE_BYTES 64
+
+/* A request comes from its network core's pool (proto_state.reqs), its
+ * frame from one of the core's frame pools (or the heap above the large
+ * class), its ops from the core's op-array pool (or the heap above
+ * sluice.network.pool.op.array.partitions), all given back by
+ * sluice_req_free. */
 struct req {
 	struct conn *conn;
 	struct netcore *nc;
@@ -22,7 +32,7 @@ struct req {
 	bool done;          /* response (if any) is ready in out */
 	bool no_response;   /* acks=0 produce */
 	bool parked;        /* long-polling fetch */
-	uint8_t *frame;     /* the request bytes (header + body), owned */
+	uint8_t *frame;     /* the request bytes (header + body), owned: sluice_proto_frame_get */
 	uint32_t frame_len;
 	size_t body_off;    /* where the body starts in frame */
 	struct kwr out;     /* size prefix + response header + body */
@@ -38,10 +48,11 @@ struct req {
 	int64_t resp_bytes_max;
 	int64_t queued_bytes;
 	int64_t held_bytes;
-	void *api;          /* handler-specific decoded request, owned */
+	void *api;          /* handler-specific decoded request, owned: api_inline or the heap */
 	void *meta;         /* its metadata batch (proto.c), owned; out while pending counts it */
 	struct req *next;   /* connection queue */
 	struct req *park_next;
+	_Alignas(16) uint8_t api_inline[SLUICE_REQ_API_INLINE_BYTES];
 };
 
 struct conn {
@@ -81,8 +92,21 @@ struct conn {
 
 /* Protocol layer entry points, called by the transport. */
 /* Decode a frame (without the 4-byte size) into a request and start it.
- * Returns false when the connection must be closed. */
+ * The frame comes from sluice_proto_frame_get and is the request's (or
+ * given back) from here on. Returns false when the connection must be
+ * closed. */
 bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len);
+/* Whether the core's pools can take one more request with a frame of
+ * frame_bytes (0: size not known yet; only the request and op pools are
+ * asked). False: the caller stops reading until objects come back (they
+ * come back on this core only: when one of its requests is freed). */
+bool sluice_proto_has_room(const struct netcore *nc, uint32_t frame_bytes);
+/* A buffer for a frame of len bytes: pooled up to the large class, from
+ * the heap above it; NULL when its pool is exhausted (sluice_proto_has_room
+ * said no) or out of memory. Given back with sluice_proto_frame_put (or by
+ * sluice_req_free once a request owns it). */
+uint8_t *sluice_proto_frame_get(struct netcore *nc, uint32_t len);
+void sluice_proto_frame_put(struct netcore *nc, uint8_t *frame);
 /* A storage core handed an op back. */
 void sluice_proto_on_partop(struct netcore *nc, struct partop *op);
 /* Parked fetches: retry (data may have arrived) or expire. */
@@ -107,15 +131,32 @@ static inline bool sluice_netcore_posts_waiting(const struct netcore *nc)
 }
 
 /* Per network core protocol state. */
+#define SLUICE_PROTO_RESP_CACHE_N 256              /* small response buffers a core keeps */
+#define SLUICE_PROTO_RESP_CACHE_BYTES_MAX (16u << 10) /* the largest it keeps: at most 4 MiB a core */
+_Static_assert(SLUICE_PROTO_RESP_CACHE_N >= SLUICE_CONN_INFLIGHT_MAX,
+	       "one connection's pipelined responses find buffers");
 struct proto_state {
 	struct req *parked_head;
 	int32_t parked_n;
 	struct partop *refused; /* ops the runtime's backlog refused, answered by the next drain (net_rings.c) */
 	int32_t meta_out; /* requests whose metadata batch is out (proto.c) */
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
+	/* The core's pools (sizes: sluice.network.pool.*), used by this core only. */
+	struct sluice_objpool reqs;         /* struct req */
+	struct sluice_objpool op_arrays;    /* struct partop[op_array_n] */
+	int32_t op_array_n;
+	struct sluice_objpool frames;       /* frames up to sluice.network.pool.frame.bytes */
+	struct sluice_objpool frames_large; /* up to sluice.network.pool.large.frame.bytes */
+	/* Small response buffers (heap, so a response may still grow) kept for
+	 * a connection whose own spare is in use: pipelined Produce answers. */
+	uint8_t *resp_cache[SLUICE_PROTO_RESP_CACHE_N];
+	size_t resp_cache_cap[SLUICE_PROTO_RESP_CACHE_N];
+	int32_t resp_cache_n;
 };
+/* Reserve the core's pools from the configuration: 0, or -1 (logged). */
+int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *cfg);
 /* Release what the protocol layer keeps in a core's state (the network
- * core calls it before freeing the state). */
+ * core calls it before freeing the state, once every request is freed). */
 void sluice_proto_state_fini(struct proto_state *ps);
 
 #endif
