@@ -8,6 +8,7 @@
 #include "common/kafka/batch.h"
 #include "common/kafka/errors.h"
 #include "dataplane/group.h"
+#include "dataplane/service.h"
 #include "storage/extent.h"
 #include "storage/plog.h"
 #include <assert.h>
@@ -27,6 +28,27 @@
 #include <unistd.h>
 
 #define STORE_BACKLOG_MAX (1u << 20)
+
+/* The services this core runs beside its logs (dataplane/service.h), each
+ * handed the partops of its kind. */
+static const struct sluice_store_service_ops *const store_services[] = {&sluice_group_service};
+#define STORE_SERVICES_N (sizeof store_services / sizeof store_services[0])
+
+static const struct sluice_store_service_ops *service_for(uint8_t kind)
+{
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->partop_kind == kind)
+			return store_services[i];
+	return NULL;
+}
+
+/* The records op waited for were written (ok) or not: its service hears first. */
+static void service_written(struct storecore *sc, struct partop *op, bool ok)
+{
+	const struct sluice_store_service_ops *svc = service_for(op->kind);
+	if (svc)
+		svc->written(sc, op, ok);
+}
 /* Partitions one loop turn opens at most: an open costs directory syncs
  * (about 2 ms each on ext4), so a request naming 100,000 new partitions is
  * worked through over many turns, other clients served in between. */
@@ -227,8 +249,7 @@ static void on_committed(struct sluice_plog *l, void *arg)
 		op->next = NULL;
 		if (failed && op->last_offset >= hw)
 			op->error = KERR_KAFKA_STORAGE_ERROR;
-		if (op->kind == PARTOP_GROUP)
-			sluice_group_written(p->sc, op, op->error == 0);
+		service_written(p->sc, op, op->error == 0);
 		op->high_watermark = hw;
 		op->log_start = sluice_plog_log_start(l);
 		op_done(p->sc, op);
@@ -664,8 +685,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			struct partop *op = p->wait_head;
 			p->wait_head = op->next;
 			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
-			if (op->kind == PARTOP_GROUP)
-				sluice_group_written(sc, op, false);
+			service_written(sc, op, false);
 			op_done(sc, op);
 		}
 		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)
@@ -824,8 +844,9 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		op_done(sc, op);
 		return;
 	}
-	if (op->kind == PARTOP_GROUP) {
-		sluice_group_handle(sc, op);
+	const struct sluice_store_service_ops *svc = service_for(op->kind);
+	if (svc) {
+		svc->handle(sc, op);
 		return;
 	}
 	int16_t error = 0;
@@ -1436,7 +1457,8 @@ static void *storage_main(void *arg)
 		bool stopping = __atomic_load_n(&sc->b->stopping, __ATOMIC_ACQUIRE) >= 2;
 		drain_rings(sc);
 		cleaner_collect(sc);
-		sluice_group_tick(sc, sluice_now_ms());
+		for (size_t i = 0; i < STORE_SERVICES_N; i++)
+			store_services[i]->tick(sc, sluice_now_ms());
 		housekeeping(sc, sluice_now_ms());
 		submit_writes(sc);
 		flush_backlog(sc);
@@ -1462,9 +1484,14 @@ static void *storage_main(void *arg)
 			__atomic_store_n(&sc->sleeping, 0, __ATOMIC_SEQ_CST);
 			io_uring_submit(&sc->ring);
 		} else {
-			/* At most 100 ms, less when a consumer group's join phase ends
-			 * sooner. */
-			int64_t wait_ms = sluice_group_next_deadline(sc) - sluice_now_ms();
+			/* At most 100 ms, less when a service's timer (a consumer
+			 * group's join phase) ends sooner. */
+			int64_t deadline = INT64_MAX;
+			for (size_t i = 0; i < STORE_SERVICES_N; i++) {
+				int64_t d = store_services[i]->next_deadline(sc);
+				deadline = d < deadline ? d : deadline;
+			}
+			int64_t wait_ms = deadline - sluice_now_ms();
 			wait_ms = wait_ms < 1 || st->parked_n ? 1 : wait_ms > 100 ? 100 : wait_ms;
 			struct __kernel_timespec ts = {0, (long long)wait_ms * 1000 * 1000};
 			io_uring_submit_and_wait_timeout(&sc->ring, &cqe, 1, &ts, NULL);
@@ -1511,6 +1538,8 @@ static void *storage_main(void *arg)
 	}
 	SLOG_INFO("storage", "storage core %d: %u partition(s) closed in %" PRId64 " ms, synced in %" PRId64 " ms",
 		  sc->id, closed, t1 - t0, sluice_now_ms() - t1);
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		store_services[i]->fini(sc);
 	sluice_pool_destroy(st->pool);
 	st->pool = NULL;
 	return NULL;
@@ -1559,6 +1588,11 @@ int sluice_storage_core_start(struct storecore *sc)
 		st->cleaner.started = true;
 	else
 		SLOG_WARN("storage", "no cleaner thread: compaction runs on storage core %d", sc->id);
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->init(sc) < 0) {
+			SLOG_ERR("storage", "storage core %d: service %s did not start", sc->id, store_services[i]->name);
+			return -1;
+		}
 	if (pthread_create(&sc->thread, NULL, storage_main, sc) != 0)
 		return -1;
 	sluice_core_pin(sc->b, sc->thread, sc->b->net_n + sc->id);
