@@ -819,9 +819,44 @@ struct load_ctx {
 	int32_t partition;
 };
 
+/* Replay the records of one batch (uncompressed: the coordinator writes
+ * none other) at buf; returns how many it replayed. */
+static int64_t replay_batch(struct gcoord *gc, int32_t partition, const uint8_t *buf, const struct sluice_batch *b)
+{
+	struct krd r;
+	krd_init(&r, buf + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(b) - SLUICE_BATCH_HEADER_BYTES);
+	int64_t records = 0;
+	for (int32_t i = 0; i < b->records_count && !r.err && !(b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK); i++) {
+		int32_t rlen = krd_varint(&r);
+		const uint8_t *start = r.p;
+		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r))
+			break;
+		(void)krd_i8(&r);      /* attributes */
+		(void)krd_varlong(&r); /* timestamp delta */
+		(void)krd_varint(&r);  /* offset delta */
+		int32_t kl = krd_varint(&r);
+		const uint8_t *k = r.p;
+		if (kl > 0)
+			krd_skip(&r, (size_t)kl);
+		int32_t vl = krd_varint(&r);
+		const uint8_t *v = r.p;
+		if (vl > 0)
+			krd_skip(&r, (size_t)vl);
+		if (!r.err && kl > 0) {
+			replay(gc, partition, k, kl, vl >= 0 ? v : NULL, vl);
+			records++;
+		}
+		r.err = false;
+		r.p = start + rlen;
+	}
+	assert(records <= b->records_count);
+	return records;
+}
+
 /* Read every record of one __consumer_offsets partition back. */
 static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t partition)
 {
+	assert(partition >= 0 && partition < gc->partitions);
 	if (gc->loaded[partition])
 		return;
 	gc->loaded[partition] = 1;
@@ -843,31 +878,7 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 			struct sluice_batch b;
 			if (sluice_batch_parse(buf + pos, (size_t)n - pos, &b) != SLUICE_BATCH_OK)
 				break;
-			struct krd r;
-			krd_init(&r, buf + pos + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES);
-			for (int32_t i = 0; i < b.records_count && !r.err && !(b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK); i++) {
-				int32_t rlen = krd_varint(&r);
-				const uint8_t *start = r.p;
-				if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r))
-					break;
-				(void)krd_i8(&r);
-				(void)krd_varlong(&r);
-				(void)krd_varint(&r);
-				int32_t kl = krd_varint(&r);
-				const uint8_t *k = r.p;
-				if (kl > 0)
-					krd_skip(&r, (size_t)kl);
-				int32_t vl = krd_varint(&r);
-				const uint8_t *v = r.p;
-				if (vl > 0)
-					krd_skip(&r, (size_t)vl);
-				if (!r.err && kl > 0) {
-					replay(gc, partition, k, kl, vl >= 0 ? v : NULL, vl);
-					records++;
-				}
-				r.err = false;
-				r.p = start + rlen;
-			}
+			records += replay_batch(gc, partition, buf + pos, &b);
 			off = b.base_offset + b.last_offset_delta + 1;
 			pos += (size_t)sluice_batch_total_bytes(&b);
 		}
@@ -875,6 +886,16 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 	}
 	if (records)
 		SLOG_INFO("group", "loaded %" PRId64 " records from %s-%d", records, SLUICE_OFFSETS_TOPIC, partition);
+}
+
+/* The opening of most group APIs: the group named (its partition read
+ * back first), or NULL when there is none or the id is null. */
+static struct group *group_open(struct storecore *sc, struct gcoord *gc, const struct partop *op, struct kstr id)
+{
+	if (!id.ptr)
+		return NULL;
+	load_partition(sc, gc, op->partition);
+	return group_find(gc, id);
 }
 
 /* ---- answers and state ---------------------------------------------------------- */
@@ -1512,8 +1533,7 @@ static int16_t sync_check(struct storecore *sc, struct gcoord *gc, struct partop
 	*m = NULL;
 	if (!q->group_id.ptr)
 		return KERR_INVALID_GROUP_ID;
-	load_partition(sc, gc, op->partition);
-	*g = group_find(gc, q->group_id);
+	*g = group_open(sc, gc, op, q->group_id);
 	int16_t err = *g ? member_check(*g, q->member_id, q->instance_id, m) : KERR_UNKNOWN_MEMBER_ID;
 	if (!err && q->generation != (*g)->generation)
 		err = KERR_ILLEGAL_GENERATION;
@@ -1593,8 +1613,7 @@ static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op
 	struct member *m = NULL;
 	int16_t err = !q.group_id.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
 	if (!err) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, q.group_id);
+		g = group_open(sc, gc, op, q.group_id);
 		err = g ? member_check(g, q.member_id, q.instance_id, &m) : KERR_UNKNOWN_MEMBER_ID;
 	}
 	if (!err) {
@@ -1674,11 +1693,7 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	if (q.group_id.ptr) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, q.group_id);
-	}
+	struct group *g = group_open(sc, gc, op, q.group_id);
 	struct kwr *w = &op->gout;
 	bool left = false;
 	if (wi.version <= 2) {
@@ -1999,11 +2014,7 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	if (q.group_id.ptr) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, q.group_id);
-	}
+	struct group *g = group_open(sc, gc, op, q.group_id);
 	/* v8+: one element of Groups, as data holds this group's part of the request */
 	sluice_group_fetch_encode(&op->gout, wi, q.group_id);
 	fetch_offsets(&op->gout, g, &q.topics);
@@ -2050,11 +2061,7 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	if (q.group_id.ptr) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, q.group_id);
-	}
+	struct group *g = group_open(sc, gc, op, q.group_id);
 	struct kwr *w = &op->gout;
 	sluice_group_offset_delete_encode(w, wi, g ? KERR_NONE : KERR_GROUP_ID_NOT_FOUND);
 	if (!g) {
