@@ -21,10 +21,15 @@
  * Kafka's string, bytes with a length that may contain NULs, and is kept,
  * compared, answered and written as such (struct gstr), never as a C string.
  *
- * Requests: each handler decodes its whole body before it changes anything;
- * a body that does not decode is answered with nothing, and the network core
- * closes the connection, as Kafka does with a request it cannot parse. */
+ * Requests: the Kafka codec (group_codec.c, through group_internal.h)
+ * decodes each whole body into a plain struct before anything changes here,
+ * and encodes the answers from plain results; this file never reads or
+ * writes the wire. A body that does not decode is answered with nothing,
+ * and the network core closes the connection, as Kafka does with a request
+ * it cannot parse. The coordinator is a storage-core service
+ * (sluice_group_service, dataplane/service.h). */
 #include "dataplane/group.h"
+#include "dataplane/group_internal.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
@@ -40,7 +45,6 @@
 
 #define GROUPS_PER_CORE_MAX 100000
 #define OFFSETS_PER_GROUP_MAX 1000000
-#define PROTOCOLS_MAX 32
 /* Kafka's record schemas for __consumer_offsets give strings an int16
  * length: longer group ids, protocol names or metadata cannot be written. */
 #define GROUP_STRING_MAX INT16_MAX
@@ -48,6 +52,8 @@
 #define MEMBER_ID_CLIENT_MAX 100
 #define MEMBER_ID_MAX (MEMBER_ID_CLIENT_MAX + 1 + 36)
 #define ID_TABLE_MIN 16
+_Static_assert(MEMBER_ID_MAX <= GROUP_STRING_MAX, "a generated member id fits the group record's strings");
+_Static_assert((ID_TABLE_MIN & (ID_TABLE_MIN - 1)) == 0, "id tables are powers of two (masks)");
 
 enum { G_EMPTY, G_PREPARING, G_COMPLETING, G_STABLE, G_DEAD };
 static const char *const state_names[] = {"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"};
@@ -71,7 +77,7 @@ struct member {
 	struct gstr id, instance_id, client_id, client_host;
 	int32_t session_timeout_ms, rebalance_timeout_ms;
 	int32_t nprot;
-	struct protocol prot[PROTOCOLS_MAX];
+	struct protocol prot[SLUICE_GROUP_PROTOCOLS_MAX];
 	uint8_t *assignment;
 	int32_t assignment_len;
 	struct partop *join_op, *sync_op;
@@ -813,9 +819,44 @@ struct load_ctx {
 	int32_t partition;
 };
 
+/* Replay the records of one batch (uncompressed: the coordinator writes
+ * none other) at buf; returns how many it replayed. */
+static int64_t replay_batch(struct gcoord *gc, int32_t partition, const uint8_t *buf, const struct sluice_batch *b)
+{
+	struct krd r;
+	krd_init(&r, buf + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(b) - SLUICE_BATCH_HEADER_BYTES);
+	int64_t records = 0;
+	for (int32_t i = 0; i < b->records_count && !r.err && !(b->attributes & SLUICE_BATCH_ATTR_CODEC_MASK); i++) {
+		int32_t rlen = krd_varint(&r);
+		const uint8_t *start = r.p;
+		if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r))
+			break;
+		(void)krd_i8(&r);      /* attributes */
+		(void)krd_varlong(&r); /* timestamp delta */
+		(void)krd_varint(&r);  /* offset delta */
+		int32_t kl = krd_varint(&r);
+		const uint8_t *k = r.p;
+		if (kl > 0)
+			krd_skip(&r, (size_t)kl);
+		int32_t vl = krd_varint(&r);
+		const uint8_t *v = r.p;
+		if (vl > 0)
+			krd_skip(&r, (size_t)vl);
+		if (!r.err && kl > 0) {
+			replay(gc, partition, k, kl, vl >= 0 ? v : NULL, vl);
+			records++;
+		}
+		r.err = false;
+		r.p = start + rlen;
+	}
+	assert(records <= b->records_count);
+	return records;
+}
+
 /* Read every record of one __consumer_offsets partition back. */
 static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t partition)
 {
+	assert(partition >= 0 && partition < gc->partitions);
 	if (gc->loaded[partition])
 		return;
 	gc->loaded[partition] = 1;
@@ -837,31 +878,7 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 			struct sluice_batch b;
 			if (sluice_batch_parse(buf + pos, (size_t)n - pos, &b) != SLUICE_BATCH_OK)
 				break;
-			struct krd r;
-			krd_init(&r, buf + pos + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(&b) - SLUICE_BATCH_HEADER_BYTES);
-			for (int32_t i = 0; i < b.records_count && !r.err && !(b.attributes & SLUICE_BATCH_ATTR_CODEC_MASK); i++) {
-				int32_t rlen = krd_varint(&r);
-				const uint8_t *start = r.p;
-				if (r.err || rlen < 0 || (size_t)rlen > krd_left(&r))
-					break;
-				(void)krd_i8(&r);
-				(void)krd_varlong(&r);
-				(void)krd_varint(&r);
-				int32_t kl = krd_varint(&r);
-				const uint8_t *k = r.p;
-				if (kl > 0)
-					krd_skip(&r, (size_t)kl);
-				int32_t vl = krd_varint(&r);
-				const uint8_t *v = r.p;
-				if (vl > 0)
-					krd_skip(&r, (size_t)vl);
-				if (!r.err && kl > 0) {
-					replay(gc, partition, k, kl, vl >= 0 ? v : NULL, vl);
-					records++;
-				}
-				r.err = false;
-				r.p = start + rlen;
-			}
+			records += replay_batch(gc, partition, buf + pos, &b);
 			off = b.base_offset + b.last_offset_delta + 1;
 			pos += (size_t)sluice_batch_total_bytes(&b);
 		}
@@ -871,104 +888,97 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 		SLOG_INFO("group", "loaded %" PRId64 " records from %s-%d", records, SLUICE_OFFSETS_TOPIC, partition);
 }
 
-/* ---- rebalancing ------------------------------------------------------------- */
+/* The opening of most group APIs: the group named (its partition read
+ * back first), or NULL when there is none or the id is null. */
+static struct group *group_open(struct storecore *sc, struct gcoord *gc, const struct partop *op, struct kstr id)
+{
+	if (!id.ptr)
+		return NULL;
+	load_partition(sc, gc, op->partition);
+	return group_find(gc, id);
+}
+
+/* ---- answers and state ---------------------------------------------------------- */
 
 static void reply(struct storecore *sc, struct partop *op) { sluice_store_done(sc, op); }
 
-static const char *api_name(int16_t key)
+static struct group_wire wire_of(const struct partop *op)
 {
-	switch (key) {
-	case 8: return "OffsetCommit";
-	case 9: return "OffsetFetch";
-	case 11: return "JoinGroup";
-	case 12: return "Heartbeat";
-	case 13: return "LeaveGroup";
-	case 14: return "SyncGroup";
-	case 16: return "ListGroups";
-	case 47: return "OffsetDelete";
-	default: return "group request";
-	}
+	return (struct group_wire){op->api_key, op->api_version, op->flex};
 }
 
 /* A body that does not decode: nothing was changed; answer nothing, and
  * the network core closes the connection (group_single_finish). */
 static void malformed(struct storecore *sc, struct partop *op, const struct krd *rd)
 {
+	assert(rd->err);
 	SLOG_INFO("group", "malformed %s v%d request body at byte %zu (%s); closing the connection",
-		  api_name(op->api_key), op->api_version, krd_offset(rd), rd->err_what ? rd->err_what : "invalid");
+		  sluice_group_api_name(op->api_key), op->api_version, krd_offset(rd),
+		  rd->err_what ? rd->err_what : "invalid");
 	kwr_free(&op->gout);
 	reply(sc, op);
 }
 
+/* The group state machine's edges, as Kafka's GroupMetadata allows them
+ * for the classic protocol: [from][to]. Empty -> Empty is a group whose
+ * last member left or expired while it was empty (a member that failed to
+ * join); every state but Dead can lose its last member. */
+static const bool state_edges[G_DEAD + 1][G_DEAD + 1] = {
+	[G_EMPTY] = {[G_EMPTY] = true, [G_PREPARING] = true},
+	[G_PREPARING] = {[G_COMPLETING] = true, [G_EMPTY] = true},
+	[G_COMPLETING] = {[G_PREPARING] = true, [G_STABLE] = true, [G_EMPTY] = true},
+	[G_STABLE] = {[G_PREPARING] = true, [G_EMPTY] = true},
+};
+
+static void group_set_state(struct group *g, int to)
+{
+	assert(g->state >= G_EMPTY && g->state <= G_DEAD && to >= G_EMPTY && to <= G_DEAD);
+	assert(state_edges[g->state][to]);
+	assert(to != G_COMPLETING && to != G_STABLE ? true : g->nmembers > 0 && g->members);
+	g->state = to;
+	if (to == G_EMPTY)
+		g->empty_since_ms = sluice_now_ms();
+}
+
 static void join_response(struct partop *op, int16_t err, const struct group *g, const struct member *m, bool leader_view)
 {
-	struct kwr *w = &op->gout;
-	bool flex = op->flex;
-	int16_t v = op->api_version;
-	kwr_init(w, 256, 64u << 20);
-	if (v >= 2)
-		kwr_i32(w, 0);
-	kwr_i16(w, err);
-	kwr_i32(w, err ? -1 : g->generation);
-	if (v >= 7) {
-		if (err)
-			kwr_string(w, flex, NULL, -1);
-		else
-			kwr_gstr(w, flex, g->protocol_type);
+	struct group_wire wi = wire_of(op);
+	struct group_join_result r = {.error = err, .member_id = m ? gk(m->id) : (struct kstr){"", 0}};
+	if (!err) {
+		r.generation = g->generation;
+		r.protocol_type = gk(g->protocol_type);
+		r.protocol = gk(g->protocol);
+		r.leader = gk(g->leader);
+		r.nmembers = leader_view ? g->nmembers : 0;
 	}
-	if (err)
-		kwr_cstr(w, flex, v >= 7 ? NULL : "");
-	else
-		kwr_gstr_nn(w, flex, g->protocol);
-	if (err)
-		kwr_cstr(w, flex, "");
-	else
-		kwr_gstr_nn(w, flex, g->leader);
-	if (v >= 9)
-		kwr_bool(w, false);
-	if (m)
-		kwr_gstr(w, flex, m->id);
-	else
-		kwr_cstr(w, flex, "");
-	if (!leader_view || err) {
-		kwr_array(w, flex, 0);
-	} else {
-		kwr_array(w, flex, g->nmembers);
-		for (const struct member *x = g->members; x; x = x->next) {
-			kwr_gstr(w, flex, x->id);
-			if (v >= 5)
-				kwr_gstr(w, flex, x->instance_id);
-			const struct protocol *p = member_protocol(x, g->protocol);
-			kwr_bytes(w, flex, p ? p->meta : (const uint8_t *)"", p ? p->meta_len : 0);
-			if (flex)
-				kwr_tags_empty(w);
-		}
+	sluice_group_join_encode(&op->gout, wi, &r);
+	int32_t written = 0;
+	for (const struct member *x = r.nmembers ? g->members : NULL; x; x = x->next, written++) {
+		const struct protocol *p = member_protocol(x, g->protocol);
+		struct group_join_member jm = {gk(x->id), gk(x->instance_id), p ? p->meta : NULL, p ? p->meta_len : 0};
+		sluice_group_join_member_encode(&op->gout, wi, &jm);
 	}
-	if (flex)
-		kwr_tags_empty(w);
+	assert(written == r.nmembers);
+	sluice_group_join_end(&op->gout, wi);
 }
 
 static void sync_response(struct partop *op, int16_t err, const struct group *g, const struct member *m)
 {
-	struct kwr *w = &op->gout;
-	bool flex = op->flex;
-	int16_t v = op->api_version;
-	kwr_init(w, 128, 64u << 20);
-	if (v >= 1)
-		kwr_i32(w, 0);
-	kwr_i16(w, err);
-	if (v >= 5) {
-		kwr_string(w, flex, err ? NULL : g->protocol_type.ptr, err ? -1 : g->protocol_type.len);
-		kwr_string(w, flex, err ? NULL : g->protocol.ptr, err ? -1 : g->protocol.len);
+	struct group_sync_result r = {.error = err};
+	if (!err) {
+		r.protocol_type = gk(g->protocol_type);
+		r.protocol = gk(g->protocol);
 	}
-	kwr_bytes(w, flex, !err && m && m->assignment ? m->assignment : (const uint8_t *)"",
-		  !err && m ? m->assignment_len : 0);
-	if (flex)
-		kwr_tags_empty(w);
+	if (!err && m) {
+		r.assignment = m->assignment;
+		r.assignment_len = m->assignment_len;
+	}
+	sluice_group_sync_encode(&op->gout, wire_of(op), &r);
 }
 
 static void fail_pending_syncs(struct storecore *sc, struct group *g, int16_t err)
 {
+	assert(err != KERR_NONE);
 	for (struct member *m = g->members; m; m = m->next)
 		if (m->sync_op) {
 			sync_response(m->sync_op, err, g, m);
@@ -976,6 +986,8 @@ static void fail_pending_syncs(struct storecore *sc, struct group *g, int16_t er
 			m->sync_op = NULL;
 		}
 }
+
+/* ---- rebalancing ------------------------------------------------------------- */
 
 /* group.initial.rebalance.delay.ms, but at least GROUP_INITIAL_SETTLE_MS:
  * with 0, Kafka still takes into the first generation the members whose
@@ -1038,15 +1050,16 @@ static void prepare_rebalance(struct storecore *sc, struct group *g, int64_t now
 		timeout = delay;
 		g->initial_delay = true;
 	}
-	g->state = G_PREPARING;
+	group_set_state(g, G_PREPARING);
 	g->rebalance_deadline_ms = now + timeout;
-	if (g->rebalance_deadline_ms <= now && g->state == G_PREPARING)
+	if (g->rebalance_deadline_ms <= now)
 		g->rebalance_deadline_ms = now;
 	join_deadline_note(sc, g->rebalance_deadline_ms);
 }
 
 static void remove_member(struct group *g, struct member *m)
 {
+	assert(g->nmembers > 0 && g->members);
 	struct member *prev = NULL;
 	for (struct member **pp = &g->members; *pp; prev = *pp, pp = &(*pp)->next)
 		if (*pp == m) {
@@ -1059,6 +1072,7 @@ static void remove_member(struct group *g, struct member *m)
 	assert(s && s->m == m);
 	idtab_del(&g->member_ix, s);
 	g->nmembers--;
+	assert((g->nmembers == 0) == (g->members == NULL));
 	member_free(m);
 }
 
@@ -1076,8 +1090,27 @@ static struct gstr choose_protocol(struct group *g)
 	return (struct gstr){NULL, 0};
 }
 
+/* The new generation's members get their JoinGroup answers. */
+static void complete_join_answer(struct storecore *sc, struct group *g)
+{
+	int64_t now = sluice_now_ms();
+	for (struct member *m = g->members; m; m = m->next) {
+		struct partop *op = m->join_op;
+		assert(op);
+		m->join_op = NULL;
+		m->last_seen_ms = now;
+		free(m->assignment);
+		m->assignment = NULL;
+		m->assignment_len = 0;
+		bool leader = gstr_same(m->id, g->leader);
+		join_response(op, g->protocol.ptr ? KERR_NONE : KERR_INCONSISTENT_GROUP_PROTOCOL, g, m, leader);
+		reply(sc, op);
+	}
+}
+
 static void complete_join(struct storecore *sc, struct group *g)
 {
+	assert(g->state == G_PREPARING);
 	/* Members that did not rejoin in time are dropped. Member ids still
 	 * pending stay valid until their own session timeout, as in Kafka:
 	 * such a member joins the next generation. */
@@ -1090,8 +1123,7 @@ static void complete_join(struct storecore *sc, struct group *g)
 	gstr_free(&g->protocol);
 	g->initial_delay = false;
 	if (!g->members) {
-		g->state = G_EMPTY;
-		g->empty_since_ms = sluice_now_ms();
+		group_set_state(g, G_EMPTY);
 		gstr_free(&g->leader);
 		(void)write_group(sc, g, false, NULL);
 		return;
@@ -1101,20 +1133,9 @@ static void complete_join(struct storecore *sc, struct group *g)
 		(void)gstr_replace(&g->leader, gk(g->members->id));
 	if (!member_find(g, gk(g->leader))) /* out of memory: no leader, nobody can sync */
 		gstr_free(&g->protocol);
-	g->state = G_COMPLETING;
+	group_set_state(g, G_COMPLETING);
 	g->rebalance_deadline_ms = sluice_now_ms() + (g->members->rebalance_timeout_ms > 0 ? g->members->rebalance_timeout_ms : 60000);
-	int64_t now = sluice_now_ms();
-	for (struct member *m = g->members; m; m = m->next) {
-		struct partop *op = m->join_op;
-		m->join_op = NULL;
-		m->last_seen_ms = now;
-		free(m->assignment);
-		m->assignment = NULL;
-		m->assignment_len = 0;
-		bool leader = gstr_same(m->id, g->leader);
-		join_response(op, g->protocol.ptr ? KERR_NONE : KERR_INCONSISTENT_GROUP_PROTOCOL, g, m, leader);
-		reply(sc, op);
-	}
+	complete_join_answer(sc, g);
 	SLOG_DEBUG("group", "group %s generation %d: %d member(s), protocol %s, leader %s", g->id.ptr, g->generation,
 		   g->nmembers, g->protocol.ptr ? g->protocol.ptr : "-", g->leader.ptr ? g->leader.ptr : "-");
 }
@@ -1151,6 +1172,43 @@ static void expire_groups(struct storecore *sc, struct gcoord *gc, int64_t now)
 		}
 }
 
+/* Members silent past their session timeout leave; the group rebalances
+ * (or becomes Empty when none is left). */
+static void expire_members(struct storecore *sc, struct group *g, int64_t now)
+{
+	bool changed = false;
+	for (struct member *m = g->members, *next; m; m = next) {
+		next = m->next;
+		if (m->join_op || m->sync_op || now - m->last_seen_ms <= m->session_timeout_ms)
+			continue;
+		SLOG_INFO("group", "group %s: member %s session expired", g->id.ptr, m->id.ptr);
+		remove_member(g, m);
+		changed = true;
+	}
+	if (!changed || !(g->state == G_STABLE || g->state == G_COMPLETING || g->state == G_EMPTY))
+		return;
+	if (g->members) {
+		prepare_rebalance(sc, g, now);
+		return;
+	}
+	group_set_state(g, G_EMPTY);
+	fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
+}
+
+/* One group's timers: pending ids, sessions, the join and sync phases. */
+static void group_tick(struct storecore *sc, struct group *g, int64_t now)
+{
+	pending_expire(g, now);
+	expire_members(sc, g, now);
+	if (g->state == G_COMPLETING && now >= g->rebalance_deadline_ms)
+		prepare_rebalance(sc, g, now); /* the leader never synced: start over */
+	maybe_complete_join(sc, g, now);
+	if (g->state == G_PREPARING || g->state == G_COMPLETING)
+		join_deadline_note(sc, g->rebalance_deadline_ms);
+	if (g->pending.n)
+		join_deadline_note(sc, g->pending_next_expiry_ms);
+}
+
 void sluice_group_tick(struct storecore *sc, int64_t now)
 {
 	struct gcoord *gc = sc->groups;
@@ -1163,37 +1221,8 @@ void sluice_group_tick(struct storecore *sc, int64_t now)
 		expire_groups(sc, gc, now);
 	}
 	for (uint32_t b = 0; b < gc->cap; b++)
-		for (struct group *g = gc->table[b]; g; g = g->next) {
-			pending_expire(g, now);
-			/* Session expiry: a member silent past its timeout leaves. */
-			bool changed = false;
-			for (struct member *m = g->members, *next; m; m = next) {
-				next = m->next;
-				if (m->join_op || m->sync_op || now - m->last_seen_ms <= m->session_timeout_ms)
-					continue;
-				SLOG_INFO("group", "group %s: member %s session expired", g->id.ptr, m->id.ptr);
-				remove_member(g, m);
-				changed = true;
-			}
-			if (changed && (g->state == G_STABLE || g->state == G_COMPLETING || g->state == G_EMPTY)) {
-				if (g->members)
-					prepare_rebalance(sc, g, now);
-				else {
-					g->state = G_EMPTY;
-					g->empty_since_ms = sluice_now_ms();
-					fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
-				}
-			}
-			if (g->state == G_COMPLETING && now >= g->rebalance_deadline_ms) {
-				/* The leader never synced: start over. */
-				prepare_rebalance(sc, g, now);
-			}
-			maybe_complete_join(sc, g, now);
-			if (g->state == G_PREPARING || g->state == G_COMPLETING)
-				join_deadline_note(sc, g->rebalance_deadline_ms);
-			if (g->pending.n)
-				join_deadline_note(sc, g->pending_next_expiry_ms);
-		}
+		for (struct group *g = gc->table[b]; g; g = g->next)
+			group_tick(sc, g, now);
 }
 
 /* ---- JoinGroup (11) -------------------------------------------------------- */
@@ -1218,58 +1247,19 @@ static int32_t new_member_id(struct kstr client_id, char out[MEMBER_ID_MAX])
 	return n + u;
 }
 
-struct join_req {
-	struct kstr gid, mid, inst, ptype;
-	int32_t session, rebalance, nprot;
-	struct {
-		struct kstr name;
-		const uint8_t *meta;
-		int32_t len;
-	} prot[PROTOCOLS_MAX];
-};
-
-/* Decode the whole JoinGroup body; false when it does not decode. */
-static bool join_decode(struct krd *rd, bool flex, int16_t v, struct join_req *q)
-{
-	q->gid = krd_string(rd, flex);
-	q->session = krd_i32(rd);
-	q->rebalance = v >= 1 ? krd_i32(rd) : q->session;
-	q->mid = krd_string(rd, flex);
-	q->inst = v >= 5 ? krd_string(rd, flex) : (struct kstr){NULL, 0};
-	q->ptype = krd_string(rd, flex);
-	int32_t np = krd_array(rd, flex, 2);
-	q->nprot = 0;
-	for (int32_t i = 0; i < np && !rd->err; i++) {
-		struct kstr name = krd_string(rd, flex);
-		const uint8_t *meta;
-		int32_t ml = krd_bytes(rd, flex, &meta);
-		if (flex)
-			krd_tags_skip(rd);
-		if (q->nprot < PROTOCOLS_MAX && name.ptr) {
-			q->prot[q->nprot].name = name;
-			q->prot[q->nprot].meta = meta;
-			q->prot[q->nprot].len = ml < 0 ? 0 : ml;
-			q->nprot++;
-		}
-	}
-	if (v >= 8)
-		(void)krd_string(rd, flex); /* Reason */
-	if (flex)
-		krd_tags_skip(rd);
-	return !rd->err;
-}
-
 /* Errors a JoinGroup gets before the group is looked at. */
-static int16_t join_check(const struct sluice_config *cfg, const struct join_req *q)
+static int16_t join_check(const struct sluice_config *cfg, const struct group_join_req *q)
 {
-	if (!q->gid.ptr || q->gid.len == 0 || q->gid.len > GROUP_STRING_MAX)
+	if (!q->group_id.ptr || q->group_id.len == 0 || q->group_id.len > GROUP_STRING_MAX)
 		return KERR_INVALID_GROUP_ID;
-	if (q->session < cfg->group_min_session_timeout_ms || q->session > cfg->group_max_session_timeout_ms)
+	if (q->session_timeout_ms < cfg->group_min_session_timeout_ms ||
+	    q->session_timeout_ms > cfg->group_max_session_timeout_ms)
 		return KERR_INVALID_SESSION_TIMEOUT;
-	if (q->nprot == 0 || !q->ptype.ptr || q->ptype.len == 0)
+	if (q->nprot == 0 || !q->protocol_type.ptr || q->protocol_type.len == 0)
 		return KERR_INCONSISTENT_GROUP_PROTOCOL;
 	/* Strings the group's record keeps must fit its int16 lengths. */
-	bool long_str = q->ptype.len > GROUP_STRING_MAX || (q->inst.ptr && q->inst.len > GROUP_STRING_MAX);
+	bool long_str = q->protocol_type.len > GROUP_STRING_MAX ||
+			(q->instance_id.ptr && q->instance_id.len > GROUP_STRING_MAX);
 	for (int32_t i = 0; i < q->nprot; i++)
 		long_str |= q->prot[i].name.len > GROUP_STRING_MAX;
 	return long_str ? KERR_INVALID_REQUEST : KERR_NONE;
@@ -1277,7 +1267,8 @@ static int16_t join_check(const struct sluice_config *cfg, const struct join_req
 
 /* KIP-394: hand out a member id (kept pending) and ask the member to come
  * back with it. Answers op. */
-static void join_member_id_required(struct storecore *sc, struct group *g, struct partop *op, const struct join_req *q)
+static void join_member_id_required(struct storecore *sc, struct group *g, struct partop *op,
+				    const struct group_join_req *q)
 {
 	const struct sluice_config *cfg = &sc->b->cfg;
 	char idbuf[MEMBER_ID_MAX];
@@ -1300,28 +1291,14 @@ static void join_member_id_required(struct storecore *sc, struct group *g, struc
 		reply(sc, op);
 		return;
 	}
-	s->expire_ms = now + q->session;
+	assert(g->pending.n <= (uint32_t)cfg->group_max_size);
+	s->expire_ms = now + q->session_timeout_ms;
 	if (s->expire_ms < g->pending_next_expiry_ms)
 		g->pending_next_expiry_ms = s->expire_ms;
 	initial_delay_extend(sc, g, now);
-	struct kwr *w = &op->gout;
-	bool flex = op->flex;
-	int16_t v = op->api_version;
-	kwr_init(w, 128, 1 << 20);
-	if (v >= 2)
-		kwr_i32(w, 0);
-	kwr_i16(w, KERR_MEMBER_ID_REQUIRED);
-	kwr_i32(w, -1);
-	if (v >= 7)
-		kwr_cstr(w, flex, NULL);
-	kwr_cstr(w, flex, v >= 7 ? NULL : "");
-	kwr_cstr(w, flex, "");
-	if (v >= 9)
-		kwr_bool(w, false);
-	kwr_string(w, flex, id.ptr, id.len);
-	kwr_array(w, flex, 0);
-	if (flex)
-		kwr_tags_empty(w);
+	struct group_join_result r = {.error = KERR_MEMBER_ID_REQUIRED, .member_id = id};
+	sluice_group_join_encode(&op->gout, wire_of(op), &r);
+	sluice_group_join_end(&op->gout, wire_of(op));
 	reply(sc, op);
 }
 
@@ -1346,99 +1323,83 @@ static struct member *member_add(struct storecore *sc, struct group *g, struct k
 		g->members = m;
 	g->members_tail = m;
 	g->nmembers++;
+	assert(g->nmembers <= sc->b->cfg.group_max_size && g->member_ix.n == (uint32_t)g->nmembers);
 	return m;
+}
+
+static void protocols_free(struct protocol *prot, int32_t n)
+{
+	for (int32_t i = 0; i < n; i++) {
+		gstr_free(&prot[i].name);
+		free(prot[i].meta);
+	}
+}
+
+/* Copies of the protocols a JoinGroup names, into prot; false when memory
+ * runs out (nothing kept). */
+static bool protocols_copy(struct protocol prot[SLUICE_GROUP_PROTOCOLS_MAX], const struct group_join_req *q)
+{
+	assert(q->nprot <= SLUICE_GROUP_PROTOCOLS_MAX);
+	for (int32_t n = 0; n < q->nprot; n++) {
+		prot[n].meta = malloc((size_t)q->prot[n].meta_len + 1);
+		prot[n].meta_len = q->prot[n].meta_len;
+		if (prot[n].meta && q->prot[n].meta_len)
+			memcpy(prot[n].meta, q->prot[n].meta, (size_t)q->prot[n].meta_len);
+		if (!prot[n].meta || !gstr_copy(&prot[n].name, q->prot[n].name)) {
+			free(prot[n].meta);
+			protocols_free(prot, n);
+			return false;
+		}
+	}
+	return true;
 }
 
 /* Record what the member supports and who it is; false when memory runs
  * out (the member keeps what it had). */
-static bool member_update(struct member *m, const struct partop *op, const struct join_req *q)
+static bool member_update(struct member *m, const struct partop *op, const struct group_join_req *q)
 {
-	struct protocol prot[PROTOCOLS_MAX];
-	int32_t n = 0;
+	struct protocol prot[SLUICE_GROUP_PROTOCOLS_MAX];
 	struct gstr client_id = {NULL, 0}, host = {NULL, 0};
 	bool ok = gstr_copy(&client_id, op->client_id.ptr ? op->client_id : (struct kstr){"", 0});
 	ok = ok && gstr_copy(&host, (struct kstr){op->client_host ? op->client_host : "",
 						  op->client_host ? (int32_t)strlen(op->client_host) : 0});
-	for (; ok && n < q->nprot; n++) {
-		prot[n].meta = malloc((size_t)q->prot[n].len + 1);
-		prot[n].meta_len = q->prot[n].len;
-		if (prot[n].meta && q->prot[n].len)
-			memcpy(prot[n].meta, q->prot[n].meta, (size_t)q->prot[n].len);
-		if (!prot[n].meta || !gstr_copy(&prot[n].name, q->prot[n].name)) {
-			free(prot[n].meta);
-			ok = false;
-			break;
-		}
-	}
-	if (!ok) {
-		for (int32_t i = 0; i < n; i++) {
-			gstr_free(&prot[i].name);
-			free(prot[i].meta);
-		}
+	if (!ok || !protocols_copy(prot, q)) {
 		gstr_free(&client_id);
 		gstr_free(&host);
 		return false;
 	}
-	for (int32_t i = 0; i < m->nprot; i++) {
-		gstr_free(&m->prot[i].name);
-		free(m->prot[i].meta);
-	}
-	memcpy(m->prot, prot, (size_t)n * sizeof prot[0]);
-	m->nprot = n;
+	protocols_free(m->prot, m->nprot);
+	memcpy(m->prot, prot, (size_t)q->nprot * sizeof prot[0]);
+	m->nprot = q->nprot;
 	gstr_free(&m->client_id);
 	m->client_id = client_id;
 	gstr_free(&m->client_host);
 	m->client_host = host;
-	m->session_timeout_ms = q->session;
-	m->rebalance_timeout_ms = q->rebalance;
+	m->session_timeout_ms = q->session_timeout_ms;
+	m->rebalance_timeout_ms = q->rebalance_timeout_ms;
 	return true;
 }
 
-/* The member a JoinGroup is for, by member id or static instance id: an
- * existing one, or one added now (*added). NULL with *err set: answer that;
+/* A static member (instance id known) is back without its member id: it
+ * gets a new one and the old is fenced. NULL with *err set: answer that;
  * NULL with no error: op was answered here. */
-static struct member *join_member(struct storecore *sc, struct group *g, struct partop *op, const struct join_req *q,
-				  bool *added, int16_t *err)
+static struct member *join_static_rejoin(struct storecore *sc, struct group *g, struct member *bi, struct partop *op,
+					 const struct group_join_req *q, int16_t *err)
 {
-	*added = false;
-	*err = KERR_NONE;
-	if (q->mid.len > 0) {
-		struct member *m = member_find(g, q->mid);
-		if (m)
-			return m;
-		if (!idtab_find(&g->pending, q->mid)) {
-			*err = member_by_instance(g, q->inst) ? KERR_FENCED_INSTANCE_ID : KERR_UNKNOWN_MEMBER_ID;
-			return NULL;
-		}
-		m = member_add(sc, g, q->mid, q->inst, err);
-		(void)pending_take(g, q->mid); /* the id is used now, or refused (group full) */
-		*added = m != NULL;
-		return m;
-	}
-	struct member *bi = member_by_instance(g, q->inst);
-	if (!bi && op->api_version >= 4 && !q->inst.ptr) {
-		join_member_id_required(sc, g, op, q);
-		return NULL;
-	}
 	char idbuf[MEMBER_ID_MAX];
 	struct kstr id = {idbuf, new_member_id(op->client_id, idbuf)};
-	if (!bi) {
-		struct member *m = member_add(sc, g, id, q->inst, err);
-		*added = m != NULL;
-		return m;
-	}
-	/* Static member back under a new id: the old id is fenced. */
 	bool was_leader = gstr_same(g->leader, bi->id);
 	if (!member_set_id(g, bi, id) || (was_leader && !gstr_replace(&g->leader, id))) {
 		*err = KERR_COORDINATOR_NOT_AVAILABLE;
 		return NULL;
 	}
+	assert(member_find(g, id) == bi);
 	/* KIP-345: a follower coming back to a stable group keeps its
 	 * assignment, no rebalance; its SyncGroup returns what it had. */
 	if (g->state == G_STABLE && !was_leader && !bi->join_op && !bi->sync_op) {
 		bi->last_seen_ms = sluice_now_ms();
-		bi->session_timeout_ms = q->session;
-		bi->rebalance_timeout_ms = q->rebalance;
+		bi->session_timeout_ms = q->session_timeout_ms;
+		bi->rebalance_timeout_ms = q->rebalance_timeout_ms;
 		join_response(op, KERR_NONE, g, bi, false);
 		reply(sc, op);
 		return NULL;
@@ -1446,29 +1407,80 @@ static struct member *join_member(struct storecore *sc, struct group *g, struct 
 	return bi;
 }
 
+/* The member a JoinGroup is for, by member id or static instance id: an
+ * existing one, or one added now (*added). NULL with *err set: answer that;
+ * NULL with no error: op was answered here. */
+static struct member *join_member(struct storecore *sc, struct group *g, struct partop *op,
+				  const struct group_join_req *q, bool *added, int16_t *err)
+{
+	*added = false;
+	*err = KERR_NONE;
+	if (q->member_id.len > 0) {
+		struct member *m = member_find(g, q->member_id);
+		if (m)
+			return m;
+		if (!idtab_find(&g->pending, q->member_id)) {
+			*err = member_by_instance(g, q->instance_id) ? KERR_FENCED_INSTANCE_ID : KERR_UNKNOWN_MEMBER_ID;
+			return NULL;
+		}
+		m = member_add(sc, g, q->member_id, q->instance_id, err);
+		(void)pending_take(g, q->member_id); /* the id is used now, or refused (group full) */
+		*added = m != NULL;
+		return m;
+	}
+	struct member *bi = member_by_instance(g, q->instance_id);
+	if (bi)
+		return join_static_rejoin(sc, g, bi, op, q, err);
+	if (op->api_version >= 4 && !q->instance_id.ptr) {
+		join_member_id_required(sc, g, op, q);
+		return NULL;
+	}
+	char idbuf[MEMBER_ID_MAX];
+	struct kstr id = {idbuf, new_member_id(op->client_id, idbuf)};
+	struct member *m = member_add(sc, g, id, q->instance_id, err);
+	*added = m != NULL;
+	return m;
+}
+
+/* The group a JoinGroup is for and the member it speaks of; NULL member
+ * with *err set, or with no error when op was answered. */
+static struct member *join_lookup(struct storecore *sc, struct gcoord *gc, struct partop *op,
+				  const struct group_join_req *q, struct group **g, bool *added, int16_t *err)
+{
+	*g = NULL;
+	*added = false;
+	*err = join_check(&sc->b->cfg, q);
+	if (*err)
+		return NULL;
+	load_partition(sc, gc, op->partition);
+	*g = group_get(gc, q->group_id, op->partition);
+	if (!*g)
+		*err = KERR_COORDINATOR_NOT_AVAILABLE;
+	else if ((*g)->members && (*g)->protocol_type.ptr && !kstr_same(q->protocol_type, gk((*g)->protocol_type)))
+		*err = KERR_INCONSISTENT_GROUP_PROTOCOL;
+	if (*err)
+		return NULL;
+	struct member *m = join_member(sc, *g, op, q, added, err);
+	if (m && !member_update(m, op, q)) {
+		*err = KERR_COORDINATOR_NOT_AVAILABLE;
+		return NULL;
+	}
+	return m;
+}
+
 static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct join_req q;
-	if (!join_decode(&rd, op->flex, op->api_version, &q)) {
+	struct group_join_req q;
+	if (!sluice_group_join_decode(&rd, wire_of(op), &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
-	int16_t err = join_check(&sc->b->cfg, &q);
-	struct group *g = NULL;
-	if (!err) {
-		load_partition(sc, gc, op->partition);
-		g = group_get(gc, q.gid, op->partition);
-		if (!g)
-			err = KERR_COORDINATOR_NOT_AVAILABLE;
-	}
-	if (!err && g->members && g->protocol_type.ptr && !kstr_same(q.ptype, gk(g->protocol_type)))
-		err = KERR_INCONSISTENT_GROUP_PROTOCOL;
-	bool added = false;
-	struct member *m = err ? NULL : join_member(sc, g, op, &q, &added, &err);
-	if (m && !member_update(m, op, &q))
-		err = KERR_COORDINATOR_NOT_AVAILABLE;
+	struct group *g;
+	bool added;
+	int16_t err;
+	struct member *m = join_lookup(sc, gc, op, &q, &g, &added, &err);
 	if (err) {
 		join_response(op, err, g, NULL, false);
 		reply(sc, op);
@@ -1486,92 +1498,86 @@ static void join_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 	m->last_seen_ms = now;
 	m->join_op = op;
 	if (!g->protocol_type.ptr)
-		(void)gstr_copy(&g->protocol_type, q.ptype);
+		(void)gstr_copy(&g->protocol_type, q.protocol_type);
 	prepare_rebalance(sc, g, now);
 	maybe_complete_join(sc, g, now);
+	assert(g->state == G_PREPARING || g->state == G_COMPLETING || g->state == G_EMPTY);
 }
 
 /* ---- SyncGroup (14), Heartbeat (12), LeaveGroup (13) ------------------------------- */
 
-/* The leader's assignments (decoded already: ar reads them again). */
-static void sync_apply_assignments(struct group *g, struct krd *ar, int32_t na, bool flex)
+/* The leader's assignments (the decode checked them whole). */
+static void sync_apply_assignments(struct group *g, struct group_sync_req *q)
 {
-	for (int32_t i = 0; i < na && !ar->err; i++) {
-		struct kstr who = krd_string(ar, flex);
-		const uint8_t *b;
-		int32_t bl = krd_bytes(ar, flex, &b);
-		if (flex)
-			krd_tags_skip(ar);
-		struct member *x = member_find(g, who);
+	struct group_assignment a;
+	while (sluice_group_sync_next(q, &a)) {
+		struct member *x = member_find(g, a.member_id);
 		if (!x)
 			continue;
 		free(x->assignment);
-		x->assignment = malloc((size_t)(bl > 0 ? bl : 0) + 1);
+		x->assignment = malloc((size_t)a.assignment_len + 1);
 		x->assignment_len = 0;
-		if (x->assignment && bl > 0) {
-			memcpy(x->assignment, b, (size_t)bl);
-			x->assignment_len = bl;
+		if (x->assignment && a.assignment_len > 0) {
+			memcpy(x->assignment, a.assignment, (size_t)a.assignment_len);
+			x->assignment_len = a.assignment_len;
 		}
 	}
-	assert(!ar->err);
+	assert(!q->assignments.err && q->nassign == 0);
 }
 
-struct sync_req {
-	struct kstr gid, mid, inst;
-	int32_t gen, na;
-	struct krd assignments; /* the leader's Assignments, na of them */
-};
-
-/* Decode the whole SyncGroup body; false when it does not decode. */
-static bool sync_decode(struct krd *rd, bool flex, int16_t v, struct sync_req *q)
+/* The error a SyncGroup gets before anything changes, with its group and member. */
+static int16_t sync_check(struct storecore *sc, struct gcoord *gc, struct partop *op, const struct group_sync_req *q,
+			  struct group **g, struct member **m)
 {
-	q->gid = krd_string(rd, flex);
-	q->gen = krd_i32(rd);
-	q->mid = krd_string(rd, flex);
-	q->inst = v >= 3 ? krd_string(rd, flex) : (struct kstr){NULL, 0};
-	if (v >= 5) {
-		(void)krd_string(rd, flex); /* ProtocolType */
-		(void)krd_string(rd, flex); /* ProtocolName */
+	*g = NULL;
+	*m = NULL;
+	if (!q->group_id.ptr)
+		return KERR_INVALID_GROUP_ID;
+	*g = group_open(sc, gc, op, q->group_id);
+	int16_t err = *g ? member_check(*g, q->member_id, q->instance_id, m) : KERR_UNKNOWN_MEMBER_ID;
+	if (!err && q->generation != (*g)->generation)
+		err = KERR_ILLEGAL_GENERATION;
+	if (!err && (*g)->state == G_PREPARING)
+		err = KERR_REBALANCE_IN_PROGRESS;
+	if (!err && ((*g)->state == G_EMPTY || (*g)->state == G_DEAD))
+		err = KERR_UNKNOWN_MEMBER_ID;
+	return err;
+}
+
+/* The leader's SyncGroup in CompletingRebalance: the group is Stable. */
+static void sync_leader(struct storecore *sc, struct group *g, struct member *leader, struct group_sync_req *q,
+			struct partop *op)
+{
+	assert(g->state == G_COMPLETING && leader->sync_op == op);
+	sync_apply_assignments(g, q);
+	group_set_state(g, G_STABLE);
+	/* Followers get their assignment now; the leader once the new
+	 * generation is durable. */
+	for (struct member *x = g->members; x; x = x->next) {
+		if (!x->sync_op || x == leader)
+			continue;
+		sync_response(x->sync_op, KERR_NONE, g, x);
+		reply(sc, x->sync_op);
+		x->sync_op = NULL;
 	}
-	q->na = krd_array(rd, flex, 2);
-	const uint8_t *start = rd->p;
-	for (int32_t i = 0; i < q->na && !rd->err; i++) {
-		(void)krd_string(rd, flex);
-		const uint8_t *b;
-		(void)krd_bytes(rd, flex, &b);
-		if (flex)
-			krd_tags_skip(rd);
-	}
-	krd_init(&q->assignments, start, rd->err ? 0 : (size_t)(rd->p - start));
-	if (flex)
-		krd_tags_skip(rd);
-	return !rd->err;
+	leader->sync_op = NULL;
+	sync_response(op, KERR_NONE, g, leader);
+	if (write_group(sc, g, false, op) < 0)
+		reply(sc, op);
 }
 
 static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct sync_req q;
-	if (!sync_decode(&rd, flex, op->api_version, &q)) {
+	struct group_sync_req q;
+	if (!sluice_group_sync_decode(&rd, wire_of(op), &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	struct member *m = NULL;
-	int16_t err = !q.gid.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
-	if (!err) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, q.gid);
-		err = g ? member_check(g, q.mid, q.inst, &m) : KERR_UNKNOWN_MEMBER_ID;
-	}
-	if (!err && q.gen != g->generation)
-		err = KERR_ILLEGAL_GENERATION;
-	if (!err && g->state == G_PREPARING)
-		err = KERR_REBALANCE_IN_PROGRESS;
-	if (!err && (g->state == G_EMPTY || g->state == G_DEAD))
-		err = KERR_UNKNOWN_MEMBER_ID;
+	struct group *g;
+	struct member *m;
+	int16_t err = sync_check(sc, gc, op, &q, &g, &m);
 	if (err) {
 		sync_response(op, err, g, NULL);
 		reply(sc, op);
@@ -1583,71 +1589,41 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 		reply(sc, op);
 		return;
 	}
-	/* CompletingRebalance */
+	assert(g->state == G_COMPLETING);
 	if (m->sync_op) {
 		sync_response(m->sync_op, KERR_REBALANCE_IN_PROGRESS, g, NULL);
 		reply(sc, m->sync_op);
 	}
 	m->sync_op = op;
-	if (!gstr_same(m->id, g->leader))
-		return; /* followers wait for the leader's assignment */
-	sync_apply_assignments(g, &q.assignments, q.na, flex);
-	g->state = G_STABLE;
-	/* Followers get their assignment now; the leader once the new
-	 * generation is durable. */
-	for (struct member *x = g->members; x; x = x->next) {
-		if (!x->sync_op || x == m)
-			continue;
-		sync_response(x->sync_op, KERR_NONE, g, x);
-		reply(sc, x->sync_op);
-		x->sync_op = NULL;
-	}
-	m->sync_op = NULL;
-	sync_response(op, KERR_NONE, g, m);
-	if (write_group(sc, g, false, op) < 0)
-		reply(sc, op);
+	if (gstr_same(m->id, g->leader))
+		sync_leader(sc, g, m, &q, op);
+	/* else followers wait for the leader's assignment */
 }
 
 static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
-	int16_t v = op->api_version;
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	int32_t gen = krd_i32(&rd);
-	struct kstr mid = krd_string(&rd, flex);
-	struct kstr inst = {NULL, 0};
-	if (v >= 3)
-		inst = krd_string(&rd, flex);
-	if (flex)
-		krd_tags_skip(&rd);
-	if (rd.err) {
+	struct group_heartbeat_req q;
+	if (!sluice_group_heartbeat_decode(&rd, wire_of(op), &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
 	struct group *g = NULL;
 	struct member *m = NULL;
-	int16_t err = !gid.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
+	int16_t err = !q.group_id.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
 	if (!err) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid);
-		err = g ? member_check(g, mid, inst, &m) : KERR_UNKNOWN_MEMBER_ID;
+		g = group_open(sc, gc, op, q.group_id);
+		err = g ? member_check(g, q.member_id, q.instance_id, &m) : KERR_UNKNOWN_MEMBER_ID;
 	}
 	if (!err) {
 		m->last_seen_ms = sluice_now_ms();
 		if (g->state == G_PREPARING)
 			err = KERR_REBALANCE_IN_PROGRESS;
-		else if (gen != g->generation)
+		else if (q.generation != g->generation)
 			err = KERR_ILLEGAL_GENERATION;
 	}
-	struct kwr *w = &op->gout;
-	kwr_init(w, 16, 1024);
-	if (v >= 1)
-		kwr_i32(w, 0);
-	kwr_i16(w, err);
-	if (flex)
-		kwr_tags_empty(w);
+	sluice_group_heartbeat_encode(&op->gout, wire_of(op), err);
 	reply(sc, op);
 }
 
@@ -1665,107 +1641,75 @@ static void member_leave(struct storecore *sc, struct group *g, struct member *m
 	remove_member(g, m);
 }
 
-/* Walk LeaveGroup v3+'s Members; apply (remove them, write the answer)
- * only when w is given, after a walk without it found the body whole. */
-static bool leave_members_walk(struct storecore *sc, struct group *g, struct krd *rd, bool flex, int16_t v,
-			       struct kwr *w, bool *left)
+/* LeaveGroup v3+: each member named leaves, and is answered for. */
+static bool leave_members(struct storecore *sc, struct group *g, struct group_leave_req *q, struct kwr *w)
 {
-	int32_t n = krd_array(rd, flex, 2);
-	if (w) {
-		kwr_i16(w, KERR_NONE);
-		kwr_array(w, flex, n > 0 ? n : 0);
-	}
-	for (int32_t i = 0; i < n && !rd->err; i++) {
-		struct kstr mid = krd_string(rd, flex);
-		struct kstr inst = krd_string(rd, flex);
-		if (v >= 5)
-			(void)krd_string(rd, flex);
-		if (flex)
-			krd_tags_skip(rd);
-		if (!w)
-			continue;
+	bool left = false;
+	struct group_leave_member lm;
+	while (sluice_group_leave_next(q, &lm)) {
 		struct member *m = NULL;
 		int16_t e = KERR_UNKNOWN_MEMBER_ID;
 		if (g) {
-			if (mid.len == 0 && inst.ptr)
-				m = member_by_instance(g, inst);
+			if (lm.member_id.len == 0 && lm.instance_id.ptr)
+				m = member_by_instance(g, lm.instance_id);
 			else
-				e = member_check(g, mid, inst, &m);
+				e = member_check(g, lm.member_id, lm.instance_id, &m);
 			if (m)
 				e = KERR_NONE;
 		}
-		kwr_string(w, flex, mid.ptr ? mid.ptr : "", mid.ptr ? mid.len : 0);
-		kwr_string(w, flex, inst.ptr, inst.len);
-		kwr_i16(w, e);
-		if (flex)
-			kwr_tags_empty(w);
+		sluice_group_leave_member_encode(w, q->wire, &lm, e);
 		if (m) {
 			member_leave(sc, g, m);
-			*left = true;
+			left = true;
 		}
 	}
-	if (flex)
-		krd_tags_skip(rd);
-	return !rd->err;
+	assert(!q->members.err && q->nmembers == 0);
+	return left;
+}
+
+/* Members left: the group rebalances, or is Empty in a new generation. */
+static void group_after_leave(struct storecore *sc, struct group *g)
+{
+	int64_t now = sluice_now_ms();
+	if (g->members) {
+		prepare_rebalance(sc, g, now);
+	} else {
+		fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
+		group_set_state(g, G_EMPTY);
+		g->generation++;
+		gstr_free(&g->leader);
+		(void)write_group(sc, g, false, NULL);
+	}
+	maybe_complete_join(sc, g, now);
 }
 
 static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
-	int16_t v = op->api_version;
+	struct group_wire wi = wire_of(op);
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	struct kstr mid = {NULL, 0};
-	struct krd members = rd;
-	bool left = false;
-	if (v <= 2) {
-		mid = krd_string(&rd, flex);
-		if (flex)
-			krd_tags_skip(&rd);
-	} else {
-		(void)leave_members_walk(sc, NULL, &rd, flex, v, NULL, &left);
-	}
-	if (rd.err) {
+	struct group_leave_req q;
+	if (!sluice_group_leave_decode(&rd, wi, &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	if (gid.ptr) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid);
-	}
+	struct group *g = group_open(sc, gc, op, q.group_id);
 	struct kwr *w = &op->gout;
-	kwr_init(w, 64, 1 << 20);
-	if (v >= 1)
-		kwr_i32(w, 0);
-	if (v <= 2) {
-		struct member *m = g ? member_find(g, mid) : NULL;
-		kwr_i16(w, m ? KERR_NONE : KERR_UNKNOWN_MEMBER_ID);
+	bool left = false;
+	if (wi.version <= 2) {
+		struct member *m = g ? member_find(g, q.member_id) : NULL;
+		sluice_group_leave_encode(w, wi, m ? KERR_NONE : KERR_UNKNOWN_MEMBER_ID, 0);
 		if (m) {
 			member_leave(sc, g, m);
 			left = true;
 		}
 	} else {
-		bool whole = leave_members_walk(sc, g, &members, flex, v, w, &left);
-		assert(whole);
+		sluice_group_leave_encode(w, wi, KERR_NONE, q.nmembers);
+		left = leave_members(sc, g, &q, w);
 	}
-	if (flex)
-		kwr_tags_empty(w);
-	if (left) {
-		int64_t now = sluice_now_ms();
-		if (g->members)
-			prepare_rebalance(sc, g, now);
-		else {
-			fail_pending_syncs(sc, g, KERR_REBALANCE_IN_PROGRESS);
-			g->state = G_EMPTY;
-			g->empty_since_ms = sluice_now_ms();
-			g->generation++;
-			gstr_free(&g->leader);
-			(void)write_group(sc, g, false, NULL);
-		}
-		maybe_complete_join(sc, g, now);
-	}
+	sluice_group_leave_end(w, wi);
+	if (left)
+		group_after_leave(sc, g);
 	reply(sc, op);
 }
 
@@ -1790,7 +1734,7 @@ struct pending_offsets {
 };
 
 static bool pending_add(struct pending_offsets *pc, struct kstr topic, int32_t partition, const struct offset_entry *val,
-			struct kstr meta, size_t err_pos)
+			struct kstr meta)
 {
 	if (pc->n == pc->cap) {
 		int32_t cap = pc->cap ? 2 * pc->cap : 8;
@@ -1806,26 +1750,21 @@ static bool pending_add(struct pending_offsets *pc, struct kstr topic, int32_t p
 		d->e = *val;
 	d->e.partition = partition;
 	d->del = !val;
-	d->err_pos = err_pos;
 	if (!gstr_copy(&d->e.topic, topic) || !gstr_copy(&d->e.metadata, meta)) {
 		gstr_free(&d->e.topic);
 		return false;
 	}
 	pc->n++;
+	assert(pc->n <= pc->cap);
 	return true;
 }
 
 static void pending_fail(const struct pending_offsets *pc, struct kwr *w)
 {
 	for (int32_t i = 0; i < pc->n; i++)
-		if (pc->it[i].err_pos + 2 <= w->len) {
-			w->buf[pc->it[i].err_pos] = 0;
-			w->buf[pc->it[i].err_pos + 1] = (uint8_t)KERR_NOT_COORDINATOR;
-		}
-	if (pc->top_error && w->len >= 2) {
-		w->buf[0] = 0;
-		w->buf[1] = (uint8_t)KERR_NOT_COORDINATOR;
-	}
+		sluice_group_error_patch(w, pc->it[i].err_pos, KERR_NOT_COORDINATOR);
+	if (pc->top_error)
+		sluice_group_error_patch(w, SLUICE_GROUP_OFFSET_DELETE_ERROR_POS, KERR_NOT_COORDINATOR);
 }
 
 static void pending_free(struct pending_offsets *pc)
@@ -1844,6 +1783,7 @@ static void pending_free(struct pending_offsets *pc)
 static bool pending_write(struct storecore *sc, struct group *g, struct partop *op, struct pending_offsets *pc,
 			  struct recset *rs)
 {
+	assert(!op->gpending && pc->n > 0);
 	struct pending_offsets *pp = malloc(sizeof *pp);
 	if (pp && gstr_copy(&pc->group, gk(g->id))) {
 		*pp = *pc;
@@ -1859,11 +1799,11 @@ static bool pending_write(struct storecore *sc, struct group *g, struct partop *
 	SLOG_ERR("group", "group %s: offset records could not be written to %s-%d", g->id.ptr, SLUICE_OFFSETS_TOPIC,
 		 g->partition);
 	sluice_group_written(sc, op, false);
+	assert(!op->gpending);
 	return false;
 }
 
-/* What an OffsetCommit's walk over its topics needs. Without w the walk
- * only decodes (nothing is written or gathered). */
+/* What an OffsetCommit's walk over its topics needs. */
 struct commit_walk {
 	struct storecore *sc;
 	struct group *g;
@@ -1876,89 +1816,69 @@ struct commit_walk {
 };
 
 /* The ErrorCode of one partition of an OffsetCommit; gathers its record. */
-static int16_t commit_partition(struct commit_walk *cw, const struct sluice_topic *t, struct kstr topic, int32_t part,
-				const struct offset_entry *val, struct kstr meta)
+static int16_t commit_partition(struct commit_walk *cw, const struct sluice_topic *t, struct kstr topic,
+				const struct group_partition *p)
 {
 	int32_t meta_max = cw->sc->b->cfg.offset_metadata_max_bytes;
 	if (meta_max > GROUP_STRING_MAX) /* the record's string has an int16 length */
 		meta_max = GROUP_STRING_MAX;
-	if (!t || part < 0 || part >= t->partitions)
+	if (!t || p->partition < 0 || p->partition >= t->partitions)
 		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	if (cw->gerr)
 		return cw->gerr;
-	if (meta.ptr && meta.len > meta_max)
+	if (p->metadata.ptr && p->metadata.len > meta_max)
 		return KERR_OFFSET_METADATA_TOO_LARGE;
-	if (!offset_find(cw->g, topic, part) && cw->g->off_n + (uint32_t)cw->pc->n >= OFFSETS_PER_GROUP_MAX)
+	if (!offset_find(cw->g, topic, p->partition) && cw->g->off_n + (uint32_t)cw->pc->n >= OFFSETS_PER_GROUP_MAX)
 		return KERR_COORDINATOR_NOT_AVAILABLE;
 	/* Applied to the group only once the record is written. */
-	if (!pending_add(cw->pc, topic, part, val, meta.ptr ? meta : (struct kstr){"", 0}, cw->w->len))
+	struct offset_entry val = {.offset = p->offset, .leader_epoch = p->leader_epoch, .commit_ts = cw->now_wall};
+	if (!pending_add(cw->pc, topic, p->partition, &val, p->metadata.ptr ? p->metadata : (struct kstr){"", 0}))
 		return KERR_COORDINATOR_NOT_AVAILABLE;
-	struct pending_item *it = &cw->pc->it[cw->pc->n - 1];
-	struct group *g = cw->g;
-	recset_offset(cw->rs, g, &it->e, true);
+	recset_offset(cw->rs, cw->g, &cw->pc->it[cw->pc->n - 1].e, true);
 	return KERR_NONE;
 }
 
-static void commit_walk_topics(struct commit_walk *cw, struct krd *rd, bool flex, int16_t v)
+/* Answer each partition of an OffsetCommit, gathering what to write. */
+static void commit_walk_topics(struct commit_walk *cw, struct group_topics *it)
 {
-	struct kwr *w = cw->w;
-	int32_t nt = krd_array(rd, flex, 2);
-	if (w)
-		kwr_array(w, flex, nt > 0 ? nt : 0);
-	for (int32_t t = 0; t < nt && !rd->err; t++) {
-		struct kstr topic = krd_string(rd, flex);
-		int32_t np = krd_array(rd, flex, 12);
-		const struct sluice_topic *ti = NULL;
-		if (w) {
-			kwr_string(w, flex, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
-			kwr_array(w, flex, np > 0 ? np : 0);
-			ti = topic.ptr ? sluice_meta_find(cw->snap, topic.ptr, (size_t)topic.len) : NULL;
+	struct group_wire wi = it->wire;
+	sluice_group_topics_encode(cw->w, wi, it->count > 0 ? it->count : 0);
+	struct kstr topic;
+	int32_t np;
+	while (sluice_group_topics_next(it, &topic, &np)) {
+		const struct sluice_topic *ti = topic.ptr ? sluice_meta_find(cw->snap, topic.ptr, (size_t)topic.len) : NULL;
+		sluice_group_topic_encode(cw->w, wi, topic, np);
+		struct group_partition p;
+		while (sluice_group_topics_partition(it, &p)) {
+			int32_t before = cw->pc->n;
+			int16_t err = commit_partition(cw, ti, topic, &p);
+			size_t pos = sluice_group_partition_error_encode(cw->w, wi, p.partition, err);
+			if (cw->pc->n > before)
+				cw->pc->it[cw->pc->n - 1].err_pos = pos;
 		}
-		for (int32_t p = 0; p < np && !rd->err; p++) {
-			struct offset_entry val = {.leader_epoch = -1, .commit_ts = cw->now_wall};
-			int32_t part = krd_i32(rd);
-			val.offset = krd_i64(rd);
-			if (v >= 6)
-				val.leader_epoch = krd_i32(rd);
-			if (v == 1)
-				(void)krd_i64(rd);
-			struct kstr meta = krd_string(rd, flex);
-			if (flex)
-				krd_tags_skip(rd);
-			if (!w)
-				continue;
-			kwr_i32(w, part);
-			kwr_i16(w, commit_partition(cw, ti, topic, part, &val, meta));
-			if (flex)
-				kwr_tags_empty(w);
-		}
-		if (flex)
-			krd_tags_skip(rd);
-		if (w && flex)
-			kwr_tags_empty(w);
+		sluice_group_topic_end(cw->w, wi);
 	}
-	if (flex)
-		krd_tags_skip(rd);
+	assert(!it->rd.err && it->topics_left == 0);
 }
 
 /* The group-level error of an OffsetCommit (and the group, created for a
  * standalone consumer's first commit). */
-static int16_t commit_group_check(struct storecore *sc, struct gcoord *gc, struct partop *op, struct kstr gid,
-				  int32_t gen, struct kstr mid, struct kstr inst, struct group **out)
+static int16_t commit_group_check(struct storecore *sc, struct gcoord *gc, struct partop *op,
+				  const struct group_commit_req *q, struct group **out)
 {
 	*out = NULL;
-	if (!gid.ptr || gid.len == 0 || gid.len > GROUP_STRING_MAX)
+	if (!q->group_id.ptr || q->group_id.len == 0 || q->group_id.len > GROUP_STRING_MAX)
 		return KERR_INVALID_GROUP_ID;
 	load_partition(sc, gc, op->partition);
-	struct group *g = group_get(gc, gid, op->partition);
+	struct group *g = group_get(gc, q->group_id, op->partition);
 	if (!g)
 		return KERR_COORDINATOR_NOT_AVAILABLE;
 	*out = g;
-	if (gen < 0 && g->state == G_EMPTY && !g->members)
+	if (q->generation < 0 && g->state == G_EMPTY && !g->members)
 		return KERR_NONE; /* a standalone consumer committing without group membership */
 	struct member *m;
-	int16_t err = member_check(g, mid, inst, &m);
-	if (!err && gen != g->generation)
+	int16_t err = member_check(g, q->member_id, q->instance_id, &m);
+	if (!err && q->generation != g->generation)
 		err = KERR_ILLEGAL_GENERATION;
 	if (!err && g->state == G_COMPLETING)
 		err = KERR_REBALANCE_IN_PROGRESS;
@@ -1967,46 +1887,34 @@ static int16_t commit_group_check(struct storecore *sc, struct gcoord *gc, struc
 	return err;
 }
 
+static int64_t wall_clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
-	int16_t v = op->api_version;
+	struct group_wire wi = wire_of(op);
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	int32_t gen = v >= 1 ? krd_i32(&rd) : -1;
-	struct kstr mid = v >= 1 ? krd_string(&rd, flex) : (struct kstr){"", 0};
-	struct kstr inst = {NULL, 0};
-	if (v >= 7)
-		inst = krd_string(&rd, flex);
-	if (v >= 2 && v <= 4)
-		(void)krd_i64(&rd);
+	struct group_commit_req q;
 	/* Decode everything first: a cut request commits nothing. */
-	struct krd topics = rd;
-	struct commit_walk cw = {.sc = sc, .snap = op->gsnap};
-	commit_walk_topics(&cw, &rd, flex, v);
-	if (rd.err) {
+	if (!sluice_group_commit_decode(&rd, wi, &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
-	assert(cw.snap);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	cw.now_wall = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-	cw.gerr = commit_group_check(sc, gc, op, gid, gen, mid, inst, &cw.g);
 	struct recset rs;
-	recset_init(&rs);
 	struct pending_offsets pc = {0};
-	cw.w = &op->gout;
-	cw.rs = &rs;
-	cw.pc = &pc;
-	kwr_init(cw.w, 256, 64u << 20);
-	if (v >= 3)
-		kwr_i32(cw.w, 0);
-	commit_walk_topics(&cw, &topics, flex, v);
-	assert(!topics.err);
-	if (flex)
-		kwr_tags_empty(cw.w);
+	struct commit_walk cw = {.sc = sc, .snap = op->gsnap, .now_wall = wall_clock_ms(), .w = &op->gout, .rs = &rs,
+				 .pc = &pc};
+	assert(cw.snap);
+	cw.gerr = commit_group_check(sc, gc, op, &q, &cw.g);
+	recset_init(&rs);
+	sluice_group_commit_encode(cw.w, wi);
+	commit_walk_topics(&cw, &q.topics);
+	sluice_group_offsets_end(cw.w, wi, KERR_NONE);
 	bool waiting = pc.n > 0 && pending_write(sc, cw.g, op, &pc, &rs);
 	pending_free(&pc);
 	recset_free(&rs);
@@ -2014,208 +1922,158 @@ static void offset_commit(struct storecore *sc, struct gcoord *gc, struct partop
 		reply(sc, op);
 }
 
+/* Apply one written commit or deletion to the group. */
+static void pending_apply(struct group *g, struct pending_item *it)
+{
+	if (it->del) {
+		struct offset_entry *oe = offset_find(g, gk(it->e.topic), it->e.partition);
+		if (oe)
+			offset_remove(g, oe);
+		return;
+	}
+	struct offset_entry *oe = offset_get(g, gk(it->e.topic), it->e.partition);
+	if (!oe)
+		return; /* full: written, so it is back after a restart */
+	oe->offset = it->e.offset;
+	oe->leader_epoch = it->e.leader_epoch;
+	gstr_free(&oe->metadata);
+	oe->metadata = it->e.metadata;
+	it->e.metadata = (struct gstr){NULL, 0};
+	oe->commit_ts = it->e.commit_ts;
+}
+
 void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
 {
 	struct pending_offsets *pc = op->gpending;
 	if (!pc)
 		return;
+	assert(pc->n > 0 && pc->group.ptr);
 	op->gpending = NULL;
 	struct gcoord *gc = sc->groups;
 	struct group *g = gc ? group_find(gc, gk(pc->group)) : NULL;
 	if (ok && !g)
 		SLOG_WARN("group", "group %s went away before its offset records were written", pc->group.ptr);
-	for (int32_t i = 0; ok && g && i < pc->n; i++) {
-		struct pending_item *it = &pc->it[i];
-		if (it->del) {
-			struct offset_entry *oe = offset_find(g, gk(it->e.topic), it->e.partition);
-			if (oe)
-				offset_remove(g, oe);
-			continue;
-		}
-		struct offset_entry *oe = offset_get(g, gk(it->e.topic), it->e.partition);
-		if (!oe)
-			continue; /* full: written, so it is back after a restart */
-		oe->offset = it->e.offset;
-		oe->leader_epoch = it->e.leader_epoch;
-		gstr_free(&oe->metadata);
-		oe->metadata = it->e.metadata;
-		it->e.metadata = (struct gstr){NULL, 0};
-		oe->commit_ts = it->e.commit_ts;
-	}
+	for (int32_t i = 0; ok && g && i < pc->n; i++)
+		pending_apply(g, &pc->it[i]);
 	if (!ok)
 		pending_fail(pc, &op->gout);
 	pending_free(pc);
 	free(pc);
 }
 
-/* One committed offset, as OffsetFetch answers a partition. */
-static void fetch_partition_encode(struct kwr *w, const struct offset_entry *e, int32_t part, bool flex, bool epoch,
-				   int16_t err)
+/* One committed offset (or none), as OffsetFetch answers a partition. */
+static void fetch_partition(struct kwr *w, struct group_wire wi, const struct offset_entry *e, int32_t part)
 {
-	kwr_i32(w, part);
-	kwr_i64(w, e ? e->offset : -1);
-	if (epoch)
-		kwr_i32(w, e ? e->leader_epoch : -1);
-	if (e)
-		kwr_gstr_nn(w, flex, e->metadata);
-	else
-		kwr_cstr(w, flex, "");
-	kwr_i16(w, err);
-	if (flex)
-		kwr_tags_empty(w);
+	struct group_offset_result r = {.partition = part, .offset = -1, .leader_epoch = -1, .metadata = {"", 0}};
+	if (e) {
+		r.offset = e->offset;
+		r.leader_epoch = e->leader_epoch;
+		r.metadata = gk(e->metadata);
+	}
+	sluice_group_fetch_partition_encode(w, wi, &r);
 }
 
-/* Walk the topics part of an OffsetFetch request for one group; encode
- * the answer when w is given (after a walk without it found it whole). */
-static void fetch_offsets_walk(struct kwr *w, struct group *g, struct krd *rd, bool flex, int16_t v, bool v8)
+/* OffsetFetch's topics: every committed offset of the group when the
+ * request names none (null), else those it names. */
+static void fetch_offsets(struct kwr *w, const struct group *g, struct group_topics *it)
 {
-	bool epoch = v >= 5 || v8;
-	int32_t nt = krd_array(rd, flex, 2);
-	if (nt < 0 && w) { /* all committed offsets of the group */
+	struct group_wire wi = it->wire;
+	if (it->count < 0) {
 		/* one topic entry per committed partition keeps this simple and valid */
-		kwr_array(w, flex, g ? (int32_t)g->off_n : 0);
+		sluice_group_topics_encode(w, wi, g ? (int32_t)g->off_n : 0);
 		for (uint32_t i = 0; g && i < g->off_cap; i++) {
-			struct offset_entry *e = &g->offsets[i];
+			const struct offset_entry *e = &g->offsets[i];
 			if (!e->topic.ptr)
 				continue;
-			kwr_gstr(w, flex, e->topic);
-			kwr_array(w, flex, 1);
-			fetch_partition_encode(w, e, e->partition, flex, epoch, KERR_NONE);
-			if (flex)
-				kwr_tags_empty(w);
+			sluice_group_topic_encode(w, wi, gk(e->topic), 1);
+			fetch_partition(w, wi, e, e->partition);
+			sluice_group_topic_end(w, wi);
 		}
-	} else if (w) {
-		kwr_array(w, flex, nt);
+		return;
 	}
-	for (int32_t t = 0; t < nt && !rd->err; t++) {
-		struct kstr topic = krd_string(rd, flex);
-		int32_t np = krd_array(rd, flex, 4);
-		if (w) {
-			kwr_string(w, flex, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
-			kwr_array(w, flex, np > 0 ? np : 0);
-		}
-		for (int32_t p = 0; p < np && !rd->err; p++) {
-			int32_t part = krd_i32(rd);
-			if (w)
-				fetch_partition_encode(w, offset_find(g, topic, part), part, flex, epoch, KERR_NONE);
-		}
-		if (flex)
-			krd_tags_skip(rd);
-		if (w && flex)
-			kwr_tags_empty(w);
+	sluice_group_topics_encode(w, wi, it->count);
+	struct kstr topic;
+	int32_t np;
+	while (sluice_group_topics_next(it, &topic, &np)) {
+		sluice_group_topic_encode(w, wi, topic, np);
+		struct group_partition p;
+		while (sluice_group_topics_partition(it, &p))
+			fetch_partition(w, wi, offset_find(g, topic, p.partition), p.partition);
+		sluice_group_topic_end(w, wi);
 	}
+	assert(!it->rd.err && it->topics_left == 0);
 }
 
 static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
-	int16_t v = op->api_version;
+	struct group_wire wi = wire_of(op);
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, flex);
-	if (v >= 9) { /* MemberId, MemberEpoch of this Groups element */
-		(void)krd_string(&rd, flex);
-		(void)krd_i32(&rd);
-	}
-	struct krd topics = rd;
-	fetch_offsets_walk(NULL, NULL, &rd, flex, v, v >= 8);
-	if (v >= 8 && flex)
-		krd_tags_skip(&rd); /* the Groups element's tags */
-	if (v >= 7 && v < 8)
-		(void)krd_bool(&rd); /* RequireStable */
-	if (v < 8 && flex)
-		krd_tags_skip(&rd);
-	if (rd.err) {
+	struct group_fetch_req q;
+	if (!sluice_group_fetch_decode(&rd, wi, &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	if (gid.ptr) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid);
-	}
-	struct kwr *w = &op->gout;
-	kwr_init(w, 256, 64u << 20);
-	if (v >= 8) {
-		/* one element of Groups: data holds this group's part of the request */
-		kwr_string(w, flex, gid.ptr ? gid.ptr : "", gid.ptr ? gid.len : 0);
-		fetch_offsets_walk(w, g, &topics, flex, v, true);
-		kwr_i16(w, KERR_NONE);
-		if (flex)
-			kwr_tags_empty(w);
-		reply(sc, op);
-		return;
-	}
-	if (v >= 3)
-		kwr_i32(w, 0);
-	fetch_offsets_walk(w, g, &topics, flex, v, false);
-	if (v >= 2)
-		kwr_i16(w, KERR_NONE);
-	if (flex)
-		kwr_tags_empty(w);
+	struct group *g = group_open(sc, gc, op, q.group_id);
+	/* v8+: one element of Groups, as data holds this group's part of the request */
+	sluice_group_fetch_encode(&op->gout, wi, q.group_id);
+	fetch_offsets(&op->gout, g, &q.topics);
+	sluice_group_offsets_end(&op->gout, wi, KERR_NONE);
 	reply(sc, op);
 }
 
-/* Walk OffsetDelete's Topics; with w, answer each partition and gather
- * the tombstones of the offsets the group has. */
-static void delete_walk(struct group *g, struct krd *rd, struct kwr *w, struct recset *rs, struct pending_offsets *pc)
+/* Answer each partition of an OffsetDelete and gather the tombstones of
+ * the offsets the group has. */
+static void delete_walk(struct group *g, struct group_topics *it, struct kwr *w, struct recset *rs,
+			struct pending_offsets *pc)
 {
-	int32_t nt = krd_array(rd, false, 2);
-	if (w)
-		kwr_array(w, false, nt < 0 ? 0 : nt);
-	for (int32_t t = 0; t < nt && !rd->err; t++) {
-		struct kstr topic = krd_string(rd, false);
-		int32_t np = krd_array(rd, false, 4);
-		if (w) {
-			kwr_string(w, false, topic.ptr ? topic.ptr : "", topic.ptr ? topic.len : 0);
-			kwr_array(w, false, np > 0 ? np : 0);
-		}
-		for (int32_t p = 0; p < np && !rd->err; p++) {
-			int32_t part = krd_i32(rd);
-			if (!w)
-				continue;
+	struct group_wire wi = it->wire;
+	sluice_group_topics_encode(w, wi, it->count < 0 ? 0 : it->count);
+	struct kstr topic;
+	int32_t np;
+	while (sluice_group_topics_next(it, &topic, &np)) {
+		sluice_group_topic_encode(w, wi, topic, np);
+		struct group_partition p;
+		while (sluice_group_topics_partition(it, &p)) {
 			int16_t e = g->members ? KERR_GROUP_SUBSCRIBED_TO_TOPIC : KERR_NONE;
-			struct offset_entry *oe = e ? NULL : offset_find(g, topic, part);
-			kwr_i32(w, part);
-			if (oe && !pending_add(pc, topic, part, NULL, (struct kstr){NULL, 0}, w->len))
+			struct offset_entry *oe = e ? NULL : offset_find(g, topic, p.partition);
+			int32_t before = pc->n;
+			if (oe && !pending_add(pc, topic, p.partition, NULL, (struct kstr){NULL, 0}))
 				e = KERR_COORDINATOR_NOT_AVAILABLE;
 			else if (oe)
 				recset_offset(rs, g, oe, false);
-			kwr_i16(w, e);
+			size_t pos = sluice_group_partition_error_encode(w, wi, p.partition, e);
+			if (pc->n > before)
+				pc->it[pc->n - 1].err_pos = pos;
 		}
+		sluice_group_topic_end(w, wi);
 	}
+	assert(!it->rd.err && it->topics_left == 0);
 }
 
 static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
+	struct group_wire wi = wire_of(op);
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr gid = krd_string(&rd, false);
-	struct krd topics = rd;
-	delete_walk(NULL, &rd, NULL, NULL, NULL);
-	if (rd.err) {
+	struct group_offset_delete_req q;
+	if (!sluice_group_offset_delete_decode(&rd, wi, &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = NULL;
-	if (gid.ptr) {
-		load_partition(sc, gc, op->partition);
-		g = group_find(gc, gid);
-	}
+	struct group *g = group_open(sc, gc, op, q.group_id);
 	struct kwr *w = &op->gout;
-	kwr_init(w, 128, 64u << 20);
-	kwr_i16(w, g ? KERR_NONE : KERR_GROUP_ID_NOT_FOUND);
-	kwr_i32(w, 0);
+	sluice_group_offset_delete_encode(w, wi, g ? KERR_NONE : KERR_GROUP_ID_NOT_FOUND);
 	if (!g) {
-		kwr_array(w, false, 0);
+		sluice_group_topics_encode(w, wi, 0);
 		reply(sc, op);
 		return;
 	}
 	struct recset rs;
 	recset_init(&rs);
 	struct pending_offsets pc = {.top_error = true};
-	delete_walk(g, &topics, w, &rs, &pc);
-	assert(!topics.err);
+	delete_walk(g, &q.topics, w, &rs, &pc);
+	sluice_group_offsets_end(w, wi, KERR_NONE);
 	/* Removed from the group once the tombstones are written. */
 	bool waiting = pc.n > 0 && pending_write(sc, g, op, &pc, &rs);
 	pending_free(&pc);
@@ -2236,6 +2094,7 @@ static bool delete_group_records_wait(struct storecore *sc, struct group *g, str
 		if (g->offsets[k].topic.ptr)
 			recset_offset(&rs, g, &g->offsets[k], false);
 	recset_group(&rs, g, false);
+	assert(rs.n == (int32_t)g->off_n + 1 || rs.err);
 	bool waiting = recset_write(sc, g, &rs, wait_op) == 0 && wait_op;
 	recset_free(&rs);
 	return waiting;
@@ -2246,114 +2105,97 @@ static void delete_group_records(struct storecore *sc, struct group *g)
 	(void)delete_group_records_wait(sc, g, NULL);
 }
 
+static void describe_member(struct kwr *w, struct group_wire wi, const struct group *g, const struct member *m)
+{
+	const struct protocol *p = member_protocol(m, g->protocol);
+	bool stable = g->state == G_STABLE;
+	struct group_describe_member dm = {
+		.member_id = gk(m->id),
+		.instance_id = gk(m->instance_id),
+		.client_id = gk(m->client_id),
+		.client_host = gk(m->client_host),
+		.meta = p ? p->meta : NULL,
+		.meta_len = p ? p->meta_len : 0,
+		.assignment = stable ? m->assignment : NULL,
+		.assignment_len = stable ? m->assignment_len : 0,
+	};
+	sluice_group_describe_member_encode(w, wi, &dm);
+}
+
 static void describe_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
-	int16_t v = op->api_version;
+	struct group_wire wi = wire_of(op);
 	load_partition(sc, gc, op->partition);
-	struct group *g = group_find(gc, op->gname);
-	struct kwr *w = &op->gout;
-	kwr_init(w, 256, 64u << 20);
-	kwr_i16(w, KERR_NONE);
-	kwr_string(w, flex, op->gname.ptr ? op->gname.ptr : "", op->gname.ptr ? op->gname.len : 0);
-	kwr_cstr(w, flex, g ? state_names[g->state] : "Dead");
-	if (g)
-		kwr_gstr_nn(w, flex, g->protocol_type);
-	else
-		kwr_cstr(w, flex, "");
-	if (g && g->state == G_STABLE)
-		kwr_gstr_nn(w, flex, g->protocol);
-	else
-		kwr_cstr(w, flex, "");
-	int32_t nm = g && (g->state == G_STABLE || g->state == G_COMPLETING || g->state == G_PREPARING) ? g->nmembers : 0;
-	kwr_array(w, flex, nm);
-	for (struct member *m = nm ? g->members : NULL; m; m = m->next) {
-		kwr_gstr(w, flex, m->id);
-		if (v >= 4)
-			kwr_gstr(w, flex, m->instance_id);
-		kwr_gstr_nn(w, flex, m->client_id);
-		kwr_gstr_nn(w, flex, m->client_host);
-		const struct protocol *p = member_protocol(m, g->protocol);
-		kwr_bytes(w, flex, p ? p->meta : (const uint8_t *)"", p ? p->meta_len : 0);
-		bool stable = g->state == G_STABLE;
-		kwr_bytes(w, flex, stable && m->assignment ? m->assignment : (const uint8_t *)"",
-			  stable ? m->assignment_len : 0);
-		if (flex)
-			kwr_tags_empty(w);
-	}
-	if (v >= 3)
-		kwr_i32(w, INT32_MIN);
-	if (flex)
-		kwr_tags_empty(w);
+	const struct group *g = group_find(gc, op->gname);
+	bool members = g && (g->state == G_STABLE || g->state == G_COMPLETING || g->state == G_PREPARING);
+	struct group_describe_result r = {
+		.group_id = op->gname,
+		.state = g ? state_names[g->state] : "Dead",
+		.protocol_type = g ? gk(g->protocol_type) : (struct kstr){NULL, 0},
+		.protocol = g && g->state == G_STABLE ? gk(g->protocol) : (struct kstr){NULL, 0},
+		.nmembers = members ? g->nmembers : 0,
+	};
+	sluice_group_describe_encode(&op->gout, wi, &r);
+	int32_t n = 0;
+	for (const struct member *m = members ? g->members : NULL; m; m = m->next, n++)
+		describe_member(&op->gout, wi, g, m);
+	assert(n == r.nmembers);
+	sluice_group_describe_end(&op->gout, wi);
 	reply(sc, op);
 }
 
 static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
 	load_partition(sc, gc, op->partition);
 	struct group *g = group_find(gc, op->gname);
 	int16_t err = !g ? KERR_GROUP_ID_NOT_FOUND : g->members ? KERR_NON_EMPTY_GROUP : KERR_NONE;
-	struct kwr *w = &op->gout;
-	kwr_init(w, 64, 1 << 20);
-	kwr_string(w, flex, op->gname.ptr ? op->gname.ptr : "", op->gname.ptr ? op->gname.len : 0);
-	kwr_i16(w, err);
-	if (flex)
-		kwr_tags_empty(w);
+	sluice_group_delete_encode(&op->gout, wire_of(op), op->gname, err);
 	if (err) {
 		reply(sc, op);
 		return;
 	}
+	assert(g->nmembers == 0);
 	bool waiting = delete_group_records_wait(sc, g, op);
 	group_remove(gc, g);
 	if (!waiting)
 		reply(sc, op);
 }
 
-/* ListGroups' StatesFilter (v4+); the network core decoded the body whole
- * before it sent it (list_groups_start). */
-#define LIST_STATES_MAX 8
+static bool list_match(const struct group_list_req *q, const struct group *g)
+{
+	if (q->nstates <= 0)
+		return true;
+	bool match = false;
+	for (int32_t i = 0; i < q->nstates; i++)
+		match |= q->states[i].ptr && kstr_eq(q->states[i], state_names[g->state]);
+	return match;
+}
+
+/* ListGroups, with its StatesFilter (v4+); the network core decoded the
+ * body whole before it sent it (list_groups_start). */
 static void list_groups(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	bool flex = op->flex;
-	int16_t v = op->api_version;
+	struct group_wire wi = wire_of(op);
 	struct krd rd;
 	krd_init(&rd, op->data, op->len);
-	struct kstr states[LIST_STATES_MAX];
-	int32_t ns = v >= 4 ? krd_array(&rd, flex, 1) : -1;
-	for (int32_t i = 0; i < ns && !rd.err; i++) {
-		struct kstr s = krd_string(&rd, flex);
-		if (i < LIST_STATES_MAX)
-			states[i] = s;
-	}
-	if (rd.err) {
+	struct group_list_req q;
+	if (!sluice_group_list_decode(&rd, wi, &q)) {
 		malformed(sc, op, &rd);
 		return;
 	}
+	assert(q.nstates <= SLUICE_GROUP_LIST_STATES_MAX);
 	/* Every offsets partition this core owns is loaded first. */
 	for (int32_t p = 0; p < gc->partitions; p++)
 		if (sluice_store_core_for(sc->b, SLUICE_OFFSETS_TOPIC, p) == sc->id)
 			load_partition(sc, gc, p);
-	struct kwr *w = &op->gout;
-	kwr_init(w, 256, 64u << 20);
+	sluice_group_list_encode(&op->gout, wi);
 	op->gcount = 0;
 	for (uint32_t b = 0; b < gc->cap; b++)
 		for (struct group *g = gc->table[b]; g; g = g->next) {
-			if (ns > 0) {
-				bool match = false;
-				for (int32_t i = 0; i < ns && i < LIST_STATES_MAX; i++)
-					match |= states[i].ptr && kstr_eq(states[i], state_names[g->state]);
-				if (!match)
-					continue;
-			}
-			kwr_gstr(w, flex, g->id);
-			kwr_gstr_nn(w, flex, g->protocol_type);
-			if (v >= 4)
-				kwr_cstr(w, flex, state_names[g->state]);
-			if (v >= 5)
-				kwr_cstr(w, flex, "classic");
-			if (flex)
-				kwr_tags_empty(w);
+			if (!list_match(&q, g))
+				continue;
+			struct group_list_entry e = {gk(g->id), gk(g->protocol_type), state_names[g->state]};
+			sluice_group_list_entry_encode(&op->gout, wi, &e);
 			op->gcount++;
 		}
 	reply(sc, op);
@@ -2361,6 +2203,7 @@ static void list_groups(struct storecore *sc, struct gcoord *gc, struct partop *
 
 void sluice_group_handle(struct storecore *sc, struct partop *op)
 {
+	assert(op->kind == PARTOP_GROUP && !op->gpending);
 	struct gcoord *gc = coord(sc);
 	if (op->partition < 0 || op->partition >= gc->partitions) {
 		op->error = KERR_COORDINATOR_NOT_AVAILABLE;
@@ -2368,18 +2211,55 @@ void sluice_group_handle(struct storecore *sc, struct partop *op)
 		return;
 	}
 	switch (op->api_key) {
-	case 8: offset_commit(sc, gc, op); break;
-	case 9: offset_fetch(sc, gc, op); break;
-	case 11: join_group(sc, gc, op); break;
-	case 12: heartbeat(sc, gc, op); break;
-	case 13: leave_group(sc, gc, op); break;
-	case 14: sync_group(sc, gc, op); break;
-	case 15: describe_group(sc, gc, op); break;
-	case 16: list_groups(sc, gc, op); break;
-	case 42: delete_group(sc, gc, op); break;
-	case 47: offset_delete_api(sc, gc, op); break;
+	case SLUICE_API_OFFSET_COMMIT: offset_commit(sc, gc, op); break;
+	case SLUICE_API_OFFSET_FETCH: offset_fetch(sc, gc, op); break;
+	case SLUICE_API_JOIN_GROUP: join_group(sc, gc, op); break;
+	case SLUICE_API_HEARTBEAT: heartbeat(sc, gc, op); break;
+	case SLUICE_API_LEAVE_GROUP: leave_group(sc, gc, op); break;
+	case SLUICE_API_SYNC_GROUP: sync_group(sc, gc, op); break;
+	case SLUICE_API_DESCRIBE_GROUPS: describe_group(sc, gc, op); break;
+	case SLUICE_API_LIST_GROUPS: list_groups(sc, gc, op); break;
+	case SLUICE_API_DELETE_GROUPS: delete_group(sc, gc, op); break;
+	case SLUICE_API_OFFSET_DELETE: offset_delete_api(sc, gc, op); break;
 	default:
 		op->error = KERR_UNKNOWN_SERVER_ERROR;
 		reply(sc, op);
 	}
 }
+
+/* ---- the storage-core service ------------------------------------------------------ */
+
+static int group_service_init(struct storecore *sc)
+{
+	assert(!sc->groups);
+	return coord(sc) ? 0 : -1;
+}
+
+/* Everything the coordinator holds; ops it held are dropped with the
+ * network cores that own them. */
+static void group_service_fini(struct storecore *sc)
+{
+	struct gcoord *gc = sc->groups;
+	if (!gc)
+		return;
+	for (uint32_t b = 0; b < gc->cap; b++)
+		while (gc->table[b])
+			group_remove(gc, gc->table[b]);
+	assert(gc->count == 0);
+	free(gc->table);
+	free(gc->loaded);
+	kwr_free(&gc->scratch);
+	free(gc);
+	sc->groups = NULL;
+}
+
+const struct sluice_store_service_ops sluice_group_service = {
+	.name = "group",
+	.partop_kind = PARTOP_GROUP,
+	.init = group_service_init,
+	.fini = group_service_fini,
+	.handle = sluice_group_handle,
+	.tick = sluice_group_tick,
+	.next_deadline = sluice_group_next_deadline,
+	.written = sluice_group_written,
+};

@@ -3,20 +3,16 @@
  * partition (hash of the group id, as Kafka places it), so group state,
  * its durable records and its timers all sit on one thread with no locks.
  * Offsets and group metadata are written to that partition in Kafka's key
- * and value formats and read back when the partition is first used. */
+ * and value formats and read back when the partition is first used.
+ * The storage core runs it as a service (sluice_group_service,
+ * dataplane/service.h); the functions below are that service's ops, and
+ * what the network core and the tests call directly. */
 #ifndef SLUICE_GROUP_H
 #define SLUICE_GROUP_H
 #include "dataplane/core.h"
+#include "dataplane/service.h"
 
 #define SLUICE_OFFSETS_TOPIC "__consumer_offsets"
-
-struct spart;
-/* Services of the storage core the coordinator uses (storage_core.c). */
-struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
-struct sluice_plog *sluice_store_log(struct spart *p);
-void sluice_store_done(struct storecore *sc, struct partop *op);
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op);
-int64_t sluice_now_ms(void);
 
 /* Kafka's placement: abs(Java String.hashCode(group)) % partitions. */
 int32_t sluice_group_partition(const char *group, size_t len, int32_t partitions);

@@ -9,6 +9,7 @@
 #include "common/kafka/errors.h"
 #include "dataplane/group.h"
 #include "dataplane/partition.h"
+#include "dataplane/service.h"
 #include "storage/extent.h"
 #include "storage/plog.h"
 #include <assert.h>
@@ -25,6 +26,27 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The services this core runs beside its logs (dataplane/service.h), each
+ * handed the partops of its kind. */
+static const struct sluice_store_service_ops *const store_services[] = {&sluice_group_service};
+#define STORE_SERVICES_N (sizeof store_services / sizeof store_services[0])
+
+static const struct sluice_store_service_ops *service_for(uint8_t kind)
+{
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->partop_kind == kind)
+			return store_services[i];
+	return NULL;
+}
+
+/* The records op waited for were written (ok) or not: its service hears first. */
+static void service_written(struct storecore *sc, struct partop *op, bool ok)
+{
+	const struct sluice_store_service_ops *svc = service_for(op->kind);
+	if (svc)
+		svc->written(sc, op, ok);
+}
 
 /* Partitions one loop turn opens at most: an open costs directory syncs
  * (about 2 ms each on ext4), so a request naming 100,000 new partitions is
@@ -185,8 +207,7 @@ static void on_written(struct sluice_plog *l, void *arg)
 	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, failed));) {
 		if (failed && op->last_offset >= hw)
 			op->error = KERR_KAFKA_STORAGE_ERROR;
-		if (op->kind == PARTOP_GROUP)
-			sluice_group_written(p->sc, op, op->error == 0);
+		service_written(p->sc, op, op->error == 0);
 		op->high_watermark = hw;
 		op->log_start = sluice_plog_log_start(l);
 		op_done(p->sc, op);
@@ -501,8 +522,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		 * and re-insert the rest of its probe cluster. */
 		for (struct partop *op; (op = sluice_partition_wait_pop(&p->part));) {
 			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
-			if (op->kind == PARTOP_GROUP)
-				sluice_group_written(sc, op, false);
+			service_written(sc, op, false);
 			op_done(sc, op);
 		}
 		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)
@@ -661,8 +681,9 @@ static void handle_op(struct storecore *sc, struct partop *op)
 		op_done(sc, op);
 		return;
 	}
-	if (op->kind == PARTOP_GROUP) {
-		sluice_group_handle(sc, op);
+	const struct sluice_store_service_ops *svc = service_for(op->kind);
+	if (svc) {
+		svc->handle(sc, op);
 		return;
 	}
 	int16_t error = 0;
@@ -1283,7 +1304,8 @@ static void store_work(void *core, int64_t now_ms)
 {
 	struct storecore *sc = core;
 	cleaner_collect(sc);
-	sluice_group_tick(sc, now_ms);
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		store_services[i]->tick(sc, now_ms);
 	housekeeping(sc, now_ms);
 	submit_writes(sc);
 }
@@ -1309,7 +1331,11 @@ static int64_t store_deadline(void *core, int64_t now_ms)
 {
 	struct storecore *sc = core;
 	struct sstate *st = sc->state;
-	int64_t d = sluice_group_next_deadline(sc);
+	int64_t d = INT64_MAX; /* the soonest of the services' timers (a consumer group's join phase) */
+	for (size_t i = 0; i < STORE_SERVICES_N; i++) {
+		int64_t sd = store_services[i]->next_deadline(sc);
+		d = sd < d ? sd : d;
+	}
 	return d < now_ms + 1 || st->parked_n ? now_ms + 1 : d;
 }
 
@@ -1384,6 +1410,8 @@ static void store_end(void *core)
 	}
 	SLOG_INFO("storage", "storage core %d: %u partition(s) closed in %" PRId64 " ms, synced in %" PRId64 " ms",
 		  sc->id, closed, t1 - t0, sluice_rt_now_ms() - t1);
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		store_services[i]->fini(sc);
 	sluice_pool_destroy(st->pool);
 	st->pool = NULL;
 }
@@ -1442,6 +1470,11 @@ int sluice_storage_core_start(struct storecore *sc)
 		st->cleaner.started = true;
 	else
 		SLOG_WARN("storage", "no cleaner thread: compaction runs on storage core %d", sc->id);
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->init(sc) < 0) {
+			SLOG_ERR("storage", "storage core %d: service %s did not start", sc->id, store_services[i]->name);
+			return -1;
+		}
 	return sluice_rt_start(&sc->rt, &store_hooks, sc);
 }
 

@@ -1,0 +1,54 @@
+/* Services of a storage core: work that runs on a storage core's thread
+ * beside its partition logs, driven by the core through one small ops
+ * table, and using the core only through the few storage calls declared
+ * here. The group coordinator is the first such service; the follower
+ * fetcher and the transaction coordinator are meant to be the next. A
+ * service owns the partops of its kind (routed to it by partop kind) from
+ * handle() until it answers them with sluice_store_done(), or hands one to
+ * sluice_store_append() to be answered once its records are written (the
+ * core then calls written() just before it answers). Everything here runs
+ * on the storage core's thread: no locks. */
+#ifndef SLUICE_SERVICE_H
+#define SLUICE_SERVICE_H
+#include "dataplane/core.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+struct spart;
+struct sluice_plog;
+
+struct sluice_store_service_ops {
+	const char *name;
+	uint8_t partop_kind; /* the ops routed to handle() */
+	/* At core start, before any op; returns 0, or -1 (the core does not start). */
+	int (*init)(struct storecore *sc);
+	/* At core stop, after the last log write completed (held ops are
+	 * dropped with the network cores). */
+	void (*fini)(struct storecore *sc);
+	void (*handle)(struct storecore *sc, struct partop *op);
+	/* Once per loop turn; cheap when nothing is due. */
+	void (*tick)(struct storecore *sc, int64_t now_ms);
+	/* When tick must run next at the latest (monotonic ms), or INT64_MAX. */
+	int64_t (*next_deadline)(struct storecore *sc);
+	/* The records op waited for were written (ok) or not. */
+	void (*written)(struct storecore *sc, struct partop *op, bool ok);
+};
+
+/* The services a storage core runs, in the order it ticks them. */
+extern const struct sluice_store_service_ops sluice_group_service;
+
+/* ---- storage calls a service may make (storage_core.c) ---------------------- */
+
+/* The partition's entry on this core (opened on first use), or NULL with
+ * *error set to a Kafka error code. */
+struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
+struct sluice_plog *sluice_store_log(struct spart *p);
+/* Append a batch built by the service; wait_op, when given, is answered
+ * once the batch is committed (written() first). Returns 0 or -errno
+ * (nothing appended, wait_op not taken). */
+int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op);
+/* Hand op back to its network core: the answer is complete. */
+void sluice_store_done(struct storecore *sc, struct partop *op);
+int64_t sluice_now_ms(void);
+
+#endif
