@@ -1489,6 +1489,10 @@ static int roll(struct sluice_plog *l)
 	tail_release(l, s->base_offset, true);
 	if (create_segment(l, l->leo) < 0)
 		return -ENOMEM;
+	/* The positions are the new, empty segment's from here on, even when
+	 * its file cannot be opened: a read of the failed log must not take the
+	 * closed segment's committed position as the new one's limit. */
+	l->committed_pos = l->submitted_end = 0;
 	char err[256];
 	if (open_active(l, err, sizeof err) < 0) {
 		SLOG_ERR("storage", "%s: roll failed: %s", l->dir, err);
