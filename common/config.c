@@ -56,6 +56,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.response.bytes.max", CFG_LONG, F(response_bytes_max), 1024, INT64_MAX, "1073741824"},
 	{"sluice.network.pool.requests", CFG_INT, F(pool_requests), 1, SLUICE_CONFIG_POOL_OBJECTS_MAX,
 	 CFG_STR(SLUICE_CONFIG_POOL_REQUESTS_DEFAULT)},
+	{"sluice.network.pool.overflow.requests", CFG_INT, F(pool_overflow_requests), 0, SLUICE_CONFIG_POOL_OBJECTS_MAX, "65536"},
 	{"sluice.network.pool.op.arrays", CFG_INT, F(pool_op_arrays), 1, SLUICE_CONFIG_POOL_OBJECTS_MAX, "1024"},
 	{"sluice.network.pool.op.array.partitions", CFG_INT, F(pool_op_array_partitions), 1, SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX, "16"},
 	{"sluice.network.pool.frames", CFG_INT, F(pool_frames), 1, SLUICE_CONFIG_POOL_OBJECTS_MAX, "1024"},

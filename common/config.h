@@ -59,6 +59,12 @@ struct sluice_config {
 	 * sluice_config_finish). Exhausted, a core stops reading until objects
 	 * come back. */
 	int32_t pool_requests;
+	/* Requests a core takes from the heap once a pool is empty (0: none,
+	 * reading waits instead). A request may wait on other clients' requests
+	 * (a JoinGroup is held until every member of its group has joined, up
+	 * to group.max.size of them), so a core that stopped reading at a fixed
+	 * pool size could wait for requests it will never read. */
+	int32_t pool_overflow_requests;
 	int32_t pool_op_arrays;
 	int32_t pool_op_array_partitions;
 	int32_t pool_frames;

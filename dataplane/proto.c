@@ -95,6 +95,9 @@ int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *
 	assert(cfg->pool_requests > 0 && cfg->pool_op_array_partitions > 0);
 	assert(cfg->pool_large_frame_bytes >= cfg->pool_frame_bytes);
 	ps->op_array_n = cfg->pool_op_array_partitions;
+	ps->heap_reqs = 0;
+	ps->heap_reqs_max = cfg->pool_overflow_requests;
+	assert(ps->heap_reqs_max >= 0);
 	if (sluice_objpool_init(&ps->reqs, "requests", sizeof(struct req), (uint32_t)cfg->pool_requests) < 0 ||
 	    sluice_objpool_init(&ps->op_arrays, "op arrays", (size_t)ps->op_array_n * sizeof(struct partop),
 			     (uint32_t)cfg->pool_op_arrays) < 0 ||
@@ -137,9 +140,8 @@ static size_t frame_pooled_bytes_max(const struct proto_state *ps)
 	return ps->frames_large.count ? ps->frames_large.obj_bytes : ps->frames.obj_bytes;
 }
 
-bool sluice_proto_has_room(const struct netcore *nc, uint32_t frame_bytes)
+static bool pools_have_room(const struct proto_state *ps, uint32_t frame_bytes)
 {
-	const struct proto_state *ps = nc->state;
 	if (!sluice_objpool_available(&ps->reqs) || !sluice_objpool_available(&ps->op_arrays))
 		return false;
 	if (frame_bytes == 0 || frame_bytes > frame_pooled_bytes_max(ps))
@@ -149,15 +151,27 @@ bool sluice_proto_has_room(const struct netcore *nc, uint32_t frame_bytes)
 	return sluice_objpool_available(&ps->frames_large) > 0;
 }
 
+/* Room for one more request: in the pools, else on the heap within
+ * sluice.network.pool.overflow.requests (each heap request may take its
+ * frame and op array from the heap too). */
+bool sluice_proto_has_room(const struct netcore *nc, uint32_t frame_bytes)
+{
+	const struct proto_state *ps = nc->state;
+	assert(ps->heap_reqs >= 0 && ps->heap_reqs <= ps->heap_reqs_max);
+	return pools_have_room(ps, frame_bytes) || ps->heap_reqs < ps->heap_reqs_max;
+}
+
 uint8_t *sluice_proto_frame_get(struct netcore *nc, uint32_t len)
 {
 	struct proto_state *ps = nc->state;
 	assert(len > 0 && ps->frames.obj_bytes > 0);
 	if (len <= ps->frames.obj_bytes && sluice_objpool_available(&ps->frames))
 		return sluice_objpool_get(&ps->frames);
-	if (len <= frame_pooled_bytes_max(ps))
-		return sluice_objpool_get(&ps->frames_large); /* NULL: back-pressure */
-	return malloc(len); /* larger than every pooled frame: not the hot path */
+	if (len <= frame_pooled_bytes_max(ps) && sluice_objpool_available(&ps->frames_large))
+		return sluice_objpool_get(&ps->frames_large);
+	if (len <= frame_pooled_bytes_max(ps) && ps->heap_reqs >= ps->heap_reqs_max)
+		return NULL; /* back-pressure: the caller asked sluice_proto_has_room */
+	return malloc(len); /* larger than every pooled frame, or the pools are empty */
 }
 
 void sluice_proto_frame_put(struct netcore *nc, uint8_t *frame)
@@ -285,7 +299,13 @@ void sluice_req_free(struct req *r)
 	if (r->snap)
 		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
 	struct proto_state *ps = r->nc->state;
-	sluice_objpool_put(&ps->reqs, r);
+	if (sluice_objpool_owns(&ps->reqs, r)) {
+		sluice_objpool_put(&ps->reqs, r);
+		return;
+	}
+	assert(ps->heap_reqs > 0);
+	ps->heap_reqs--;
+	free(r);
 }
 
 /* ---- metadata snapshot ---------------------------------------------------- */
@@ -439,6 +459,8 @@ static struct req *req_queue(struct conn *c, uint8_t *frame, uint32_t len, int16
 {
 	struct proto_state *ps = c->nc->state;
 	struct req *r = sluice_objpool_get(&ps->reqs);
+	if (!r && ps->heap_reqs < ps->heap_reqs_max && (r = malloc(sizeof *r)) != NULL)
+		ps->heap_reqs++; /* the pool is empty: overflow, counted */
 	if (!r)
 		return NULL;
 	memset(r, 0, sizeof *r);

@@ -143,6 +143,7 @@ struct proto_state {
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 	/* The core's pools (sizes: sluice.network.pool.*), used by this core only. */
 	struct sluice_objpool reqs;         /* struct req */
+	int32_t heap_reqs, heap_reqs_max;   /* requests from the heap (pools empty), and their limit */
 	struct sluice_objpool op_arrays;    /* struct partop[op_array_n] */
 	int32_t op_array_n;
 	struct sluice_objpool frames;       /* frames up to sluice.network.pool.frame.bytes */

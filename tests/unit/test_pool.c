@@ -126,13 +126,22 @@ static void setup_with(const char *const *overrides)
 
 static void setup_two(void)
 {
-	static const char *const o[] = {"sluice.network.pool.requests", "2", NULL};
+	static const char *const o[] = {"sluice.network.pool.requests", "2", "sluice.network.pool.overflow.requests", "0",
+					NULL};
+	setup_with(o);
+}
+
+static void setup_two_overflow_one(void)
+{
+	static const char *const o[] = {"sluice.network.pool.requests", "2", "sluice.network.pool.overflow.requests", "1",
+					NULL};
 	setup_with(o);
 }
 
 static void setup_small(void)
 {
-	static const char *const o[] = {"sluice.network.pool.frames", "1", "sluice.network.pool.frame.bytes", "64",
+	static const char *const o[] = {"sluice.network.pool.overflow.requests", "0",
+					"sluice.network.pool.frames", "1", "sluice.network.pool.frame.bytes", "64",
 					"sluice.network.pool.large.frames", "1", "sluice.network.pool.large.frame.bytes",
 					"128", NULL};
 	setup_with(o);
@@ -327,6 +336,36 @@ Test(netpool, frame_classes, .init = setup_small, .fini = teardown)
 	tt_pump(NC, 10000);
 	for (int i = 1; i <= 4; i++)
 		cr_expect_eq(take_corr(t), i);
+	tt_free(NC, t);
+	expect_pools_full();
+}
+
+/* Proves a core whose request pool is empty keeps reading within
+ * sluice.network.pool.overflow.requests, taking requests from the heap (a
+ * JoinGroup held for the rest of its group must not keep the other members'
+ * JoinGroups unread), and pauses past it; every request is answered in
+ * order and the heap requests are given back. Fails with the overflow
+ * removed: the third request is never read while two are held. */
+Test(netpool, overflow_reads_past_the_pool, .init = setup_two_overflow_one, .fini = teardown)
+{
+	make_topic("t");
+	struct tt_conn *t = tt_connect(NC);
+	stub_store_hold(true);
+	uint8_t f[4 * 64];
+	size_t n = 0;
+	for (int i = 0; i < 4; i++)
+		n += list_offsets(f + n, 20 + i, 0);
+	tt_feed(t, f, n);
+	tt_pump(NC, 1000);
+	struct conn *c = tt_core_conn(t);
+	cr_expect_eq(stub_queued(c), 3, "two pooled requests and one from the heap");
+	cr_expect_eq(pools()->heap_reqs, 1);
+	cr_expect(tt_paused(t), "the fourth waits: past the overflow limit");
+	stub_store_hold(false);
+	tt_pump(NC, 10000);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(take_corr(t), 20 + i);
+	cr_expect_eq(pools()->heap_reqs, 0, "heap requests given back");
 	tt_free(NC, t);
 	expect_pools_full();
 }
