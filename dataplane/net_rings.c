@@ -35,9 +35,43 @@ void sluice_net_submit(struct netcore *nc, struct partop *op)
 	ps->backlog_tail = op;
 }
 
+/* Pins go back to the storage core that owns their extents; a full ring
+ * keeps them on the core's release backlog (never dropped: an extent
+ * pinned for ever would never be evicted). */
+static bool release_push(struct netcore *nc, struct sluice_read_pins *pins)
+{
+	assert(pins->store_core >= 0 && pins->store_core < nc->b->store_n);
+	struct storecore *s = &nc->b->store[pins->store_core];
+	if (!sluice_ring_push(&s->in[nc->id], (struct sluice_msg){MSG_READ_RELEASE, (uint32_t)nc->id, pins}))
+		return false;
+	sluice_core_wake(&s->sleeping, s->efd);
+	return true;
+}
+
+void sluice_net_release_pins(struct sluice_pin *pin)
+{
+	struct sluice_read_pins *pins = (struct sluice_read_pins *)pin; /* pin is its first member */
+	struct netcore *nc = pins->nc;
+	struct proto_state *ps = nc->state;
+	assert(pin == &pins->pin && pins->n <= SLUICE_READ_PINS_RANGES_MAX);
+	pins->next = NULL;
+	if (!ps->release_head && release_push(nc, pins))
+		return;
+	if (ps->release_tail)
+		ps->release_tail->next = pins;
+	else
+		ps->release_head = pins;
+	ps->release_tail = pins;
+}
+
 void sluice_netcore_flush_backlog(struct netcore *nc)
 {
 	struct proto_state *ps = nc->state;
+	while (ps->release_head && release_push(nc, ps->release_head)) {
+		ps->release_head = ps->release_head->next;
+		if (!ps->release_head)
+			ps->release_tail = NULL;
+	}
 	while (ps->backlog_head) {
 		struct partop *op = ps->backlog_head;
 		struct storecore *s = &nc->b->store[op_core(nc, op)];
@@ -74,7 +108,7 @@ bool sluice_netcore_drain_replies(struct netcore *nc)
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
 	struct proto_state *ps = nc->state;
-	if (ps->backlog_head)
+	if (ps->backlog_head || ps->release_head)
 		return true;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_ring *r = &nc->b->store[s].out[nc->id];

@@ -12,6 +12,15 @@
 
 struct conn;
 
+/* Bytes sent inside a response without being copied into it: the ranges
+ * of a read's pins go out after out.buf[0..at) (and after the splices
+ * before it). Splices are in order of at; the network core releases each
+ * one's pins once the sends cover it, or when the response is dropped. */
+struct sluice_resp_splice {
+	uint32_t at;
+	struct sluice_read_pins *pins;
+};
+
 struct req {
 	struct conn *conn;
 	struct netcore *nc;
@@ -26,6 +35,13 @@ struct req {
 	uint32_t frame_len;
 	size_t body_off;    /* where the body starts in frame */
 	struct kwr out;     /* size prefix + response header + body */
+	/* Splices into out (a Fetch's records by reference): the array is the
+	 * handler's (in r->api), the pins the network core's to release;
+	 * splice_done counts those released, splice_bytes their total (the
+	 * response is out.len + splice_bytes long). */
+	struct sluice_resp_splice *splice;
+	int32_t nsplice, splice_done;
+	int64_t splice_bytes;
 	struct sluice_meta_snapshot *snap;
 	struct partop *ops; /* partition operations, owned */
 	int32_t nops;
@@ -63,6 +79,7 @@ struct conn {
 	size_t sent;
 	struct conn *all_prev, *all_next; /* the network core's list of connections */
 	int64_t held_bytes;       /* frames and responses of requests in flight */
+	int64_t pinned_bytes;     /* of them, cache extents pinned by responses (splices) */
 	int64_t last_active_ms;   /* last bytes received or sent */
 	int64_t frame_start_ms;   /* first bytes of an incomplete frame came, or 0 */
 	bool paused;              /* not read: a budget holds the next frame back */
@@ -94,6 +111,12 @@ int64_t sluice_now_ms(void);
 /* r's response is ready in r->out (or r->no_response): send it in turn. */
 void sluice_conn_response_ready(struct req *r);
 void sluice_conn_close(struct conn *c);
+/* Whether c may send `bytes` more straight from pinned cache extents (the
+ * connection's and the broker's budgets, netcore.c); true reserves them,
+ * given back as the network core releases the splice holding them. */
+bool sluice_conn_pin(struct conn *c, int64_t bytes);
+/* Bytes pinned by every connection's responses (for the tests). */
+int64_t sluice_netcore_pinned_bytes(void);
 /* r (a Fetch) starts or stops waiting for data: while parked it holds only
  * its frame, not the reads it may make when retried. */
 void sluice_conn_request_parked(struct req *r, bool parked);
@@ -103,6 +126,7 @@ struct proto_state {
 	struct req *parked_head;
 	int32_t parked_n;
 	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
+	struct sluice_read_pins *release_head, *release_tail; /* pins whose release found a full ring */
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 };
 /* Release what the protocol layer keeps in a core's state (the network
