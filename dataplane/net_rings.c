@@ -108,7 +108,9 @@ bool sluice_netcore_drain_replies(struct netcore *nc)
 bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
 	struct proto_state *ps = nc->state;
-	if (ps->backlog_head || ps->release_head)
+	if (ps->backlog_head)
+		return true;
+	if (ps->release_head) /* pins to send back: a turn flushes them */
 		return true;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_ring *r = &nc->b->store[s].out[nc->id];

@@ -123,10 +123,10 @@ void sluice_conn_request_parked(struct req *r, bool parked);
 
 /* Per network core protocol state. */
 struct proto_state {
+	struct sluice_read_pins *release_head, *release_tail; /* pins whose release found a full ring */
 	struct req *parked_head;
 	int32_t parked_n;
 	struct partop *backlog_head, *backlog_tail; /* ops that found a full ring */
-	struct sluice_read_pins *release_head, *release_tail; /* pins whose release found a full ring */
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 };
 /* Release what the protocol layer keeps in a core's state (the network
