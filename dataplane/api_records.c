@@ -591,7 +591,7 @@ static void fetch_write_pinned(struct req *r, struct kwr *w, struct partop *op, 
 		kwr_i32(w, n);
 	op->pins = NULL;
 	if (r->nsplice < FETCH_SPLICES_MAX && n >= FETCH_SPLICE_BYTES_MIN && !w->err && sluice_conn_pin(r->conn, n)) {
-		ff->fs->splice[r->nsplice++] = (struct sluice_resp_splice){(uint32_t)w->len, pins};
+		ff->fs->splice[r->nsplice++] = (struct sluice_resp_splice){(uint32_t)w->len, (uint32_t)n, pins};
 		r->splice_bytes += n;
 		return;
 	}

@@ -190,8 +190,9 @@ int64_t sluice_netcore_pinned_bytes(void) { return __atomic_load_n(&pinned_bytes
 static void splice_release(struct conn *c, struct req *r)
 {
 	assert(r->splice_done < r->nsplice);
-	struct sluice_read_pins *pins = r->splice[r->splice_done++].pins;
-	int64_t bytes = pins->bytes;
+	struct sluice_read_pins *pins = r->splice[r->splice_done].pins;
+	int64_t bytes = r->splice[r->splice_done++].bytes;
+	assert(pins->bytes == bytes);
 	c->pinned_bytes -= bytes;
 	int64_t total = __atomic_sub_fetch(&pinned_bytes_total, bytes, __ATOMIC_RELAXED);
 	assert(c->pinned_bytes >= 0 && total >= 0);
@@ -205,13 +206,13 @@ static void splices_sent(struct conn *c, struct req *r, size_t sent)
 {
 	int64_t before = 0; /* spliced bytes ahead of splice_done's */
 	for (int32_t i = 0; i < r->splice_done; i++)
-		before += r->splice[i].pins->bytes;
+		before += r->splice[i].bytes;
 	while (r->splice_done < r->nsplice) {
 		const struct sluice_resp_splice *sp = &r->splice[r->splice_done];
-		int64_t end = (int64_t)sp->at + before + sp->pins->bytes;
+		int64_t end = (int64_t)sp->at + before + sp->bytes;
 		if (end > (int64_t)sent)
 			break;
-		before += sp->pins->bytes;
+		before += sp->bytes;
 		splice_release(c, r);
 	}
 }
@@ -333,7 +334,13 @@ static int resp_ranges(const struct req *r, size_t from, struct sluice_send_rang
 		buf_at = end;
 		if (i == r->nsplice)
 			break;
+		if (i < r->splice_done) { /* sent and released: its pins are gone */
+			pos += r->splice[i].bytes;
+			assert(pos <= from);
+			continue;
+		}
 		struct sluice_read_pins *p = r->splice[i].pins;
+		assert(p->bytes == (int32_t)r->splice[i].bytes);
 		for (uint32_t k = 0; k < p->n && n < max; k++)
 			n = range_add(out, n, p->range[k].base, p->range[k].len, &p->pin, &pos, from);
 	}

@@ -15,9 +15,11 @@ struct conn;
 /* Bytes sent inside a response without being copied into it: the ranges
  * of a read's pins go out after out.buf[0..at) (and after the splices
  * before it). Splices are in order of at; the network core releases each
- * one's pins once the sends cover it, or when the response is dropped. */
+ * one's pins once the sends cover it, or when the response is dropped, and
+ * from then on never reads them (their storage core reuses them). */
 struct sluice_resp_splice {
 	uint32_t at;
+	uint32_t bytes; /* the pins' bytes, kept here: released pins are not read again */
 	struct sluice_read_pins *pins;
 };
 

@@ -173,7 +173,11 @@ static void stub_pin_release(struct sluice_pin *pin)
 	}
 	s->lent = false;
 	stub_pins.released++;
+	/* As a storage core reusing the slot would: nothing of it may be read. */
 	memset(s->buf, 0xdd, (size_t)s->pins.bytes);
+	memset(s->pins.range, 0, sizeof s->pins.range);
+	s->pins.n = 0;
+	s->pins.bytes = -1;
 }
 
 /* Answer a READ of bytes [from, from + n) of p by reference; false when
