@@ -377,20 +377,11 @@ void sluice_api_produce_finish(struct req *r)
  * response already has FETCH_SPLICES_MAX splices, or the connection or the
  * broker has pinned as much as its budget allows (sluice_conn_pin): those
  * are copied and their pins given back at once. */
-#define FETCH_SPLICES_MAX 128
+#define FETCH_SPLICES_MAX 1024
 #define FETCH_SPLICE_BYTES_MIN 8192
 _Static_assert(FETCH_SPLICES_MAX <= SLUICE_REQ_PARTITIONS_MAX, "splices are partitions of the request");
-
-struct fetch_state {
-	int32_t max_wait_ms, min_bytes, max_bytes;
-	bool final;
-	struct sluice_resp_splice splice[FETCH_SPLICES_MAX]; /* the response's (r->splice) */
-	/* What the request's reads may still take, shared by its ops on every
-	 * storage core (atomic): a Fetch naming many partitions, or one
-	 * partition many times, reads about MaxBytes, not each partition's
-	 * limit over again. Reset at each issue. */
-	int64_t read_budget;
-};
+_Static_assert((uint64_t)FETCH_SPLICES_MAX * sizeof(struct sluice_resp_splice) <= (1u << 20),
+	       "the splice table is a small part of a response buffer");
 
 /* Drop what a READ op brought back: its copy, or its pins (back to their
  * storage core). */
@@ -403,8 +394,19 @@ static void fetch_op_clear(struct partop *op)
 		op->pins->pin.release(&op->pins->pin);
 		op->pins = NULL;
 	}
+	op->splice_at = 0;
 	op->rlen = 0;
 }
+
+struct fetch_state {
+	int32_t max_wait_ms, min_bytes, max_bytes;
+	bool final;
+	/* What the request's reads may still take, shared by its ops on every
+	 * storage core (atomic): a Fetch naming many partitions, or one
+	 * partition many times, reads about MaxBytes, not each partition's
+	 * limit over again. Reset at each issue. */
+	int64_t read_budget;
+};
 
 static void fetch_issue(struct req *r)
 {
@@ -576,7 +578,6 @@ int64_t sluice_proto_next_deadline(struct netcore *nc)
 struct fetch_fill {
 	int64_t budget;
 	bool any; /* some partition answers records */
-	struct fetch_state *fs;
 };
 
 /* A partition's records from its pins: spliced in by reference (the
@@ -589,15 +590,55 @@ static void fetch_write_pinned(struct req *r, struct kwr *w, struct partop *op, 
 		kwr_uvarint(w, (uint32_t)n + 1);
 	else
 		kwr_i32(w, n);
-	op->pins = NULL;
+	(void)ff;
+	assert(op->splice_at == 0);
 	if (r->nsplice < FETCH_SPLICES_MAX && n >= FETCH_SPLICE_BYTES_MIN && !w->err && sluice_conn_pin(r->conn, n)) {
-		ff->fs->splice[r->nsplice++] = (struct sluice_resp_splice){(uint32_t)w->len, (uint32_t)n, pins};
+		op->splice_at = (uint32_t)w->len; /* the table is written once the buffer stops moving */
+		r->nsplice++;
 		r->splice_bytes += n;
 		return;
 	}
+	op->pins = NULL;
 	for (uint32_t k = 0; k < pins->n; k++)
 		kwr_raw(w, pins->range[k].base, pins->range[k].len);
 	pins->pin.release(&pins->pin);
+}
+
+/* The splice table, past the response's last byte (out.len stays): one
+ * entry per op whose records are spliced, in op order (which is response
+ * order); the request owns their pins from here on. False when the buffer
+ * cannot grow (the response then fails to encode, releasing nothing twice:
+ * the pins stay with the ops and fetch_op_clear releases them). */
+static bool fetch_splice_table(struct req *r)
+{
+	struct kwr *w = &r->out;
+	size_t len = w->len, at = (len + 15) & ~(size_t)15; /* malloc'd buffers are 16-aligned */
+	if (r->nsplice == 0)
+		return true;
+	if (!kwr_reserve(w, at - len + (size_t)r->nsplice * sizeof(struct sluice_resp_splice))) {
+		for (int32_t i = 0; i < r->nops; i++)
+			r->ops[i].splice_at = 0;
+		sluice_conn_unpin(r->conn, r->splice_bytes);
+		r->nsplice = 0;
+		r->splice_bytes = 0;
+		return false;
+	}
+	w->len = len;
+	struct sluice_resp_splice *t = (struct sluice_resp_splice *)(void *)(w->buf + at);
+	assert(((uintptr_t)t & (_Alignof(struct sluice_resp_splice) - 1)) == 0);
+	int32_t k = 0;
+	for (int32_t i = 0; i < r->nops; i++) {
+		struct partop *op = &r->ops[i];
+		if (!op->splice_at)
+			continue;
+		assert(op->pins && k < r->nsplice);
+		t[k++] = (struct sluice_resp_splice){op->splice_at, (uint32_t)op->rlen, op->pins};
+		op->pins = NULL;
+		op->splice_at = 0;
+	}
+	assert(k == r->nsplice);
+	r->splice = t;
+	return true;
 }
 
 static void fetch_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
@@ -677,12 +718,13 @@ void sluice_api_fetch_finish(struct req *r)
 		kwr_i16(w, KERR_NONE);
 		kwr_i32(w, 0); /* SessionId: no incremental sessions */
 	}
-	struct fetch_fill ff = {.budget = fs->max_bytes, .fs = fs};
+	struct fetch_fill ff = {.budget = fs->max_bytes};
 	assert(r->nsplice == 0 && r->splice_bytes == 0);
-	r->splice = fs->splice;
 	sluice_proto_partitions_encode(r, fetch_write_partition, &ff);
 	if (r->flexible)
 		kwr_tags_empty(w);
+	if (!fetch_splice_table(r))
+		w->err = true; /* resp_end reports it and closes */
 	/* The records are in the response now (copied, or spliced with their
 	 * pins): free the reads, and release the pins of partitions past the
 	 * budget, before it waits to be sent (it may wait long for a slow

@@ -98,6 +98,7 @@ struct partop {
 	uint8_t *rdata;          /* READ result, malloc'ed by storage, freed by net */
 	int32_t rlen;            /* READ: bytes in rdata, or in pins */
 	struct sluice_read_pins *pins; /* READ answered by reference (rdata NULL), or NULL */
+	uint32_t splice_at;      /* READ: where its pinned records go in the response (0: copied) */
 	uint8_t load_retries;    /* READ: times it waited for a cold extent to load */
 	struct partop *next;     /* storage-side wait list link */
 	/* PARTOP_GROUP: the group coordinator decodes data[0..len) (the request

@@ -184,6 +184,15 @@ bool sluice_conn_pin(struct conn *c, int64_t bytes)
 	return true;
 }
 
+void sluice_conn_unpin(struct conn *c, int64_t bytes)
+{
+	assert(bytes >= 0 && bytes <= c->pinned_bytes);
+	c->pinned_bytes -= bytes;
+	int64_t total = __atomic_sub_fetch(&pinned_bytes_total, bytes, __ATOMIC_RELAXED);
+	assert(total >= 0);
+	(void)total;
+}
+
 int64_t sluice_netcore_pinned_bytes(void) { return __atomic_load_n(&pinned_bytes_total, __ATOMIC_RELAXED); }
 
 /* Give back splice i's pins (once: splices are released in order). */
@@ -193,10 +202,7 @@ static void splice_release(struct conn *c, struct req *r)
 	struct sluice_read_pins *pins = r->splice[r->splice_done].pins;
 	int64_t bytes = r->splice[r->splice_done++].bytes;
 	assert(pins->bytes == bytes);
-	c->pinned_bytes -= bytes;
-	int64_t total = __atomic_sub_fetch(&pinned_bytes_total, bytes, __ATOMIC_RELAXED);
-	assert(c->pinned_bytes >= 0 && total >= 0);
-	(void)total;
+	sluice_conn_unpin(c, bytes);
 	pins->pin.release(&pins->pin);
 }
 

@@ -12,17 +12,6 @@
 
 struct conn;
 
-/* Bytes sent inside a response without being copied into it: the ranges
- * of a read's pins go out after out.buf[0..at) (and after the splices
- * before it). Splices are in order of at; the network core releases each
- * one's pins once the sends cover it, or when the response is dropped, and
- * from then on never reads them (their storage core reuses them). */
-struct sluice_resp_splice {
-	uint32_t at;
-	uint32_t bytes; /* the pins' bytes, kept here: released pins are not read again */
-	struct sluice_read_pins *pins;
-};
-
 struct req {
 	struct conn *conn;
 	struct netcore *nc;
@@ -37,8 +26,8 @@ struct req {
 	uint32_t frame_len;
 	size_t body_off;    /* where the body starts in frame */
 	struct kwr out;     /* size prefix + response header + body */
-	/* Splices into out (a Fetch's records by reference): the array is the
-	 * handler's (in r->api), the pins the network core's to release;
+	/* Splices into out (a Fetch's records by reference): the table is the
+	 * handler's (below), the pins the network core's to release;
 	 * splice_done counts those released, splice_bytes their total (the
 	 * response is out.len + splice_bytes long). */
 	struct sluice_resp_splice *splice;
@@ -97,6 +86,19 @@ struct conn {
 	size_t spare_counted; /* of it, in the network core's broker-wide total */
 };
 
+/* Bytes sent inside a response without being copied into it: the ranges
+ * of a read's pins go out after out.buf[0..at) (and after the splices
+ * before it). Splices are in order of at; the network core releases each
+ * one's pins once the sends cover it, or when the response is dropped, and
+ * from then on never reads them (their storage core reuses them). A
+ * handler keeps the table in its response buffer past out.len (api_records.c),
+ * so it costs no allocation and lives as long as the response. */
+struct sluice_resp_splice {
+	uint32_t at;
+	uint32_t bytes; /* the pins' bytes, kept here: released pins are not read again */
+	struct sluice_read_pins *pins;
+};
+
 /* Protocol layer entry points, called by the transport. */
 /* Decode a frame (without the 4-byte size) into a request and start it.
  * Returns false when the connection must be closed. */
@@ -117,6 +119,8 @@ void sluice_conn_close(struct conn *c);
  * connection's and the broker's budgets, netcore.c); true reserves them,
  * given back as the network core releases the splice holding them. */
 bool sluice_conn_pin(struct conn *c, int64_t bytes);
+/* Give back a reservation no splice came of. */
+void sluice_conn_unpin(struct conn *c, int64_t bytes);
 /* Bytes pinned by every connection's responses (for the tests). */
 int64_t sluice_netcore_pinned_bytes(void);
 /* r (a Fetch) starts or stops waiting for data: while parked it holds only
