@@ -371,6 +371,33 @@ void sluice_api_produce_finish(struct req *r)
 
 /* ---- Fetch (1) ---------------------------------------------------------------- */
 
+/* A partition read by reference (op->pins) is sent straight from the
+ * storage core's cache extents, spliced between slices of the response
+ * buffer, unless it is small (a copy costs less than a send range), the
+ * response already has FETCH_SPLICES_MAX splices, or the connection or the
+ * broker has pinned as much as its budget allows (sluice_conn_pin): those
+ * are copied and their pins given back at once. */
+#define FETCH_SPLICES_MAX 1024
+#define FETCH_SPLICE_BYTES_MIN 8192
+_Static_assert(FETCH_SPLICES_MAX <= SLUICE_REQ_PARTITIONS_MAX, "splices are partitions of the request");
+_Static_assert((uint64_t)FETCH_SPLICES_MAX * sizeof(struct sluice_resp_splice) <= (1u << 20),
+	       "the splice table is a small part of a response buffer");
+
+/* Drop what a READ op brought back: its copy, or its pins (back to their
+ * storage core). */
+static void fetch_op_clear(struct partop *op)
+{
+	free(op->rdata);
+	op->rdata = NULL;
+	if (op->pins) {
+		assert(op->pins->pin.release && op->pins->bytes == op->rlen);
+		op->pins->pin.release(&op->pins->pin);
+		op->pins = NULL;
+	}
+	op->splice_at = 0;
+	op->rlen = 0;
+}
+
 struct fetch_state {
 	int32_t max_wait_ms, min_bytes, max_bytes;
 	bool final;
@@ -389,9 +416,7 @@ static void fetch_issue(struct req *r)
 	assert(fs && r->pending == 0);
 	for (int32_t i = 0; i < r->nops; i++) {
 		struct partop *op = &r->ops[i];
-		free(op->rdata);
-		op->rdata = NULL;
-		op->rlen = 0;
+		fetch_op_clear(op);
 		if (op->local)
 			continue;
 		op->error = 0;
@@ -500,11 +525,8 @@ static void park(struct req *r)
 	assert(!r->parked && r->pending == 0);
 	/* What was read is too little and is read again when the fetch is
 	 * retried: free it, so a waiting fetch holds only its frame. */
-	for (int32_t i = 0; i < r->nops; i++) {
-		free(r->ops[i].rdata);
-		r->ops[i].rdata = NULL;
-		r->ops[i].rlen = 0;
-	}
+	for (int32_t i = 0; i < r->nops; i++)
+		fetch_op_clear(&r->ops[i]);
 	sluice_conn_request_parked(r, true);
 	r->parked = true;
 	r->park_next = ps->parked_head;
@@ -558,12 +580,74 @@ struct fetch_fill {
 	bool any; /* some partition answers records */
 };
 
+/* A partition's records from its pins: spliced in by reference (the
+ * request then owns the pins until sent) or copied (and released now). */
+static void fetch_write_pinned(struct req *r, struct kwr *w, struct partop *op, int32_t n, struct fetch_fill *ff)
+{
+	struct sluice_read_pins *pins = op->pins;
+	assert(pins && pins->bytes == op->rlen && n == op->rlen);
+	if (r->flexible)
+		kwr_uvarint(w, (uint32_t)n + 1);
+	else
+		kwr_i32(w, n);
+	(void)ff;
+	assert(op->splice_at == 0);
+	if (r->nsplice < FETCH_SPLICES_MAX && n >= FETCH_SPLICE_BYTES_MIN && !w->err && sluice_conn_pin(r->conn, n)) {
+		op->splice_at = (uint32_t)w->len; /* the table is written once the buffer stops moving */
+		r->nsplice++;
+		r->splice_bytes += n;
+		return;
+	}
+	op->pins = NULL;
+	for (uint32_t k = 0; k < pins->n; k++)
+		kwr_raw(w, pins->range[k].base, pins->range[k].len);
+	pins->pin.release(&pins->pin);
+}
+
+/* The splice table, past the response's last byte (out.len stays): one
+ * entry per op whose records are spliced, in op order (which is response
+ * order); the request owns their pins from here on. False when the buffer
+ * cannot grow (the response then fails to encode, releasing nothing twice:
+ * the pins stay with the ops and fetch_op_clear releases them). */
+static bool fetch_splice_table(struct req *r)
+{
+	struct kwr *w = &r->out;
+	size_t len = w->len, at = (len + 15) & ~(size_t)15; /* malloc'd buffers are 16-aligned */
+	if (r->nsplice == 0)
+		return true;
+	if (!kwr_reserve(w, at - len + (size_t)r->nsplice * sizeof(struct sluice_resp_splice))) {
+		for (int32_t i = 0; i < r->nops; i++)
+			r->ops[i].splice_at = 0;
+		sluice_conn_unpin(r->conn, r->splice_bytes);
+		r->nsplice = 0;
+		r->splice_bytes = 0;
+		return false;
+	}
+	w->len = len;
+	struct sluice_resp_splice *t = (struct sluice_resp_splice *)(void *)(w->buf + at);
+	assert(((uintptr_t)t & (_Alignof(struct sluice_resp_splice) - 1)) == 0);
+	int32_t k = 0;
+	for (int32_t i = 0; i < r->nops; i++) {
+		struct partop *op = &r->ops[i];
+		if (!op->splice_at)
+			continue;
+		assert(op->pins && k < r->nsplice);
+		t[k++] = (struct sluice_resp_splice){op->splice_at, (uint32_t)op->rlen, op->pins};
+		op->pins = NULL;
+		op->splice_at = 0;
+	}
+	assert(k == r->nsplice);
+	r->splice = t;
+	return true;
+}
+
 static void fetch_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
 {
 	struct fetch_fill *ff = ctx;
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
 	int32_t n = op->rlen;
+	assert(!op->pins || !op->rdata);
 	/* Whole stored batches only; past the request's byte budget a
 	 * partition answers empty and the client asks again. */
 	if (n > ff->budget && ff->any)
@@ -581,16 +665,22 @@ static void fetch_write_partition(struct req *r, struct kwr *w, const struct par
 	kwr_array(w, flex, 0); /* AbortedTransactions: none */
 	if (v >= 11)
 		kwr_i32(w, -1); /* PreferredReadReplica */
-	kwr_bytes(w, flex, n > 0 ? op->rdata : (const uint8_t *)"", n > 0 ? n : 0);
+	struct partop *mop = &r->ops[op - r->ops]; /* the request's own op: its pins move on */
+	if (n > 0 && mop->pins)
+		fetch_write_pinned(r, w, mop, n, ff);
+	else
+		kwr_bytes(w, flex, n > 0 ? op->rdata : (const uint8_t *)"", n > 0 ? n : 0);
 }
 
 /* Whether the fetch should wait for more data rather than answer now. */
-static bool fetch_should_park(const struct req *r, const struct fetch_state *fs, int64_t *bytes)
+static bool fetch_should_park(const struct req *r, const struct fetch_state *fs, int64_t *bytes,
+			      int64_t *copied)
 {
 	bool errors = false;
-	*bytes = 0;
+	*bytes = *copied = 0;
 	for (int32_t i = 0; i < r->nops; i++) {
 		*bytes += r->ops[i].rlen;
+		*copied += r->ops[i].pins ? 0 : r->ops[i].rlen;
 		errors |= r->ops[i].error != 0;
 	}
 	return !fs->final && !errors && *bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms;
@@ -602,13 +692,15 @@ void sluice_api_fetch_finish(struct req *r)
 	assert(fs && r->pending == 0 && !r->parked);
 	if (r->conn->closing) {
 		/* The client is gone: build nothing, let the transport drop it. */
+		for (int32_t i = 0; i < r->nops; i++)
+			fetch_op_clear(&r->ops[i]);
 		r->done = true;
 		r->no_response = true;
 		sluice_conn_response_ready(r);
 		return;
 	}
-	int64_t bytes;
-	if (fetch_should_park(r, fs, &bytes)) {
+	int64_t bytes, copied;
+	if (fetch_should_park(r, fs, &bytes, &copied)) {
 		park(r);
 		return;
 	}
@@ -616,9 +708,10 @@ void sluice_api_fetch_finish(struct req *r)
 	struct kwr *w = &r->out;
 	/* One allocation for the whole answer, not a chain of reallocations
 	 * (each a copy, and page faults on fresh memory, for a response of
-	 * megabytes): the records plus a generous bound on the framing. */
+	 * megabytes): the records copied plus a generous bound on the framing
+	 * (records by reference are mostly spliced in, not copied). */
 	size_t at = w->len;
-	if (kwr_reserve(w, (size_t)bytes + (size_t)r->nops * 128 + 256))
+	if (kwr_reserve(w, (size_t)copied + (size_t)r->nops * 128 + 256))
 		w->len = at;
 	kwr_i32(w, 0); /* ThrottleTimeMs */
 	if (r->api_version >= 7) {
@@ -626,15 +719,18 @@ void sluice_api_fetch_finish(struct req *r)
 		kwr_i32(w, 0); /* SessionId: no incremental sessions */
 	}
 	struct fetch_fill ff = {.budget = fs->max_bytes};
+	assert(r->nsplice == 0 && r->splice_bytes == 0);
 	sluice_proto_partitions_encode(r, fetch_write_partition, &ff);
 	if (r->flexible)
 		kwr_tags_empty(w);
-	/* The records are in the response now: free the reads before it waits
-	 * to be sent (it may wait long for a slow client). */
-	for (int32_t i = 0; i < r->nops; i++) {
-		free(r->ops[i].rdata);
-		r->ops[i].rdata = NULL;
-	}
+	if (!fetch_splice_table(r))
+		w->err = true; /* resp_end reports it and closes */
+	/* The records are in the response now (copied, or spliced with their
+	 * pins): free the reads, and release the pins of partitions past the
+	 * budget, before it waits to be sent (it may wait long for a slow
+	 * client). */
+	for (int32_t i = 0; i < r->nops; i++)
+		fetch_op_clear(&r->ops[i]);
 	sluice_proto_resp_end(r);
 }
 

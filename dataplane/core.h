@@ -15,6 +15,7 @@
 #include "common/ring.h"
 #include "control/meta.h"
 #include "dataplane/runtime.h"
+#include "dataplane/transport.h"
 #include <liburing.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -38,12 +39,38 @@ _Static_assert(SLUICE_NET_BACKLOG_PAUSE + SLUICE_REQ_PARTITIONS_MAX <= SLUICE_RT
 enum {
 	MSG_PARTOP = 1,      /* net -> storage: do this partop; storage -> net: done */
 	MSG_WAKE_FETCHES,    /* storage -> net: data arrived where a fetch waits */
+	MSG_READ_RELEASE,    /* net -> storage: a READ's pinned extents are no longer read (ptr: its pins) */
 };
 
 enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE, PARTOP_DELETE_RECORDS,
 		   PARTOP_GROUP };
 
 struct req;
+
+/* A READ answered without copying: its records as ranges of the storage
+ * core's cache extents, each pinned (never evicted, never reused) until
+ * the pins come back. Ownership: the storage core takes the pins from its
+ * fixed pool and lends them with the op (op->pins); the network core
+ * either splices the ranges into the Fetch response (dataplane/req.h) or
+ * copies them, and then calls pin.release exactly once (the response sent,
+ * dropped, or copied), on its own thread: release only queues a
+ * MSG_READ_RELEASE to the owning storage core, which alone touches the
+ * extents' reference counts. The ranges' bytes never change while pinned. */
+#define SLUICE_READ_PINS_RANGES_MAX 64 /* storage/plog.h's SLUICE_READ_RANGES_MAX (asserted in storage_core.c) */
+struct sluice_read_pins {
+	struct sluice_pin pin;  /* release: sluice_net_release_pins (or a test double's) */
+	uint32_t n;             /* ranges */
+	int32_t bytes;          /* their total */
+	struct sluice_send_range range[SLUICE_READ_PINS_RANGES_MAX]; /* each range's pin is &pin */
+	struct netcore *nc;     /* the network core the op went back to: releases from there */
+	int32_t store_core;     /* the storage core that owns the extents */
+	struct sluice_read_pins *next; /* the network core's release backlog (ring full) */
+};
+_Static_assert(SLUICE_READ_PINS_RANGES_MAX <= SLUICE_SEND_RANGES_MAX,
+	       "one read's ranges fit one send beside nothing else");
+/* The pins' release callback for a real broker (net_rings.c): queue the
+ * MSG_READ_RELEASE on the network core's ring to the owning storage core. */
+void sluice_net_release_pins(struct sluice_pin *pin);
 
 /* One partition's share of a request. Inputs are set by the network core,
  * outputs by the storage core. */
@@ -74,7 +101,10 @@ struct partop {
 	int64_t high_watermark;
 	int64_t log_start;
 	uint8_t *rdata;          /* READ result, malloc'ed by storage, freed by net */
-	int32_t rlen;
+	int32_t rlen;            /* READ: bytes in rdata, or in pins */
+	struct sluice_read_pins *pins; /* READ answered by reference (rdata NULL), or NULL */
+	uint32_t splice_at;      /* READ: where its pinned records go in the response (0: copied) */
+	uint8_t load_retries;    /* READ: times it waited for a cold extent to load */
 	struct partop *next;     /* storage-side wait list link */
 	/* PARTOP_GROUP: the group coordinator decodes data[0..len) (the request
 	 * body, or one group's part of it) and encodes its answer into gout. */

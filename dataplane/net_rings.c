@@ -42,6 +42,49 @@ void sluice_net_submit(struct netcore *nc, struct partop *op)
 	ps->refused = op;
 }
 
+/* Pins go back to the storage core that owns their extents through the
+ * runtime's send (its backlog keeps them in order while the ring is full).
+ * The backlog refuses only past its limit; a release it refuses waits on
+ * the core's release list for the next drain, never dropped (an extent
+ * pinned for ever would never be evicted). */
+static bool release_send(struct netcore *nc, struct sluice_read_pins *pins)
+{
+	assert(pins->store_core >= 0 && pins->store_core < nc->b->store_n);
+	struct storecore *s = &nc->b->store[pins->store_core];
+	return sluice_rt_send(&nc->rt, &s->in[nc->id], &s->rt,
+			      (struct sluice_msg){MSG_READ_RELEASE, (uint32_t)nc->id, pins});
+}
+
+void sluice_net_release_pins(struct sluice_pin *pin)
+{
+	struct sluice_read_pins *pins = (struct sluice_read_pins *)pin; /* pin is its first member */
+	struct netcore *nc = pins->nc;
+	struct proto_state *ps = nc->state;
+	assert(pin == &pins->pin && pins->n <= SLUICE_READ_PINS_RANGES_MAX);
+	pins->next = NULL;
+	if (!ps->release_head && release_send(nc, pins))
+		return;
+	if (ps->release_tail)
+		ps->release_tail->next = pins;
+	else
+		ps->release_head = pins;
+	ps->release_tail = pins;
+}
+
+/* Releases the backlog refused, sent again in order. */
+static bool release_retry(struct netcore *nc)
+{
+	struct proto_state *ps = nc->state;
+	bool any = false;
+	while (ps->release_head && release_send(nc, ps->release_head)) {
+		ps->release_head = ps->release_head->next;
+		if (!ps->release_head)
+			ps->release_tail = NULL;
+		any = true;
+	}
+	return any;
+}
+
 /* Ops the backlog refused, handed back with their error. */
 static bool answer_refused(struct netcore *nc)
 {
@@ -65,7 +108,7 @@ static bool answer_refused(struct netcore *nc)
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
-	bool any = answer_refused(nc), wake = false;
+	bool any = answer_refused(nc) | release_retry(nc), wake = false;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_msg m;
 		for (int k = 0; k < SLUICE_NET_REPLIES_PER_TURN && sluice_ring_pop(&nc->b->store[s].out[nc->id], &m);
@@ -90,6 +133,8 @@ bool sluice_netcore_replies_waiting(struct netcore *nc)
 {
 	const struct proto_state *ps = nc->state;
 	if (ps->refused)
+		return true;
+	if (ps->release_head) /* pins to send back: a turn flushes them */
 		return true;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_ring *r = &nc->b->store[s].out[nc->id];

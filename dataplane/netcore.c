@@ -50,6 +50,7 @@ struct nstate {
 static int64_t queued_request_bytes;
 static int64_t held_bytes_total; /* the sum of every connection's held_bytes */
 static int64_t spare_bytes_total; /* response buffers kept for reuse (conn_spare_sync) */
+static int64_t pinned_bytes_total; /* cache extents pinned by responses (sluice_conn_pin) */
 static int32_t conns_open;
 
 static const struct sluice_transport_ops *const backends[] = {&sluice_transport_uring};
@@ -61,6 +62,7 @@ static void conn_put(struct conn *c)
 		return;
 	struct nstate *ns = c->nc->state;
 	assert(c->closing && !c->head && c->held_bytes == 0 && !c->throttled && !c->tconn);
+	assert(c->pinned_bytes == 0); /* every splice was released with its request */
 	if (c->all_prev)
 		c->all_prev->all_next = c->all_next;
 	else
@@ -176,10 +178,77 @@ static void conn_spare_sync(struct conn *c)
 	}
 }
 
+/* ---- pinned extents ------------------------------------------------------
+ * A Fetch may send its records straight out of the storage cores' cache
+ * extents (req.h's splices) instead of copying them into the response.
+ * Those extents stay pinned until sent, so pinned bytes count like the
+ * response's own (in held_bytes, through sluice_conn_response_ready) and
+ * are bounded on their own too: a connection may pin at most
+ * sluice.connection.response.bytes.max, all connections together at most
+ * sluice.response.bytes.max; past that the handler copies (and releases
+ * the pins at once), so one slow reader never holds the whole cache. */
+
+bool sluice_conn_pin(struct conn *c, int64_t bytes)
+{
+	const struct sluice_config *cfg = &c->nc->b->cfg;
+	assert(bytes >= 0);
+	if (c->pinned_bytes + bytes > cfg->connection_response_bytes_max)
+		return false;
+	int64_t total = __atomic_add_fetch(&pinned_bytes_total, bytes, __ATOMIC_RELAXED);
+	if (total > cfg->response_bytes_max) {
+		__atomic_sub_fetch(&pinned_bytes_total, bytes, __ATOMIC_RELAXED);
+		return false;
+	}
+	c->pinned_bytes += bytes;
+	return true;
+}
+
+void sluice_conn_unpin(struct conn *c, int64_t bytes)
+{
+	assert(bytes >= 0 && bytes <= c->pinned_bytes);
+	c->pinned_bytes -= bytes;
+	int64_t total = __atomic_sub_fetch(&pinned_bytes_total, bytes, __ATOMIC_RELAXED);
+	assert(total >= 0);
+	(void)total;
+}
+
+int64_t sluice_netcore_pinned_bytes(void) { return __atomic_load_n(&pinned_bytes_total, __ATOMIC_RELAXED); }
+
+/* Give back splice i's pins (once: splices are released in order). */
+static void splice_release(struct conn *c, struct req *r)
+{
+	assert(r->splice_done < r->nsplice);
+	struct sluice_read_pins *pins = r->splice[r->splice_done].pins;
+	int64_t bytes = r->splice[r->splice_done++].bytes;
+	assert(pins->bytes == bytes);
+	sluice_conn_unpin(c, bytes);
+	pins->pin.release(&pins->pin);
+}
+
+/* Release the splices the sends have covered: those ending at or before
+ * byte `sent` of the response. */
+static void splices_sent(struct conn *c, struct req *r, size_t sent)
+{
+	int64_t before = 0; /* spliced bytes ahead of splice_done's */
+	for (int32_t i = 0; i < r->splice_done; i++)
+		before += r->splice[i].bytes;
+	while (r->splice_done < r->nsplice) {
+		const struct sluice_resp_splice *sp = &r->splice[r->splice_done];
+		int64_t end = (int64_t)sp->at + before + sp->bytes;
+		if (end > (int64_t)sent)
+			break;
+		before += sp->bytes;
+		splice_release(c, r);
+	}
+}
+
 /* Free a request the caller has unlinked; the caller drops its reference. */
 static void req_drop(struct conn *c, struct req *r)
 {
 	assert(c->inflight > 0);
+	/* Pins not sent yet (a closed connection, a dropped response) go back. */
+	while (r->splice_done < r->nsplice)
+		splice_release(c, r);
 	req_unqueue(r);
 	req_hold(c, r, 0);
 	c->inflight--;
@@ -260,6 +329,50 @@ void sluice_netcore_resume_throttled(struct netcore *nc)
 
 /* ---- sending ---------------------------------------------------------- */
 
+static size_t resp_len(const struct req *r) { return r->out.len + (size_t)r->splice_bytes; }
+
+/* Append [base, base + len) to out[0..n) as the bytes at *pos of the
+ * response, minus what lies before byte `from`. */
+static int range_add(struct sluice_send_range *out, int n, const uint8_t *base, size_t len, struct sluice_pin *pin,
+		     size_t *pos, size_t from)
+{
+	size_t start = *pos;
+	*pos += len;
+	if (len == 0 || *pos <= from)
+		return n;
+	size_t skip = from > start ? from - start : 0;
+	out[n] = (struct sluice_send_range){base + skip, len - skip, pin};
+	return n + 1;
+}
+
+/* The ranges of r's response from byte `from` on, at most max: slices of
+ * out.buf with the splices' extent ranges between them. */
+static int resp_ranges(const struct req *r, size_t from, struct sluice_send_range *out, int max)
+{
+	int n = 0;
+	size_t pos = 0, buf_at = 0;
+	assert(from < resp_len(r) && max > 0);
+	for (int32_t i = 0; i <= r->nsplice && n < max; i++) {
+		size_t end = i < r->nsplice ? r->splice[i].at : r->out.len;
+		assert(end >= buf_at && end <= r->out.len);
+		n = range_add(out, n, r->out.buf + buf_at, end - buf_at, NULL, &pos, from);
+		buf_at = end;
+		if (i == r->nsplice)
+			break;
+		if (i < r->splice_done) { /* sent and released: its pins are gone */
+			pos += r->splice[i].bytes;
+			assert(pos <= from);
+			continue;
+		}
+		struct sluice_read_pins *p = r->splice[i].pins;
+		assert(p->bytes == (int32_t)r->splice[i].bytes);
+		for (uint32_t k = 0; k < p->n && n < max; k++)
+			n = range_add(out, n, p->range[k].base, p->range[k].len, &p->pin, &pos, from);
+	}
+	assert(n > 0);
+	return n;
+}
+
 /* Send the head request's response (what is left of it), after dropping
  * finished requests that send nothing (acks=0). */
 static void arm_send(struct conn *c)
@@ -277,12 +390,13 @@ static void arm_send(struct conn *c)
 	struct req *r = c->head;
 	if (!r || !r->done)
 		return;
-	assert(c->sent < r->out.len);
-	/* One range today; the zero-copy fetch adds the response's pinned
-	 * extents here and releases their pins as sent covers them (transport.h). */
-	struct sluice_send_range plain = {r->out.buf + c->sent, r->out.len - c->sent, NULL};
+	assert(c->sent < resp_len(r));
+	/* The buffer, with the pinned extents of its splices between its
+	 * slices; their pins are released as sent covers them (transport.h). */
+	struct sluice_send_range plain[SLUICE_SEND_RANGES_MAX];
+	int np = resp_ranges(r, c->sent, plain, SLUICE_SEND_RANGES_MAX);
 	struct sluice_send_range wire[SLUICE_SEND_RANGES_MAX];
-	int n = c->stage->outbound(c, &plain, 1, wire, SLUICE_SEND_RANGES_MAX);
+	int n = c->stage->outbound(c, plain, np, wire, SLUICE_SEND_RANGES_MAX);
 	if (n <= 0 || c->nc->tops->send(c, wire, n) < 0) {
 		sluice_conn_close(c);
 		return;
@@ -299,11 +413,12 @@ void sluice_netcore_sent(struct conn *c, ssize_t res)
 		return;
 	}
 	struct req *r = c->head;
-	assert(r && r->done && c->sent + (size_t)res <= r->out.len);
+	assert(r && r->done && c->sent + (size_t)res <= resp_len(r));
 	c->refs++; /* dropping the request and resuming may close c */
 	c->sent += (size_t)res;
 	c->last_active_ms = sluice_now_ms();
-	if (c->sent == r->out.len) {
+	splices_sent(c, r, c->sent);
+	if (c->sent == resp_len(r)) {
 		c->sent = 0;
 		c->head = r->next;
 		if (!c->head)
@@ -323,7 +438,7 @@ void sluice_conn_response_ready(struct req *r)
 	/* Served: its frame leaves the broker's queue; what the connection holds
 	 * for it is now the response as built (and the frame, freed with it). */
 	req_unqueue(r);
-	req_hold(c, r, r->no_response ? 0 : (int64_t)(r->out.cap + r->frame_len) + 4);
+	req_hold(c, r, r->no_response ? 0 : (int64_t)(r->out.cap + r->frame_len) + 4 + r->splice_bytes);
 	if (c->closing) {
 		conn_reap_closing(c);
 		return;

@@ -277,7 +277,9 @@ void sluice_proto_resp_end(struct req *r)
 		return;
 	}
 	assert(r->out.len >= RESP_HEADER_BYTES);
-	kwr_patch_i32(&r->out, 0, (int32_t)(r->out.len - 4));
+	/* The size counts the bytes spliced in from pinned extents (req.h). */
+	assert(r->out.len - 4 + (size_t)r->splice_bytes <= (size_t)INT32_MAX);
+	kwr_patch_i32(&r->out, 0, (int32_t)(r->out.len - 4 + (size_t)r->splice_bytes));
 	r->done = true;
 	sluice_conn_response_ready(r);
 }

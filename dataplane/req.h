@@ -36,6 +36,13 @@ struct req {
 	uint32_t frame_len;
 	size_t body_off;    /* where the body starts in frame */
 	struct kwr out;     /* size prefix + response header + body */
+	/* Splices into out (a Fetch's records by reference): the table is the
+	 * handler's (below), the pins the network core's to release;
+	 * splice_done counts those released, splice_bytes their total (the
+	 * response is out.len + splice_bytes long). */
+	struct sluice_resp_splice *splice;
+	int32_t nsplice, splice_done;
+	int64_t splice_bytes;
 	struct sluice_meta_snapshot *snap;
 	struct partop *ops; /* partition operations, owned */
 	int32_t nops;
@@ -75,6 +82,7 @@ struct conn {
 	size_t sent;
 	struct conn *all_prev, *all_next; /* the network core's list of connections */
 	int64_t held_bytes;       /* frames and responses of requests in flight */
+	int64_t pinned_bytes;     /* of them, cache extents pinned by responses (splices) */
 	int64_t last_active_ms;   /* last bytes received or sent */
 	int64_t frame_start_ms;   /* first bytes of an incomplete frame came, or 0 */
 	bool paused;              /* not read: a budget holds the next frame back */
@@ -88,6 +96,19 @@ struct conn {
 	uint8_t *spare;
 	size_t spare_cap;
 	size_t spare_counted; /* of it, in the network core's broker-wide total */
+};
+
+/* Bytes sent inside a response without being copied into it: the ranges
+ * of a read's pins go out after out.buf[0..at) (and after the splices
+ * before it). Splices are in order of at; the network core releases each
+ * one's pins once the sends cover it, or when the response is dropped, and
+ * from then on never reads them (their storage core reuses them). A
+ * handler keeps the table in its response buffer past out.len (api_records.c),
+ * so it costs no allocation and lives as long as the response. */
+struct sluice_resp_splice {
+	uint32_t at;
+	uint32_t bytes; /* the pins' bytes, kept here: released pins are not read again */
+	struct sluice_read_pins *pins;
 };
 
 /* Protocol layer entry points, called by the transport. */
@@ -119,6 +140,14 @@ int64_t sluice_now_ms(void);
 /* r's response is ready in r->out (or r->no_response): send it in turn. */
 void sluice_conn_response_ready(struct req *r);
 void sluice_conn_close(struct conn *c);
+/* Whether c may send `bytes` more straight from pinned cache extents (the
+ * connection's and the broker's budgets, netcore.c); true reserves them,
+ * given back as the network core releases the splice holding them. */
+bool sluice_conn_pin(struct conn *c, int64_t bytes);
+/* Give back a reservation no splice came of. */
+void sluice_conn_unpin(struct conn *c, int64_t bytes);
+/* Bytes pinned by every connection's responses (for the tests). */
+int64_t sluice_netcore_pinned_bytes(void);
 /* r (a Fetch) starts or stops waiting for data: while parked it holds only
  * its frame, not the reads it may make when retried. */
 void sluice_conn_request_parked(struct req *r, bool parked);
@@ -136,6 +165,7 @@ static inline bool sluice_netcore_posts_waiting(const struct netcore *nc)
 _Static_assert(SLUICE_PROTO_RESP_CACHE_N >= SLUICE_CONN_INFLIGHT_MAX,
 	       "one connection's pipelined responses find buffers");
 struct proto_state {
+	struct sluice_read_pins *release_head, *release_tail; /* pins whose release found a full ring */
 	struct req *parked_head;
 	int32_t parked_n;
 	struct partop *refused; /* ops the runtime's backlog refused, answered by the next drain (net_rings.c) */

@@ -75,6 +75,22 @@ _Static_assert(STORE_SLEEP_MS_MAX <= SLUICE_RT_SLEEP_MS_MAX, "the runtime caps e
 _Static_assert(STORE_OPS_PER_RING_TURN <= SLUICE_RING_SLOTS, "a turn takes at most a ring's worth");
 _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_BACKLOG_MAX / 2,
 	       "one turn's ops (each owing one reply) fit in the backlog above drain_rings' cut-off");
+/* Zero-copy reads (PARTOP_READ answered with pinned extents, core.h's
+ * struct sluice_read_pins): at most STORE_READ_PINS_MAX out at once per
+ * storage core (a fixed pool taken at start, about 2.6 KiB each), and the
+ * extents they pin at most half the core's extent pool, so the cache never
+ * fills with pinned extents while slow readers hold them; past either, a
+ * read copies (sluice_plog_read_below), as does one whose first batch spans
+ * too many extents. A read waiting for cold extents is retried as they
+ * load, at most STORE_READ_LOAD_RETRIES_MAX times (each round loads up to
+ * SLUICE_PLOG_LOADS_MAX extents; extents evicted again before the retry
+ * could make it chase them), then copies. */
+#define STORE_READ_PINS_MAX 1024
+#define STORE_READ_LOAD_RETRIES_MAX 32
+_Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
+_Static_assert(STORE_READ_LOAD_RETRIES_MAX * SLUICE_PLOG_LOADS_MAX >= 2 * SLUICE_READ_RANGES_MAX,
+	       "a read loading every extent of a full result converges before the retries run out");
+_Static_assert(STORE_READ_LOAD_RETRIES_MAX <= UINT8_MAX, "struct partop's load_retries counts them");
 
 /* A storage core's table entry: the partition's state (partition.h) and
  * what the core keeps to run it: the log it opened (the partition borrows
@@ -91,6 +107,22 @@ struct spart {
 	struct storecore *sc;
 	struct clean_item *cleaning; /* compaction job out on the cleaner thread */
 	uint32_t parked;             /* this partition's ops in the core's parked queue */
+	/* READs waiting for cold extents to load (linked through op->next):
+	 * the loaded hook moves them to the parked queue, to run again. */
+	struct partop *load_head, *load_tail;
+};
+
+/* A zero-copy read's slot: the pins lent to a network core (first: a
+ * MSG_READ_RELEASE points at them) and the plog's result holding the
+ * extent references behind them. Slots are not tied to a partition: the
+ * extents belong to the core's pool, not to a log, so a log closed (or a
+ * partition deleted) while a response still sends its extents leaves them
+ * pinned in the pool until the release; deletion does not wait. */
+struct read_slot {
+	struct sluice_read_pins pins;
+	struct sluice_read_result res;
+	struct read_slot *free_next;
+	bool lent;
 };
 
 /* The cleaner: a thread per storage core runs its compaction jobs, so
@@ -145,6 +177,11 @@ struct sstate {
 	 * instead takes the whole directory offline (sluice_dir_failed). */
 	struct offline_part *offline;
 	uint32_t offline_n, offline_cap; /* at most SLUICE_STORE_PARTITIONS_MAX */
+	/* Zero-copy reads: STORE_READ_PINS_MAX slots, those not lent on the
+	 * free list; extents their results pin (one per range), at most
+	 * pinned_extents_max. */
+	struct read_slot *slots, *slot_free;
+	int64_t pinned_extents, pinned_extents_max;
 };
 
 struct offline_part {
@@ -231,6 +268,26 @@ static void wait_write(struct sluice_plog *l, void *arg)
 		dispatch_cqe(p->sc, cqe);
 	}
 	st->in_wait = false;
+}
+
+static void op_park(struct sstate *st, struct spart *p, struct partop *op);
+
+/* Hook from the plog: a cold read it submitted completed. The READs that
+ * waited for it go to the parked queue and run again at the start of the
+ * next turn (not here: this runs inside a completion, maybe inside another
+ * operation on the same log). */
+static void on_loaded(struct sluice_plog *l, void *arg)
+{
+	struct spart *p = arg;
+	assert(p->log == l || !p->log);
+	struct partop *op = p->load_head;
+	p->load_head = p->load_tail = NULL;
+	while (op) {
+		struct partop *next = op->next;
+		assert(op->kind == PARTOP_READ);
+		op_park(p->sc->state, p, op);
+		op = next;
+	}
 }
 
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot)
@@ -452,7 +509,7 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 		return KERR_KAFKA_STORAGE_ERROR; /* no usable data directory */
 	if (part_metadata_check(sc->b, p->topic, dir, false) < 0)
 		return KERR_KAFKA_STORAGE_ERROR; /* the directory is another topic id's: never served */
-	struct sluice_plog_hooks hooks = {wait_write, on_written, p};
+	struct sluice_plog_hooks hooks = {wait_write, on_written, p, on_loaded};
 	struct sluice_plog_recovery rec;
 	/* Opening takes descriptors: stay within the budget first. */
 	if (st->fds_est + 4 > st->fds_max)
@@ -525,6 +582,16 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			service_written(sc, op, false);
 			op_done(sc, op);
 		}
+		/* READs waiting for loads: answered now, before the close waits
+		 * for the loads (whose hook then finds none). Responses still
+		 * sending this log's extents keep them pinned in the pool. */
+		for (struct partop *op = p->load_head, *next; op; op = next) {
+			next = op->next;
+			op->next = NULL;
+			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op_done(sc, op);
+		}
+		p->load_head = p->load_tail = NULL;
 		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)
 			if (*d == p) {
 				*d = p->dirty_next;
@@ -700,6 +767,112 @@ static void handle_op(struct storecore *sc, struct partop *op)
 	op_run(sc, p, op);
 }
 
+/* Read op's batches by reference into a free slot: the bytes pinned, 0,
+ * an error of sluice_plog_read_extents, WOULD_BLOCK (loads submitted), or
+ * TOO_MANY_EXTENTS also when no slot or pin room is left or the load
+ * retries ran out (the caller then copies). */
+static int32_t read_pinned(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw, int32_t claim,
+			   bool min_one)
+{
+	struct sstate *st = sc->state;
+	struct read_slot *s = st->slot_free;
+	int64_t extents = claim / (int64_t)sluice_pool_extent_bytes(st->pool) + 2; /* at most, with min_one's batch */
+	if (!s || st->pinned_extents + extents > st->pinned_extents_max || op->load_retries >= STORE_READ_LOAD_RETRIES_MAX)
+		return SLUICE_PLOG_READ_TOO_MANY_EXTENTS;
+	assert(!s->lent && s->res.n == 0);
+	int32_t n = sluice_plog_read_extents(p->log, op->offset, hw, claim, min_one, &sc->ring, &s->res);
+	if (n == SLUICE_PLOG_READ_WOULD_BLOCK)
+		op->load_retries++;
+	if (n <= 0)
+		return n;
+	assert(s->res.bytes == n && s->res.n > 0 && s->res.n <= SLUICE_READ_PINS_RANGES_MAX);
+	st->slot_free = s->free_next;
+	s->lent = true;
+	s->pins.n = s->res.n;
+	s->pins.bytes = n;
+	for (uint32_t i = 0; i < s->res.n; i++) {
+		const struct sluice_read_range *g = &s->res.range[i];
+		s->pins.range[i] = (struct sluice_send_range){g->ext->buf + g->off, g->len, &s->pins.pin};
+	}
+	s->pins.pin.release = sluice_net_release_pins;
+	s->pins.nc = &sc->b->net[op->net_core];
+	s->pins.store_core = sc->id;
+	st->pinned_extents += s->res.n;
+	op->pins = &s->pins;
+	return n;
+}
+
+/* MSG_READ_RELEASE: a network core is done with a slot's extents. */
+static void read_release(struct storecore *sc, struct sluice_read_pins *pins)
+{
+	struct sstate *st = sc->state;
+	struct read_slot *s = (struct read_slot *)pins; /* the pins are its first member */
+	assert(s >= st->slots && s < st->slots + STORE_READ_PINS_MAX && s->lent);
+	assert(pins->store_core == sc->id && pins->n == s->res.n);
+	st->pinned_extents -= s->res.n;
+	assert(st->pinned_extents >= 0);
+	sluice_read_result_release(&s->res);
+	s->lent = false;
+	s->pins.n = 0;
+	s->free_next = st->slot_free;
+	st->slot_free = s;
+}
+
+/* At shutdown, with every network core stopped: the pins never sent back
+ * (a release backlog a network core left, messages not drained) are
+ * released here, before the logs and the pool go. */
+static void read_slots_reclaim(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	for (uint32_t i = 0; st->slots && i < STORE_READ_PINS_MAX; i++)
+		if (st->slots[i].lent)
+			read_release(sc, &st->slots[i].pins);
+	assert(st->pinned_extents == 0);
+	free(st->slots);
+	st->slots = st->slot_free = NULL;
+}
+
+/* PARTOP_READ: by reference when it can (read_pinned), else copied; a read
+ * waiting for cold extents waits on p's load list (on_loaded) with its
+ * budget claim given back. */
+static void op_read(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
+{
+	int32_t claim = read_budget_claim(op);
+	/* Past the request's budget a partition reads nothing, not even
+	 * one oversized batch (Kafka's min-one is for a request's first). */
+	bool min_one = op->min_one && claim == op->max_bytes;
+	assert(!op->pins && !op->rdata);
+	/* A consumer never reads past the high watermark. */
+	int32_t n = read_pinned(sc, p, op, hw, claim, min_one);
+	if (n == SLUICE_PLOG_READ_WOULD_BLOCK) {
+		if (op->read_budget)
+			__atomic_add_fetch(op->read_budget, (int64_t)claim, __ATOMIC_RELAXED);
+		op->next = NULL;
+		if (p->load_tail)
+			p->load_tail->next = op;
+		else
+			p->load_head = op;
+		p->load_tail = op;
+		return;
+	}
+	if (n == SLUICE_PLOG_READ_TOO_MANY_EXTENTS)
+		n = sluice_plog_read_below(p->log, op->offset, hw, claim, min_one, &op->rdata);
+	if (op->read_budget) /* give back what was not read; an oversized batch takes more */
+		__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
+	if (n == -1)
+		op->error = KERR_OFFSET_OUT_OF_RANGE;
+	else if (n == -3)
+		op->error = KERR_CORRUPT_MESSAGE;
+	else if (n < 0)
+		op->error = KERR_KAFKA_STORAGE_ERROR;
+	else
+		op->rlen = n;
+	if (n == 0 && op->watch)
+		sluice_partition_watch(&p->part, op->net_core);
+	op->load_retries = 0;
+	op_done(sc, op);
+}
+
 /* Run op on p (its earlier ops all ran): open the log first when needed. */
 static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 {
@@ -799,29 +972,10 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		sluice_partition_wait_append(&p->part, op);
 		return;
 	}
-	case PARTOP_READ: {
-		int32_t claim = read_budget_claim(op);
-		/* Past the request's budget a partition reads nothing, not even
-		 * one oversized batch (Kafka's min-one is for a request's first). */
-		/* A consumer never reads past the high watermark. */
-		int32_t n = sluice_plog_read_below(l, op->offset, hw, claim, op->min_one && claim == op->max_bytes,
-						   &op->rdata);
-		if (op->read_budget) /* give back what was not read; an oversized batch takes more */
-			__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
+	case PARTOP_READ:
+		op_read(sc, p, op, hw);
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
-		if (n == -1)
-			op->error = KERR_OFFSET_OUT_OF_RANGE;
-		else if (n == -3)
-			op->error = KERR_CORRUPT_MESSAGE;
-		else if (n < 0)
-			op->error = KERR_KAFKA_STORAGE_ERROR;
-		else
-			op->rlen = n;
-		if (n == 0 && op->watch)
-			sluice_partition_watch(&p->part, op->net_core);
-		op_done(sc, op);
 		return;
-	}
 	case PARTOP_LIST_OFFSETS: {
 		int64_t ts = op->offset;
 		op->timestamp = -1;
@@ -875,7 +1029,12 @@ static bool drain_rings(struct storecore *sc)
 		struct sluice_msg m;
 		for (int k = 0; k < STORE_OPS_PER_RING_TURN && sluice_ring_pop(&sc->in[n], &m); k++) {
 			any = true;
-			assert(m.type == MSG_PARTOP && m.ptr && m.from_core == (uint32_t)n);
+			assert(m.ptr && m.from_core == (uint32_t)n);
+			if (m.type == MSG_READ_RELEASE) {
+				read_release(sc, m.ptr);
+				continue;
+			}
+			assert(m.type == MSG_PARTOP);
 			handle_op(sc, m.ptr);
 		}
 	}
@@ -1384,6 +1543,7 @@ static void store_end(void *core)
 	struct storecore *sc = core;
 	struct sstate *st = sc->state;
 	cleaner_stop(sc);
+	read_slots_reclaim(sc);
 	int64_t t0 = sluice_rt_now_ms();
 	uint32_t closed = 0;
 	close_files_parallel(sc);
@@ -1465,6 +1625,14 @@ int sluice_storage_core_start(struct storecore *sc)
 	if (!st->pool)
 		return -1;
 	st->plog_cfg.pool = st->pool;
+	st->slots = calloc(STORE_READ_PINS_MAX, sizeof *st->slots);
+	if (!st->slots)
+		return -1;
+	for (uint32_t i = STORE_READ_PINS_MAX; i-- > 0;) {
+		st->slots[i].free_next = st->slot_free;
+		st->slot_free = &st->slots[i];
+	}
+	st->pinned_extents_max = (cfg->cache_bytes_max / sc->b->store_n) / 2 / SLUICE_PLOG_CHUNK_BYTES_DEFAULT;
 	if (pthread_mutex_init(&st->cleaner.mu, NULL) == 0 && pthread_cond_init(&st->cleaner.cv, NULL) == 0 &&
 	    pthread_create(&st->cleaner.thread, NULL, cleaner_main, sc) == 0)
 		st->cleaner.started = true;

@@ -232,9 +232,77 @@ static struct fpart parts[STUB_PARTITIONS_MAX];
 static bool store_held; /* stub_store_hold */
 static int64_t ops_seen;
 
+/* READs by reference (stub_store_pin_reads). */
+struct stub_pin_slot {
+	struct sluice_read_pins pins; /* first: the release callback gets &pins.pin */
+	uint8_t *buf;                 /* the records, kept (scribbled) until the slot is reused */
+	bool lent;
+};
+static struct stub_pin_slot pin_slots[STUB_PINS_MAX];
+static size_t pin_piece; /* 0: reads are copied */
+struct stub_pin_stats stub_pins;
+
+void stub_store_pin_reads(size_t piece_bytes) { pin_piece = piece_bytes; }
+
+int64_t stub_pins_out(void) { return stub_pins.lent - stub_pins.released; }
+
+static void stub_pin_release(struct sluice_pin *pin)
+{
+	struct stub_pin_slot *s = (struct stub_pin_slot *)pin;
+	if (!s->lent) {
+		stub_pins.double_released++;
+		return;
+	}
+	s->lent = false;
+	stub_pins.released++;
+	/* As a storage core reusing the slot would: nothing of it may be read. */
+	memset(s->buf, 0xdd, (size_t)s->pins.bytes);
+	memset(s->pins.range, 0, sizeof s->pins.range);
+	s->pins.n = 0;
+	s->pins.bytes = -1;
+}
+
+/* Answer a READ of bytes [from, from + n) of p by reference; false when
+ * every slot is lent (the caller copies). */
+static bool pin_read(const struct fpart *p, struct partop *op, size_t from, size_t n)
+{
+	struct stub_pin_slot *s = NULL;
+	for (int i = 0; i < STUB_PINS_MAX && !s; i++)
+		if (!pin_slots[i].lent)
+			s = &pin_slots[i];
+	size_t ranges = (n + pin_piece - 1) / pin_piece;
+	if (!s || ranges > SLUICE_READ_PINS_RANGES_MAX)
+		return false;
+	free(s->buf);
+	s->buf = malloc(n);
+	if (!s->buf)
+		return false;
+	memcpy(s->buf, p->data + from, n);
+	s->pins.n = 0;
+	for (size_t off = 0; off < n; off += pin_piece)
+		s->pins.range[s->pins.n++] = (struct sluice_send_range){s->buf + off, n - off < pin_piece ? n - off : pin_piece,
+									&s->pins.pin};
+	s->pins.bytes = (int32_t)n;
+	s->pins.pin.release = stub_pin_release;
+	s->pins.nc = &B.net[0];
+	s->pins.store_core = 0;
+	s->lent = true;
+	stub_pins.lent++;
+	op->pins = &s->pins;
+	op->rlen = (int32_t)n;
+	return true;
+}
+
 void stub_store_reset(void)
 {
 	store_held = false;
+	pin_piece = 0;
+	for (int i = 0; i < STUB_PINS_MAX; i++) {
+		free(pin_slots[i].buf);
+		pin_slots[i].buf = NULL;
+		pin_slots[i].lent = false;
+	}
+	memset(&stub_pins, 0, sizeof stub_pins);
 	free(queue);
 	queue = NULL;
 	queue_head = queue_len = queue_cap = 0;
@@ -341,6 +409,8 @@ static void fake_read(struct fpart *p, struct partop *op)
 		pos += total;
 	}
 	if (start == SIZE_MAX || end <= start)
+		return;
+	if (pin_piece && pin_read(p, op, start, end - start))
 		return;
 	op->rdata = malloc(end - start);
 	if (!op->rdata) {

@@ -88,6 +88,21 @@ int64_t stub_store_hw(const char *topic, int32_t partition);
 int64_t stub_store_log_start(const char *topic, int32_t partition);
 /* Appends (and partops of any kind) seen since the last reset. */
 int64_t stub_store_ops(void);
+/* READs answered by reference, as a storage core answers them: the
+ * records in a pinned copy of their own (STUB_PINS_MAX at once; past that
+ * a read is copied, as past the storage core's pool), cut into ranges of
+ * at most piece_bytes (0: copied into rdata, the default). A released
+ * pin's bytes are scribbled over, so a response that still reads them
+ * after the release sends garbage. */
+#define STUB_PINS_MAX 64
+void stub_store_pin_reads(size_t piece_bytes);
+struct stub_pin_stats {
+	int64_t lent, released;
+	int64_t double_released; /* released again after their release: a bug */
+};
+extern struct stub_pin_stats stub_pins;
+/* Pins lent and not released yet. */
+int64_t stub_pins_out(void);
 
 /* Closes the network core asked of the transport. */
 #define stub_close_calls (tt_stats.close_calls)

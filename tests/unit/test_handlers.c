@@ -1187,6 +1187,160 @@ Test(fetch, long_poll_and_order, .init = setup, .fini = teardown)
 	free(b);
 }
 
+/* ---- Fetch by reference (zero-copy) ----------------------------------------------------------- */
+
+/* Partition 0 of "zc": three batches of about 15 KB (spliced when read by
+ * reference); partition 1: one small batch (copied even when pinned). */
+static void zc_fill(void)
+{
+	create_topic("zc", 2);
+	for (int i = 0; i < 3; i++) {
+		size_t len = 0;
+		uint8_t *b = tb_simple(200, wall_now_ms(), 64, &len);
+		cr_assert_gt(len, 8192, "a batch large enough to be spliced");
+		struct ptopic_req t = {"zc", 1, {{0, b, (int32_t)len}}};
+		struct pr o;
+		produce_roundtrip(7, -1, &t, 1, &o);
+		cr_assert_eq(o.t[0].p[0].err, 0);
+		free(b);
+	}
+	produce_simple("zc", 1, 2);
+}
+
+/* Send the Fetch (correlation id corr) without waiting for its response. */
+static void zc_fetch_send(int16_t v, int32_t corr)
+{
+	struct fpart_req p[3] = {{0, 0, 1 << 20}, {1, 0, 1 << 20}, {0, 250, 1 << 20}};
+	struct rq q;
+	corr_next = corr;
+	enc_fetch(&q, v, 0, 1, 1 << 20, "zc", p, 3);
+	cr_assert(rq_send(&q), "Fetch v%d refused", v);
+}
+
+/* The whole response to one Fetch (size prefix included); caller frees. */
+static uint8_t *zc_fetch(int16_t v, int32_t corr, size_t *len)
+{
+	zc_fetch_send(v, corr);
+	uint8_t *buf;
+	cr_assert(stub_take_response(C, &buf, len), "no response to Fetch v%d", v);
+	return buf;
+}
+
+static void zc_expect_released(void)
+{
+	cr_expect_eq(stub_pins_out(), 0, "%" PRId64 " pins never released", stub_pins_out());
+	cr_expect_eq(stub_pins.double_released, 0, "pins released twice");
+	cr_expect_eq(sluice_netcore_pinned_bytes(), 0, "pinned bytes still counted");
+}
+
+/* Proves a Fetch answered by reference (records spliced from pinned ranges,
+ * cut at odd sizes so batches span ranges) sends the very bytes of the one
+ * answered by copy, for the non-flexible and flexible encodings, also when
+ * the backend takes a few hundred bytes per send; and that every pin is
+ * released exactly once, once its bytes have been sent (the test backend
+ * reads a send's ranges only when it completes, and a released pin's bytes
+ * are scribbled over, so an early release would change the bytes). */
+Test(fetch_zero_copy, same_bytes_as_copy, .init = setup, .fini = teardown)
+{
+	zc_fill();
+	const int16_t versions[] = {4, 11, 12};
+	for (size_t k = 0; k < sizeof versions / sizeof versions[0]; k++) {
+		int16_t v = versions[k];
+		for (size_t send_max = 0; send_max <= 333; send_max += 333) {
+			tt_set_send_max(C->tconn, send_max);
+			stub_store_pin_reads(0);
+			size_t clen, rlen;
+			uint8_t *copy = zc_fetch(v, 77, &clen);
+			int64_t lent = stub_pins.lent, sends = tt_stats.send_calls;
+			stub_store_pin_reads(1000);
+			uint8_t *ref = zc_fetch(v, 77, &rlen);
+			cr_expect_eq(stub_pins.lent - lent, 3, "v%d: three partitions read by reference", v);
+			/* About 80 ranges (two spliced reads in 1000-byte pieces, the
+			 * buffer's slices): more than one send carries. */
+			cr_expect_geq(tt_stats.send_calls - sends, 2, "v%d: %" PRId64 " sends", v, tt_stats.send_calls - sends);
+			cr_assert_eq(rlen, clen, "v%d send_max %zu: %zu bytes by reference, %zu by copy", v, send_max, rlen,
+				     clen);
+			cr_expect_eq(memcmp(ref, copy, clen), 0, "v%d send_max %zu: the bytes differ", v, send_max);
+			zc_expect_released();
+			free(copy);
+			free(ref);
+		}
+	}
+}
+
+/* Proves pins are released exactly once when the connection closes while
+ * the response carrying them is being sent, and when a response built
+ * behind it is dropped unsent: the peer stops reading (sends held), two
+ * Fetches are answered (the first sending, the second waiting), both hold
+ * their pins and count as pinned bytes; the peer closes and every pin comes
+ * back. */
+Test(fetch_zero_copy, released_on_close_mid_send_and_drop, .init = setup, .fini = teardown)
+{
+	zc_fill();
+	stub_store_pin_reads(4096);
+	tt_hold_sends(C->tconn, true);
+	zc_fetch_send(11, 1);
+	zc_fetch_send(12, 2);
+	cr_expect_eq(stub_queued(C), 2, "both answered, neither sent");
+	cr_expect_eq(stub_pins_out(), 4, "the spliced partitions' pins are held (the small one was copied)");
+	cr_expect_gt(sluice_netcore_pinned_bytes(), 4 * 8192);
+	tt_peer_close(C->tconn);
+	tt_pump(stub_netcore(), STUB_PUMP_TURNS_MAX);
+	cr_expect(C->closing);
+	zc_expect_released();
+}
+
+/* Proves the reads of a Fetch whose connection closed before they came
+ * back are released, not spliced: storage holds the ops, the peer closes,
+ * then storage answers. */
+Test(fetch_zero_copy, released_when_the_client_left_first, .init = setup, .fini = teardown)
+{
+	zc_fill();
+	stub_store_pin_reads(4096);
+	stub_store_hold(true);
+	zc_fetch_send(12, 3);
+	struct tt_conn *t = C->tconn;
+	tt_hold_closed(t, false); /* the core hears of the close at once */
+	tt_peer_close(t);
+	tt_pump(stub_netcore(), STUB_PUMP_TURNS_MAX);
+	cr_expect(C->closing, "closed, kept alive by the Fetch storage holds");
+	stub_store_hold(false);
+	tt_pump(stub_netcore(), STUB_PUMP_TURNS_MAX);
+	C = NULL; /* freed with its last request */
+	cr_expect(tt_gone(t));
+	tt_free(stub_netcore(), t);
+	cr_expect_gt(stub_pins.lent, 0);
+	zc_expect_released();
+}
+
+static const char *const zc_small_budget[] = {"sluice.connection.response.bytes.max", "40000", NULL};
+
+static void setup_small_budget(void) { setup_with(zc_small_budget); }
+
+/* Proves pinned bytes respect sluice.connection.response.bytes.max: past
+ * it a partition's records are copied and its pins released at once, even
+ * while the response waits for a slow reader, and the bytes are the same. */
+Test(fetch_zero_copy, copied_past_the_connection_budget, .init = setup_small_budget, .fini = teardown)
+{
+	zc_fill();
+	size_t clen, rlen;
+	uint8_t *copy = zc_fetch(12, 5, &clen);
+	stub_store_pin_reads(4096);
+	tt_hold_sends(C->tconn, true);
+	zc_fetch_send(12, 5);
+	cr_expect_leq(sluice_netcore_pinned_bytes(), 40000, "pinned within the connection's budget");
+	cr_expect_lt(stub_pins_out(), 3, "not every partition pinned");
+	tt_hold_sends(C->tconn, false);
+	tt_pump(stub_netcore(), STUB_PUMP_TURNS_MAX);
+	uint8_t *ref;
+	cr_assert(stub_take_response(C, &ref, &rlen));
+	cr_assert_eq(rlen, clen);
+	cr_expect_eq(memcmp(ref, copy, clen), 0);
+	zc_expect_released();
+	free(copy);
+	free(ref);
+}
+
 /* ---- ListOffsets -------------------------------------------------------------------------------- */
 
 struct lo_part {

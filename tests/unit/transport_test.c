@@ -2,8 +2,12 @@
  * fed to a connection wait in its inbound buffer and are copied, piece by
  * piece, into a scratch buffer the backend owns before each received
  * upcall; the scratch is scribbled over afterwards, so a core that kept a
- * pointer into it reads garbage (and the tests catch it). Sends are copied
- * out at once and reported finished on the next poll. */
+ * pointer into it reads garbage (and the tests catch it). A send's ranges
+ * are read when it finishes (on a later poll, or when released from a
+ * hold), as a kernel reads a send's buffers while it is in flight: memory
+ * the core gave back too early (a pinned extent released before its sent
+ * upcall) shows up as wrong bytes. A send cut off by a close delivers
+ * nothing. */
 #include "transport_test.h"
 #include "dataplane/req.h"
 #include <assert.h>
@@ -26,6 +30,8 @@ struct tt_conn {
 	bool paused, closing, peer_closed;
 	bool send_pending;    /* a send awaits its sent upcall */
 	size_t send_bytes;    /* what it will report */
+	struct sluice_send_range send[SLUICE_SEND_RANGES_MAX]; /* the send in flight's ranges */
+	int send_n;
 };
 
 struct tt_stats tt_stats;
@@ -72,18 +78,32 @@ static int tt_send(struct conn *c, const struct sluice_send_range *r, int n)
 		return -32; /* EPIPE */
 	size_t total = 0;
 	for (int i = 0; i < n; i++) {
+		assert(r[i].base && r[i].len > 0);
 		size_t take = r[i].len;
 		if (t->send_max && total + take > t->send_max)
 			take = t->send_max - total;
-		if (!grow(&t->out, &t->out_cap, t->out_len + take))
-			return -12; /* ENOMEM */
-		memcpy(t->out + t->out_len, r[i].base, take);
-		t->out_len += take;
 		total += take;
 	}
+	memcpy(t->send, r, (size_t)n * sizeof *r);
+	t->send_n = n;
 	t->send_pending = true;
 	t->send_bytes = total;
 	return 0;
+}
+
+/* The send in flight leaves: its first send_bytes bytes are read now. */
+static bool send_finish(struct tt_conn *t)
+{
+	if (!grow(&t->out, &t->out_cap, t->out_len + t->send_bytes))
+		return false;
+	size_t left = t->send_bytes;
+	for (int i = 0; i < t->send_n && left > 0; i++) {
+		size_t take = t->send[i].len < left ? t->send[i].len : left;
+		memcpy(t->out + t->out_len, t->send[i].base, take);
+		t->out_len += take;
+		left -= take;
+	}
+	return true;
 }
 
 static void tt_close(struct conn *c, bool abort)
@@ -98,10 +118,15 @@ static void tt_close(struct conn *c, bool abort)
  * then, with nothing in flight, the close. */
 static void poll_conn(struct tt_conn *t)
 {
+	/* A peer that closed with nothing left to deliver cuts a send off now
+	 * (a held one too: nobody will read it). */
+	if (!t->closing && t->peer_closed && t->in_off == t->in_len)
+		t->closing = true;
 	if (t->send_pending && (!t->hold_sends || t->closing)) {
 		t->send_pending = false;
 		tt_stats.upcalls++;
-		sluice_netcore_sent(t->c, t->closing ? -32 : (ssize_t)t->send_bytes);
+		bool ok = !t->closing && send_finish(t);
+		sluice_netcore_sent(t->c, ok ? (ssize_t)t->send_bytes : t->closing ? -32 : -12 /* ENOMEM */);
 		return;
 	}
 	if (!t->closing && !t->paused && t->in_off < t->in_len) {
