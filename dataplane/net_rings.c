@@ -108,7 +108,8 @@ static bool answer_refused(struct netcore *nc)
 
 bool sluice_netcore_drain_replies(struct netcore *nc)
 {
-	bool any = answer_refused(nc) | release_retry(nc), wake = false;
+	bool refused = answer_refused(nc), released = release_retry(nc); /* both run */
+	bool any = refused || released, wake = false;
 	for (int s = 0; s < nc->b->store_n; s++) {
 		struct sluice_msg m;
 		for (int k = 0; k < SLUICE_NET_REPLIES_PER_TURN && sluice_ring_pop(&nc->b->store[s].out[nc->id], &m);
