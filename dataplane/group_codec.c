@@ -2,7 +2,7 @@
  * SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete,
  * DescribeGroups, DeleteGroups and ListGroups decoded into plain structs,
  * and their answers encoded from plain results, for every version the
- * broker serves (handlers.c's table). It exists so the state machine in
+ * broker serves (proto.c's table). It exists so the state machine in
  * group.c never reads or writes the wire, and so the codec can be tested on
  * its own (tests/unit/test_group_codec.c). See group_internal.h for the
  * contract: a decode reads the whole body or fails; the iterators over the
