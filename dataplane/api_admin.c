@@ -474,7 +474,7 @@ static int32_t ct_configs_fill(struct sluice_topic_config *out, const struct ct 
 		if (val.ptr)
 			memcpy(tc->value, val.ptr, (size_t)val.len);
 	}
-	assert(n <= SLUICE_TOPIC_CONFIGS_MAX && n <= ct->cfg_n);
+	assert(n <= SLUICE_TOPIC_CONFIGS_MAX && n <= (ct->cfg_n > 0 ? ct->cfg_n : 0)); /* cfg_n -1: a null array */
 	return n;
 }
 
