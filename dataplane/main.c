@@ -6,6 +6,7 @@
 #include "dataplane/core.h"
 #include "dataplane/group.h"
 #include <dirent.h>
+#include <assert.h>
 #include <errno.h>
 #include <ftw.h>
 #include <fcntl.h>
@@ -379,28 +380,26 @@ static int mkdirs(const char *path)
 	return mkdir(tmp, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-int main(int argc, char **argv)
+/* The command line: the config file, then --override key=value and one of
+ * --adopt-orphans / --remove-orphans. Returns -1 to go on, else the exit code. */
+static int parse_args(struct broker *b, int argc, char **argv, enum orphan_mode *orphans)
 {
-	static struct broker b;
 	char err[512] = "";
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		usage();
-		return argc < 2 ? 2 : 0;
-	}
-	sluice_config_defaults(&b.cfg);
-	if (sluice_config_load_file(&b.cfg, argv[1], err, sizeof err) < 0) {
+	assert(argc >= 2);
+	sluice_config_defaults(&b->cfg);
+	if (sluice_config_load_file(&b->cfg, argv[1], err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-broker: %s\n", err);
 		return 1;
 	}
-	enum orphan_mode orphans = ORPHANS_REFUSE;
+	*orphans = ORPHANS_REFUSE;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--adopt-orphans") || !strcmp(argv[i], "--remove-orphans")) {
 			enum orphan_mode mm = argv[i][2] == 'a' ? ORPHANS_ADOPT : ORPHANS_REMOVE;
-			if (orphans != ORPHANS_REFUSE && orphans != mm) {
+			if (*orphans != ORPHANS_REFUSE && *orphans != mm) {
 				usage();
 				return 2;
 			}
-			orphans = mm;
+			*orphans = mm;
 			continue;
 		}
 		if (strcmp(argv[i], "--override") || i + 1 >= argc) {
@@ -413,119 +412,206 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		*eq = '\0';
-		if (sluice_config_set(&b.cfg, kv, eq + 1, err, sizeof err) < 0) {
+		if (sluice_config_set(&b->cfg, kv, eq + 1, err, sizeof err) < 0) {
 			fprintf(stderr, "sluice-broker: %s\n", err);
 			return 1;
 		}
 	}
-	if (sluice_config_finish(&b.cfg, err, sizeof err) < 0) {
+	if (sluice_config_finish(&b->cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-broker: %s\n", err);
 		return 1;
 	}
+	return -1;
+}
+
+/* One data directory: created if need be, locked for life (Kafka's .lock),
+ * its partitions counted, and whether the last run left it clean. Returns
+ * -1 when another broker holds it; a directory that cannot be created is
+ * offline (Kafka's rule: one bad directory is tolerated while another works). */
+static int open_data_dir(struct broker *b, int d)
+{
+	assert(d >= 0 && d < b->cfg.log_dir_count);
+	if (mkdirs(b->cfg.log_dir[d]) < 0) {
+		SLOG_ERR("broker", "log.dirs: cannot create %s: %s; it is offline", b->cfg.log_dir[d], strerror(errno));
+		b->offline_dirs |= 1u << d;
+		return 0;
+	}
+	char lock[SLUICE_CONFIG_STRING_MAX + 32];
+	snprintf(lock, sizeof lock, "%s/.lock", b->cfg.log_dir[d]);
+	int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+		fprintf(stderr, "sluice-broker: log.dirs: %s is in use by another broker (%s)\n", b->cfg.log_dir[d],
+			lfd < 0 ? strerror(errno) : "locked");
+		return -1;
+	}
+	char marker[SLUICE_CONFIG_STRING_MAX + 32];
+	snprintf(marker, sizeof marker, "%s/%s", b->cfg.log_dir[d], CLEAN_MARKER);
+	struct stat st;
+	b->dir_partitions[d] = count_partition_dirs(b->cfg.log_dir[d]);
+	/* A directory holding no partition yet (a first start) has nothing to
+	 * recover, marker or not. */
+	if (stat(marker, &st) < 0 && b->dir_partitions[d] > 0)
+		b->clean_start = false;
+	return 0;
+}
+
+/* The clean-shutdown marker of every usable directory: removed once the
+ * start is certain (a crash is then noticed), written after a clean stop. */
+static void clean_markers(struct broker *b, bool write)
+{
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		if (__atomic_load_n(&b->offline_dirs, __ATOMIC_ACQUIRE) & (1u << d))
+			continue; /* a failed directory is not vouched for */
+		char marker[SLUICE_CONFIG_STRING_MAX + 32];
+		snprintf(marker, sizeof marker, "%s/%s", b->cfg.log_dir[d], CLEAN_MARKER);
+		if (!write) {
+			unlink(marker);
+			continue;
+		}
+		int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			fsync(fd);
+			close(fd);
+		}
+	}
+}
+
+/* Topic metadata from the first usable directory, then the partition
+ * directories checked against it. Returns -1 after saying why not. */
+static int open_metadata(struct broker *b, const char *config, enum orphan_mode orphans)
+{
+	char err[512] = "";
+	int meta_dir = 0;
+	while (b->offline_dirs & (1u << meta_dir))
+		meta_dir++;
+	assert(meta_dir < b->cfg.log_dir_count);
+	if (sluice_meta_local_open(&b->meta, b->cfg.log_dir[meta_dir], b->cfg.num_partitions, err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-broker: refusing to start: topic metadata: %s\n"
+			"If it cannot be restored, move sluice-topics and sluice-topics.journal away: the next start lists "
+			"the partition directories it finds and offers --adopt-orphans (recreate their topics) or "
+			"--remove-orphans (delete them). (docs/operations.md: start-up refusals)\n", err);
+		return -1;
+	}
+	sluice_meta_local_set_node(&b->meta, &b->cfg);
+	if (check_partition_dirs(b, orphans, config, meta_dir) < 0)
+		return -1;
+	/* __consumer_offsets is created when groups are first used (as in
+	 * Kafka); once it exists, groups are placed by its real partition count,
+	 * whatever offsets.topic.num.partitions says now. */
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *ot = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC));
+	if (ot)
+		b->cfg.offsets_topic_partitions = ot->partitions;
+	b->meta.ops->release(b->meta.self, snap);
+	return 0;
+}
+
+/* The rings between every network and storage core, and the network cores'
+ * listeners. Returns -1 after saying why not. */
+static int cores_init(struct broker *b)
+{
+	assert(b->net_n > 0 && b->net_n <= SLUICE_CORES_MAX);
+	assert(b->store_n > 0 && b->store_n <= SLUICE_CORES_MAX);
+	for (int s = 0; s < b->store_n; s++) {
+		b->store[s].id = s;
+		b->store[s].b = b;
+		b->store[s].in = calloc((size_t)b->net_n, sizeof(struct sluice_ring));
+		b->store[s].out = calloc((size_t)b->net_n, sizeof(struct sluice_ring));
+		for (int n = 0; n < b->net_n; n++)
+			if (!b->store[s].in || !b->store[s].out ||
+			    sluice_ring_init(&b->store[s].in[n], SLUICE_RING_SLOTS) < 0 ||
+			    sluice_ring_init(&b->store[s].out[n], SLUICE_RING_SLOTS) < 0) {
+				fprintf(stderr, "sluice-broker: out of memory\n");
+				return -1;
+			}
+	}
+	for (int n = 0; n < b->net_n; n++) {
+		b->net[n].id = n;
+		b->net[n].b = b;
+		if (sluice_netcore_init(&b->net[n]) < 0) {
+			fprintf(stderr, "sluice-broker: listeners: cannot listen on %s:%d\n", b->cfg.listen_host,
+				b->cfg.listen_port);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Storage cores first (they recover their logs), then the network cores. */
+static int cores_start(struct broker *b)
+{
+	for (int s = 0; s < b->store_n; s++)
+		if (sluice_storage_core_start(&b->store[s]) < 0) {
+			fprintf(stderr, "sluice-broker: cannot start storage core %d\n", s);
+			return -1;
+		}
+	for (int n = 0; n < b->net_n; n++)
+		if (sluice_netcore_start(&b->net[n]) < 0) {
+			fprintf(stderr, "sluice-broker: cannot start network core %d\n", n);
+			return -1;
+		}
+	return 0;
+}
+
+/* Every network core stops (each closes its connections and drains them,
+ * together) before any is finalised: they share one listening socket, which
+ * the first core's fini closes. b->stopping, set already, keeps them from
+ * accepting meanwhile. Then the storage cores close their logs. */
+static void cores_stop(struct broker *b)
+{
+	assert(__atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE) >= 1);
+	for (int n = 0; n < b->net_n; n++)
+		sluice_rt_stop(&b->net[n].rt);
+	for (int n = 0; n < b->net_n; n++)
+		sluice_rt_join(&b->net[n].rt);
+	for (int n = 0; n < b->net_n; n++)
+		sluice_netcore_fini(&b->net[n]);
+	__atomic_store_n(&b->stopping, 2, __ATOMIC_RELEASE);
+	for (int s = 0; s < b->store_n; s++) {
+		sluice_rt_stop(&b->store[s].rt);
+		sluice_storage_core_join(&b->store[s]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static struct broker b;
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage();
+		return argc < 2 ? 2 : 0;
+	}
+	enum orphan_mode orphans;
+	int rc = parse_args(&b, argc, argv, &orphans);
+	if (rc >= 0)
+		return rc;
 	signal(SIGPIPE, SIG_IGN);
 	b.ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	b.net_n = b.cfg.num_network_threads;
 	b.store_n = b.cfg.storage_threads;
-	/* Data directories and the clean-shutdown marker: present means the last
-	 * run closed every log cleanly; it is removed now so a crash is noticed. */
 	b.clean_start = true;
-	for (int d = 0; d < b.cfg.log_dir_count; d++) {
-		if (mkdirs(b.cfg.log_dir[d]) < 0) {
-			/* Kafka's rule: one bad directory is tolerated while another works. */
-			SLOG_ERR("broker", "log.dirs: cannot create %s: %s; it is offline", b.cfg.log_dir[d], strerror(errno));
-			b.offline_dirs |= 1u << d;
-			continue;
-		}
-		/* One broker per data directory: Kafka's .lock, held for life. */
-		char lock[SLUICE_CONFIG_STRING_MAX + 32];
-		snprintf(lock, sizeof lock, "%s/.lock", b.cfg.log_dir[d]);
-		int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) < 0) {
-			fprintf(stderr, "sluice-broker: log.dirs: %s is in use by another broker (%s)\n", b.cfg.log_dir[d],
-				lfd < 0 ? strerror(errno) : "locked");
+	for (int d = 0; d < b.cfg.log_dir_count; d++)
+		if (open_data_dir(&b, d) < 0)
 			return 1;
-		}
-		char marker[SLUICE_CONFIG_STRING_MAX + 32];
-		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
-		struct stat st;
-		b.dir_partitions[d] = count_partition_dirs(b.cfg.log_dir[d]);
-		/* A directory holding no partition yet (a first start) has nothing
-		 * to recover, marker or not. */
-		if (stat(marker, &st) < 0 && b.dir_partitions[d] > 0)
-			b.clean_start = false;
-	}
 	if (__builtin_popcount(b.offline_dirs) == b.cfg.log_dir_count) {
 		fprintf(stderr, "sluice-broker: log.dirs: no usable data directory\n");
 		return 1;
 	}
 	if (!b.clean_start)
 		SLOG_WARN("broker", "no clean-shutdown marker: logs will be recovered (CRC scan past the recovery point)");
-	int meta_dir = 0;
-	while (b.offline_dirs & (1u << meta_dir))
-		meta_dir++;
-	if (sluice_meta_local_open(&b.meta, b.cfg.log_dir[meta_dir], b.cfg.num_partitions, err, sizeof err) < 0) {
-		fprintf(stderr, "sluice-broker: refusing to start: topic metadata: %s\n"
-			"If it cannot be restored, move sluice-topics and sluice-topics.journal away: the next start lists "
-			"the partition directories it finds and offers --adopt-orphans (recreate their topics) or "
-			"--remove-orphans (delete them). (docs/operations.md: start-up refusals)\n", err);
-		return 1;
-	}
-	sluice_meta_local_set_node(&b.meta, &b.cfg);
-	if (check_partition_dirs(&b, orphans, argv[1], meta_dir) < 0)
+	if (open_metadata(&b, argv[1], orphans) < 0)
 		return 1;
 	/* Only now, with the start certain, is the marker removed: a refused
 	 * start leaves the directory exactly as it found it. */
-	for (int d = 0; d < b.cfg.log_dir_count; d++) {
-		char marker[SLUICE_CONFIG_STRING_MAX + 32];
-		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
-		if (!(b.offline_dirs & (1u << d)))
-			unlink(marker);
-	}
-	/* __consumer_offsets is created when groups are first used (as in
-	 * Kafka); once it exists, groups are placed by its real partition count,
-	 * whatever offsets.topic.num.partitions says now. */
-	{
-		struct sluice_meta_snapshot *snap = b.meta.ops->acquire(b.meta.self);
-		const struct sluice_topic *ot = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC));
-		if (ot)
-			b.cfg.offsets_topic_partitions = ot->partitions;
-		b.meta.ops->release(b.meta.self, snap);
-	}
-	for (int s = 0; s < b.store_n; s++) {
-		b.store[s].id = s;
-		b.store[s].b = &b;
-		b.store[s].in = calloc((size_t)b.net_n, sizeof(struct sluice_ring));
-		b.store[s].out = calloc((size_t)b.net_n, sizeof(struct sluice_ring));
-		for (int n = 0; n < b.net_n; n++)
-			if (sluice_ring_init(&b.store[s].in[n], SLUICE_RING_SLOTS) < 0 ||
-			    sluice_ring_init(&b.store[s].out[n], SLUICE_RING_SLOTS) < 0) {
-				fprintf(stderr, "sluice-broker: out of memory\n");
-				return 1;
-			}
-	}
-	for (int n = 0; n < b.net_n; n++) {
-		b.net[n].id = n;
-		b.net[n].b = &b;
-		if (sluice_netcore_init(&b.net[n]) < 0) {
-			fprintf(stderr, "sluice-broker: listeners: cannot listen on %s:%d\n", b.cfg.listen_host, b.cfg.listen_port);
-			return 1;
-		}
-	}
+	clean_markers(&b, false);
+	if (cores_init(&b) < 0)
+		return 1;
 	the_broker = &b;
 	struct sigaction sa = {0};
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	for (int s = 0; s < b.store_n; s++)
-		if (sluice_storage_core_start(&b.store[s]) < 0) {
-			fprintf(stderr, "sluice-broker: cannot start storage core %d\n", s);
-			return 1;
-		}
-	for (int n = 0; n < b.net_n; n++)
-		if (sluice_netcore_start(&b.net[n]) < 0) {
-			fprintf(stderr, "sluice-broker: cannot start network core %d\n", n);
-			return 1;
-		}
+	if (cores_start(&b) < 0)
+		return 1;
 	SLOG_INFO("broker", "sluice-broker node %d listening on %s:%d (advertised %s:%d), transport %s, "
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
 		  b.cfg.node_id, b.cfg.listen_host, b.cfg.listen_port, b.cfg.advertised_host, b.cfg.advertised_port,
@@ -533,33 +619,9 @@ int main(int argc, char **argv)
 	while (!__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
 	SLOG_INFO("broker", "shutting down");
-	/* Every network core stops (each closes its connections and drains
-	 * them, together) before any is finalised: they share one listening
-	 * socket, which the first core's fini closes. b.stopping, set already,
-	 * keeps them from accepting meanwhile. */
-	for (int n = 0; n < b.net_n; n++)
-		sluice_rt_stop(&b.net[n].rt);
-	for (int n = 0; n < b.net_n; n++)
-		sluice_rt_join(&b.net[n].rt);
-	for (int n = 0; n < b.net_n; n++)
-		sluice_netcore_fini(&b.net[n]);
-	__atomic_store_n(&b.stopping, 2, __ATOMIC_RELEASE);
-	for (int s = 0; s < b.store_n; s++) {
-		sluice_rt_stop(&b.store[s].rt);
-		sluice_storage_core_join(&b.store[s]);
-	}
+	cores_stop(&b);
 	sluice_meta_local_close(&b.meta);
-	for (int d = 0; d < b.cfg.log_dir_count; d++) {
-		if (__atomic_load_n(&b.offline_dirs, __ATOMIC_ACQUIRE) & (1u << d))
-			continue; /* a failed directory is not vouched for */
-		char marker[SLUICE_CONFIG_STRING_MAX + 32];
-		snprintf(marker, sizeof marker, "%s/%s", b.cfg.log_dir[d], CLEAN_MARKER);
-		int fd = open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			fsync(fd);
-			close(fd);
-		}
-	}
+	clean_markers(&b, true);
 	SLOG_INFO("broker", "stopped cleanly");
 	return 0;
 }
