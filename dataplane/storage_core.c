@@ -874,6 +874,114 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 }
 
 /* Run op on p (its earlier ops all ran): open the log first when needed. */
+/* DeleteRecords: up to the high watermark (-1: to it), never into what
+ * consumers cannot see yet. */
+static void op_delete_records(struct storecore *sc, struct sluice_plog *l, struct partop *op, int64_t hw)
+{
+	assert(op->kind == PARTOP_DELETE_RECORDS);
+	int64_t to = op->offset == -1 ? hw : op->offset;
+	int64_t ls = to > hw ? -1 : sluice_plog_delete_records(l, to);
+	if (ls < 0)
+		op->error = KERR_OFFSET_OUT_OF_RANGE;
+	op->log_start = ls;
+	op_done(sc, op);
+}
+
+/* ListOffsets: -1 the high watermark, -2 the log start, else by time. */
+static void op_list_offsets(struct storecore *sc, struct sluice_plog *l, struct partop *op, int64_t hw)
+{
+	struct sstate *st = sc->state;
+	assert(op->kind == PARTOP_LIST_OFFSETS);
+	int64_t ts = op->offset;
+	op->timestamp = -1;
+	if (ts == -1)
+		op->base_offset = hw;
+	else if (ts == -2)
+		op->base_offset = sluice_plog_log_start(l);
+	else if (ts < 0)
+		op->base_offset = -1;
+	else
+		op->base_offset = sluice_plog_offset_for_time_work(l, ts, &op->timestamp, &st->lookup_work_turn);
+	op_done(sc, op);
+}
+
+/* The topic's own segment size, flush interval and roll time, else the
+ * broker's. */
+static void append_limits(struct storecore *sc, struct sluice_plog *l, const struct partop *op)
+{
+	if (!op->tinfo)
+		return;
+	const struct sluice_topic_limits *lim = &op->tinfo->limits;
+	const struct sluice_config *cfg = &sc->b->cfg;
+	sluice_plog_set_limits(l, lim->segment_bytes > 0 ? lim->segment_bytes : cfg->log_segment_bytes,
+			       lim->flush_messages > 0 ? lim->flush_messages : cfg->log_flush_interval_messages,
+			       lim->segment_ms > 0 ? lim->segment_ms : cfg->log_roll_ms);
+}
+
+/* The append itself, retried once after giving descriptors back; 0 or the
+ * error (KAFKA_STORAGE_ERROR) already set on op. */
+static int append_write(struct storecore *sc, struct spart *p, struct partop *op, int fds_before)
+{
+	struct sstate *st = sc->state;
+	struct sluice_plog *l = p->log;
+	/* message.timestamp.type=LogAppendTime: the broker's clock, now */
+	int8_t lat = op->tinfo ? op->tinfo->limits.log_append_time : -1;
+	op->timestamp = (lat >= 0 ? lat : sc->b->cfg.log_append_time) ? wall_now_ms() : -1;
+	int32_t epoch = p->part.leader_epoch;
+	int rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset, &op->last_offset);
+	if (rc == -EMFILE || rc == -ENFILE) {
+		fd_budget(sc);
+		rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset, &op->last_offset);
+	}
+	st->fds_est += sluice_plog_open_fds(l) - fds_before;
+	if (rc < 0)
+		op->error = KERR_KAFKA_STORAGE_ERROR;
+	assert(rc < 0 || op->last_offset >= op->base_offset);
+	return rc < 0 ? -1 : 0;
+}
+
+/* Produce: idempotence checked, the batch appended, the op waiting for its
+ * write (or, for a duplicate, for the original's visibility). */
+static void op_append(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw, int fds_before)
+{
+	struct sstate *st = sc->state;
+	assert(op->kind == PARTOP_APPEND);
+	append_limits(sc, p->log, op);
+	struct sluice_batch b;
+	enum sluice_batch_result br = sluice_batch_parse(op->data, op->len, &b);
+	assert(br == SLUICE_BATCH_OK); /* validated by the network core */
+	(void)br;
+	bool idempotent = b.producer_id >= 0;
+	enum sluice_producer_verdict pv = SLUICE_PRODUCER_APPEND;
+	if (idempotent)
+		pv = sluice_partition_producer_check(&p->part, &b, &op->base_offset, &op->last_offset, &op->error,
+						     &op->error_message);
+	if (pv == SLUICE_PRODUCER_DUPLICATE && op->last_offset < hw) {
+		op_done(sc, op); /* answered with the original offsets, visible already */
+		return;
+	}
+	if (pv == SLUICE_PRODUCER_REFUSED) {
+		assert(op->error != 0);
+		op_done(sc, op);
+		return;
+	}
+	if (pv == SLUICE_PRODUCER_APPEND) {
+		if (append_write(sc, p, op, fds_before) < 0) {
+			op_done(sc, op);
+			return;
+		}
+		sluice_partition_on_append(&p->part, op->base_offset);
+		if (idempotent)
+			sluice_partition_producer_record(&p->part, &b, op->base_offset, op->last_offset);
+		if (!p->dirty) {
+			p->dirty = true;
+			p->dirty_next = st->dirty_head;
+			st->dirty_head = p;
+		}
+	}
+	sluice_partition_wait_append(&p->part, op); /* answered once visible */
+}
+
 static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 {
 	struct sstate *st = sc->state;
@@ -887,6 +995,7 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		}
 	}
 	struct sluice_plog *l = p->log;
+	assert(l && op->kind != PARTOP_GROUP); /* group ops go to their service before partition lookup */
 	p->last_used_ms = sluice_now_ms();
 	/* This op may reopen descriptors the partition gave back (op_can_run
 	 * made room): count what it opens. */
@@ -900,96 +1009,19 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 		return;
 	}
 	switch (op->kind) {
-	case PARTOP_GROUP:
-		assert(!"group ops are handled before partition lookup");
+	case PARTOP_DELETE_RECORDS:
+		op_delete_records(sc, l, op, hw);
 		return;
-	case PARTOP_DELETE_RECORDS: {
-		/* Up to the high watermark (-1: to it), never into what consumers
-		 * cannot see yet. */
-		int64_t to = op->offset == -1 ? hw : op->offset;
-		int64_t ls = to > hw ? -1 : sluice_plog_delete_records(l, to);
-		if (ls < 0)
-			op->error = KERR_OFFSET_OUT_OF_RANGE;
-		op->log_start = ls;
-		op_done(sc, op);
+	case PARTOP_APPEND:
+		op_append(sc, p, op, hw, fds_before);
 		return;
-	}
-	case PARTOP_APPEND: {
-		if (op->tinfo)
-		{
-			const struct sluice_topic_limits *lim = &op->tinfo->limits;
-			const struct sluice_config *cfg = &sc->b->cfg;
-			sluice_plog_set_limits(l, lim->segment_bytes > 0 ? lim->segment_bytes : cfg->log_segment_bytes,
-					       lim->flush_messages > 0 ? lim->flush_messages : cfg->log_flush_interval_messages,
-					       lim->segment_ms > 0 ? lim->segment_ms : cfg->log_roll_ms);
-		}
-		struct sluice_batch b;
-		enum sluice_batch_result br = sluice_batch_parse(op->data, op->len, &b);
-		assert(br == SLUICE_BATCH_OK); /* validated by the network core */
-		(void)br;
-		bool idempotent = b.producer_id >= 0;
-		enum sluice_producer_verdict pv = SLUICE_PRODUCER_APPEND;
-		if (idempotent)
-			pv = sluice_partition_producer_check(&p->part, &b, &op->base_offset, &op->last_offset, &op->error,
-							     &op->error_message);
-		if (pv == SLUICE_PRODUCER_DUPLICATE) { /* answer with the original offsets once visible */
-			if (op->last_offset < hw) {
-				op_done(sc, op);
-				return;
-			}
-			goto wait;
-		}
-		if (pv == SLUICE_PRODUCER_REFUSED) {
-			assert(op->error != 0);
-			op_done(sc, op);
-			return;
-		}
-		/* message.timestamp.type=LogAppendTime: the broker's clock, now */
-		int8_t lat = op->tinfo->limits.log_append_time;
-		op->timestamp = (lat >= 0 ? lat : sc->b->cfg.log_append_time) ? wall_now_ms() : -1;
-		int32_t epoch = p->part.leader_epoch;
-		int rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset, &op->last_offset);
-		if (rc == -EMFILE || rc == -ENFILE) {
-			fd_budget(sc);
-			rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset,
-						&op->last_offset);
-		}
-		st->fds_est += sluice_plog_open_fds(l) - fds_before;
-		if (rc < 0) {
-			op->error = KERR_KAFKA_STORAGE_ERROR;
-			op_done(sc, op);
-			return;
-		}
-		sluice_partition_on_append(&p->part, op->base_offset);
-		if (idempotent)
-			sluice_partition_producer_record(&p->part, &b, op->base_offset, op->last_offset);
-		if (!p->dirty) {
-			p->dirty = true;
-			p->dirty_next = st->dirty_head;
-			st->dirty_head = p;
-		}
-	wait:
-		sluice_partition_wait_append(&p->part, op);
-		return;
-	}
 	case PARTOP_READ:
 		op_read(sc, p, op, hw);
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
 		return;
-	case PARTOP_LIST_OFFSETS: {
-		int64_t ts = op->offset;
-		op->timestamp = -1;
-		if (ts == -1)
-			op->base_offset = hw;
-		else if (ts == -2)
-			op->base_offset = sluice_plog_log_start(l);
-		else if (ts < 0)
-			op->base_offset = -1;
-		else
-			op->base_offset = sluice_plog_offset_for_time_work(l, ts, &op->timestamp, &st->lookup_work_turn);
-		op_done(sc, op);
+	case PARTOP_LIST_OFFSETS:
+		op_list_offsets(sc, l, op, hw);
 		return;
-	}
 	default:
 		assert(!"unknown partop kind");
 	}
