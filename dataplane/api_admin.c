@@ -1998,6 +1998,9 @@ static int32_t dtp_write_topics(struct req *r, const struct dtp_request *q, cons
 			continue;
 		int32_t first = q->cursor_topic.ptr && kstr_eq(q->cursor_topic, t->name) ? q->cursor_partition : 0;
 		int32_t last = t->partitions;
+		/* The cursor is the client's: partitions from its index on, as
+		 * Kafka does (none past the last, all from a negative one). */
+		first = first < 0 ? 0 : first > last ? last : first;
 		if (last - first > budget) {
 			last = first + budget;
 			*next_topic = t->name;
