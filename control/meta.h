@@ -71,7 +71,13 @@ struct sluice_meta_snapshot {
 	uint32_t topic_n;
 	struct sluice_topic **topics; /* sorted by name */
 	uint32_t broker_n;
-	const struct sluice_meta_broker *brokers; /* sorted by node id; owned by the backend */
+	const struct sluice_meta_broker *brokers; /* sorted by node id, unfenced only; owned by the backend */
+	/* The node Metadata names as ControllerId: the local backend this node,
+	 * the controller backend the active controller's id (-1 unknown). */
+	int32_t controller_id;
+	/* The metadata offset this snapshot reflects (controller backend; the
+	 * local backend: version). */
+	int64_t metadata_offset;
 };
 
 /* Partition p of t (0 <= p < t->partitions), or NULL if the backend has
@@ -195,6 +201,14 @@ struct sluice_meta_ops {
 	/* The storage renamed every directory of deleted topic id away: its
 	 * tombstone is no longer needed. */
 	void (*forget_deleted)(void *self, const uint8_t id[16]);
+	/* Optional (NULL in the local backend): send one Kafka request body
+	 * (after the header) as api_key/version to the active controller and
+	 * call done on the backend's thread with the response body (after the
+	 * correlation id and header tags), or with error set (no controller
+	 * reachable: KERR_REQUEST_TIMED_OUT or KERR_NOT_CONTROLLER) and body
+	 * NULL. The broker relays DescribeQuorum this way. body is copied. */
+	int (*forward)(void *self, int16_t api_key, int16_t api_version, const uint8_t *body, size_t len,
+		       void (*done)(void *arg, int16_t error, const uint8_t *resp, size_t resp_len), void *arg);
 };
 
 struct sluice_meta {
@@ -233,6 +247,29 @@ struct sluice_meta_tombstone {
 const struct sluice_meta_tombstone *sluice_meta_local_tombstone(const struct sluice_meta *m, const uint8_t id[16]);
 /* Drop every tombstone (start-up, once no directory of a deleted topic is left). */
 int sluice_meta_local_forget_all(struct sluice_meta *m);
+
+/* Controller-client implementation (cluster mode: controller.quorum.voters
+ * set, process.roles=broker), control/meta_controller.c. It registers this
+ * broker with the active controller (BrokerRegistration), heartbeats
+ * (BrokerHeartbeat), fetches the metadata log into its own image and
+ * publishes snapshots from it (leaders, replicas, ISR, unfenced brokers),
+ * and sends each submitted batch's changes to the active controller
+ * (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+ * AllocateProducerIds), completing it once the local image shows the
+ * result. dir holds its small state (the clean-shutdown epoch). Open
+ * starts its threads and returns at once; wait_ready blocks until this
+ * broker is registered, caught up with the metadata log and unfenced, or
+ * timeout_ms passed (-1 with err saying which step is missing). */
+int sluice_meta_controller_open(struct sluice_meta *m, const struct sluice_config *cfg, const char *dir, char *err,
+				size_t errlen);
+int sluice_meta_controller_wait_ready(struct sluice_meta *m, unsigned timeout_ms, char *err, size_t errlen);
+/* Controlled shutdown: ask the controller to move this broker's
+ * leadership away (BrokerHeartbeat WantShutDown) and wait until it says
+ * ShouldShutDown, or timeout_ms. Returns 0 when the controller agreed. */
+int sluice_meta_controller_shutdown(struct sluice_meta *m, unsigned timeout_ms);
+void sluice_meta_controller_close(struct sluice_meta *m);
+/* Whether m is the controller backend. */
+bool sluice_meta_is_controller(const struct sluice_meta *m);
 
 const struct sluice_topic *sluice_meta_find(const struct sluice_meta_snapshot *s, const char *name, size_t len);
 /* A topic id as Kafka prints it: URL-safe base64 without padding (22 chars). */

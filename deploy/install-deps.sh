@@ -4,10 +4,11 @@
 # command and by tests/install-deps.sh.
 #   build:     gcc, meson, ninja, pkg-config
 #   libraries: liburing, jemalloc, zlib, zstd, lz4, snappy (decompression)
-#   probed for later work (optional): DPDK, libraft
+#   controller quorum: libraft (with libuv)
+#   probed for later work (optional): DPDK
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config liburing-dev libjemalloc-dev
-      zlib1g-dev libzstd-dev liblz4-dev libsnappy-dev)
+      zlib1g-dev libzstd-dev liblz4-dev libsnappy-dev libraft-dev libuv1-dev)
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
