@@ -2046,6 +2046,12 @@ int16_t sluice_ctl_alter_configs(struct sluice_ctl *c, int8_t resource_type, con
 		pending_rollback(c, out, from);
 	else
 		pending_note(c, out, from);
+	/* Elections depend on these: the next tick looks at every partition again
+	 * (Kafka elects uncleanly once the topic allows it). */
+	for (size_t i = 0; !e && !validate_only && i < x.n; i++)
+		if (x.v[i].name && (!strcmp(x.v[i].name, "unclean.leader.election.enable") ||
+				    !strcmp(x.v[i].name, "min.insync.replicas")))
+			c->repair_due = true;
 	free(x.v);
 	return e;
 }
