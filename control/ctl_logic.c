@@ -819,8 +819,7 @@ static bool scan_partitions(struct sluice_ctl *c, struct sluice_ctl_out *out, bo
 	if (!complete)
 		c->repair_due = true;
 	*changed = out->n - from;
-	pending_note(c, out, from);
-	return complete;
+	return complete; /* the caller notes the records as pending, with its own */
 }
 
 /* Whether broker id leads any partition in the image. */
@@ -915,6 +914,12 @@ static int16_t registration_check(struct sluice_ctl *c, const struct sluice_ctl_
 		snprintf(msg, msglen, "Rack of broker %d is longer than %d bytes", r->broker_id, SLUICE_BROKER_RACK_MAX);
 		return KERR_INVALID_REGISTRATION;
 	}
+	for (int32_t i = 0; i < r->endpoint_n; i++)
+		if (strnlen(r->endpoints[i].name, sizeof r->endpoints[i].name) == sizeof r->endpoints[i].name ||
+		    strnlen(r->endpoints[i].host, sizeof r->endpoints[i].host) == sizeof r->endpoints[i].host) {
+			snprintf(msg, msglen, "Listener %d of broker %d: name or host too long", i, r->broker_id);
+			return KERR_INVALID_REGISTRATION;
+		}
 	if (!old && sluice_image_broker_count(c->img) >= SLUICE_IMAGE_BROKERS_MAX) {
 		snprintf(msg, msglen, "The cluster already has the most brokers it can hold (%d)", SLUICE_IMAGE_BROKERS_MAX);
 		return KERR_INVALID_REGISTRATION;
@@ -972,7 +977,9 @@ int16_t sluice_ctl_register(struct sluice_ctl *c, const struct sluice_ctl_regist
 	bool new_incarnation = !old || memcmp(old->incarnation_id, r->incarnation_id, 16) != 0;
 	bool clean = old && r->previous_broker_epoch == old->epoch;
 	view_load(c);
-	struct ctl_bview *v = view_put(c, r->broker_id, rec->register_broker.rack);
+	/* Placement is not part of a registration: the rack is not needed (and
+	 * out's records move when out grows). */
+	struct ctl_bview *v = view_put(c, r->broker_id, "");
 	v->fenced = true;
 	v->in_cs = false;
 	v->unclean = new_incarnation && !clean;
@@ -1499,11 +1506,15 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 int16_t sluice_ctl_delete_topic(struct sluice_ctl *c, const char *name, size_t name_len, const uint8_t *id,
 				struct sluice_ctl_out *out, uint8_t id_out[16], char *msg, size_t msglen)
 {
-	assert(c && out && id_out && msg && (name || id));
+	assert(c && out && id_out && msg);
 	pending_sync(c, out);
 	msg[0] = 0;
 	memset(id_out, 0, 16);
 	bool by_id = id && !id_zero(id);
+	if (!by_id && !name) {
+		snprintf(msg, msglen, "Neither topic name nor topic id given.");
+		return KERR_INVALID_REQUEST;
+	}
 	const struct sluice_image_topic *t = by_id ? sluice_image_topic_by_id(c->img, id)
 						   : sluice_image_topic_by_name(c->img, name, name_len);
 	if (t && pending_has(c, out, PEND_REMOVED, NULL, 0, t->id, 0))

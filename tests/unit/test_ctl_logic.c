@@ -277,6 +277,57 @@ Test(ctl_register, a_wrong_cluster_id_is_refused)
 	env_fini(&e);
 }
 
+/* A broker whose session expired registers again as a new process before
+ * any tick fenced it: it is fenced by its registration, leaves every ISR,
+ * and only a clean shutdown keeps it eligible (ELR). */
+static void reregister_after_expiry(bool clean)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 3; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1, 2, 3}};
+	put_topic(&e, "t", 0x15, 1, 3, r, NULL);
+	put_config(&e, SLUICE_MREC_RESOURCE_TOPIC, "t", "min.insync.replicas", "3");
+	sluice_ctl_became_leader(e.ctl, 0);
+	hb(&e, 2, TIMEOUT_MS + 500, false);
+	hb(&e, 3, TIMEOUT_MS + 500, false);
+	int64_t old = sluice_image_broker(e.img, 1)->epoch, epoch;
+	cr_assert_eq(reg(&e, 1, 0xe5, NULL, clean ? old : -1, TIMEOUT_MS + 500, &epoch), 0, "%s", e.msg);
+	apply_out(&e);
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	cr_assert(sluice_image_broker(e.img, 1)->fenced);
+	cr_assert_eq(p->leader, 2);
+	cr_assert(p->isr.n == 2 && !has(&p->isr, 1));
+	if (clean)
+		cr_assert(p->elr.n == 1 && p->elr.id[0] == 1, "a clean shutdown keeps it eligible");
+	else
+		cr_assert_eq(p->elr.n, 0, "an unclean shutdown may have lost data: not eligible");
+	check_settled(&e, TIMEOUT_MS + 501);
+	env_fini(&e);
+}
+
+Test(ctl_register, a_new_incarnation_after_an_unclean_shutdown_leaves_isr_and_elr) { reregister_after_expiry(false); }
+Test(ctl_register, a_new_incarnation_after_a_clean_shutdown_stays_eligible) { reregister_after_expiry(true); }
+
+Test(ctl_register, listener_names_and_hosts_must_be_terminated)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	struct sluice_ctl_registration r = {.broker_id = 1, .cluster_id = CLUSTER, .previous_broker_epoch = -1,
+					    .endpoint_n = 1};
+	memset(r.endpoints[0].host, 'h', sizeof r.endpoints[0].host);
+	int64_t epoch;
+	cr_assert_eq(sluice_ctl_register(e.ctl, &r, CLUSTER, 0, &e.out, &epoch, e.msg, sizeof e.msg),
+		     KERR_INVALID_REGISTRATION);
+	r.broker_id = -2;
+	r.endpoint_n = 0;
+	cr_assert_eq(sluice_ctl_register(e.ctl, &r, CLUSTER, 0, &e.out, &epoch, e.msg, sizeof e.msg),
+		     KERR_INVALID_REGISTRATION);
+	cr_assert_eq(e.out.n, 0);
+	env_fini(&e);
+}
+
 /* ---- heartbeats, fencing, unfencing -------------------------------------------------------------- */
 
 Test(ctl_heartbeat, unfenced_only_once_caught_up_with_its_registration)
@@ -304,6 +355,54 @@ Test(ctl_heartbeat, unfenced_only_once_caught_up_with_its_registration)
 	h.broker_id = 5;
 	cr_assert_eq(sluice_ctl_heartbeat(e.ctl, &h, 30, &e.out, &res), KERR_BROKER_ID_NOT_REGISTERED);
 	check_settled(&e, 40);
+	env_fini(&e);
+}
+
+Test(ctl_heartbeat, a_broker_asking_to_be_fenced_is_fenced_and_may_return)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	start_broker(&e, 1, 1, NULL, 0);
+	const struct sluice_image_broker *b = sluice_image_broker(e.img, 1);
+	struct sluice_ctl_heartbeat h = {.broker_id = 1, .broker_epoch = b->epoch,
+					 .metadata_offset = sluice_image_offset(e.img), .want_fence = true};
+	struct sluice_ctl_heartbeat_result res;
+	cr_assert_eq(sluice_ctl_heartbeat(e.ctl, &h, 10, &e.out, &res), 0);
+	cr_assert(res.is_fenced && !res.should_shutdown);
+	apply_out(&e);
+	cr_assert(sluice_image_broker(e.img, 1)->fenced);
+	cr_assert_eq(sluice_ctl_heartbeat(e.ctl, &h, 20, &e.out, &res), 0);
+	cr_assert(res.is_fenced && e.out.n == 0, "it stays fenced while it asks");
+	h.want_fence = false;
+	cr_assert_eq(sluice_ctl_heartbeat(e.ctl, &h, 30, &e.out, &res), 0);
+	cr_assert(!res.is_fenced);
+	apply_out(&e);
+	cr_assert(!sluice_image_broker(e.img, 1)->fenced);
+	env_fini(&e);
+}
+
+Test(ctl_heartbeat, the_next_deadline_is_the_first_session_to_expire_or_the_imbalance_check)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	put_broker(&e, 1, NULL, false);
+	put_broker(&e, 2, NULL, false);
+	sluice_ctl_became_leader(e.ctl, 1000);
+	cr_assert_eq(sluice_ctl_next_deadline_ms(e.ctl, 1000), 0, "a new leader looks at every partition first");
+	sluice_ctl_tick(e.ctl, 1000, &e.out);
+	cr_assert_eq(e.out.n, 0);
+	hb(&e, 2, 3000, false);
+	cr_assert_eq(sluice_ctl_next_deadline_ms(e.ctl, 2000), 1000 + TIMEOUT_MS + 1 - 2000, "broker 1 expires first");
+	hb(&e, 1, 3000, false);
+	cr_assert_eq(sluice_ctl_next_deadline_ms(e.ctl, 3000), TIMEOUT_MS + 1);
+	struct sluice_ctl_config cfg = cfg_default();
+	cfg.auto_leader_rebalance = false;
+	struct env f;
+	env_init(&f, cfg);
+	cr_assert_eq(sluice_ctl_next_deadline_ms(f.ctl, 0), 0, "the first look at every partition");
+	sluice_ctl_tick(f.ctl, 0, &f.out);
+	cr_assert_eq(sluice_ctl_next_deadline_ms(f.ctl, 0), -1, "no brokers, no rebalance: nothing to wait for");
+	env_fini(&f);
 	env_fini(&e);
 }
 
@@ -948,6 +1047,7 @@ Test(ctl_topics, delete_by_name_or_id_and_grow_partitions)
 	cr_assert_eq(sluice_image_topic_count(e.img), 0);
 	cr_assert_null(sluice_image_config(e.img, SLUICE_MREC_RESOURCE_TOPIC, "g", "retention.ms"));
 	cr_assert_eq(sluice_ctl_delete_topic(e.ctl, NULL, 0, gid, &e.out, out_id, msg, sizeof msg), KERR_UNKNOWN_TOPIC_ID);
+	cr_assert_eq(sluice_ctl_delete_topic(e.ctl, NULL, 0, NULL, &e.out, out_id, msg, sizeof msg), KERR_INVALID_REQUEST);
 	env_fini(&e);
 }
 
