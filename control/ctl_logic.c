@@ -72,6 +72,8 @@ struct pending {
 	int64_t partitions;  /* added by pending TopicRecords and growths */
 	int32_t topics;
 	size_t pid_idx; /* the last ProducerIdsRecord appended, SIZE_MAX none */
+	uint32_t *broker_idx; /* broker records appended (registrations, fencing): the view shows them */
+	size_t broker_n, broker_cap;
 };
 
 /* Facts of the image recomputed when its offset moves: totals for the
@@ -323,6 +325,28 @@ static void pending_reset(struct pending *p, const struct sluice_ctl_out *out)
 	p->partitions = 0;
 	p->topics = 0;
 	p->pid_idx = SIZE_MAX;
+	p->broker_n = 0;
+}
+
+static bool broker_record(enum sluice_mrec_type t)
+{
+	return t == SLUICE_MREC_REGISTER_BROKER || t == SLUICE_MREC_BROKER_REGISTRATION_CHANGE ||
+	       t == SLUICE_MREC_FENCE_BROKER || t == SLUICE_MREC_UNFENCE_BROKER;
+}
+
+/* Remember a broker record; memory short: forgotten (the view then lags
+ * this command, which the next tick repairs). */
+static void pending_broker(struct pending *p, size_t idx)
+{
+	if (p->broker_n == p->broker_cap) {
+		size_t cap = p->broker_cap ? 2 * p->broker_cap : 8;
+		uint32_t *v = realloc(p->broker_idx, cap * sizeof *v);
+		if (!v)
+			return;
+		p->broker_idx = v;
+		p->broker_cap = cap;
+	}
+	p->broker_idx[p->broker_n++] = (uint32_t)idx;
 }
 
 /* Called first by every decision that appends: forget what a cleared or other out held. */
@@ -445,6 +469,8 @@ static void pending_note(struct sluice_ctl *c, const struct sluice_ctl_out *out,
 			c->pend.pid_idx = i;
 			break;
 		default:
+			if (broker_record(out->recs[i].type))
+				pending_broker(&c->pend, i);
 			break;
 		}
 	}
@@ -534,19 +560,6 @@ void sluice_ctl_became_leader(struct sluice_ctl *c, int64_t now_ms)
 
 /* ---- the brokers' view ---------------------------------------------------------------------- */
 
-static void view_load(struct sluice_ctl *c)
-{
-	size_t bn = sluice_image_broker_count(c->img);
-	assert(bn <= SLUICE_IMAGE_BROKERS_MAX);
-	for (size_t i = 0; i < bn; i++) {
-		const struct sluice_image_broker *b = sluice_image_broker_at(c->img, i);
-		c->view[i] = (struct ctl_bview){.id = b->id, .fenced = b->fenced, .in_cs = b->in_controlled_shutdown,
-						.rack = b->rack};
-		assert(i == 0 || c->view[i - 1].id < b->id);
-	}
-	c->view_n = bn;
-}
-
 static struct ctl_bview *view_find(const struct sluice_ctl *c, int32_t id)
 {
 	size_t lo = 0, hi = c->view_n;
@@ -576,6 +589,44 @@ static struct ctl_bview *view_put(struct sluice_ctl *c, int32_t id, const char *
 	c->view_n++;
 	c->view[at] = (struct ctl_bview){.id = id, .fenced = true, .rack = rack};
 	return &c->view[at];
+}
+
+/* The image's brokers, then the broker records earlier decisions put in
+ * out (pending, not applied yet): the brokers as this command leaves them. */
+static void view_load(struct sluice_ctl *c, const struct sluice_ctl_out *out)
+{
+	size_t bn = sluice_image_broker_count(c->img);
+	assert(bn <= SLUICE_IMAGE_BROKERS_MAX);
+	for (size_t i = 0; i < bn; i++) {
+		const struct sluice_image_broker *b = sluice_image_broker_at(c->img, i);
+		c->view[i] = (struct ctl_bview){.id = b->id, .fenced = b->fenced, .in_cs = b->in_controlled_shutdown,
+						.rack = b->rack};
+		assert(i == 0 || c->view[i - 1].id < b->id);
+	}
+	c->view_n = bn;
+	for (size_t k = 0; out && c->pend.out == out && k < c->pend.broker_n; k++) {
+		size_t idx = c->pend.broker_idx[k];
+		const struct sluice_mrec *r = idx < out->n ? &out->recs[idx] : NULL;
+		if (!r || !broker_record(r->type))
+			continue;
+		if (r->type == SLUICE_MREC_REGISTER_BROKER) {
+			if (!view_find(c, r->register_broker.broker_id) && c->view_n > SLUICE_IMAGE_BROKERS_MAX)
+				continue;
+			struct ctl_bview *v = view_put(c, r->register_broker.broker_id, "");
+			v->fenced = r->register_broker.fenced;
+			v->in_cs = r->register_broker.in_controlled_shutdown;
+		} else if (r->type == SLUICE_MREC_BROKER_REGISTRATION_CHANGE) {
+			struct ctl_bview *v = view_find(c, r->broker_registration_change.broker_id);
+			if (v && r->broker_registration_change.fenced >= 0)
+				v->fenced = r->broker_registration_change.fenced;
+			if (v && r->broker_registration_change.in_controlled_shutdown >= 0)
+				v->in_cs = r->broker_registration_change.in_controlled_shutdown;
+		} else {
+			struct ctl_bview *v = view_find(c, r->fence_broker.id);
+			if (v)
+				v->fenced = r->type == SLUICE_MREC_FENCE_BROKER;
+		}
+	}
 }
 
 /* Kafka's isActive: registered, unfenced and not shutting down. */
@@ -875,6 +926,7 @@ void sluice_ctl_free(struct sluice_ctl *c)
 	free(c->pl.rack_start);
 	free(c->pl.visits);
 	free(c->pend.slots);
+	free(c->pend.broker_idx);
 	free(c->cache.slots);
 	free(c);
 }
@@ -976,7 +1028,7 @@ int16_t sluice_ctl_register(struct sluice_ctl *c, const struct sluice_ctl_regist
 	 * handleBrokerUncleanShutdown); a clean one stays eligible. */
 	bool new_incarnation = !old || memcmp(old->incarnation_id, r->incarnation_id, 16) != 0;
 	bool clean = old && r->previous_broker_epoch == old->epoch;
-	view_load(c);
+	view_load(c, out);
 	/* Placement is not part of a registration: the rack is not needed (and
 	 * out's records move when out grows). */
 	struct ctl_bview *v = view_put(c, r->broker_id, "");
@@ -1048,7 +1100,7 @@ static int heartbeat_records(struct sluice_ctl *c, const struct sluice_image_bro
 			     enum bstate cur, enum bstate next, struct sluice_ctl_out *out)
 {
 	size_t from = out->n;
-	view_load(c);
+	view_load(c, out);
 	struct ctl_bview *v = view_find(c, b->id);
 	assert(v);
 	int rc = 0;
@@ -1138,7 +1190,7 @@ void sluice_ctl_tick(struct sluice_ctl *c, int64_t now_ms, struct sluice_ctl_out
 	pending_sync(c, out);
 	size_t from = out->n;
 	sessions_prune(c);
-	view_load(c);
+	view_load(c, out);
 	size_t fenced = fence_expired(c, now_ms, out);
 	if (c->cfg.auto_leader_rebalance && now_ms - c->rebalance_last_ms >= CTL_IMBALANCE_CHECK_INTERVAL_MS)
 		c->rebalance_due = true;
@@ -1200,10 +1252,10 @@ static int pl_entry_cmp(const void *a, const void *b)
 }
 
 /* Load the active brokers; returns how many. */
-static int32_t placer_load(struct sluice_ctl *c, const char *topic)
+static int32_t placer_load(struct sluice_ctl *c, const struct sluice_ctl_out *out, const char *topic)
 {
 	struct placer *pl = &c->pl;
-	view_load(c);
+	view_load(c, out);
 	pl->broker_n = 0;
 	for (size_t i = 0; i < c->view_n; i++)
 		if (view_active(c, c->view[i].id))
@@ -1473,7 +1525,7 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 	char topic[SLUICE_TOPIC_NAME_MAX + 1];
 	memcpy(topic, name, name_len);
 	topic[name_len] = 0;
-	placer_load(c, topic);
+	placer_load(c, out, topic);
 	e = create_check(c, out, topic, name_len, parts, rf, configs, config_n, msg, msglen);
 	uint8_t tid[16];
 	if (!e)
@@ -1584,7 +1636,7 @@ int16_t sluice_ctl_create_partitions(struct sluice_ctl *c, const char *name, siz
 			 (int)(name_len > SLUICE_TOPIC_NAME_MAX ? SLUICE_TOPIC_NAME_MAX : name_len), name);
 		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	}
-	placer_load(c, t->name);
+	placer_load(c, out, t->name);
 	int16_t e = grow_check(c, out, t, count, msg, msglen);
 	if (e || validate_only)
 		return e;
@@ -2151,7 +2203,7 @@ int16_t sluice_ctl_alter_partition(struct sluice_ctl *c, const struct sluice_ctl
 	if (a->new_isr.n < 0 || a->new_isr.n > SLUICE_REPLICAS_MAX)
 		return KERR_INVALID_REQUEST;
 	const struct sluice_image_partition *p = &t->partitions[a->partition];
-	view_load(c);
+	view_load(c, out);
 	int16_t e = alter_partition_check(c, a, p);
 	if (e)
 		return e;

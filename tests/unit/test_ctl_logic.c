@@ -686,6 +686,38 @@ Test(ctl_shutdown, leadership_moves_away_then_the_broker_may_stop)
 	env_fini(&e);
 }
 
+/* Two decisions in one command (a server batching them): the second sees
+ * the first's broker records (no election of a broker leaving in the same
+ * command), and never changes a partition the first changed. */
+Test(ctl_shutdown, two_shutdowns_in_one_command_never_elect_a_broker_that_is_leaving)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 3; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1, 2, 3}, {2, 1, 3}};
+	put_topic(&e, "t", 0x63, 2, 3, r, NULL);
+	static const int32_t u[][3] = {{2, 1, 3}};
+	static const int32_t only_2[] = {1};
+	put_topic(&e, "u", 0x64, 1, 3, u, only_2);
+	put_config(&e, SLUICE_MREC_RESOURCE_TOPIC, "u", "unclean.leader.election.enable", "true");
+	sluice_ctl_became_leader(e.ctl, 0);
+	hb(&e, 1, 10, true);
+	hb(&e, 2, 10, true);
+	cr_assert_eq(count_type(&e, SLUICE_MREC_PARTITION_CHANGE), 3, "t-0 and t-1 for broker 1, u-0 for broker 2");
+	apply_out(&e);
+	cr_assert_eq(part(&e, "u", 0)->leader, 3, "not 1, which is shutting down in the same command");
+	cr_assert_eq(part(&e, "t", 1)->leader, 2, "changed by broker 1's decision, left alone by broker 2's");
+	hb(&e, 3, 20, false);
+	sluice_ctl_tick(e.ctl, 20, &e.out);
+	apply_out(&e);
+	cr_assert_eq(part(&e, "t", 0)->leader, 3, "the next tick finishes what the command could not");
+	cr_assert_eq(part(&e, "t", 1)->leader, 3);
+	cr_assert(part(&e, "t", 0)->isr.n == 1 && part(&e, "t", 1)->isr.n == 1);
+	check_settled(&e, 30);
+	env_fini(&e);
+}
+
 Test(ctl_shutdown, a_broker_leading_nothing_stops_at_once)
 {
 	struct env e;
