@@ -575,13 +575,15 @@ static struct ctl_bview *view_find(const struct sluice_ctl *c, int32_t id)
 	return NULL;
 }
 
-/* The entry of id, added (fenced) if the image does not have it yet. */
+/* The entry of id, added (fenced) if the image does not have it yet; NULL
+ * when the view is full (the image's apply refuses such a broker anyway). */
 static struct ctl_bview *view_put(struct sluice_ctl *c, int32_t id, const char *rack)
 {
 	struct ctl_bview *v = view_find(c, id);
 	if (v)
 		return v;
-	assert(c->view_n <= SLUICE_IMAGE_BROKERS_MAX);
+	if (c->view_n > SLUICE_IMAGE_BROKERS_MAX)
+		return NULL;
 	size_t at = 0;
 	while (at < c->view_n && c->view[at].id < id)
 		at++;
@@ -610,11 +612,11 @@ static void view_load(struct sluice_ctl *c, const struct sluice_ctl_out *out)
 		if (!r || !broker_record(r->type))
 			continue;
 		if (r->type == SLUICE_MREC_REGISTER_BROKER) {
-			if (!view_find(c, r->register_broker.broker_id) && c->view_n > SLUICE_IMAGE_BROKERS_MAX)
-				continue;
 			struct ctl_bview *v = view_put(c, r->register_broker.broker_id, "");
-			v->fenced = r->register_broker.fenced;
-			v->in_cs = r->register_broker.in_controlled_shutdown;
+			if (v) {
+				v->fenced = r->register_broker.fenced;
+				v->in_cs = r->register_broker.in_controlled_shutdown;
+			}
 		} else if (r->type == SLUICE_MREC_BROKER_REGISTRATION_CHANGE) {
 			struct ctl_bview *v = view_find(c, r->broker_registration_change.broker_id);
 			if (v && r->broker_registration_change.fenced >= 0)
@@ -1032,9 +1034,11 @@ int16_t sluice_ctl_register(struct sluice_ctl *c, const struct sluice_ctl_regist
 	/* Placement is not part of a registration: the rack is not needed (and
 	 * out's records move when out grows). */
 	struct ctl_bview *v = view_put(c, r->broker_id, "");
-	v->fenced = true;
-	v->in_cs = false;
-	v->unclean = new_incarnation && !clean;
+	if (v) {
+		v->fenced = true;
+		v->in_cs = false;
+		v->unclean = new_incarnation && !clean;
+	}
 	size_t changed = 0;
 	if (old)
 		scan_partitions(c, out, false, &changed);
