@@ -1,0 +1,2 @@
+/* The cluster metadata image (see image.h): not written yet. */
+#include "control/image.h"
