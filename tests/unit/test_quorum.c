@@ -1013,7 +1013,7 @@ static void big_command(struct sluice_mrec *recs)
  * directories reload the same images (snapshot + log). The loop must keep
  * turning: time spent outside it (say, building records) would look like a
  * stalled leader to the followers. */
-Test(quorum_uv, real_time_leader_commit_failover_restart, .timeout = 60)
+Test(quorum_uv, real_time_leader_commit_failover_restart)
 {
 	struct ucluster c;
 	struct sluice_mrec *recs = calloc(BIG_CONFIGS, sizeof *recs);
@@ -1141,7 +1141,7 @@ Test(quorum_uv, refuses_without_sigpipe_ignored_and_bad_config)
 }
 
 /* One voter alone: leads, commits, stops, and restarts from its log. */
-Test(quorum_uv, real_time_single_voter_restart, .timeout = 30)
+Test(quorum_uv, real_time_single_voter_restart)
 {
 	struct ucluster c;
 	struct sluice_quorum *q = NULL;
