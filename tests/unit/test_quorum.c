@@ -1004,6 +1004,95 @@ static void big_command(struct sluice_mrec *recs)
 	}
 }
 
+/* A first commit on all three; DescribeQuorum from the leader once the
+ * followers were heard from, and from a follower; a follower refuses. */
+static void u_first_commit_and_status(struct ucluster *c, struct sluice_mrec *small)
+{
+	rec_broker(&small[0], 1);
+	rec_topic(&small[1], 0);
+	rec_partition(&small[2], 0, 0, 1);
+	u_commit(c, small, 3, 2);
+	int l = u_leader(c);
+	idle_ms(c, 300);
+	struct sluice_quorum_status st;
+	sluice_quorum_status(c->n[l].q, &st);
+	cr_assert_eq(st.leader_id, c->n[l].id);
+	cr_assert_eq(st.high_watermark, 2);
+	cr_assert_gt(st.leader_epoch, 0);
+	cr_assert_eq(st.voter_n, UV_NODES);
+	for (int i = 0; i < UV_NODES; i++) {
+		cr_assert_eq(st.voters[i].id, i + 1);
+		cr_assert_eq(st.voters[i].log_end_offset, 2, "voter %d", i + 1);
+		cr_assert_gt(st.voters[i].last_caught_up_ms, 0);
+	}
+	sluice_quorum_status(c->n[(l + 1) % UV_NODES].q, &st);
+	cr_assert_eq(st.leader_id, c->n[l].id);
+	cr_assert_eq(sluice_quorum_propose(c->n[(l + 1) % UV_NODES].q, small, 1, uprop_done, NULL), KERR_NOT_CONTROLLER);
+}
+
+/* The leader stops: another takes over and commits; the old one restarts
+ * from its directory and catches up. Returns the offset reached. */
+static int64_t u_failover(struct ucluster *c, struct sluice_mrec *small)
+{
+	int l = u_leader(c);
+	u_stop(c, l);
+	cr_assert_neq(u_leader(c), l);
+	rec_broker(&small[0], 2);
+	u_commit(c, small, 1, 3);
+	u_forget(&c->n[l]);
+	u_start(c, l);
+	int64_t end = 3;
+	cr_assert(run_until(c, all_at, &end, UV_WAIT_MS), "the restarted node did not catch up");
+	return end;
+}
+
+/* A proposal pending when its leader stops completes with NOT_CONTROLLER;
+ * the leader restarts and everyone commits on. Returns the offset reached. */
+static int64_t u_pending_at_stop(struct ucluster *c, struct sluice_mrec *small)
+{
+	int l = u_leader(c);
+	struct uprop p = {0};
+	int64_t end = -1;
+	rec_broker(&small[0], 3);
+	cr_assert_eq(sluice_quorum_propose(c->n[l].q, small, 1, uprop_done, &p), KERR_NONE);
+	u_stop(c, l);
+	cr_assert(p.done);
+	cr_assert_eq(p.error, KERR_NOT_CONTROLLER);
+	/* It may still commit under the next leader (as in any Raft). */
+	u_leader(c);
+	u_forget(&c->n[l]);
+	u_start(c, l);
+	for (int k = 0; k < 2; k++) {
+		rec_config(&small[0], 0, (uint64_t)k + 100);
+		end = sluice_image_offset(c->n[u_leader(c)].img) + 1;
+		u_commit(c, small, 1, end);
+	}
+	return end;
+}
+
+/* Everyone stops; restarted from the same directories, the images come
+ * back equal (a snapshot loaded at start, then the log). */
+static void u_restart_all(struct ucluster *c, int64_t end)
+{
+	struct sluice_image *before[UV_NODES];
+	for (int i = 0; i < UV_NODES; i++) {
+		u_stop(c, i);
+		before[i] = c->n[i].img;
+		sluice_mlog_free(c->n[i].mlog);
+		c->n[i].img = NULL;
+		c->n[i].mlog = NULL;
+	}
+	for (int i = 0; i < UV_NODES; i++)
+		u_start(c, i);
+	u_leader(c);
+	cr_assert(run_until(c, all_at, &end, UV_WAIT_MS), "not reloaded to offset %lld", (long long)end);
+	for (int i = 0; i < UV_NODES; i++) {
+		cr_assert(sluice_image_equal(before[i], c->n[i].img), "node %d reloaded a different image", i + 1);
+		cr_assert_eq(c->n[i].restored_n, 1, "node %d loaded no snapshot at start", i + 1);
+		sluice_image_free(before[i]);
+	}
+}
+
 /* REAL TIME (about 5-7 s). A leader emerges among three controllers, a
  * proposal commits at the expected offsets on all three, the leader stops
  * and another emerges and commits, the stopped one restarts from its
@@ -1017,46 +1106,14 @@ Test(quorum_uv, real_time_leader_commit_failover_restart)
 {
 	struct ucluster c;
 	struct sluice_mrec *recs = calloc(BIG_CONFIGS, sizeof *recs);
+	struct sluice_mrec small[3];
 	cr_assert(recs);
 	big_command(recs); /* built before the quorum runs */
-	struct sluice_mrec small[3];
 	u_init(&c, 4);
 	for (int i = 0; i < UV_NODES; i++)
 		u_start(&c, i);
-	rec_broker(&small[0], 1);
-	rec_topic(&small[1], 0);
-	rec_partition(&small[2], 0, 0, 1);
-	u_commit(&c, small, 3, 2);
-	/* DescribeQuorum from the leader once followers were heard from. */
-	int l = u_leader(&c);
-	idle_ms(&c, 300);
-	struct sluice_quorum_status st;
-	sluice_quorum_status(c.n[l].q, &st);
-	cr_assert_eq(st.leader_id, c.n[l].id);
-	cr_assert_eq(st.high_watermark, 2);
-	cr_assert_gt(st.leader_epoch, 0);
-	cr_assert_eq(st.voter_n, UV_NODES);
-	for (int i = 0; i < UV_NODES; i++) {
-		cr_assert_eq(st.voters[i].id, i + 1);
-		cr_assert_eq(st.voters[i].log_end_offset, 2, "voter %d", i + 1);
-		cr_assert_gt(st.voters[i].last_caught_up_ms, 0);
-	}
-	sluice_quorum_status(c.n[(l + 1) % UV_NODES].q, &st);
-	cr_assert_eq(st.leader_id, c.n[l].id);
-	cr_assert_eq(sluice_quorum_propose(c.n[(l + 1) % UV_NODES].q, small, 1, uprop_done, NULL), KERR_NOT_CONTROLLER);
-
-	/* The leader stops: another takes over and commits. */
-	u_stop(&c, l);
-	int l2 = u_leader(&c);
-	cr_assert_neq(l2, l);
-	rec_broker(&small[0], 2);
-	u_commit(&c, small, 1, 3);
-	/* The old leader restarts from its directory and catches up. */
-	u_forget(&c.n[l]);
-	u_start(&c, l);
-	int64_t end = 3;
-	cr_assert(run_until(&c, all_at, &end, UV_WAIT_MS), "the restarted node did not catch up");
-
+	u_first_commit_and_status(&c, small);
+	int64_t end = u_failover(&c, small);
 	/* One command of about 10 MiB, then small ones past the snapshot threshold. */
 	end += BIG_CONFIGS;
 	u_commit(&c, recs, BIG_CONFIGS, end);
@@ -1066,47 +1123,8 @@ Test(quorum_uv, real_time_leader_commit_failover_restart)
 		rec_config(&small[0], 0, (uint64_t)k);
 		u_commit(&c, small, 1, ++end);
 	}
-
-	/* A proposal pending when its leader stops: NOT_CONTROLLER. */
-	l = u_leader(&c);
-	struct uprop p = {0};
-	rec_broker(&small[0], 3);
-	cr_assert_eq(sluice_quorum_propose(c.n[l].q, small, 1, uprop_done, &p), KERR_NONE);
-	u_stop(&c, l);
-	cr_assert(p.done);
-	cr_assert_eq(p.error, KERR_NOT_CONTROLLER);
-	/* It may still have committed under the next leader: wait for one and
-	 * a quiet moment so that every survivor holds the same. */
-	u_leader(&c);
-	idle_ms(&c, 300);
-	u_forget(&c.n[l]);
-	u_start(&c, l);
-	u_leader(&c);
-	for (int k = 0; k < 2; k++) {
-		rec_config(&small[0], 0, (uint64_t)k + 100);
-		end = sluice_image_offset(c.n[u_leader(&c)].img) + 1;
-		u_commit(&c, small, 1, end);
-	}
-
-	/* Everyone stops; restarted from the same directories, the images come
-	 * back equal (a snapshot loaded at start, then the log). */
-	struct sluice_image *before[UV_NODES];
-	for (int i = 0; i < UV_NODES; i++) {
-		u_stop(&c, i);
-		before[i] = c.n[i].img;
-		sluice_mlog_free(c.n[i].mlog);
-		c.n[i].img = NULL;
-		c.n[i].mlog = NULL;
-	}
-	for (int i = 0; i < UV_NODES; i++)
-		u_start(&c, i);
-	u_leader(&c);
-	cr_assert(run_until(&c, all_at, &end, UV_WAIT_MS), "not reloaded to offset %lld", (long long)end);
-	for (int i = 0; i < UV_NODES; i++) {
-		cr_assert(sluice_image_equal(before[i], c.n[i].img), "node %d reloaded a different image", i + 1);
-		cr_assert_eq(c.n[i].restored_n, 1, "node %d loaded no snapshot at start", i + 1);
-		sluice_image_free(before[i]);
-	}
+	end = u_pending_at_stop(&c, small);
+	u_restart_all(&c, end);
 	u_fini(&c);
 	free(recs);
 }
