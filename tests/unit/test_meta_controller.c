@@ -51,7 +51,7 @@ struct fake_conn {
 	/* a held metadata fetch (long poll) */
 	bool held;
 	int32_t corr;
-	int64_t offset, deadline_ms;
+	int64_t offset, deadline_ms, ready_ms;
 	int32_t max_bytes;
 };
 
@@ -71,6 +71,7 @@ struct fake {
 	int garbage_n;            /* the next requests answered with garbage */
 	int garbage_kind;         /* rotates: lying length, wrong correlation id, random body, corrupt batch */
 	int32_t snapshot_page_max; /* bytes per FetchSnapshot page */
+	int32_t fetch_delay_ms;    /* metadata fetches are answered no sooner */
 	int64_t pid_next;
 	/* what it saw */
 	int requests, registrations, heartbeats, fetches, snapshot_pages, creates;
@@ -344,7 +345,8 @@ static void on_fetch(struct fake *f, struct fake_conn *c, int32_t corr, struct k
 	c->corr = corr;
 	c->held = true;
 	c->deadline_ms = mono_ms() + max_wait;
-	if (c->offset != sluice_mlog_end(f->log) || f->not_controller)
+	c->ready_ms = mono_ms() + f->fetch_delay_ms;
+	if ((c->offset != sluice_mlog_end(f->log) && !f->fetch_delay_ms) || f->not_controller)
 		fetch_answer(f, c);
 }
 
@@ -593,7 +595,9 @@ static void *fake_main(void *arg)
 		pthread_mutex_lock(&f->lock);
 		for (int i = 0; i < FAKE_CONNS_MAX; i++) {
 			struct fake_conn *c = &f->conns[i];
-			if (c->fd >= 0 && c->held && (sluice_mlog_end(f->log) > c->offset || mono_ms() >= c->deadline_ms))
+			int64_t now = mono_ms();
+			if (c->fd >= 0 && c->held && now >= c->ready_ms &&
+			    (sluice_mlog_end(f->log) != c->offset || now >= c->deadline_ms))
 				fetch_answer(f, c);
 		}
 		pthread_mutex_unlock(&f->lock);
@@ -817,6 +821,9 @@ Test(meta_controller, submit_create_completes_after_image_caught_up)
 	struct sluice_meta m;
 	client_open(&m, &f, NULL);
 	client_ready(&m);
+	pthread_mutex_lock(&f.lock);
+	f.fetch_delay_ms = 300; /* the CreateTopics answer comes well before the records */
+	pthread_mutex_unlock(&f.lock);
 	static const uint8_t adopted[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 	static const struct sluice_topic_config cfg = {"cleanup.policy", "compact"};
 	struct sluice_topic out;
