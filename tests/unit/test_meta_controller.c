@@ -74,7 +74,7 @@ struct fake {
 	int32_t fetch_delay_ms;    /* metadata fetches are answered no sooner */
 	int64_t pid_next;
 	/* what it saw */
-	int requests, registrations, heartbeats, fetches, snapshot_pages, creates;
+	int requests, registrations, heartbeats, fetches, snapshot_pages, creates, config_ops;
 	int64_t previous_epoch; /* of the last registration */
 	bool want_shutdown;
 	/* the snapshot being paged */
@@ -438,6 +438,7 @@ static void on_create_topics(struct fake *f, struct fake_conn *c, int32_t corr, 
 	int32_t n = krd_array(r, true, 10);
 	kwr_array(&w, true, n);
 	int64_t last = sluice_image_offset(f->img);
+	bool validate_only = r->end - r->p >= 6 && r->end[-2] == 1; /* ValidateOnly, before the last tag byte */
 	for (int32_t i = 0; i < n && !r->err; i++) {
 		struct kstr name = krd_string(r, true);
 		int32_t parts = krd_i32(r);
@@ -464,7 +465,7 @@ static void on_create_topics(struct fake *f, struct fake_conn *c, int32_t corr, 
 		snprintf(nm, sizeof nm, "%.*s", name.len, name.ptr);
 		int16_t error = f->not_controller ? KERR_NOT_CONTROLLER
 				: sluice_image_topic_by_name(f->img, nm, strlen(nm)) ? KERR_TOPIC_ALREADY_EXISTS : 0;
-		if (!error)
+		if (!error && !validate_only)
 			last = fake_create(f, nm, parts < 0 ? 1 : parts, has_id ? given : NULL, cfgs, cn, id);
 		kwr_cstr(&w, true, nm);
 		kwr_uuid(&w, id);
@@ -474,10 +475,10 @@ static void on_create_topics(struct fake *f, struct fake_conn *c, int32_t corr, 
 		kwr_i16(&w, 1);
 		kwr_array(&w, true, -1);
 		kwr_tags_empty(&w);
-		f->creates += !error;
+		f->creates += !error && !validate_only;
 	}
 	(void)krd_i32(r);
-	(void)krd_bool(r);
+	cr_assert_eq(krd_bool(r), validate_only);
 	krd_tags_skip(r);
 	cr_assert(!r->err && krd_left(r) == 0, "CreateTopics decodes");
 	kwr_uvarint(&w, 1); /* SluiceMetadataOffset */
@@ -501,6 +502,147 @@ static void on_allocate_pids(struct fake *f, struct fake_conn *c, int32_t corr, 
 	kwr_i32(&w, 3); /* small blocks: a second one is needed soon */
 	kwr_tags_empty(&w);
 	f->pid_next += 3;
+	respond(c, &w, corr, true);
+	kwr_free(&w);
+}
+
+/* The answer of DeleteTopics v5 / CreatePartitions v3 / IncrementalAlterConfigs v1:
+ * entries written by the handler, then SluiceMetadataOffset. */
+static void finish_offset(struct kwr *w, int64_t last)
+{
+	kwr_uvarint(w, 1);
+	kwr_uvarint(w, 1000);
+	kwr_uvarint(w, 8);
+	kwr_i64(w, last);
+}
+
+static void name_of(struct kstr k, char *out, size_t cap)
+{
+	snprintf(out, cap, "%.*s", k.ptr ? k.len : 0, k.ptr ? k.ptr : "");
+}
+
+static void on_delete_topics(struct fake *f, struct fake_conn *c, int32_t corr, struct krd *r)
+{
+	struct kwr w;
+	begin(&w);
+	kwr_i32(&w, 0);
+	int32_t n = krd_array(r, true, 1);
+	kwr_array(&w, true, n);
+	int64_t last = sluice_image_offset(f->img);
+	for (int32_t i = 0; i < n && !r->err; i++) {
+		char nm[256];
+		name_of(krd_string(r, true), nm, sizeof nm);
+		const struct sluice_image_topic *t = sluice_image_topic_by_name(f->img, nm, strlen(nm));
+		if (t) {
+			struct sluice_mrec rec = {.type = SLUICE_MREC_REMOVE_TOPIC};
+			memcpy(rec.remove_topic.topic_id, t->id, 16);
+			last = fake_append(f, &rec);
+		}
+		kwr_cstr(&w, true, nm);
+		kwr_i16(&w, t ? 0 : KERR_UNKNOWN_TOPIC_OR_PARTITION);
+		kwr_cstr(&w, true, t ? NULL : "no such topic in the fake");
+		kwr_tags_empty(&w);
+	}
+	(void)krd_i32(r);
+	krd_tags_skip(r);
+	cr_assert(!r->err && krd_left(r) == 0, "DeleteTopics decodes");
+	finish_offset(&w, last);
+	respond(c, &w, corr, true);
+	kwr_free(&w);
+}
+
+static void on_create_partitions(struct fake *f, struct fake_conn *c, int32_t corr, struct krd *r)
+{
+	struct kwr w;
+	begin(&w);
+	kwr_i32(&w, 0);
+	int32_t n = krd_array(r, true, 7);
+	kwr_array(&w, true, n);
+	int64_t last = sluice_image_offset(f->img);
+	bool validate_only = r->end - r->p >= 2 && r->end[-2] == 1;
+	for (int32_t i = 0; i < n && !r->err; i++) {
+		char nm[256];
+		name_of(krd_string(r, true), nm, sizeof nm);
+		int32_t count = krd_i32(r);
+		cr_assert_eq(krd_array(r, true, 1), -1, "no assignments");
+		krd_tags_skip(r);
+		const struct sluice_image_topic *t = sluice_image_topic_by_name(f->img, nm, strlen(nm));
+		int16_t error = !t ? KERR_UNKNOWN_TOPIC_OR_PARTITION : count <= t->partition_n ? KERR_INVALID_PARTITIONS : 0;
+		for (int32_t p = t && !error && !validate_only ? t->partition_n : count; p < count; p++) {
+			struct sluice_mrec rec;
+			memset(&rec, 0, sizeof rec);
+			rec.type = SLUICE_MREC_PARTITION;
+			rec.partition.partition_id = p;
+			memcpy(rec.partition.topic_id, t->id, 16);
+			rec.partition.leader = -1;
+			last = fake_append(f, &rec);
+			t = sluice_image_topic_by_name(f->img, nm, strlen(nm));
+		}
+		kwr_cstr(&w, true, nm);
+		kwr_i16(&w, error);
+		kwr_cstr(&w, true, error ? "refused by the fake" : NULL);
+		kwr_tags_empty(&w);
+	}
+	(void)krd_i32(r);
+	cr_assert_eq(krd_bool(r), validate_only);
+	krd_tags_skip(r);
+	cr_assert(!r->err && krd_left(r) == 0, "CreatePartitions decodes");
+	finish_offset(&w, last);
+	respond(c, &w, corr, true);
+	kwr_free(&w);
+}
+
+static void on_alter_configs(struct fake *f, struct fake_conn *c, int32_t corr, struct krd *r)
+{
+	struct kwr w;
+	begin(&w);
+	kwr_i32(&w, 0);
+	int32_t n = krd_array(r, true, 4);
+	kwr_array(&w, true, n);
+	int64_t last = sluice_image_offset(f->img);
+	for (int32_t i = 0; i < n && !r->err; i++) {
+		cr_assert_eq(krd_i8(r), SLUICE_MREC_RESOURCE_TOPIC);
+		char nm[256];
+		name_of(krd_string(r, true), nm, sizeof nm);
+		int32_t ops = krd_array(r, true, 4);
+		f->config_ops += ops;
+		for (int32_t k = 0; k < ops && !r->err; k++) {
+			struct sluice_mrec rec;
+			memset(&rec, 0, sizeof rec);
+			rec.type = SLUICE_MREC_CONFIG;
+			rec.config.resource_type = SLUICE_MREC_RESOURCE_TOPIC;
+			snprintf(rec.config.resource_name, sizeof rec.config.resource_name, "%.249s", nm);
+			name_of(krd_string(r, true), rec.config.name, sizeof rec.config.name);
+			int8_t op = krd_i8(r);
+			struct kstr v = krd_string(r, true);
+			krd_tags_skip(r);
+			cr_assert(op == 0 || op == 1, "SET or DELETE");
+			cr_assert_eq(op == 1, v.ptr == NULL, "DELETE has a null value");
+			rec.config.value_null = op == 1;
+			name_of(v, rec.config.value, sizeof rec.config.value);
+			last = fake_append(f, &rec);
+		}
+		krd_tags_skip(r);
+		kwr_i16(&w, 0);
+		kwr_cstr(&w, true, NULL);
+		kwr_i8(&w, SLUICE_MREC_RESOURCE_TOPIC);
+		kwr_cstr(&w, true, nm);
+		kwr_tags_empty(&w);
+	}
+	(void)krd_bool(r);
+	krd_tags_skip(r);
+	cr_assert(!r->err && krd_left(r) == 0, "IncrementalAlterConfigs decodes");
+	finish_offset(&w, last);
+	respond(c, &w, corr, true);
+	kwr_free(&w);
+}
+
+/* Any other api: the request body back, for forward(). */
+static void on_echo(struct fake_conn *c, int32_t corr, struct krd *r)
+{
+	struct kwr w;
+	begin(&w);
+	kwr_raw(&w, r->p, krd_left(r));
 	respond(c, &w, corr, true);
 	kwr_free(&w);
 }
@@ -534,6 +676,14 @@ static void fake_request(struct fake *f, struct fake_conn *c, const uint8_t *p, 
 		on_create_topics(f, c, corr, &r);
 	else if (key == 67 && ver == 0)
 		on_allocate_pids(f, c, corr, &r);
+	else if (key == 20 && ver == 5)
+		on_delete_topics(f, c, corr, &r);
+	else if (key == 37 && ver == 3)
+		on_create_partitions(f, c, corr, &r);
+	else if (key == 44 && ver == 1)
+		on_alter_configs(f, c, corr, &r);
+	else if (key == 55)
+		on_echo(c, corr, &r);
 	else
 		cr_assert_fail("fake controller: unexpected api %d v%d", key, ver);
 }
@@ -778,11 +928,11 @@ Test(meta_controller, registers_and_shows_controller_topics)
 /* A submitted batch and what its completion saw. */
 struct waiter {
 	struct sluice_meta_batch batch;
-	struct sluice_meta_change changes[4];
+	struct sluice_meta_change changes[8];
 	struct sluice_meta *m;
 	sem_t done;
-	bool seen[4];         /* the topic was in the snapshot when done ran */
-	uint8_t seen_id[4][16];
+	bool seen[8];         /* the topic was in the snapshot when done ran */
+	uint8_t seen_id[8][16];
 	pthread_t thread;
 };
 
@@ -791,7 +941,8 @@ static void waiter_done(struct sluice_meta_batch *b)
 	struct waiter *w = b->arg;
 	struct sluice_meta_snapshot *s = w->m->ops->acquire(w->m->self);
 	for (uint32_t i = 0; i < b->change_n; i++) {
-		const struct sluice_topic *t = sluice_meta_find(s, b->changes[i].name, b->changes[i].name_len);
+		const struct sluice_topic *t =
+			b->changes[i].name ? sluice_meta_find(s, b->changes[i].name, b->changes[i].name_len) : NULL;
 		w->seen[i] = t != NULL;
 		if (t)
 			memcpy(w->seen_id[i], t->id, 16);
@@ -1058,4 +1209,184 @@ Test(meta_controller, no_controller_is_reported)
 	cr_assert_eq(w->changes[0].error, KERR_REQUEST_TIMED_OUT);
 	sem_destroy(&w->done);
 	free(w);
+}
+
+static const struct sluice_topic_config *config_of(const struct sluice_topic *t, const char *key)
+{
+	for (int32_t i = 0; i < t->config_n; i++)
+		if (!strcmp(t->configs[i].key, key))
+			return &t->configs[i];
+	return NULL;
+}
+
+/* One batch of every kind: configs replaced (as the difference: two SETs
+ * and a DELETE), partitions grown, a producer id, a forgotten tombstone
+ * (nothing to do), a deletion reporting the deleted topic's id; the
+ * completion's snapshot shows all of it. Replacing configs by the same
+ * ones sends no operation. */
+Test(meta_controller, batch_of_every_kind)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	uint8_t gone_id[16], id[16];
+	static const struct sluice_topic_config before[2] = {{"retention.ms", "1000"}, {"segment.bytes", "1048576"}};
+	static const struct sluice_topic_config after[2] = {{"retention.ms", "2000"}, {"cleanup.policy", "compact"}};
+	pthread_mutex_lock(&f.lock);
+	fake_create(&f, "k", 2, NULL, before, 2, id);
+	fake_create(&f, "gone", 3, NULL, NULL, 0, gone_id);
+	pthread_mutex_unlock(&f.lock);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	struct waiter *w = calloc(1, sizeof *w);
+	w->m = &m;
+	sem_init(&w->done, 0, 0);
+	struct sluice_topic gone_out;
+	w->changes[0] = (struct sluice_meta_change){.kind = SLUICE_META_SET_TOPIC_CONFIGS, .name = "k", .name_len = 1,
+						    .configs = after, .config_n = 2};
+	w->changes[1] = (struct sluice_meta_change){.kind = SLUICE_META_CREATE_PARTITIONS, .name = "k", .name_len = 1,
+						    .partitions = 5};
+	w->changes[2] = (struct sluice_meta_change){.kind = SLUICE_META_ALLOCATE_PRODUCER_ID};
+	w->changes[3] = (struct sluice_meta_change){.kind = SLUICE_META_FORGET_DELETED, .id = gone_id};
+	w->changes[4] = (struct sluice_meta_change){.kind = SLUICE_META_DELETE_TOPIC, .name = "gone", .name_len = 4,
+						    .topic_out = &gone_out};
+	w->batch = (struct sluice_meta_batch){.changes = w->changes, .change_n = 5, .done = waiter_done, .arg = w};
+	cr_assert_eq(m.ops->submit(m.self, &w->batch), SLUICE_META_SUBMITTED);
+	waiter_wait(w);
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(w->changes[i].error, 0, "change %d: %s", i, w->changes[i].msg);
+	cr_assert(w->seen[0] && w->seen[1] && !w->seen[4]);
+	cr_assert_eq(w->changes[1].topic_partitions, 5);
+	cr_assert_eq(w->changes[2].producer_id, 1000);
+	cr_assert_eq(memcmp(w->changes[4].topic_id, gone_id, 16), 0, "the deleted topic's id");
+	cr_assert_eq(w->changes[4].topic_partitions, 3);
+	cr_assert_str_eq(gone_out.name, "gone");
+	pthread_mutex_lock(&f.lock);
+	cr_assert_eq(f.config_ops, 3, "SET retention.ms, SET cleanup.policy, DELETE segment.bytes");
+	pthread_mutex_unlock(&f.lock);
+	struct sluice_meta_snapshot *s = m.ops->acquire(m.self);
+	const struct sluice_topic *k = sluice_meta_find(s, "k", 1);
+	cr_assert_not_null(k);
+	cr_assert_eq(k->partitions, 5);
+	cr_assert_eq(k->config_n, 2);
+	cr_assert_str_eq(config_of(k, "retention.ms")->value, "2000");
+	cr_assert_str_eq(config_of(k, "cleanup.policy")->value, "compact");
+	cr_assert_eq(k->limits.retention_ms, 2000);
+	cr_assert_null(sluice_meta_find(s, "gone", 4));
+	assert_same_state(s, &f);
+	m.ops->release(m.self, s);
+	char msg[256];
+	cr_assert_eq(m.ops->set_topic_configs(m.self, "k", 1, after, 2, false, msg, sizeof msg), 0, "%s", msg);
+	pthread_mutex_lock(&f.lock);
+	cr_assert_eq(f.config_ops, 3, "the same configs again: no operation");
+	pthread_mutex_unlock(&f.lock);
+	cr_assert_eq(m.ops->create_partitions(m.self, "k", 1, 4, false, msg, sizeof msg), KERR_INVALID_PARTITIONS);
+	cr_assert_str_eq(msg, "refused by the fake");
+	cr_assert_eq(m.ops->delete_topic(m.self, "nope", 4, NULL, msg, sizeof msg), KERR_UNKNOWN_TOPIC_OR_PARTITION);
+	sem_destroy(&w->done);
+	free(w);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
+}
+
+/* Validate-only changes are checked by the controller and change nothing. */
+Test(meta_controller, validate_only_changes_nothing)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	char msg[256];
+	struct sluice_topic out;
+	struct sluice_topic_spec spec = {.name = "v", .name_len = 1, .partitions = 6, .replication_factor = -1};
+	cr_assert_eq(m.ops->create_topic(m.self, &spec, true, msg, sizeof msg, &out), 0, "%s", msg);
+	cr_assert_str_eq(out.name, "v");
+	cr_assert_eq(out.partitions, 6);
+	cr_assert_eq(m.ops->create_topic(m.self, &spec, false, msg, sizeof msg, NULL), 0, "%s", msg);
+	cr_assert_eq(m.ops->create_partitions(m.self, "v", 1, 9, true, msg, sizeof msg), 0, "%s", msg);
+	pthread_mutex_lock(&f.lock);
+	cr_assert_eq(f.creates, 1);
+	cr_assert_eq(sluice_image_topic_by_name(f.img, "v", 1)->partition_n, 6);
+	pthread_mutex_unlock(&f.lock);
+	struct sluice_meta_snapshot *s = m.ops->acquire(m.self);
+	cr_assert_eq(sluice_meta_find(s, "v", 1)->partitions, 6);
+	m.ops->release(m.self, s);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
+}
+
+/* batch_begin .. batch_commit sends the staged changes together and
+ * answers with the first failure. */
+Test(meta_controller, batch_begin_commit)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	char msg[256];
+	struct sluice_topic_spec spec = {.partitions = 1, .replication_factor = -1};
+	m.ops->batch_begin(m.self);
+	const char *names[] = {"a", "b", "a"};
+	for (int i = 0; i < 3; i++) {
+		spec.name = names[i];
+		spec.name_len = 1;
+		cr_assert_eq(m.ops->create_topic(m.self, &spec, false, msg, sizeof msg, NULL), 0, "staged");
+	}
+	cr_assert_eq(m.ops->batch_commit(m.self, msg, sizeof msg), KERR_TOPIC_ALREADY_EXISTS);
+	cr_assert_str_eq(msg, "a: refused by the fake");
+	struct sluice_meta_snapshot *s = m.ops->acquire(m.self);
+	cr_assert(sluice_meta_find(s, "a", 1) && sluice_meta_find(s, "b", 1));
+	m.ops->release(m.self, s);
+	pthread_mutex_lock(&f.lock);
+	cr_assert_eq(f.creates, 2);
+	pthread_mutex_unlock(&f.lock);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
+}
+
+struct relay {
+	sem_t done;
+	int16_t error;
+	char body[64];
+	size_t len;
+};
+
+static void relay_done(void *arg, int16_t error, const uint8_t *resp, size_t len)
+{
+	struct relay *r = arg;
+	r->error = error;
+	r->len = len < sizeof r->body ? len : sizeof r->body;
+	if (resp)
+		memcpy(r->body, resp, r->len);
+	sem_post(&r->done);
+}
+
+/* forward() relays a request body to the active controller and hands
+ * back the answer's body; without a controller, REQUEST_TIMED_OUT. */
+Test(meta_controller, forward_relays_to_controller)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	struct relay r = {.error = -2};
+	sem_init(&r.done, 0, 0);
+	static const uint8_t body[] = {0x02, 0x13, '_', '_', 'c', 0x00};
+	cr_assert_eq(m.ops->forward(m.self, 55, 2, body, sizeof body, relay_done, &r), 0);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	cr_assert_eq(sem_timedwait(&r.done, &ts), 0);
+	cr_assert_eq(r.error, 0);
+	cr_assert_eq(r.len, sizeof body);
+	cr_assert_eq(memcmp(r.body, body, sizeof body), 0);
+	cr_assert_eq(m.ops->forward(m.self, 30000, 0, body, sizeof body, relay_done, &r), -1, "unknown api key");
+	fake_stop(&f);
+	cr_assert_eq(m.ops->forward(m.self, 55, 2, body, sizeof body, relay_done, &r), 0);
+	sluice_meta_controller_close(&m); /* no controller: fails at close at the latest */
+	cr_assert_eq(sem_timedwait(&r.done, &ts), 0);
+	cr_assert_eq(r.error, KERR_REQUEST_TIMED_OUT);
+	sem_destroy(&r.done);
 }
