@@ -78,7 +78,8 @@
 	 2 * SLUICE_TOPIC_CONFIGS_MAX * (SLUICE_TOPIC_CONFIG_KEY_MAX + SLUICE_TOPIC_CONFIG_VALUE_MAX + 8))
 _Static_assert((uint64_t)MC_GROUP_CHANGES_MAX * MC_CHANGE_BYTES_MAX + 4096 <= MC_REQUEST_BYTES_MAX,
 	       "a group's request fits a frame");
-_Static_assert(MC_FETCH_BYTES_MAX + 4096 <= MC_RESPONSE_BYTES_MAX && MC_SNAPSHOT_PAGE_BYTES + 4096 <= MC_RESPONSE_BYTES_MAX,
+_Static_assert(MC_FETCH_BYTES_MAX + 4096 <= MC_RESPONSE_BYTES_MAX &&
+		       MC_SNAPSHOT_PAGE_BYTES + 4096 <= MC_RESPONSE_BYTES_MAX,
 	       "an answer to what we ask fits a frame");
 _Static_assert(MC_BACKOFF_MIN_MS <= MC_BACKOFF_MAX_MS && MC_FETCH_WAIT_MS < MC_FETCH_TIMEOUT_MS, "ordered bounds");
 #define MC_FORWARDS_MAX 256 /* forward() requests queued */
@@ -184,6 +185,7 @@ struct mc {
 	/* The metadata thread's own. */
 	struct sluice_image *img;
 	bool need_snapshot;
+	unsigned out_of_range_streak; /* OFFSET_OUT_OF_RANGE answers since the log was last followed */
 	char (*dirty)[SLUICE_TOPIC_NAME_MAX + 1];
 	uint32_t dirty_n;
 	bool all_dirty, brokers_dirty;
@@ -676,6 +678,14 @@ static void conn_free(struct mc_conn *c)
 	c->in_cap = 0;
 }
 
+/* A thread failing over and over (backoff at its maximum: no controller
+ * for a while) says so once at `level`, then only at debug level, until
+ * an answer decodes again. */
+static int conn_log_level(const struct mc_conn *c, int level)
+{
+	return c->backoff_ms >= MC_BACKOFF_MAX_MS ? SLUICE_LOG_DEBUG : level;
+}
+
 /* 100 ms, doubling to 1 s, until an answer decodes. */
 static void backoff_grow(struct mc_conn *c)
 {
@@ -690,8 +700,8 @@ static void backoff_grow(struct mc_conn *c)
 static void conn_fail(struct mc *m, struct mc_conn *c, const char *why)
 {
 	if (c->fd >= 0 && !is_stopping(m))
-		SLOG_WARN("meta", "%s connection to controller %s:%u: %s; trying the next one", c->who,
-			  m->voters[c->voter].host, m->voters[c->voter].port, why);
+		SLOG(conn_log_level(c, SLUICE_LOG_WARN), "meta", "%s connection to controller %s:%u: %s; trying the next one",
+		     c->who, m->voters[c->voter].host, m->voters[c->voter].port, why);
 	conn_close(c);
 	leader_next(m, c->voter);
 	backoff_grow(c);
@@ -792,8 +802,8 @@ static int conn_connect(struct mc *m, struct mc_conn *c)
 	c->fd = tcp_connect(m, &m->voters[c->voter], now_ms() + MC_CONNECT_TIMEOUT_MS);
 	if (c->fd < 0) {
 		if (!is_stopping(m))
-			SLOG_INFO("meta", "%s: cannot connect to controller %s:%u; trying the next one", c->who,
-				  m->voters[c->voter].host, m->voters[c->voter].port);
+			SLOG(conn_log_level(c, SLUICE_LOG_INFO), "meta", "%s: cannot connect to controller %s:%u; trying the next one",
+			     c->who, m->voters[c->voter].host, m->voters[c->voter].port);
 		conn_fail(m, c, "connect failed");
 		return -1;
 	}
@@ -838,6 +848,7 @@ static enum call_result conn_call(struct mc *m, struct mc_conn *c, int16_t key, 
 	kwr_raw(&c->out, body->buf, body->len);
 	if (c->out.err || body->err) {
 		SLOG_ERR("meta", "%s: request api %d v%d does not fit %u bytes", c->who, key, version, MC_REQUEST_BYTES_MAX);
+		(void)pause_ms(m, MC_BACKOFF_MAX_MS); /* (out of memory) no thread retries at once */
 		return CALL_REFUSED;
 	}
 	kwr_patch_i32(&c->out, 0, (int32_t)(c->out.len - 4));
@@ -889,8 +900,9 @@ static void conn_garbage(struct mc *m, struct mc_conn *c, int16_t key, const str
 /* The active controller refused: try the next voter. */
 static void conn_not_controller(struct mc *m, struct mc_conn *c)
 {
-	SLOG_INFO("meta", "%s: controller %s:%u is not the active controller; trying the next one", c->who,
-		  m->voters[c->voter].host, m->voters[c->voter].port);
+	SLOG(conn_log_level(c, SLUICE_LOG_INFO), "meta",
+	     "%s: controller %s:%u is not the active controller; trying the next one", c->who, m->voters[c->voter].host,
+	     m->voters[c->voter].port);
 	conn_close(c);
 	leader_next(m, c->voter);
 	backoff_grow(c);
@@ -1017,9 +1029,11 @@ static int hb_register(struct mc *m, struct mc_conn *c)
 	conn_ok(m, c);
 	pthread_mutex_lock(&m->lock);
 	if (error || epoch < 0) {
-		snprintf(m->last_error, sizeof m->last_error, "BrokerRegistration answered %s (%d)",
-			 sluice_kafka_error_name(error), error);
-		SLOG_WARN("meta", "node %d: %s; retrying", m->cfg.node_id, m->last_error);
+		char why[sizeof m->last_error];
+		snprintf(why, sizeof why, "BrokerRegistration answered %s (%d)", sluice_kafka_error_name(error), error);
+		if (strcmp(why, m->last_error)) /* once per distinct refusal */
+			SLOG_WARN("meta", "node %d: %s; retrying every %d ms", m->cfg.node_id, why, MC_BACKOFF_MAX_MS);
+		memcpy(m->last_error, why, sizeof why);
 	} else {
 		m->broker_epoch = epoch;
 		m->fenced = true;
@@ -1362,9 +1376,15 @@ static void fetch_once(struct mc *m, struct mc_conn *c)
 	if (error == KERR_OFFSET_OUT_OF_RANGE) {
 		SLOG_INFO("meta", "metadata offset %lld is no longer in the controller's log (from %lld): loading its snapshot",
 			  (long long)sluice_image_offset(m->img) + 1, (long long)fp.log_start);
+		/* again right after a load: a controller whose snapshot and log
+		 * disagree; each load costs a transfer, so back off */
+		unsigned streak = m->out_of_range_streak++;
+		if (streak)
+			(void)pause_ms(m, streak >= 4 ? MC_BACKOFF_MAX_MS : MC_BACKOFF_MIN_MS << (streak - 1));
 		m->need_snapshot = true;
 		return;
 	}
+	m->out_of_range_streak = 0;
 	if (error) {
 		char why[120];
 		snprintf(why, sizeof why, "metadata fetch answered %s (%d)", sluice_kafka_error_name(error), error);
@@ -1532,6 +1552,7 @@ static int snapshot_page(struct mc *m, struct mc_conn *c, struct snap_load *sl)
 	}
 	if (error == KERR_SNAPSHOT_NOT_FOUND) { /* the controller moved on: the current one, from the start */
 		SLOG_INFO("meta", "metadata snapshot ending at %lld is gone: loading the current one", (long long)sl->end);
+		(void)pause_ms(m, MC_BACKOFF_MIN_MS);
 		return -1;
 	}
 	if (error)
@@ -2208,7 +2229,8 @@ static int mc_forward(void *self, int16_t api_key, int16_t api_version, const ui
 	}
 	if (len)
 		memcpy(copy, body, len);
-	*f = (struct mc_forward){.api_key = api_key, .api_version = api_version, .body = copy, .len = len, .done = done, .arg = arg};
+	*f = (struct mc_forward){.api_key = api_key, .api_version = api_version, .body = copy, .len = len, .done = done,
+				 .arg = arg};
 	pthread_mutex_lock(&m->q_lock);
 	bool full = m->q_stopping || m->f_n >= MC_FORWARDS_MAX;
 	if (!full) {
@@ -2423,7 +2445,8 @@ static int64_t mc_allocate_producer_id(void *self)
 static int16_t mc_create_partitions(void *self, const char *name, size_t len, int32_t count, bool validate_only,
 				    char *msg, size_t msglen)
 {
-	struct sluice_meta_change c = {.kind = SLUICE_META_CREATE_PARTITIONS, .name = name, .name_len = len, .partitions = count};
+	struct sluice_meta_change c = {.kind = SLUICE_META_CREATE_PARTITIONS, .name = name, .name_len = len,
+				       .partitions = count};
 	return sync_change(self, &c, validate_only, msg, msglen);
 }
 

@@ -400,7 +400,9 @@ static void on_fetch_snapshot(struct fake *f, struct fake_conn *c, int32_t corr,
 	cr_assert(!r->err && krd_left(r) == 0, "FetchSnapshot decodes");
 	if (end < 0 || !f->snap)
 		snapshot_build(f);
-	int16_t error = f->not_controller ? KERR_NOT_LEADER_OR_FOLLOWER : end >= 0 && end != f->snap_end ? KERR_SNAPSHOT_NOT_FOUND : 0;
+	int16_t error = f->not_controller		 ? KERR_NOT_LEADER_OR_FOLLOWER
+			: end >= 0 && end != f->snap_end ? KERR_SNAPSHOT_NOT_FOUND
+							 : 0;
 	int64_t len = error || pos > (int64_t)f->snap_len ? 0 : (int64_t)f->snap_len - pos;
 	if (len > max_bytes)
 		len = max_bytes;
