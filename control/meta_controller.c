@@ -149,7 +149,8 @@ struct mc_forward {
 struct mc_stage_aux {
 	char name[SLUICE_TOPIC_NAME_MAX + 1];
 	uint8_t id[16];
-	bool has_id;
+	bool has_id, has_replica_node;
+	int32_t replica_node;
 	struct sluice_topic_config *configs;
 };
 
@@ -1670,16 +1671,29 @@ static bool has_name(const struct sluice_meta_change *c)
 	       c->kind == SLUICE_META_CREATE_PARTITIONS || c->kind == SLUICE_META_SET_TOPIC_CONFIGS;
 }
 
+/* The most a change adds to its request: its name and configs, and with
+ * a replica_node the assignment of each partition (12 bytes). */
+static uint64_t change_bytes_max(const struct sluice_meta_change *c)
+{
+	uint64_t assignments = c->kind == SLUICE_META_CREATE_TOPIC && c->replica_node && c->partitions > 0
+				       ? (uint64_t)c->partitions * 12
+				       : 0;
+	return MC_CHANGE_BYTES_MAX + assignments;
+}
+
 /* The end of the group of changes from i sent as one request: the same
- * kind, distinct names (Kafka refuses a request naming a topic twice). */
+ * kind, distinct names (Kafka refuses a request naming a topic twice),
+ * within a frame. */
 static uint32_t group_end(const struct sluice_meta_batch *b, uint32_t i)
 {
 	const struct sluice_meta_change *first = &b->changes[i];
 	assert(has_name(first));
+	uint64_t bytes = change_bytes_max(first);
 	uint32_t j = i + 1;
 	for (; j < b->change_n && j - i < MC_GROUP_CHANGES_MAX; j++) {
 		const struct sluice_meta_change *c = &b->changes[j];
-		if (c->kind != first->kind)
+		bytes += change_bytes_max(c);
+		if (c->kind != first->kind || bytes > MC_REQUEST_BYTES_MAX - 4096)
 			break;
 		bool dup = false;
 		for (uint32_t k = i; k < j && !dup; k++)
@@ -1696,16 +1710,34 @@ static int32_t name_len32(const struct sluice_meta_change *c)
 	return c->name_len > SLUICE_TOPIC_NAME_MAX + 1 ? SLUICE_TOPIC_NAME_MAX + 1 : (int32_t)c->name_len;
 }
 
+/* Assignments: every partition's one replica is node. */
+static void write_assignments(struct kwr *w, int32_t partitions, int32_t node)
+{
+	kwr_array(w, true, partitions);
+	for (int32_t p = 0; p < partitions; p++) {
+		kwr_i32(w, p);
+		kwr_array(w, true, 1);
+		kwr_i32(w, node);
+		kwr_tags_empty(w);
+	}
+}
+
 static void encode_create(struct kwr *w, const struct sluice_meta_batch *b, uint32_t i, uint32_t j)
 {
 	kwr_array(w, true, (int32_t)(j - i));
 	for (uint32_t k = i; k < j; k++) {
 		const struct sluice_meta_change *c = &b->changes[k];
 		kwr_string(w, true, c->name, name_len32(c));
-		kwr_i32(w, c->partitions);
-		int32_t rf = c->replication_factor;
-		kwr_i16(w, (int16_t)(rf > INT16_MAX ? INT16_MAX : rf < INT16_MIN ? INT16_MIN : rf));
-		kwr_array(w, true, 0); /* Assignments */
+		if (c->replica_node && c->partitions > 0) { /* placed by the submitter: Kafka wants -1, -1 then */
+			kwr_i32(w, -1);
+			kwr_i16(w, -1);
+			write_assignments(w, c->partitions, *c->replica_node);
+		} else {
+			kwr_i32(w, c->partitions);
+			int32_t rf = c->replication_factor;
+			kwr_i16(w, (int16_t)(rf > INT16_MAX ? INT16_MAX : rf < INT16_MIN ? INT16_MIN : rf));
+			kwr_array(w, true, 0); /* Assignments */
+		}
 		int32_t n = c->config_n > 0 && c->configs ? c->config_n : 0;
 		kwr_array(w, true, n);
 		for (int32_t x = 0; x < n; x++) {
@@ -2388,6 +2420,8 @@ static int16_t stage_add(struct mc *m, const struct sluice_meta_change *c)
 	x->has_id = c->id != NULL;
 	if (c->id)
 		memcpy(x->id, c->id, 16);
+	x->has_replica_node = c->replica_node != NULL;
+	x->replica_node = c->replica_node ? *c->replica_node : -1;
 	struct sluice_meta_change *s = &m->stage[m->stage_n++];
 	*s = *c;
 	s->config_n = n;
@@ -2419,7 +2453,8 @@ static int16_t mc_create(void *self, const struct sluice_topic_spec *spec, bool 
 {
 	struct sluice_meta_change c = {.kind = SLUICE_META_CREATE_TOPIC, .name = spec->name, .name_len = spec->name_len,
 				       .partitions = spec->partitions, .replication_factor = spec->replication_factor,
-				       .configs = spec->configs, .config_n = spec->config_n, .id = spec->id, .topic_out = out};
+				       .configs = spec->configs, .config_n = spec->config_n, .id = spec->id,
+				       .replica_node = spec->replica_node, .topic_out = out};
 	return sync_change(self, &c, validate_only, msg, msglen);
 }
 
@@ -2483,6 +2518,7 @@ static int16_t mc_batch_commit(void *self, char *msg, size_t msglen)
 		c->name = c->name ? x->name : NULL;
 		c->configs = x->configs;
 		c->id = x->has_id ? x->id : NULL;
+		c->replica_node = x->has_replica_node ? &x->replica_node : NULL;
 	}
 	if (m->stage_n)
 		sync_run(m, m->stage, m->stage_n, false);

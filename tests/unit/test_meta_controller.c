@@ -72,6 +72,7 @@ struct fake {
 	int garbage_kind;         /* rotates: lying length, wrong correlation id, random body, corrupt batch */
 	int32_t snapshot_page_max; /* bytes per FetchSnapshot page */
 	int32_t fetch_delay_ms;    /* metadata fetches are answered no sooner */
+	int32_t assign_node;       /* >= 0: the replica of every partition fake_create makes */
 	int64_t pid_next;
 	/* what it saw */
 	int requests, registrations, heartbeats, fetches, snapshot_pages, creates, config_ops;
@@ -122,7 +123,9 @@ static int64_t fake_create(struct fake *f, const char *name, int32_t parts, cons
 		random_id(r.topic.topic_id);
 	memcpy(id_out, r.topic.topic_id, 16);
 	int64_t last = fake_append(f, &r);
-	int32_t leader = sluice_image_broker_count(f->img) ? sluice_image_broker_at(f->img, 0)->id : -1;
+	int32_t leader = f->assign_node >= 0 ? f->assign_node
+			 : sluice_image_broker_count(f->img) ? sluice_image_broker_at(f->img, 0)->id
+							     : -1;
 	for (int32_t p = 0; p < parts; p++) {
 		memset(&r, 0, sizeof r);
 		r.type = SLUICE_MREC_PARTITION;
@@ -444,8 +447,18 @@ static void on_create_topics(struct fake *f, struct fake_conn *c, int32_t corr, 
 	for (int32_t i = 0; i < n && !r->err; i++) {
 		struct kstr name = krd_string(r, true);
 		int32_t parts = krd_i32(r);
-		(void)krd_i16(r);
-		cr_assert_eq(krd_array(r, true, 5), 0);
+		int16_t rf = krd_i16(r);
+		int32_t an = krd_array(r, true, 6);
+		for (int32_t k = 0; k < an && !r->err; k++) { /* Assignments: one replica each */
+			cr_assert_eq(krd_i32(r), k);
+			cr_assert_eq(krd_array(r, true, 4), 1);
+			f->assign_node = krd_i32(r);
+			krd_tags_skip(r);
+		}
+		if (an > 0) {
+			cr_assert(parts == -1 && rf == -1, "Assignments come with NumPartitions and ReplicationFactor -1");
+			parts = an;
+		}
 		int32_t cn = krd_array(r, true, 3);
 		struct sluice_topic_config cfgs[SLUICE_TOPIC_CONFIGS_MAX];
 		for (int32_t k = 0; k < cn && !r->err; k++) {
@@ -469,6 +482,7 @@ static void on_create_topics(struct fake *f, struct fake_conn *c, int32_t corr, 
 				: sluice_image_topic_by_name(f->img, nm, strlen(nm)) ? KERR_TOPIC_ALREADY_EXISTS : 0;
 		if (!error && !validate_only)
 			last = fake_create(f, nm, parts < 0 ? 1 : parts, has_id ? given : NULL, cfgs, cn, id);
+		f->assign_node = -1;
 		kwr_cstr(&w, true, nm);
 		kwr_uuid(&w, id);
 		kwr_i16(&w, error);
@@ -767,6 +781,7 @@ static void fake_start(struct fake *f, int32_t id)
 	f->snapshot_page_max = 1 << 20;
 	f->pid_next = 1000;
 	f->previous_epoch = -2;
+	f->assign_node = -1;
 	pthread_mutex_init(&f->lock, NULL);
 	for (int i = 0; i < FAKE_CONNS_MAX; i++) {
 		f->conns[i].fd = -1;
@@ -1391,4 +1406,45 @@ Test(meta_controller, forward_relays_to_controller)
 	cr_assert_eq(sem_timedwait(&r.done, &ts), 0);
 	cr_assert_eq(r.error, KERR_REQUEST_TIMED_OUT);
 	sem_destroy(&r.done);
+}
+
+/* Adoption's create: every partition's one replica named by the broker
+ * (CreateTopics Assignments, with NumPartitions and ReplicationFactor -1),
+ * the topic id kept; also when staged between batch_begin and commit. */
+Test(meta_controller, create_with_replica_node)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	static const uint8_t old_id[16] = {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9};
+	int32_t node = 42;
+	char msg[256];
+	struct sluice_topic_spec spec = {.name = "adopted", .name_len = 7, .partitions = 3, .replication_factor = -1,
+					 .id = old_id, .replica_node = &node};
+	cr_assert_eq(m.ops->create_topic(m.self, &spec, false, msg, sizeof msg, NULL), 0, "%s", msg);
+	m.ops->batch_begin(m.self);
+	spec.name = "staged";
+	spec.name_len = 6;
+	spec.id = NULL;
+	int32_t node2 = 43;
+	spec.replica_node = &node2;
+	cr_assert_eq(m.ops->create_topic(m.self, &spec, false, msg, sizeof msg, NULL), 0);
+	node2 = -5; /* staged: the value was copied */
+	cr_assert_eq(m.ops->batch_commit(m.self, msg, sizeof msg), 0, "%s", msg);
+	struct sluice_meta_snapshot *s = m.ops->acquire(m.self);
+	const struct sluice_topic *t = sluice_meta_find(s, "adopted", 7);
+	cr_assert_not_null(t);
+	cr_assert_eq(memcmp(t->id, old_id, 16), 0);
+	cr_assert_eq(t->partitions, 3);
+	for (int32_t p = 0; p < 3; p++) {
+		const struct sluice_partition_state *st = sluice_topic_partition(t, p);
+		cr_assert(st->replica_n == 1 && st->replicas[0] == 42 && st->leader == 42);
+	}
+	t = sluice_meta_find(s, "staged", 6);
+	cr_assert(t && sluice_topic_partition(t, 2)->replicas[0] == 43);
+	m.ops->release(m.self, s);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
 }
