@@ -831,9 +831,23 @@ static enum call_result call_failed(struct mc *m, struct mc_conn *c, enum call_r
 
 /* Sends body as api key/version on c (connecting first if needed) and
  * reads the answer; resp is then its body (after the response header). */
+/* An idle connection that is readable was closed (or reset) by the
+ * controller meanwhile, e.g. it died: sending on it would lose the
+ * request, so it is dropped and the call connects anew. */
+static void conn_drop_if_closed(struct mc *m, struct mc_conn *c)
+{
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
+	if (c->fd < 0 || poll(&p, 1, 0) <= 0 || !p.revents)
+		return;
+	SLOG_INFO("meta", "%s: controller %s:%u closed the idle connection; connecting again", c->who,
+		  m->voters[c->voter].host, m->voters[c->voter].port);
+	conn_close(c); /* the same voter first: a dead one fails to connect and moves us on */
+}
+
 static enum call_result conn_call(struct mc *m, struct mc_conn *c, int16_t key, int16_t version,
 				  const struct kwr *body, int64_t deadline, struct krd *resp)
 {
+	conn_drop_if_closed(m, c);
 	if (c->fd < 0 && conn_connect(m, c) < 0)
 		return is_stopping(m) ? CALL_STOPPED : CALL_UNSENT;
 	bool flex = api_flexible(key, version);
