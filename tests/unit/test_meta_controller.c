@@ -4,18 +4,25 @@
  * (BrokerRegistration, BrokerHeartbeat, Fetch of __cluster_metadata served
  * from a real metadata log with sluice_mlog_read, FetchSnapshot from
  * sluice_image_encode, CreateTopics with the tag-1000 extensions,
- * AllocateProducerIds). Proves that the client registers and its snapshot
- * shows this broker and the topics the controller's records created; that a
- * submitted create completes only once the local image shows the topic (the
- * completion itself finds it in the snapshot), with the controller's topic
- * id, and adopts a given id; that NOT_CONTROLLER moves it to the next voter;
+ * DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+ * AllocateProducerIds, and any other api echoed back). Proves that the
+ * client registers and its snapshot shows this broker and the topics the
+ * controller's records created; that a submitted create completes only
+ * once the local image shows the topic (the completion itself finds it in
+ * the snapshot, while the fake answers metadata fetches late), with the
+ * controller's topic id, and adopts a given id (SluiceTopicId) and a given
+ * replica (Assignments); that NOT_CONTROLLER moves it to the next voter;
  * that OFFSET_OUT_OF_RANGE makes it load the controller's snapshot (paged,
  * cut inside batches) and end with the controller's state, then follow the
  * log again; that garbage from the controller (lying lengths, wrong
  * correlation ids, random bodies, corrupt record batches) costs reconnects,
- * never a crash; that producer ids come from blocks handed out by the
- * controller; and that a controlled shutdown waits for ShouldShutDown and
- * leaves the epoch the next registration names. */
+ * never a crash; that every change kind works in one batch (configs
+ * replaced as a difference), validate-only changes nothing, batch_begin ..
+ * batch_commit sends one batch and reports the first failure; that
+ * producer ids come from blocks handed out by the controller; that
+ * forward() relays; that a controlled shutdown waits for ShouldShutDown and
+ * leaves the epoch the next registration names; and that without any
+ * controller wait_ready says what is missing and a batch fails at close. */
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
 #include "control/image.h"
