@@ -2673,9 +2673,12 @@ static int mc_configure(struct mc *m, const struct sluice_meta_controller_config
 	return 0;
 }
 
-/* Everything but the threads; -1 with err. */
-static int mc_init(struct mc *m, char *err, size_t errlen)
+static struct mc *mc_new(void)
 {
+	struct mc *m = calloc(1, sizeof *m);
+	if (!m)
+		return NULL;
+	m->stop_fd = -1;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_mutex_init(&m->pub_lock, NULL);
 	pthread_mutex_init(&m->q_lock, NULL);
@@ -2683,6 +2686,12 @@ static int mc_init(struct mc *m, char *err, size_t errlen)
 	cond_init_monotonic(&m->changed);
 	pthread_cond_init(&m->q_cond, NULL);
 	pthread_cond_init(&m->q_space, NULL);
+	return m;
+}
+
+/* Everything but the threads; -1 with err. */
+static int mc_init(struct mc *m, char *err, size_t errlen)
+{
 	m->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	m->img = sluice_image_new();
 	m->dirty = malloc(MC_DIRTY_MAX * sizeof m->dirty[0]);
@@ -2754,12 +2763,11 @@ static void mc_stop(struct mc *m)
 int sluice_meta_controller_open_config(struct sluice_meta *out, const struct sluice_meta_controller_config *cc,
 				       const char *dir, char *err, size_t errlen)
 {
-	struct mc *m = calloc(1, sizeof *m);
+	struct mc *m = mc_new();
 	if (!m) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	m->stop_fd = -1;
 	if (mc_configure(m, cc, dir, err, errlen) < 0 || mc_init(m, err, errlen) < 0) {
 		mc_free(m);
 		return -1;

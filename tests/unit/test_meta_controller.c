@@ -1455,3 +1455,60 @@ Test(meta_controller, create_with_replica_node)
 	sluice_meta_controller_close(&m);
 	fake_stop(&f);
 }
+
+static bool config_has_key(const struct sluice_config *cfg, const char *key)
+{
+	const char *name;
+	char v[SLUICE_CONFIG_STRING_MAX];
+	bool def;
+	for (size_t i = 0; sluice_config_entry(cfg, i, &name, v, sizeof v, &def); i++)
+		if (!strcmp(name, key))
+			return true;
+	return false;
+}
+
+/* The settings come from the broker's properties by name (advertised
+ * listeners before listeners); bad ones refuse to open, naming the key. */
+Test(meta_controller, settings_from_config_and_refusals)
+{
+	struct sluice_config cfg;
+	char err[512] = "";
+	sluice_config_defaults(&cfg);
+	cr_assert_eq(sluice_config_set(&cfg, "node.id", "4", err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sluice_config_set(&cfg, "listeners", "PLAINTEXT://0.0.0.0:9092", err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sluice_config_set(&cfg, "advertised.listeners", "EXTERNAL://h1:9092", err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sluice_config_set(&cfg, "broker.rack", "r9", err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sluice_config_set(&cfg, "cluster.id", "abc", err, sizeof err), 0, "%s", err);
+	bool cluster_keys = config_has_key(&cfg, "controller.quorum.voters"); /* the broker's keys, once merged */
+	if (cluster_keys) {
+		cr_assert_eq(sluice_config_set(&cfg, "controller.quorum.voters", "1@c1:9093", err, sizeof err), 0, "%s", err);
+		cr_assert_eq(sluice_config_set(&cfg, "broker.heartbeat.interval.ms", "700", err, sizeof err), 0, "%s", err);
+	}
+	struct sluice_meta_controller_config cc;
+	sluice_meta_controller_config_from(&cc, &cfg);
+	cr_assert_eq(cc.node_id, 4);
+	cr_assert_str_eq(cc.listeners, "EXTERNAL://h1:9092");
+	cr_assert_str_eq(cc.rack, "r9");
+	cr_assert_str_eq(cc.cluster_id, "abc");
+	cr_assert_str_eq(cc.quorum_voters, cluster_keys ? "1@c1:9093" : "");
+	cr_assert_eq(cc.heartbeat_interval_ms, cluster_keys ? 700 : 2000);
+	struct sluice_meta m;
+	cc.quorum_voters[0] = cc.bootstrap_servers[0] = '\0';
+	cr_assert_eq(sluice_meta_controller_open_config(&m, &cc, dir, err, sizeof err), -1);
+	cr_assert(strstr(err, "controller.quorum.voters"), "%s", err);
+	snprintf(cc.quorum_voters, sizeof cc.quorum_voters, "1@c1:9093,c2:9093");
+	cr_assert_eq(sluice_meta_controller_open_config(&m, &cc, dir, err, sizeof err), -1);
+	cr_assert(strstr(err, "'c2:9093' is not id@host:port"), "%s", err);
+	snprintf(cc.quorum_voters, sizeof cc.quorum_voters, "1@c1:99999");
+	cr_assert_eq(sluice_meta_controller_open_config(&m, &cc, dir, err, sizeof err), -1);
+	cr_assert(strstr(err, "is not host:port"), "%s", err);
+	cc.quorum_voters[0] = '\0';
+	snprintf(cc.bootstrap_servers, sizeof cc.bootstrap_servers, "[::1]:9093, c2:9093");
+	cc.cluster_id[0] = '\0';
+	cr_assert_eq(sluice_meta_controller_open_config(&m, &cc, dir, err, sizeof err), -1);
+	cr_assert(strstr(err, "cluster.id"), "%s", err);
+	snprintf(cc.cluster_id, sizeof cc.cluster_id, "abc");
+	cr_assert_eq(sluice_meta_controller_open_config(&m, &cc, dir, err, sizeof err), 0, "bootstrap servers: %s", err);
+	cr_assert(sluice_meta_is_controller(&m));
+	sluice_meta_controller_close(&m);
+}
