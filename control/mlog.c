@@ -254,13 +254,13 @@ static void write_batch(const struct sluice_mlog *l, size_t first, int32_t k, st
 	       sluice_crc32c(0, b + SLUICE_BATCH_OFF_ATTRIBUTES, total - SLUICE_BATCH_OFF_ATTRIBUTES));
 }
 
-/* A writer that fails (its cap) also answers -1: the caller cannot serve
- * the records either way. */
+/* A writer that fails (its cap) also answers -1, with w cut back to where
+ * it was: the caller cannot serve the records either way. */
 int64_t sluice_mlog_read(const struct sluice_mlog *l, int64_t from, size_t bytes_max, struct kwr *w)
 {
 	if (from < l->start || from > sluice_mlog_end(l))
 		return -1;
-	size_t first = (size_t)(from - l->start), used = 0;
+	size_t first = (size_t)(from - l->start), used = 0, w_start = w->len;
 	int64_t written = 0;
 	while (first < l->n) {
 		size_t bytes;
@@ -270,8 +270,10 @@ int64_t sluice_mlog_read(const struct sluice_mlog *l, int64_t from, size_t bytes
 			break;
 		size_t before = w->len;
 		write_batch(l, first, k, w);
-		if (w->err)
+		if (w->err) {
+			w->len = w_start;
 			return -1;
+		}
 		assert(w->len - before == bytes);
 		used += bytes;
 		first += (size_t)k;

@@ -1046,3 +1046,16 @@ Test(mlog, batches_from_other_writers)
 	kwr_free(&w);
 	kwr_free(&eb);
 }
+
+Test(mlog, a_writer_that_fills_up_gets_nothing)
+{
+	struct sluice_mlog *l = sluice_mlog_new(100, SLUICE_MLOG_BYTES_MAX);
+	append_range(l, 0, 50);
+	struct kwr w;
+	kwr_init(&w, 16, 200); /* room for about one batch of one record */
+	kwr_raw(&w, "xy", 2);
+	cr_expect_eq(sluice_mlog_read(l, 0, 1u << 20, &w), -1);
+	cr_expect_eq(w.len, 2);
+	kwr_free(&w);
+	sluice_mlog_free(l);
+}
