@@ -97,6 +97,11 @@ struct sluice_topic_spec {
 	int32_t config_n;
 	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
 	const uint8_t *id; /* NULL: a new random topic id (adoption at start passes the one found on disk) */
+	/* NULL: the backend places the replicas. Else every partition's one
+	 * replica is node *replica_node: adoption at start in cluster mode
+	 * (the data is on this broker); the controller backend sends it as
+	 * CreateTopics Assignments. The local backend has one node anyway. */
+	const int32_t *replica_node;
 };
 
 /* ---- asynchronous changes ----------------------------------------------------
@@ -138,6 +143,7 @@ struct sluice_meta_change {
 	const struct sluice_topic_config *configs; /* CREATE_TOPIC, SET_TOPIC_CONFIGS */
 	int32_t config_n;
 	const uint8_t *id; /* CREATE_TOPIC: NULL for a new random id; FORGET_DELETED: the deleted topic's */
+	const int32_t *replica_node; /* CREATE_TOPIC: NULL, or every partition's one replica (as sluice_topic_spec's) */
 	struct sluice_topic *topic_out; /* optional: a full copy of the resulting (or deleted) topic */
 	/* Outputs, set by the backend before done. */
 	int16_t error; /* Kafka error code; 0: the change happened (validate-only: would happen) */
