@@ -15,7 +15,7 @@
 #include "common/kafka/codec.h"
 #include "control/meta.h"
 
-/* Kafka's metadata record api keys (records/metadata/*.json). */
+/* Kafka's metadata record api keys (records/metadata/<Name>Record.json). */
 enum sluice_mrec_type {
 	SLUICE_MREC_REGISTER_BROKER = 0,
 	SLUICE_MREC_UNREGISTER_BROKER = 1,
@@ -119,7 +119,7 @@ struct sluice_mrec {
 	};
 };
 
-/* Append r's serialisation to w (Kafka's: frame version 0 as an unsigned
+/* Append r's serialisation to w (Kafka's: frame version 1 as an unsigned
  * varint... exactly what Kafka's MetadataRecordSerde writes). Returns 0, or
  * -1 if r does not fit its own limits (a bug in the caller) or w failed. */
 int sluice_mrec_encode(struct kwr *w, const struct sluice_mrec *r);

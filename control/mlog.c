@@ -1,0 +1,2 @@
+/* The metadata log window (see mlog.h): not written yet. */
+#include "control/mlog.h"
