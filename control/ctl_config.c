@@ -299,7 +299,11 @@ static int finish_voters(struct sluice_controller_config *cfg, char *err, size_t
 	char qerr[200];
 	memset(&cfg->quorum, 0, sizeof cfg->quorum);
 	if (sluice_quorum_parse_voters(cfg->voters, &cfg->quorum, qerr, sizeof qerr) < 0) {
-		snprintf(err, errlen, "controller.quorum.voters: %s", qerr);
+		/* the quorum's messages mostly name the key already */
+		if (strncmp(qerr, "controller.quorum.voters", 24) == 0)
+			snprintf(err, errlen, "%s", qerr);
+		else
+			snprintf(err, errlen, "controller.quorum.voters: %s", qerr);
 		return -1;
 	}
 	assert(cfg->quorum.voter_n >= 1 && cfg->quorum.voter_n <= SLUICE_QUORUM_VOTERS_MAX);
