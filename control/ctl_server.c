@@ -1372,11 +1372,14 @@ static void dq_write_partition(struct sluice_ctl_server *s, struct ctl_req *r, i
 	 * its own view filled in (the leader it knows, what it applied). */
 	kwr_i32(w, st->leader_id);
 	kwr_i32(w, st->leader_epoch > INT32_MAX ? INT32_MAX : (int32_t)st->leader_epoch);
-	kwr_i64(w, st->high_watermark);
+	/* Offsets as Kafka gives them: the next offset (the quorum's are the
+	 * last record's), -1 where unknown. */
+	kwr_i64(w, st->high_watermark + 1);
 	kwr_array(w, true, st->voter_n);
 	for (int32_t i = 0; i < st->voter_n; i++)
-		dq_write_replica(w, v, st->voters[i].id, st->voters[i].log_end_offset, st->voters[i].last_fetch_ms,
-				 st->voters[i].last_caught_up_ms);
+		dq_write_replica(w, v, st->voters[i].id,
+				 st->voters[i].log_end_offset >= 0 ? st->voters[i].log_end_offset + 1 : -1,
+				 st->voters[i].last_fetch_ms, st->voters[i].last_caught_up_ms);
 	uint32_t on = s->leader ? s->observer_n : 0;
 	kwr_array(w, true, (int32_t)on);
 	for (uint32_t i = 0; i < on; i++) {
@@ -1647,22 +1650,43 @@ static int describe_configs_start(struct sluice_ctl_server *s, struct ctl_req *r
 
 /* ---- FetchSnapshot (59) v0-1: the image as record batches --------------------------- */
 
+/* The image's records are appended to a small metadata log window and
+ * read back as batches every SNAPSHOT_CHUNK_RECORDS: the same batch format
+ * as the log's, whatever the image's size. */
+#define SNAPSHOT_CHUNK_RECORDS 256
+_Static_assert(SNAPSHOT_CHUNK_RECORDS <= SLUICE_MLOG_RECORDS_MAX, "a chunk fits a window's records");
+_Static_assert((uint64_t)SNAPSHOT_CHUNK_RECORDS * SLUICE_MREC_ENCODED_MAX <= SLUICE_MLOG_BYTES_MAX,
+	       "a chunk of the largest records fits a window's bytes: nothing is dropped");
+
 struct snap_fill {
 	struct sluice_mlog *mlog;
-	int64_t next;
+	struct kwr *out;
+	int64_t next; /* the next record's offset inside the snapshot */
 };
 
-static int snap_count(void *arg, const struct sluice_mrec *m)
+/* Move the window's records into out as batches, then empty it. */
+static int snap_flush(struct snap_fill *f)
 {
-	(void)m;
-	(*(size_t *)arg)++;
+	int64_t from = sluice_mlog_start(f->mlog), end = sluice_mlog_end(f->mlog);
+	assert(end == f->next && (from == end || from == (f->next - 1) / SNAPSHOT_CHUNK_RECORDS * SNAPSHOT_CHUNK_RECORDS));
+	while (from < end) {
+		int64_t k = sluice_mlog_read(f->mlog, from, CTL_SNAPSHOT_PAGE_BYTES_MAX, f->out);
+		if (k <= 0 || f->out->err)
+			return -1;
+		from += k;
+	}
+	sluice_mlog_reset(f->mlog);
 	return 0;
 }
 
 static int snap_append(void *arg, const struct sluice_mrec *m)
 {
 	struct snap_fill *f = arg;
-	return sluice_mlog_append(f->mlog, f->next++, m) < 0 ? -1 : 0;
+	if (sluice_mlog_append(f->mlog, f->next++, m) < 0)
+		return -1;
+	if (f->next % SNAPSHOT_CHUNK_RECORDS == 0)
+		return snap_flush(f);
+	return 0;
 }
 
 /* The image's records as batches (record offsets 0..n-1), in the cache
@@ -1674,30 +1698,24 @@ static int snapshot_build(struct sluice_ctl_server *s)
 		return 0;
 	s->snap.end_offset = -1;
 	kwr_reset(&s->snap.bytes);
-	size_t n = 0;
-	(void)sluice_image_encode(s->img, snap_count, &n);
-	/* The same batch format as the log: a window as large as the image. */
-	struct snap_fill f = {.mlog = sluice_mlog_new(n ? n : 1, CTL_SNAPSHOT_BYTES_MAX), .next = 0};
+	struct snap_fill f = {.mlog = sluice_mlog_new(SLUICE_MLOG_RECORDS_MAX, SLUICE_MLOG_BYTES_MAX),
+			      .out = &s->snap.bytes};
 	if (!f.mlog)
 		return -1;
 	sluice_mlog_reset(f.mlog);
 	int rc = sluice_image_encode(s->img, snap_append, &f);
-	for (int64_t from = 0; rc == 0 && from < (int64_t)n;) {
-		int64_t k = sluice_mlog_read(f.mlog, from, CTL_SNAPSHOT_PAGE_BYTES_MAX, &s->snap.bytes);
-		if (k <= 0 || s->snap.bytes.err)
-			rc = -1;
-		from += k;
-	}
+	if (rc == 0)
+		rc = snap_flush(&f);
 	sluice_mlog_free(f.mlog);
-	if (rc < 0 || f.next != (int64_t)n) {
-		SLOG_ERR("controller", "the image at offset %" PRId64 " could not be encoded as a snapshot (%zu records)",
-			 end - 1, n);
+	if (rc != 0) {
+		SLOG_ERR("controller", "the image at offset %" PRId64 " could not be encoded as a snapshot (at record %" PRId64 ")",
+			 end - 1, f.next);
 		kwr_reset(&s->snap.bytes);
 		return -1;
 	}
 	s->snap.end_offset = end;
-	SLOG_INFO("controller", "snapshot of the image at metadata offset %" PRId64 " built for FetchSnapshot: %zu records, %zu bytes",
-		  end - 1, n, s->snap.bytes.len);
+	SLOG_INFO("controller", "snapshot of the image at metadata offset %" PRId64 " built for FetchSnapshot: %" PRId64 " records, %zu bytes",
+		  end - 1, f.next, s->snap.bytes.len);
 	return 0;
 }
 
