@@ -19,6 +19,7 @@
 #include "common/crc32c.h"
 #include "common/kafka/batch.h"
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -665,4 +666,396 @@ Test(image, partitions_of_one_topic_up_to_the_limit, .timeout = 120)
 	refused(img, NULL, mk_partition(1, SLUICE_PARTITIONS_PER_TOPIC_MAX, 1, 1), "partition 100,000");
 	cr_expect_eq(sluice_image_topic_by_name(img, "wide", 4)->partition_n, SLUICE_PARTITIONS_PER_TOPIC_MAX);
 	sluice_image_free(img);
+}
+
+/* ---- the metadata log window (control/mlog.c) ---------------------------------------
+ * These prove that: reads from every offset of the window return record
+ * batches that both sluice_mlog_decode_batch and the project's generic
+ * batch parser (common/kafka/batch.h) read back as exactly the records
+ * appended, at their metadata offsets; reads outside [start, end] are
+ * refused and a read at end is empty; the byte budget of a read is kept
+ * (and broken only to return one record); the window drops its oldest
+ * records past its record and byte budgets and stays contiguous; appends
+ * must take the next offset except after a reset; and a batch with any
+ * byte changed inside its CRC, or cut short, is refused whole. */
+
+/* The i-th record of a test log: types and sizes vary. */
+static struct sluice_mrec log_rec(int64_t i)
+{
+	switch (i % 4) {
+	case 0: return mk_topic("t", (uint32_t)i + 1);
+	case 1: return mk_partition((uint32_t)i, (int32_t)(i % 7), 1, (int32_t)(i % 5));
+	case 2: {
+		char v[64];
+		snprintf(v, sizeof v, "%" PRId64, i * 1000);
+		return mk_config(SLUICE_MREC_RESOURCE_BROKER, "", "log.retention.ms", v);
+	}
+	default: return mk(SLUICE_MREC_NO_OP);
+	}
+}
+
+static void append_range(struct sluice_mlog *l, int64_t from, int64_t to)
+{
+	for (int64_t i = from; i < to; i++) {
+		struct sluice_mrec r = log_rec(i);
+		cr_assert_eq(sluice_mlog_append(l, i, &r), 0, "append %" PRId64, i);
+	}
+}
+
+struct seen {
+	int64_t next; /* the offset expected next */
+	int64_t n;
+	int refuse_at; /* the callback refuses this offset (-1: none) */
+};
+
+static int check_record(void *arg, int64_t offset, const struct sluice_mrec *r)
+{
+	struct seen *s = arg;
+	cr_assert_eq(offset, s->next, "offset %" PRId64 ", expected %" PRId64, offset, s->next);
+	if (offset == s->refuse_at)
+		return 1;
+	struct sluice_mrec want = log_rec(offset);
+	want.version = r->version;
+	cr_assert(memcmp(&want, r, sizeof want) == 0, "record at %" PRId64 " differs", offset);
+	s->next++;
+	s->n++;
+	return 0;
+}
+
+/* Decode every batch of buf; returns the records seen. */
+static int64_t decode_all(const uint8_t *buf, size_t len, int64_t from)
+{
+	struct seen s = {.next = from, .refuse_at = -1};
+	size_t at = 0;
+	while (at < len) {
+		int64_t n = sluice_mlog_decode_batch(buf + at, len - at, check_record, &s, err, sizeof err);
+		cr_assert_gt(n, 0, "batch at byte %zu: %s", at, err);
+		at += (size_t)n;
+	}
+	return s.n;
+}
+
+struct generic {
+	int64_t next;
+	bool bad;
+};
+static bool generic_record(const struct sluice_record *rec, void *arg)
+{
+	struct generic *g = arg;
+	struct sluice_mrec want = log_rec(rec->offset), got;
+	struct kwr w;
+	kwr_init(&w, 256, SLUICE_MREC_ENCODED_MAX);
+	cr_assert_eq(sluice_mrec_encode(&w, &want), 0);
+	if (rec->offset != g->next || rec->key || !rec->value || (size_t)rec->value_len != w.len ||
+	    memcmp(rec->value, w.buf, w.len) != 0 ||
+	    sluice_mrec_decode(rec->value, (size_t)rec->value_len, &got, err, sizeof err) != 0)
+		g->bad = true;
+	kwr_free(&w);
+	g->next++;
+	return true;
+}
+
+/* The project's own Kafka batch parser agrees: CRC, counts, offsets, values. */
+static void check_generic(const uint8_t *buf, size_t len, int64_t from, int64_t n)
+{
+	struct generic g = {.next = from};
+	size_t at = 0;
+	while (at < len) {
+		struct sluice_batch b;
+		cr_assert_eq(sluice_batch_check(buf + at, len - at, &b), SLUICE_BATCH_OK);
+		cr_assert_eq(b.magic, 2);
+		cr_assert_eq(b.attributes, 0);
+		cr_assert_eq(b.producer_id, -1);
+		cr_assert_eq(b.base_offset, g.next);
+		cr_assert_eq(sluice_batch_records(buf + at, len - at, 0, generic_record, &g), b.records_count);
+		at += (size_t)sluice_batch_total_bytes(&b);
+	}
+	cr_expect(!g.bad);
+	cr_expect_eq(g.next, from + n);
+}
+
+Test(mlog, reads_from_every_offset_return_the_records_as_kafka_batches)
+{
+	struct sluice_mlog *l = sluice_mlog_new(SLUICE_MLOG_RECORDS_MAX, SLUICE_MLOG_BYTES_MAX);
+	cr_expect_eq(sluice_mlog_start(l), sluice_mlog_end(l));
+	append_range(l, 0, 300);
+	cr_expect_eq(sluice_mlog_start(l), 0);
+	cr_expect_eq(sluice_mlog_end(l), 300);
+	struct kwr w;
+	kwr_init(&w, 4096, 1u << 24);
+	for (int64_t from = 0; from <= 300; from++) {
+		kwr_reset(&w);
+		int64_t n = sluice_mlog_read(l, from, 1u << 20, &w);
+		cr_assert_eq(n, 300 - from, "read at %" PRId64 ": %" PRId64, from, n);
+		cr_assert_eq(decode_all(w.buf, w.len, from), n);
+		check_generic(w.buf, w.len, from, n);
+	}
+	kwr_reset(&w);
+	cr_expect_eq(sluice_mlog_read(l, 301, 1u << 20, &w), -1);
+	cr_expect_eq(sluice_mlog_read(l, -1, 1u << 20, &w), -1);
+	cr_expect_eq(w.len, 0);
+	kwr_free(&w);
+	sluice_mlog_free(l);
+}
+
+Test(mlog, a_read_keeps_its_byte_budget_but_always_returns_one_record)
+{
+	struct sluice_mlog *l = sluice_mlog_new(SLUICE_MLOG_RECORDS_MAX, SLUICE_MLOG_BYTES_MAX);
+	append_range(l, 0, 10000); /* more than one batch's worth of records */
+	struct kwr w;
+	kwr_init(&w, 4096, 1u << 24);
+	cr_assert_eq(sluice_mlog_read(l, 0, 16u << 20, &w), 10000);
+	size_t all = w.len;
+	cr_expect_eq(decode_all(w.buf, w.len, 0), 10000);
+	check_generic(w.buf, w.len, 0, 10000);
+	size_t budgets[] = {1, 61, 100, 200, 1000, 4096, 65536, all - 1, all};
+	for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+		for (int64_t from = 0; from < 10000; from += 3333) {
+			kwr_reset(&w);
+			int64_t n = sluice_mlog_read(l, from, budgets[i], &w);
+			cr_assert_gt(n, 0);
+			cr_expect(w.len <= budgets[i] || n == 1, "budget %zu: %zu bytes, %" PRId64 " records", budgets[i],
+				  w.len, n);
+			cr_expect_eq(decode_all(w.buf, w.len, from), n);
+			/* one more record would not have fitted */
+			if (from + n < 10000) {
+				struct kwr w2;
+				kwr_init(&w2, 4096, 1u << 24);
+				cr_assert_eq(sluice_mlog_read(l, from, 16u << 20, &w2), 10000 - from);
+				cr_expect_gt(w2.len, w.len);
+				kwr_free(&w2);
+			}
+		}
+	}
+	kwr_free(&w);
+	sluice_mlog_free(l);
+}
+
+Test(mlog, the_window_drops_its_oldest_past_the_record_budget)
+{
+	struct sluice_mlog *l = sluice_mlog_new(10, SLUICE_MLOG_BYTES_MAX);
+	append_range(l, 0, 25);
+	cr_expect_eq(sluice_mlog_start(l), 15);
+	cr_expect_eq(sluice_mlog_end(l), 25);
+	struct kwr w;
+	kwr_init(&w, 4096, 1u << 24);
+	cr_expect_eq(sluice_mlog_read(l, 14, 1u << 20, &w), -1);
+	for (int64_t from = 15; from <= 25; from++) {
+		kwr_reset(&w);
+		cr_assert_eq(sluice_mlog_read(l, from, 1u << 20, &w), 25 - from);
+		cr_assert_eq(decode_all(w.buf, w.len, from), 25 - from);
+	}
+	kwr_free(&w);
+	sluice_mlog_free(l);
+}
+
+static size_t encoded_len(int64_t i)
+{
+	struct sluice_mrec r = log_rec(i);
+	struct kwr w;
+	kwr_init(&w, 256, SLUICE_MREC_ENCODED_MAX);
+	cr_assert_eq(sluice_mrec_encode(&w, &r), 0);
+	size_t n = w.len;
+	kwr_free(&w);
+	return n;
+}
+
+Test(mlog, the_window_drops_its_oldest_past_the_byte_budget)
+{
+	size_t budget = encoded_len(96) + encoded_len(97) + encoded_len(98) + encoded_len(99);
+	struct sluice_mlog *l = sluice_mlog_new(SLUICE_MLOG_RECORDS_MAX, budget);
+	append_range(l, 0, 100);
+	cr_expect_eq(sluice_mlog_end(l), 100);
+	cr_expect_eq(sluice_mlog_start(l), 96, "start %" PRId64, sluice_mlog_start(l));
+	struct kwr w;
+	kwr_init(&w, 4096, 1u << 24);
+	cr_expect_eq(sluice_mlog_read(l, 96, 1u << 20, &w), 4);
+	cr_expect_eq(decode_all(w.buf, w.len, 96), 4);
+	kwr_free(&w);
+	sluice_mlog_free(l);
+
+	/* a record larger than the whole budget is kept, alone */
+	l = sluice_mlog_new(SLUICE_MLOG_RECORDS_MAX, 8);
+	append_range(l, 0, 3);
+	cr_expect_eq(sluice_mlog_start(l), 2);
+	cr_expect_eq(sluice_mlog_end(l), 3);
+	sluice_mlog_free(l);
+}
+
+Test(mlog, appends_take_the_next_offset_except_after_a_reset)
+{
+	struct sluice_mlog *l = sluice_mlog_new(100, SLUICE_MLOG_BYTES_MAX);
+	struct sluice_mrec r = mk(SLUICE_MREC_NO_OP);
+	cr_expect_eq(sluice_mlog_append(l, -1, &r), -1);
+	cr_expect_eq(sluice_mlog_append(l, 500, &r), 0); /* a new log starts anywhere */
+	cr_expect_eq(sluice_mlog_start(l), 500);
+	cr_expect_eq(sluice_mlog_append(l, 500, &r), -1);
+	cr_expect_eq(sluice_mlog_append(l, 502, &r), -1);
+	cr_expect_eq(sluice_mlog_append(l, 501, &r), 0);
+	struct sluice_mrec bad = mk_brc(1, 1, -1, 0); /* does not encode */
+	cr_expect_eq(sluice_mlog_append(l, 502, &bad), -1);
+	cr_expect_eq(sluice_mlog_end(l), 502);
+	sluice_mlog_reset(l);
+	cr_expect_eq(sluice_mlog_start(l), sluice_mlog_end(l));
+	struct kwr w;
+	kwr_init(&w, 64, 1u << 20);
+	cr_expect_eq(sluice_mlog_read(l, sluice_mlog_end(l), 1000, &w), 0);
+	cr_expect_eq(w.len, 0);
+	cr_expect_eq(sluice_mlog_append(l, 10, &r), 0); /* after a reset: anywhere */
+	cr_expect_eq(sluice_mlog_start(l), 10);
+	cr_expect_eq(sluice_mlog_end(l), 11);
+	cr_expect_eq(sluice_mlog_read(l, 10, 1000, &w), 1);
+	kwr_free(&w);
+	sluice_mlog_free(l);
+}
+
+struct counted {
+	int64_t offsets[8];
+	enum sluice_mrec_type types[8];
+	int n;
+};
+static int count_record8(void *arg, int64_t offset, const struct sluice_mrec *r)
+{
+	struct counted *c = arg;
+	cr_assert_lt(c->n, 8);
+	cr_assert(c->n == 0 || offset == c->offsets[c->n - 1] + 1);
+	c->offsets[c->n] = offset;
+	c->types[c->n++] = r->type;
+	return 0;
+}
+
+Test(mlog, damaged_batches_are_refused_whole)
+{
+	struct sluice_mlog *l = sluice_mlog_new(100, SLUICE_MLOG_BYTES_MAX);
+	append_range(l, 40, 48);
+	struct kwr w;
+	kwr_init(&w, 4096, 1u << 20);
+	cr_assert_eq(sluice_mlog_read(l, 40, 1u << 20, &w), 8);
+	cr_assert_eq(decode_all(w.buf, w.len, 40), 8);
+	struct seen s;
+	for (size_t at = 0; at < w.len; at++) {
+		for (int bit = 0; bit < 8; bit++) {
+			w.buf[at] ^= (uint8_t)(1u << bit);
+			memset(&s, 0, sizeof s);
+			s.refuse_at = -1;
+			s.next = 40;
+			int64_t n;
+			if (at < SLUICE_BATCH_OFF_LENGTH) {
+				/* BaseOffset, outside Kafka's CRC: the same records at other offsets */
+				struct counted c = {0};
+				n = sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err);
+				if ((int64_t)kbe64(w.buf) < 0)
+					cr_expect(n == -1 && c.n == 0, "byte %zu bit %d: negative base accepted", at, bit);
+				else
+					cr_expect(n == (int64_t)w.len && c.n == 8 && c.offsets[0] == (int64_t)kbe64(w.buf),
+						  "byte %zu bit %d", at, bit);
+			} else if (at >= SLUICE_BATCH_OFF_EPOCH && at < SLUICE_BATCH_OFF_MAGIC) {
+				/* PartitionLeaderEpoch, outside the CRC too, and not looked at */
+				n = sluice_mlog_decode_batch(w.buf, w.len, check_record, &s, err, sizeof err);
+				cr_expect(n == (int64_t)w.len && s.n == 8, "byte %zu bit %d", at, bit);
+			} else {
+				n = sluice_mlog_decode_batch(w.buf, w.len, check_record, &s, err, sizeof err);
+				cr_expect(n == -1 && s.n == 0, "byte %zu bit %d: accepted", at, bit);
+			}
+			w.buf[at] ^= (uint8_t)(1u << bit);
+		}
+	}
+	for (size_t cut = 0; cut < w.len; cut++) {
+		memset(&s, 0, sizeof s);
+		s.next = 40;
+		s.refuse_at = -1;
+		cr_expect_eq(sluice_mlog_decode_batch(w.buf, cut, check_record, &s, err, sizeof err), -1, "cut %zu", cut);
+		cr_expect_eq(s.n, 0);
+	}
+	/* the caller refusing a record stops the batch with an error */
+	memset(&s, 0, sizeof s);
+	s.next = 40;
+	s.refuse_at = 43;
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, check_record, &s, err, sizeof err), -1);
+	cr_expect_eq(s.n, 3);
+	cr_expect(strstr(err, "43") != NULL, "%s", err);
+	kwr_free(&w);
+	sluice_mlog_free(l);
+}
+
+/* Re-seal a batch after a change inside the CRC. */
+static void reseal(uint8_t *b, size_t total)
+{
+	kput32(b + SLUICE_BATCH_OFF_CRC,
+	       sluice_crc32c(0, b + SLUICE_BATCH_OFF_ATTRIBUTES, total - SLUICE_BATCH_OFF_ATTRIBUTES));
+}
+
+
+/* A batch of two records written by sluice_batch_build (common/kafka/batch.h). */
+static void other_batch(struct kwr *w, const void *value2, int32_t value2_len)
+{
+	struct sluice_mrec a = mk_topic("x", 9);
+	struct kwr ea;
+	kwr_init(&ea, 256, SLUICE_MREC_ENCODED_MAX);
+	cr_assert_eq(sluice_mrec_encode(&ea, &a), 0);
+	struct sluice_record_kv kv[] = {{NULL, 0, ea.buf, (int32_t)ea.len}, {"key", 3, value2, value2_len}};
+	kwr_reset(w);
+	cr_assert_eq(sluice_batch_build(w, kv, 2, 1700000000000LL), 0);
+	sluice_batch_set_base_offset(w->buf, 100, 3);
+	kwr_free(&ea);
+}
+
+Test(mlog, batches_from_other_writers)
+{
+	struct sluice_mrec b = mk(SLUICE_MREC_NO_OP);
+	struct kwr eb, w;
+	kwr_init(&eb, 256, SLUICE_MREC_ENCODED_MAX);
+	kwr_init(&w, 256, 1u << 20);
+	cr_assert_eq(sluice_mrec_encode(&eb, &b), 0);
+
+	/* keys are ignored; offsets are BaseOffset + OffsetDelta */
+	other_batch(&w, eb.buf, (int32_t)eb.len);
+	struct counted c = {0};
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err), (int64_t)w.len, "%s",
+		     err);
+	cr_expect(c.n == 2 && c.offsets[0] == 100 && c.offsets[1] == 101 && c.types[0] == SLUICE_MREC_TOPIC &&
+		  c.types[1] == SLUICE_MREC_NO_OP);
+	/* with fn NULL the batch is only checked */
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, NULL, NULL, err, sizeof err), (int64_t)w.len);
+
+	/* a control batch (Kafka's leader change, snapshot header/footer) is skipped whole */
+	w.buf[SLUICE_BATCH_OFF_ATTRIBUTES + 1] |= SLUICE_BATCH_ATTR_CONTROL;
+	reseal(w.buf, w.len);
+	c.n = 0;
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err), (int64_t)w.len);
+	cr_expect_eq(c.n, 0);
+	/* a compressed one is refused */
+	other_batch(&w, eb.buf, (int32_t)eb.len);
+	w.buf[SLUICE_BATCH_OFF_ATTRIBUTES + 1] |= 1;
+	reseal(w.buf, w.len);
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "compressed"), "%s", err);
+	/* a null value, or one that is no metadata record, refuses the batch: not even its first record is handed out */
+	other_batch(&w, NULL, 0);
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err), -1);
+	other_batch(&w, "garbage", 7);
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "offset 101"), "%s", err);
+	cr_expect_eq(c.n, 0);
+	/* a record whose length claims less than its fields, resealed so the CRC passes */
+	other_batch(&w, eb.buf, (int32_t)eb.len);
+	w.buf[SLUICE_BATCH_HEADER_BYTES] = (uint8_t)(w.buf[SLUICE_BATCH_HEADER_BYTES] - 2); /* zigzag: length - 1 */
+	reseal(w.buf, w.len);
+	cr_expect_eq(sluice_mlog_decode_batch(w.buf, w.len, count_record8, &c, err, sizeof err), -1);
+	cr_expect_eq(c.n, 0);
+	kwr_free(&w);
+	kwr_free(&eb);
+}
+
+Test(mlog, a_writer_that_fills_up_gets_nothing)
+{
+	struct sluice_mlog *l = sluice_mlog_new(100, SLUICE_MLOG_BYTES_MAX);
+	append_range(l, 0, 50);
+	struct kwr w;
+	kwr_init(&w, 16, 200); /* room for about one batch of one record */
+	kwr_raw(&w, "xy", 2);
+	cr_expect_eq(sluice_mlog_read(l, 0, 1u << 20, &w), -1);
+	cr_expect_eq(w.len, 2);
+	kwr_free(&w);
+	sluice_mlog_free(l);
 }
