@@ -277,6 +277,18 @@ static const char *not_controller_msg(const struct sluice_ctl_server *s, char *b
 	return buf;
 }
 
+/* s for a log line: bytes outside printable ASCII (a client's strings may
+ * hold anything, newlines included) become '?'. */
+#define CTL_LOG_STRING_MAX 256
+static const char *printable(const char *s, char buf[CTL_LOG_STRING_MAX])
+{
+	size_t i = 0;
+	for (; s && s[i] && i < CTL_LOG_STRING_MAX - 1; i++)
+		buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+	buf[i] = '\0';
+	return buf;
+}
+
 /* A set of byte strings (duplicate detection in one request): open
  * addressing over pointers that outlive it. */
 struct keyset {
@@ -899,11 +911,11 @@ static void log_committed(struct sluice_ctl_server *s, const struct sluice_mrec 
 		const struct sluice_mrec *m = &recs[i];
 		if (m->type == SLUICE_MREC_REGISTER_BROKER) {
 			const struct sluice_mrec_register_broker *b = &m->register_broker;
-			char inc[23];
+			char inc[23], host[CTL_LOG_STRING_MAX], rack[CTL_LOG_STRING_MAX];
 			sluice_topic_id_base64(b->incarnation_id, inc);
 			SLOG_INFO("controller", "broker %d registered: epoch %" PRId64 ", incarnation %s, %s:%u%s%s", b->broker_id,
-				  b->broker_epoch, inc, b->endpoint_n ? b->endpoints[0].host : "-",
-				  b->endpoint_n ? b->endpoints[0].port : 0, b->rack[0] ? ", rack " : "", b->rack);
+				  b->broker_epoch, inc, printable(b->endpoint_n ? b->endpoints[0].host : "-", host),
+				  b->endpoint_n ? b->endpoints[0].port : 0, b->rack[0] ? ", rack " : "", printable(b->rack, rack));
 		} else if (m->type == SLUICE_MREC_FENCE_BROKER) {
 			SLOG_INFO("controller", "broker %d fenced", m->fence_broker.id);
 		} else if (m->type == SLUICE_MREC_UNFENCE_BROKER) {
@@ -917,8 +929,9 @@ static void log_committed(struct sluice_ctl_server *s, const struct sluice_mrec 
 			SLOG_INFO("controller", "broker %d unregistered", m->unregister_broker.broker_id);
 		} else if (m->type == SLUICE_MREC_PARTITION_CHANGE && m->partition_change.has_leader) {
 			const struct sluice_image_topic *t = sluice_image_topic_by_id(s->img, m->partition_change.topic_id);
+			char name[CTL_LOG_STRING_MAX];
 			if (++leaders <= CTL_LOG_LINES_PER_COMMIT_MAX)
-				SLOG_INFO("controller", "partition %s-%d: leader %d", t ? t->name : "?",
+				SLOG_INFO("controller", "partition %s-%d: leader %d", printable(t ? t->name : "?", name),
 					  m->partition_change.partition_id, m->partition_change.leader);
 		}
 		topics += m->type == SLUICE_MREC_TOPIC;
@@ -1963,8 +1976,9 @@ static void registration_answer(struct sluice_ctl_server *s, struct ctl_req *r)
 		const struct sluice_image_broker *b = sluice_image_broker(s->img, re->reg.broker_id);
 		epoch = b ? b->epoch : -1;
 	} else if (re->e.err != KERR_NOT_CONTROLLER) {
+		char msg[CTL_LOG_STRING_MAX];
 		SLOG_INFO("controller", "%s: registration of broker %d refused: %s (%s)", peer_of(r), re->reg.broker_id,
-			  sluice_kafka_error_name(re->e.err), re->e.msg);
+			  sluice_kafka_error_name(re->e.err), printable(re->e.msg, msg));
 	}
 	resp_begin(r);
 	kwr_i32(&r->out, 0);
