@@ -72,6 +72,8 @@ struct pending {
 	int64_t partitions;  /* added by pending TopicRecords and growths */
 	int32_t topics;
 	size_t pid_idx; /* the last ProducerIdsRecord appended, SIZE_MAX none */
+	uint32_t *broker_idx; /* broker records appended (registrations, fencing): the view shows them */
+	size_t broker_n, broker_cap;
 };
 
 /* Facts of the image recomputed when its offset moves: totals for the
@@ -323,6 +325,28 @@ static void pending_reset(struct pending *p, const struct sluice_ctl_out *out)
 	p->partitions = 0;
 	p->topics = 0;
 	p->pid_idx = SIZE_MAX;
+	p->broker_n = 0;
+}
+
+static bool broker_record(enum sluice_mrec_type t)
+{
+	return t == SLUICE_MREC_REGISTER_BROKER || t == SLUICE_MREC_BROKER_REGISTRATION_CHANGE ||
+	       t == SLUICE_MREC_FENCE_BROKER || t == SLUICE_MREC_UNFENCE_BROKER;
+}
+
+/* Remember a broker record; memory short: forgotten (the view then lags
+ * this command, which the next tick repairs). */
+static void pending_broker(struct pending *p, size_t idx)
+{
+	if (p->broker_n == p->broker_cap) {
+		size_t cap = p->broker_cap ? 2 * p->broker_cap : 8;
+		uint32_t *v = realloc(p->broker_idx, cap * sizeof *v);
+		if (!v)
+			return;
+		p->broker_idx = v;
+		p->broker_cap = cap;
+	}
+	p->broker_idx[p->broker_n++] = (uint32_t)idx;
 }
 
 /* Called first by every decision that appends: forget what a cleared or other out held. */
@@ -445,6 +469,8 @@ static void pending_note(struct sluice_ctl *c, const struct sluice_ctl_out *out,
 			c->pend.pid_idx = i;
 			break;
 		default:
+			if (broker_record(out->recs[i].type))
+				pending_broker(&c->pend, i);
 			break;
 		}
 	}
@@ -534,19 +560,6 @@ void sluice_ctl_became_leader(struct sluice_ctl *c, int64_t now_ms)
 
 /* ---- the brokers' view ---------------------------------------------------------------------- */
 
-static void view_load(struct sluice_ctl *c)
-{
-	size_t bn = sluice_image_broker_count(c->img);
-	assert(bn <= SLUICE_IMAGE_BROKERS_MAX);
-	for (size_t i = 0; i < bn; i++) {
-		const struct sluice_image_broker *b = sluice_image_broker_at(c->img, i);
-		c->view[i] = (struct ctl_bview){.id = b->id, .fenced = b->fenced, .in_cs = b->in_controlled_shutdown,
-						.rack = b->rack};
-		assert(i == 0 || c->view[i - 1].id < b->id);
-	}
-	c->view_n = bn;
-}
-
 static struct ctl_bview *view_find(const struct sluice_ctl *c, int32_t id)
 {
 	size_t lo = 0, hi = c->view_n;
@@ -562,13 +575,15 @@ static struct ctl_bview *view_find(const struct sluice_ctl *c, int32_t id)
 	return NULL;
 }
 
-/* The entry of id, added (fenced) if the image does not have it yet. */
+/* The entry of id, added (fenced) if the image does not have it yet; NULL
+ * when the view is full (the image's apply refuses such a broker anyway). */
 static struct ctl_bview *view_put(struct sluice_ctl *c, int32_t id, const char *rack)
 {
 	struct ctl_bview *v = view_find(c, id);
 	if (v)
 		return v;
-	assert(c->view_n <= SLUICE_IMAGE_BROKERS_MAX);
+	if (c->view_n > SLUICE_IMAGE_BROKERS_MAX)
+		return NULL;
 	size_t at = 0;
 	while (at < c->view_n && c->view[at].id < id)
 		at++;
@@ -576,6 +591,44 @@ static struct ctl_bview *view_put(struct sluice_ctl *c, int32_t id, const char *
 	c->view_n++;
 	c->view[at] = (struct ctl_bview){.id = id, .fenced = true, .rack = rack};
 	return &c->view[at];
+}
+
+/* The image's brokers, then the broker records earlier decisions put in
+ * out (pending, not applied yet): the brokers as this command leaves them. */
+static void view_load(struct sluice_ctl *c, const struct sluice_ctl_out *out)
+{
+	size_t bn = sluice_image_broker_count(c->img);
+	assert(bn <= SLUICE_IMAGE_BROKERS_MAX);
+	for (size_t i = 0; i < bn; i++) {
+		const struct sluice_image_broker *b = sluice_image_broker_at(c->img, i);
+		c->view[i] = (struct ctl_bview){.id = b->id, .fenced = b->fenced, .in_cs = b->in_controlled_shutdown,
+						.rack = b->rack};
+		assert(i == 0 || c->view[i - 1].id < b->id);
+	}
+	c->view_n = bn;
+	for (size_t k = 0; out && c->pend.out == out && k < c->pend.broker_n; k++) {
+		size_t idx = c->pend.broker_idx[k];
+		const struct sluice_mrec *r = idx < out->n ? &out->recs[idx] : NULL;
+		if (!r || !broker_record(r->type))
+			continue;
+		if (r->type == SLUICE_MREC_REGISTER_BROKER) {
+			struct ctl_bview *v = view_put(c, r->register_broker.broker_id, "");
+			if (v) {
+				v->fenced = r->register_broker.fenced;
+				v->in_cs = r->register_broker.in_controlled_shutdown;
+			}
+		} else if (r->type == SLUICE_MREC_BROKER_REGISTRATION_CHANGE) {
+			struct ctl_bview *v = view_find(c, r->broker_registration_change.broker_id);
+			if (v && r->broker_registration_change.fenced >= 0)
+				v->fenced = r->broker_registration_change.fenced;
+			if (v && r->broker_registration_change.in_controlled_shutdown >= 0)
+				v->in_cs = r->broker_registration_change.in_controlled_shutdown;
+		} else {
+			struct ctl_bview *v = view_find(c, r->fence_broker.id);
+			if (v)
+				v->fenced = r->type == SLUICE_MREC_FENCE_BROKER;
+		}
+	}
 }
 
 /* Kafka's isActive: registered, unfenced and not shutting down. */
@@ -819,8 +872,7 @@ static bool scan_partitions(struct sluice_ctl *c, struct sluice_ctl_out *out, bo
 	if (!complete)
 		c->repair_due = true;
 	*changed = out->n - from;
-	pending_note(c, out, from);
-	return complete;
+	return complete; /* the caller notes the records as pending, with its own */
 }
 
 /* Whether broker id leads any partition in the image. */
@@ -876,6 +928,7 @@ void sluice_ctl_free(struct sluice_ctl *c)
 	free(c->pl.rack_start);
 	free(c->pl.visits);
 	free(c->pend.slots);
+	free(c->pend.broker_idx);
 	free(c->cache.slots);
 	free(c);
 }
@@ -915,6 +968,12 @@ static int16_t registration_check(struct sluice_ctl *c, const struct sluice_ctl_
 		snprintf(msg, msglen, "Rack of broker %d is longer than %d bytes", r->broker_id, SLUICE_BROKER_RACK_MAX);
 		return KERR_INVALID_REGISTRATION;
 	}
+	for (int32_t i = 0; i < r->endpoint_n; i++)
+		if (strnlen(r->endpoints[i].name, sizeof r->endpoints[i].name) == sizeof r->endpoints[i].name ||
+		    strnlen(r->endpoints[i].host, sizeof r->endpoints[i].host) == sizeof r->endpoints[i].host) {
+			snprintf(msg, msglen, "Listener %d of broker %d: name or host too long", i, r->broker_id);
+			return KERR_INVALID_REGISTRATION;
+		}
 	if (!old && sluice_image_broker_count(c->img) >= SLUICE_IMAGE_BROKERS_MAX) {
 		snprintf(msg, msglen, "The cluster already has the most brokers it can hold (%d)", SLUICE_IMAGE_BROKERS_MAX);
 		return KERR_INVALID_REGISTRATION;
@@ -971,11 +1030,15 @@ int16_t sluice_ctl_register(struct sluice_ctl *c, const struct sluice_ctl_regist
 	 * handleBrokerUncleanShutdown); a clean one stays eligible. */
 	bool new_incarnation = !old || memcmp(old->incarnation_id, r->incarnation_id, 16) != 0;
 	bool clean = old && r->previous_broker_epoch == old->epoch;
-	view_load(c);
-	struct ctl_bview *v = view_put(c, r->broker_id, rec->register_broker.rack);
-	v->fenced = true;
-	v->in_cs = false;
-	v->unclean = new_incarnation && !clean;
+	view_load(c, out);
+	/* Placement is not part of a registration: the rack is not needed (and
+	 * out's records move when out grows). */
+	struct ctl_bview *v = view_put(c, r->broker_id, "");
+	if (v) {
+		v->fenced = true;
+		v->in_cs = false;
+		v->unclean = new_incarnation && !clean;
+	}
 	size_t changed = 0;
 	if (old)
 		scan_partitions(c, out, false, &changed);
@@ -1041,7 +1104,7 @@ static int heartbeat_records(struct sluice_ctl *c, const struct sluice_image_bro
 			     enum bstate cur, enum bstate next, struct sluice_ctl_out *out)
 {
 	size_t from = out->n;
-	view_load(c);
+	view_load(c, out);
 	struct ctl_bview *v = view_find(c, b->id);
 	assert(v);
 	int rc = 0;
@@ -1131,7 +1194,7 @@ void sluice_ctl_tick(struct sluice_ctl *c, int64_t now_ms, struct sluice_ctl_out
 	pending_sync(c, out);
 	size_t from = out->n;
 	sessions_prune(c);
-	view_load(c);
+	view_load(c, out);
 	size_t fenced = fence_expired(c, now_ms, out);
 	if (c->cfg.auto_leader_rebalance && now_ms - c->rebalance_last_ms >= CTL_IMBALANCE_CHECK_INTERVAL_MS)
 		c->rebalance_due = true;
@@ -1193,10 +1256,10 @@ static int pl_entry_cmp(const void *a, const void *b)
 }
 
 /* Load the active brokers; returns how many. */
-static int32_t placer_load(struct sluice_ctl *c, const char *topic)
+static int32_t placer_load(struct sluice_ctl *c, const struct sluice_ctl_out *out, const char *topic)
 {
 	struct placer *pl = &c->pl;
-	view_load(c);
+	view_load(c, out);
 	pl->broker_n = 0;
 	for (size_t i = 0; i < c->view_n; i++)
 		if (view_active(c, c->view[i].id))
@@ -1466,7 +1529,7 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 	char topic[SLUICE_TOPIC_NAME_MAX + 1];
 	memcpy(topic, name, name_len);
 	topic[name_len] = 0;
-	placer_load(c, topic);
+	placer_load(c, out, topic);
 	e = create_check(c, out, topic, name_len, parts, rf, configs, config_n, msg, msglen);
 	uint8_t tid[16];
 	if (!e)
@@ -1499,11 +1562,15 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 int16_t sluice_ctl_delete_topic(struct sluice_ctl *c, const char *name, size_t name_len, const uint8_t *id,
 				struct sluice_ctl_out *out, uint8_t id_out[16], char *msg, size_t msglen)
 {
-	assert(c && out && id_out && msg && (name || id));
+	assert(c && out && id_out && msg);
 	pending_sync(c, out);
 	msg[0] = 0;
 	memset(id_out, 0, 16);
 	bool by_id = id && !id_zero(id);
+	if (!by_id && !name) {
+		snprintf(msg, msglen, "Neither topic name nor topic id given.");
+		return KERR_INVALID_REQUEST;
+	}
 	const struct sluice_image_topic *t = by_id ? sluice_image_topic_by_id(c->img, id)
 						   : sluice_image_topic_by_name(c->img, name, name_len);
 	if (t && pending_has(c, out, PEND_REMOVED, NULL, 0, t->id, 0))
@@ -1573,7 +1640,7 @@ int16_t sluice_ctl_create_partitions(struct sluice_ctl *c, const char *name, siz
 			 (int)(name_len > SLUICE_TOPIC_NAME_MAX ? SLUICE_TOPIC_NAME_MAX : name_len), name);
 		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	}
-	placer_load(c, t->name);
+	placer_load(c, out, t->name);
 	int16_t e = grow_check(c, out, t, count, msg, msglen);
 	if (e || validate_only)
 		return e;
@@ -2046,6 +2113,12 @@ int16_t sluice_ctl_alter_configs(struct sluice_ctl *c, int8_t resource_type, con
 		pending_rollback(c, out, from);
 	else
 		pending_note(c, out, from);
+	/* Elections depend on these: the next tick looks at every partition again
+	 * (Kafka elects uncleanly once the topic allows it). */
+	for (size_t i = 0; !e && !validate_only && i < x.n; i++)
+		if (x.v[i].name && (!strcmp(x.v[i].name, "unclean.leader.election.enable") ||
+				    !strcmp(x.v[i].name, "min.insync.replicas")))
+			c->repair_due = true;
 	free(x.v);
 	return e;
 }
@@ -2134,7 +2207,7 @@ int16_t sluice_ctl_alter_partition(struct sluice_ctl *c, const struct sluice_ctl
 	if (a->new_isr.n < 0 || a->new_isr.n > SLUICE_REPLICAS_MAX)
 		return KERR_INVALID_REQUEST;
 	const struct sluice_image_partition *p = &t->partitions[a->partition];
-	view_load(c);
+	view_load(c, out);
 	int16_t e = alter_partition_check(c, a, p);
 	if (e)
 		return e;
