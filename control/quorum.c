@@ -17,6 +17,12 @@
  * proposal failed that way may still commit under the next leader: the
  * owner learns it from the applied records.
  *
+ * Callbacks: a snapshot found at start is restored inside
+ * sluice_quorum_start (restored fires before it returns); every other
+ * callback comes from the loop. Stopping is deferred to the next loop turn
+ * (a zero timer), so the owner may stop from inside any callback; from the
+ * call on the node is not the leader and refuses proposals.
+ *
  * Addresses: raft_uv_tcp speaks IPv4 dotted quads only, so each voter's
  * host is resolved once at start (getaddrinfo, AF_INET). On a fresh
  * directory the voters are bootstrapped from the configuration; an existing
@@ -460,18 +466,28 @@ fail_free:
 	return -1;
 }
 
-void sluice_quorum_stop(struct sluice_quorum *q, void (*done)(void *arg), void *arg)
+/* The stop itself, on the loop turn after sluice_quorum_stop: never inside
+ * one of libraft's callbacks (the owner may stop from applied or done). */
+static void stop_now(uv_timer_t *t)
 {
-	assert(!q->stopping);
-	q->stopping = true;
-	q->stop_done = done;
-	q->stop_arg = arg;
+	struct sluice_quorum *q = t->data;
+	assert(q->stopping && q->closes_pending == 0);
 	q->closes_pending = 2;
-	uv_timer_stop(&q->poll);
 	uv_close((uv_handle_t *)&q->poll, poll_closed);
 	/* Fails pending proposals (RAFT_LEADERSHIPLOST: NOT_CONTROLLER) and the
 	 * barrier, then closes storage and transport. */
 	raft_close(&q->raft, raft_closed);
+}
+
+void sluice_quorum_stop(struct sluice_quorum *q, void (*done)(void *arg), void *arg)
+{
+	assert(!q->stopping);
+	q->stopping = true; /* from now on: not the leader, proposals refused */
+	q->stop_done = done;
+	q->stop_arg = arg;
+	int rc = uv_timer_start(&q->poll, stop_now, 0, 0);
+	assert(rc == 0);
+	(void)rc;
 }
 
 /* Parse one "id@host:port" of s[0..len). */

@@ -9,7 +9,10 @@
  *   count times:
  *     length u32  1 .. SLUICE_MREC_ENCODED_MAX
  *     record      `length` bytes: sluice_mrec_encode's serialisation
- *   nothing after the last record.
+ *   padding  0-7 zero bytes: the whole command is a multiple of 8 bytes,
+ *            which raft_uv requires of every entry (its segment writer
+ *            assumes it; Debian's build compiles the assertion out and
+ *            writes a segment that does not load again otherwise).
  * A command is applied all or none: every record is decoded (and checked)
  * before the first is applied; one that does not decode refuses the whole
  * command and nothing changes. A record that decodes but that the image
@@ -41,6 +44,7 @@
 #include <string.h>
 
 #define COMMAND_VERSION 1
+#define COMMAND_ALIGN 8 /* raft_uv's entry alignment */
 #define SNAPSHOT_VERSION 1
 #define SNAPSHOT_MAGIC "SLQS"
 #define SNAPSHOT_HEADER_BYTES (4 + 1 + 8 + 8 + 4)
@@ -131,8 +135,13 @@ static size_t command_check(struct sluice_quorum_fsm *f, const void *p, size_t l
 			return 0;
 		}
 	}
-	if (krd_left(&r) != 0) {
-		snprintf(err, errlen, "%zu bytes after the last of %d records", krd_left(&r), count);
+	size_t pad = krd_left(&r);
+	bool zeros = true;
+	for (size_t i = 0; i < pad; i++)
+		zeros = zeros && r.p[i] == 0;
+	if (pad >= COMMAND_ALIGN || len % COMMAND_ALIGN != 0 || !zeros) {
+		snprintf(err, errlen, "%zu bytes after the last of %d records (%zu in all): not the padding to %d",
+			 pad, count, len, COMMAND_ALIGN);
 		return 0;
 	}
 	return (size_t)count;
@@ -220,10 +229,13 @@ int16_t sluice_quorum_command_encode(const struct sluice_mrec *recs, size_t n, s
 		if (!w.err)
 			kwr_patch_i32(&w, at, (int32_t)(w.len - at - 4));
 	}
+	if (!w.err && w.len % COMMAND_ALIGN)
+		kwr_raw(&w, "\0\0\0\0\0\0\0", COMMAND_ALIGN - w.len % COMMAND_ALIGN);
 	if (w.err) {
 		error = KERR_POLICY_VIOLATION; /* above the byte limit (or out of memory) */
 		goto out;
 	}
+	assert(w.len % COMMAND_ALIGN == 0);
 	out->base = raft_malloc(w.len);
 	if (!out->base) {
 		error = KERR_UNKNOWN_SERVER_ERROR;
