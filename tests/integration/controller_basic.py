@@ -578,8 +578,13 @@ def three_controllers(root):
     check(ctls[leader].port == lport and sorted(view["voters"]) == [1, 2, 3], f"DescribeQuorum: {view}")
     log(f"controller {leader} leads (epoch {view['epoch']})")
     for i, p in nodes:
-        with Ctl(p) as c:
-            dc = c.describe_cluster(2)
+        deadline = time.monotonic() + 5  # a follower learns of the leader from its first append
+        while True:
+            with Ctl(p) as c:
+                dc = c.describe_cluster(2)
+            if dc["controller_id"] == leader or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         check(dc["controller_id"] == leader and len(dc["brokers"]) == 3, f"DescribeCluster from {i}: {dc}")
 
     broker = FakeBroker(201, ports, 31098)
