@@ -617,6 +617,8 @@ static void conn_reading(struct ctl_conn *c, bool on)
 		return;
 	}
 	c->reading = on;
+	if (on && c->frame_started_ms >= 0) /* a frame's time runs only while it is read */
+		c->frame_started_ms = now_ms(c->s);
 }
 
 /* Give a large input buffer back once it is drained (after a large frame). */
@@ -640,7 +642,12 @@ static void conn_cut_frames(struct ctl_conn *c)
 {
 	struct sluice_ctl_server *s = c->s;
 	size_t off = 0;
-	while (!c->closing && !conn_full(c) && c->in_len - off >= 4) {
+	bool partial = false; /* the bytes left are the start of a frame still arriving */
+	while (!c->closing && !conn_full(c)) {
+		if (c->in_len - off < 4) {
+			partial = c->in_len > off;
+			break;
+		}
 		int32_t size = (int32_t)kbe32(c->in + off);
 		if (size < CTL_REQUEST_HEADER_BYTES_MIN || size > s->cfg.socket_request_max_bytes) {
 			char why[96];
@@ -649,8 +656,10 @@ static void conn_cut_frames(struct ctl_conn *c)
 			conn_close(c, why);
 			return;
 		}
-		if (c->in_len - off - 4 < (size_t)size)
+		if (c->in_len - off - 4 < (size_t)size) {
+			partial = true;
 			break;
+		}
 		if (req_new(c, c->in + off + 4, (uint32_t)size) < 0)
 			return;
 		off += 4 + (size_t)size;
@@ -660,7 +669,8 @@ static void conn_cut_frames(struct ctl_conn *c)
 		return;
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
-	if (c->in_len == 0)
+	/* Only a frame still arriving is timed: whole frames waiting for room are not. */
+	if (!partial)
 		c->frame_started_ms = -1;
 	else if (c->frame_started_ms < 0)
 		c->frame_started_ms = now_ms(s);
@@ -733,7 +743,8 @@ static void on_sweep(uv_timer_t *t)
 	struct sluice_ctl_server *s = t->data;
 	int64_t now = now_ms(s);
 	for (struct ctl_conn *c = s->conns; c; c = c->next)
-		if (!c->closing && c->frame_started_ms >= 0 && now - c->frame_started_ms > CTL_FRAME_RECEIVE_TIMEOUT_MS)
+		if (!c->closing && c->reading && c->frame_started_ms >= 0 &&
+		    now - c->frame_started_ms > CTL_FRAME_RECEIVE_TIMEOUT_MS)
 			conn_close(c, "a frame did not arrive whole within 30 s");
 }
 
