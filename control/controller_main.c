@@ -1,0 +1,130 @@
+/* sluice-controller: one node of a Sluice cluster's replicated control
+ * plane. `sluice-controller controller.properties [--override key=value
+ * ...]` reads Kafka's KRaft properties (control/ctl_config.h), then runs
+ * one thread with one libuv loop holding the Raft quorum, the decision
+ * rules and the Kafka-protocol listener (control/ctl_server.h) until
+ * SIGTERM or SIGINT, which stop it cleanly (quorum stopped, listener and
+ * connections closed, exit 0). A bad or missing property exits 1 with one
+ * line naming the key. */
+#include "common/log.h"
+#include "control/ctl_config.h"
+#include "control/ctl_server.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#define OVERRIDE_BYTES_MAX 8192
+
+struct controller {
+	uv_loop_t loop;
+	uv_signal_t sigterm, sigint;
+	struct sluice_ctl_server *server;
+	bool stopping;
+};
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: sluice-controller controller.properties [--override key=value ...]\n");
+}
+
+/* --override key=value (or --override=key=value), applied after the file. */
+static int apply_override(struct sluice_controller_config *cfg, const char *kv, char *err, size_t errlen)
+{
+	char buf[OVERRIDE_BYTES_MAX];
+	if (strlen(kv) >= sizeof buf) {
+		snprintf(err, errlen, "--override: longer than %d bytes", OVERRIDE_BYTES_MAX - 1);
+		return -1;
+	}
+	snprintf(buf, sizeof buf, "%s", kv);
+	char *eq = strchr(buf, '=');
+	if (!eq || eq == buf) {
+		snprintf(err, errlen, "--override: '%s' is not key=value", kv);
+		return -1;
+	}
+	*eq = '\0';
+	return sluice_controller_config_set(cfg, buf, eq + 1, err, errlen);
+}
+
+static int load_config(struct sluice_controller_config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+	sluice_controller_config_defaults(cfg);
+	if (sluice_controller_config_load_file(cfg, argv[1], err, errlen) < 0)
+		return -1;
+	for (int i = 2; i < argc; i++) {
+		const char *kv = NULL;
+		if (strcmp(argv[i], "--override") == 0 && i + 1 < argc)
+			kv = argv[++i];
+		else if (strncmp(argv[i], "--override=", 11) == 0)
+			kv = argv[i] + 11;
+		if (!kv) {
+			snprintf(err, errlen, "unexpected argument '%s'", argv[i]);
+			return -1;
+		}
+		if (apply_override(cfg, kv, err, errlen) < 0)
+			return -1;
+	}
+	return sluice_controller_config_finish(cfg, err, errlen);
+}
+
+static void on_signal_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void on_stopped(void *arg)
+{
+	struct controller *c = arg;
+	/* The server has closed everything of its own: the signals are the last handles. */
+	uv_close((uv_handle_t *)&c->sigterm, on_signal_closed);
+	uv_close((uv_handle_t *)&c->sigint, on_signal_closed);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct controller *c = h->data;
+	if (c->stopping)
+		return;
+	c->stopping = true;
+	SLOG_INFO("controller", "%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	sluice_ctl_server_stop(c->server, on_stopped, c);
+}
+
+int main(int argc, char **argv)
+{
+	/* First: a peer's socket closing under a write must not kill the
+	 * process (libraft's transport writes to dead peers). */
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2 || argv[1][0] == '-') {
+		usage();
+		return 1;
+	}
+	static struct sluice_controller_config cfg; /* large: off the stack */
+	char err[512];
+	if (load_config(&cfg, argc, argv, err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-controller: %s\n", err);
+		return 1;
+	}
+	static struct controller c;
+	int rc = uv_loop_init(&c.loop);
+	if (rc < 0) {
+		fprintf(stderr, "sluice-controller: uv_loop_init: %s\n", uv_strerror(rc));
+		return 1;
+	}
+	if (sluice_ctl_server_start(&c.server, &c.loop, &cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-controller: %s\n", err);
+		uv_loop_close(&c.loop);
+		return 1;
+	}
+	uv_signal_init(&c.loop, &c.sigterm);
+	uv_signal_init(&c.loop, &c.sigint);
+	c.sigterm.data = c.sigint.data = &c;
+	uv_signal_start(&c.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&c.sigint, on_signal, SIGINT);
+	uv_run(&c.loop, UV_RUN_DEFAULT);
+	sluice_ctl_server_free(c.server);
+	rc = uv_loop_close(&c.loop);
+	SLOG_INFO("controller", "stopped%s", rc < 0 ? " (some handle was left open)" : "");
+	return 0;
+}
