@@ -1519,6 +1519,13 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 	assert(config_n >= 0 && (configs || config_n == 0));
 	pending_sync(c, out);
 	msg[0] = 0;
+	/* id and id_out may be the same bytes (the server decodes the wanted id
+	 * into the entry that later carries the answer): read it before clearing. */
+	uint8_t wanted[16];
+	if (id) {
+		memcpy(wanted, id, 16);
+		id = wanted;
+	}
 	memset(id_out, 0, 16);
 	*partitions_out = 0;
 	int32_t parts = partitions == -1 ? c->cfg.default_partitions : partitions;
