@@ -97,6 +97,11 @@ struct sluice_topic_spec {
 	int32_t config_n;
 	struct sluice_topic_config configs[SLUICE_TOPIC_CONFIGS_MAX];
 	const uint8_t *id; /* NULL: a new random topic id (adoption at start passes the one found on disk) */
+	/* NULL: the backend places the replicas. Else every partition's one
+	 * replica is node *replica_node: adoption at start in cluster mode
+	 * (the data is on this broker); the controller backend sends it as
+	 * CreateTopics Assignments. The local backend has one node anyway. */
+	const int32_t *replica_node;
 };
 
 /* ---- asynchronous changes ----------------------------------------------------
