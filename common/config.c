@@ -294,7 +294,7 @@ static bool endpoint_valid(const char *p, size_t len, bool with_id)
 	for (size_t i = 0; i < len; i++)
 		if (p[i] == ':')
 			colon = i;
-	if (colon == 0 || colon >= len - 1 || colon > SLUICE_CONFIG_HOST_MAX || len - colon - 1 > 5)
+	if (colon == 0 || colon >= len - 1 || colon > SLUICE_CONFIG_HOST_MAX || len - colon - 1 > 5 || memchr(p, '@', colon))
 		return false;
 	long port = 0;
 	for (size_t i = colon + 1; i < len; i++) {

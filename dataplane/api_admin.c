@@ -2073,11 +2073,12 @@ bool sluice_api_describe_quorum_start(struct req *r, struct krd *rd)
 	bool valid;
 	if (!dq_decode(rd, &valid))
 		return false;
-	if (!sluice_proto_cluster_mode(r)) {
+	/* A backend that forwards has controllers to ask (proto.c serves
+	 * DescribeQuorum in cluster mode only then); the local one is alone. */
+	if (!r->nc->b->meta.ops->forward) {
 		dq_answer_local(r, valid);
 		return true;
 	}
-	/* proto.c serves DescribeQuorum in cluster mode only with a forward. */
 	if (!sluice_proto_meta_forward(r, dq_forwarded))
 		dq_forwarded(r, KERR_REQUEST_TIMED_OUT, NULL, 0); /* the backend refused it now: retriable */
 	return true;
