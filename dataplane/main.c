@@ -582,6 +582,14 @@ static int adopt_topic(struct broker *b, const struct sluice_topic *t)
 		sluice_topic_id_base64(ct ? ct->id : t->id, other);
 		b->meta.ops->release(b->meta.self, snap);
 		sluice_topic_id_base64(t->id, id);
+		if (!same && !strcmp(t->name, SLUICE_OFFSETS_TOPIC)) {
+			/* Another broker created the cluster's first: this broker's
+			 * committed offsets cannot join it (its directories stay). */
+			SLOG_WARN("broker", "adoption: the cluster has its own %s (topic id %s, here %s): this broker's "
+				  "committed group offsets are not adopted; their directories are left in place",
+				  SLUICE_OFFSETS_TOPIC, other, id);
+			return 0;
+		}
 		if (!same) {
 			fprintf(stderr, "sluice-broker: refusing to start: adoption: topic %s exists in the cluster with topic id "
 				"%s, this broker's data has id %s: not the same topic. Nothing was changed here; rename or delete "
