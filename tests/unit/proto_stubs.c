@@ -245,7 +245,8 @@ void stub_cluster_forward(int16_t error, const uint8_t *resp, size_t len)
 	if (!CL.on || len > sizeof CL.fwd_resp)
 		abort();
 	CL.fwd_error = error;
-	memcpy(CL.fwd_resp, resp, len);
+	if (len)
+		memcpy(CL.fwd_resp, resp, len);
 	CL.fwd_resp_len = len;
 	CL.ops.forward = cluster_forward;
 }
