@@ -92,6 +92,17 @@ static const struct cfg_key keys[] = {
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
 	{"broker.rack", CFG_STRING, F(broker_rack), 0, 0, ""},
+	/* cluster mode */
+	{"process.roles", CFG_STRING, F(process_roles), 0, 0, ""},
+	{"controller.quorum.voters", CFG_STRING, F(controller_quorum_voters), 0, 0, ""},
+	{"controller.quorum.bootstrap.servers", CFG_STRING, F(controller_quorum_bootstrap_servers), 0, 0, ""},
+	{"controller.listener.names", CFG_STRING, F(controller_listener_names), 0, 0, "CONTROLLER"},
+	{"metadata.log.dir", CFG_STRING, F(metadata_log_dir), 0, 0, ""},
+	{"broker.heartbeat.interval.ms", CFG_LONG, F(broker_heartbeat_interval_ms), 1, 3600000, "2000"},
+	{"broker.session.timeout.ms", CFG_LONG, F(broker_session_timeout_ms), 1, 3600000, "9000"},
+	{"sluice.controller.raft.port.offset", CFG_INT, F(controller_raft_port_offset), 1, 65535, "1"},
+	{"sluice.controller.wait.ms", CFG_LONG, F(controller_wait_ms), 0, 86400000, "60000"},
+	{"sluice.controller.shutdown.wait.ms", CFG_LONG, F(controller_shutdown_wait_ms), 0, 86400000, "30000"},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 
@@ -174,7 +185,10 @@ int sluice_config_set(struct sluice_config *cfg, const char *key, const char *va
 			return 0;
 		}
 	}
-	return set_typed(cfg, k, value, err, errlen);
+	int rc = set_typed(cfg, k, value, err, errlen);
+	if (rc == 0 && k->offset == F(cluster_id))
+		cfg->cluster_id_set = true;
+	return rc;
 }
 
 static char *trim(char *s)
@@ -259,8 +273,100 @@ static int parse_listener(const char *key, const char *text, char *host, size_t 
 	return 0;
 }
 
+bool sluice_config_cluster_mode(const struct sluice_config *cfg)
+{
+	return cfg->controller_quorum_voters[0] != '\0' || cfg->controller_quorum_bootstrap_servers[0] != '\0';
+}
+
+/* One "[id@]host:port" entry of a controller list, len bytes at p. */
+static bool endpoint_valid(const char *p, size_t len, bool with_id)
+{
+	if (with_id) {
+		size_t digits = 0;
+		while (digits < len && p[digits] >= '0' && p[digits] <= '9')
+			digits++;
+		if (digits == 0 || digits > 9 || digits >= len || p[digits] != '@')
+			return false;
+		p += digits + 1;
+		len -= digits + 1;
+	}
+	size_t colon = len;
+	for (size_t i = 0; i < len; i++)
+		if (p[i] == ':')
+			colon = i;
+	if (colon == 0 || colon >= len - 1 || colon > SLUICE_CONFIG_HOST_MAX || len - colon - 1 > 5 || memchr(p, '@', colon))
+		return false;
+	long port = 0;
+	for (size_t i = colon + 1; i < len; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return false;
+		port = port * 10 + (p[i] - '0');
+	}
+	return port >= 1 && port <= 65535;
+}
+
+/* controller.quorum.voters ("id@host:port,...") or
+ * controller.quorum.bootstrap.servers ("host:port,..."). */
+static int check_endpoints(const char *key, const char *text, bool with_id, char *err, size_t errlen)
+{
+	int n = 0;
+	for (const char *p = text; *p;) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		if (!endpoint_valid(p, len, with_id) || ++n > SLUICE_CONFIG_CONTROLLERS_MAX) {
+			snprintf(err, errlen, "%s: '%s' is not a list of at most %d %s", key, text, SLUICE_CONFIG_CONTROLLERS_MAX,
+				 with_id ? "id@host:port" : "host:port");
+			return -1;
+		}
+		p = comma ? comma + 1 : p + len;
+	}
+	return 0;
+}
+
+/* process.roles and the keys of cluster mode (config.h). */
+static int cluster_finish(const struct sluice_config *cfg, char *err, size_t errlen)
+{
+	const char *roles = cfg->process_roles;
+	if (roles[0] && strcmp(roles, "broker") != 0) {
+		if (strstr(roles, "controller"))
+			snprintf(err, errlen, "process.roles: '%s': sluice-broker is a broker only; the controller is the "
+				 "separate sluice-controller binary (process.roles=controller in its own properties file)", roles);
+		else
+			snprintf(err, errlen, "process.roles: '%s' is not 'broker'", roles);
+		return -1;
+	}
+	if (cfg->controller_quorum_voters[0] &&
+	    check_endpoints("controller.quorum.voters", cfg->controller_quorum_voters, true, err, errlen) < 0)
+		return -1;
+	if (cfg->controller_quorum_bootstrap_servers[0] &&
+	    check_endpoints("controller.quorum.bootstrap.servers", cfg->controller_quorum_bootstrap_servers, false, err,
+			    errlen) < 0)
+		return -1;
+	if (!sluice_config_cluster_mode(cfg)) {
+		if (roles[0]) {
+			snprintf(err, errlen, "process.roles=broker: controller.quorum.voters (or "
+				 "controller.quorum.bootstrap.servers) must name the controllers; leave process.roles unset "
+				 "for a single-node broker");
+			return -1;
+		}
+		return 0;
+	}
+	if (!cfg->cluster_id_set || !cfg->cluster_id[0]) {
+		snprintf(err, errlen, "cluster.id: required in cluster mode (controllers named by controller.quorum.voters): the id the "
+			 "controllers were given");
+		return -1;
+	}
+	return 0;
+}
+
 int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 {
+	if (cluster_finish(cfg, err, errlen) < 0)
+		return -1;
 	if (parse_listener("listeners", cfg->listeners, cfg->listen_host, sizeof cfg->listen_host,
 			   &cfg->listen_port, err, errlen) < 0)
 		return -1;

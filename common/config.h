@@ -11,6 +11,8 @@
 
 #define SLUICE_CONFIG_STRING_MAX 512
 #define SLUICE_LOG_DIRS_MAX 16
+#define SLUICE_CONFIG_HOST_MAX 255   /* a host name in a listener or controller list */
+#define SLUICE_CONFIG_CONTROLLERS_MAX 16 /* entries of controller.quorum.voters / .bootstrap.servers */
 #define SLUICE_CONFIG_POOL_OBJECTS_MAX (1 << 20) /* objects in one per-core pool (dataplane/objpool.h) */
 #define SLUICE_CONFIG_POOL_REQUESTS_DEFAULT 4096 /* sluice.network.pool.requests */
 #define SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX 1024 /* sluice.network.pool.op.array.partitions */
@@ -101,7 +103,21 @@ struct sluice_config {
 	int64_t cache_bytes_max; /* tail-chunk memory over all storage cores */
 	char log_level[32];
 	char cluster_id[64];
+	bool cluster_id_set; /* cluster.id was given (required in cluster mode) */
 	char broker_rack[256]; /* broker.rack; "": none */
+	/* Cluster mode (controller.quorum.voters or .bootstrap.servers set): the
+	 * broker registers with sluice-controller and takes its metadata from
+	 * it (control/meta.h's controller backend); unset: single-node mode. */
+	char process_roles[SLUICE_CONFIG_STRING_MAX];       /* "broker", or "" (single-node) */
+	char controller_quorum_voters[SLUICE_CONFIG_STRING_MAX]; /* id@host:port,... */
+	char controller_quorum_bootstrap_servers[SLUICE_CONFIG_STRING_MAX]; /* host:port,... */
+	char controller_listener_names[SLUICE_CONFIG_STRING_MAX];
+	char metadata_log_dir[SLUICE_CONFIG_STRING_MAX]; /* accepted (a file shared with controllers) */
+	int64_t broker_heartbeat_interval_ms;
+	int64_t broker_session_timeout_ms;  /* the controllers' setting; accepted for a shared file */
+	int32_t controller_raft_port_offset; /* the controllers' setting; accepted, unused by brokers */
+	int64_t controller_wait_ms;          /* sluice.controller.wait.ms: start-up wait for the metadata */
+	int64_t controller_shutdown_wait_ms; /* sluice.controller.shutdown.wait.ms: controlled shutdown */
 	/* parsed from listeners / advertised.listeners / log.dirs */
 	char listen_host[256];
 	int listen_port;
@@ -117,6 +133,9 @@ int sluice_config_set(struct sluice_config *cfg, const char *key, const char *va
 int sluice_config_load_file(struct sluice_config *cfg, const char *path, char *err, size_t errlen);
 /* Derive listener host/port, log dirs, retention; validates cross-key rules. */
 int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen);
+
+/* Whether the configuration names controllers (cluster mode). */
+bool sluice_config_cluster_mode(const struct sluice_config *cfg);
 
 /* For DescribeConfigs: iterate over every known key with its current value
  * as text. Returns false past the end. */

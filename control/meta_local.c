@@ -235,6 +235,9 @@ static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot
 static void publish(struct meta_local *m, struct sluice_meta_snapshot *s)
 {
 	assert(s->refs == 1 && s->version > m->current->version); /* the writer's, handed to current */
+	/* This node is its own controller; the offset is the version (meta.h). */
+	s->controller_id = m->node_set ? m->self_broker.node_id : -1;
+	s->metadata_offset = (int64_t)s->version;
 	pthread_mutex_lock(&m->pub_lock);
 	struct sluice_meta_snapshot *old = m->current;
 	m->current = s;
@@ -1668,6 +1671,8 @@ int sluice_meta_local_open(struct sluice_meta *out, const char *dir, int32_t def
 	}
 	s->refs = 1;
 	s->version = 1;
+	s->controller_id = -1; /* until sluice_meta_local_set_node */
+	s->metadata_offset = 1;
 	m->current = s;
 	err[0] = '\0';
 	m->replaying = true;
@@ -1694,6 +1699,8 @@ int sluice_meta_local_open(struct sluice_meta *out, const char *dir, int32_t def
 	if (loaded) {
 		assert(loaded->refs == 1 && loaded->topic_n == live_count(m));
 		loaded->version = 1;
+		loaded->controller_id = -1;
+		loaded->metadata_offset = 1;
 		snap_free(s);
 		m->current = loaded;
 	}
@@ -1756,6 +1763,8 @@ void sluice_meta_local_set_node(struct sluice_meta *mm, const struct sluice_conf
 	struct sluice_meta_snapshot *s = m->current;
 	s->broker_n = 1;
 	s->brokers = b;
+	s->controller_id = cfg->node_id;
+	s->metadata_offset = (int64_t)s->version;
 	for (uint32_t i = 0; i < s->topic_n; i++)
 		topic_place(m, s->topics[i]);
 	pthread_mutex_unlock(&m->lock);

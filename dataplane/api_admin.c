@@ -9,7 +9,10 @@
  * back to the network core (proto.c), which never waits for it; a full
  * metadata queue is answered with an error the clients retry. DeleteTopics
  * then has the storage cores rename the deleted partitions' directories
- * away. A single broker is every group's coordinator. */
+ * away. A group's coordinator is the leader of its __consumer_offsets
+ * partition (single-node: this broker). DescribeQuorum is relayed to the
+ * active controller in cluster mode; a single-node broker describes itself
+ * as a one-voter quorum. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/group.h"
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A partition in a failed data directory shows as offline. */
 static bool partition_offline(struct req *r, uint32_t offline, const char *topic, int32_t p)
@@ -73,6 +77,12 @@ static void partition_view(struct req *r, const struct sluice_topic *t, int32_t 
 	assert(v->offline_n <= SLUICE_REPLICAS_MAX + 1);
 }
 
+/* A partition's ErrorCode in Metadata and DescribeTopicPartitions. */
+static int16_t partition_error(const struct partition_view *v)
+{
+	return v->down ? KERR_KAFKA_STORAGE_ERROR : v->leader < 0 ? KERR_LEADER_NOT_AVAILABLE : KERR_NONE;
+}
+
 static void write_nodes(struct kwr *w, bool flex, const int32_t *nodes, int32_t n)
 {
 	kwr_array(w, flex, n);
@@ -95,6 +105,27 @@ static const struct sluice_meta_broker *brokers_of(struct req *r, uint32_t *n, s
 	snprintf(self->host, sizeof self->host, "%s", cfg->advertised_host);
 	*n = 1;
 	return self;
+}
+
+/* The ControllerId clients are given (Metadata, DescribeCluster's broker
+ * endpoints): the snapshot's when it is one of the brokers (single-node:
+ * this broker). In cluster mode the active controller is not a broker
+ * clients can reach, and Kafka's admin client sends CreateTopics and the
+ * other controller-bound requests to the ControllerId it finds among the
+ * brokers (none found: it waits for ever). Kafka's brokers answer a random
+ * live broker (which forwards); Sluice answers the lowest-numbered live
+ * broker, so that every broker's answer is the same. */
+static int32_t controller_for_clients(struct req *r)
+{
+	const struct sluice_meta_snapshot *s = sluice_proto_snap(r);
+	struct sluice_meta_broker self;
+	uint32_t n;
+	const struct sluice_meta_broker *bs = brokers_of(r, &n, &self);
+	assert(n > 0);
+	for (uint32_t i = 0; i < n; i++)
+		if (bs[i].node_id == s->controller_id)
+			return s->controller_id;
+	return bs[0].node_id; /* sorted by node id (meta.h) */
 }
 
 /* ---- Metadata (3) ----------------------------------------------------------- */
@@ -129,7 +160,7 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 	for (int32_t p = 0; p < parts; p++) {
 		struct partition_view pv;
 		partition_view(r, t, p, offline, &pv);
-		kwr_i16(w, pv.down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
+		kwr_i16(w, partition_error(&pv));
 		kwr_i32(w, p);
 		kwr_i32(w, pv.leader);
 		if (v >= 7)
@@ -267,7 +298,7 @@ static void md_write_cluster(struct req *r)
 	if (v >= 2)
 		kwr_cstr(w, flex, cfg->cluster_id);
 	if (v >= 1)
-		kwr_i32(w, cfg->node_id); /* ControllerId */
+		kwr_i32(w, controller_for_clients(r)); /* ControllerId */
 }
 
 /* The answer, from the request's snapshot (renewed after a creation). */
@@ -1216,54 +1247,95 @@ bool sluice_api_describe_configs_start(struct req *r, struct krd *rd)
 
 /* ---- FindCoordinator (10) ------------------------------------------------------ */
 
-/* A single broker coordinates every group and transactional id itself
- * (proto.c has __consumer_offsets created first). */
-bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
+/* The coordinator of a group (or transactional id): the leader of its
+ * __consumer_offsets partition (Kafka's placement, as the group requests
+ * are routed), with its endpoint from the snapshot's brokers. proto.c has
+ * the topic created first; where it still does not exist, this broker
+ * answers for itself in single-node mode (its coordinator then finds the
+ * partition unavailable, which clients retry) and COORDINATOR_NOT_AVAILABLE
+ * in cluster mode. Returns the error to answer, else sets *node. */
+static int16_t coordinator_find(struct req *r, struct kstr key, struct sluice_meta_broker *self,
+				const struct sluice_meta_broker **node)
+{
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	uint32_t n;
+	const struct sluice_meta_broker *bs = brokers_of(r, &n, self);
+	const struct sluice_topic *t = sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC,
+							strlen(SLUICE_OFFSETS_TOPIC));
+	int32_t p = sluice_group_partition(key.ptr ? key.ptr : "", key.ptr ? (size_t)key.len : 0,
+					   cfg->offsets_topic_partitions);
+	const struct sluice_partition_state *st = t ? sluice_topic_partition(t, p) : NULL;
+	int32_t leader = st ? st->leader : sluice_proto_cluster_mode(r) ? -1 : cfg->node_id;
+	*node = NULL;
+	for (uint32_t i = 0; leader >= 0 && i < n && !*node; i++)
+		if (bs[i].node_id == leader)
+			*node = &bs[i];
+	return *node ? KERR_NONE : KERR_COORDINATOR_NOT_AVAILABLE; /* leaderless, or its broker is fenced */
+}
+
+/* NodeId, Host, Port of a coordinator, or Kafka's -1, "", -1 with an error. */
+static void coordinator_write(struct kwr *w, bool flex, const struct sluice_meta_broker *node)
+{
+	kwr_i32(w, node ? node->node_id : -1);
+	kwr_cstr(w, flex, node ? node->host : "");
+	kwr_i32(w, node ? node->port : -1);
+}
+
+/* The keys of the request: v0-3 one (*single), v4 an array (r->api). */
+static int32_t find_coordinator_decode(struct req *r, struct krd *rd, struct kstr *single, struct kstr **keys)
 {
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
-	const struct sluice_config *cfg = &r->nc->b->cfg;
-	struct kstr *keys = NULL;
 	int32_t n = 0;
+	*keys = NULL;
 	if (v <= 3) {
-		(void)krd_string(rd, flex);
+		*single = krd_string(rd, flex);
 		if (v >= 1)
-			(void)krd_i8(rd);
+			(void)krd_i8(rd); /* KeyType: transactional ids are placed as groups are */
 	} else {
 		(void)krd_i8(rd);
 		n = krd_array(rd, flex, 1);
 		if (n > 0 && !rd->err) {
-			keys = calloc((size_t)n, sizeof *keys);
-			if (!keys)
-				return false;
-			r->api = keys;
+			*keys = calloc((size_t)n, sizeof **keys);
+			if (!*keys)
+				return -1;
+			r->api = *keys;
 			for (int32_t i = 0; i < n && !rd->err; i++)
-				keys[i] = krd_string(rd, flex);
+				(*keys)[i] = krd_string(rd, flex);
 		}
 	}
 	if (flex)
 		krd_tags_skip(rd);
-	if (rd->err)
+	return rd->err ? -1 : n;
+}
+
+bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
+{
+	bool flex = r->flexible;
+	int16_t v = r->api_version;
+	struct kstr single = {0}, *keys;
+	int32_t n = find_coordinator_decode(r, rd, &single, &keys);
+	if (n < 0)
 		return false;
 	sluice_proto_resp_begin(r);
 	struct kwr *w = &r->out;
+	struct sluice_meta_broker self;
+	const struct sluice_meta_broker *node;
 	if (v >= 1)
 		kwr_i32(w, 0);
 	if (v <= 3) {
-		kwr_i16(w, KERR_NONE);
+		int16_t e = coordinator_find(r, single, &self, &node);
+		kwr_i16(w, e);
 		if (v >= 1)
 			kwr_cstr(w, flex, NULL);
-		kwr_i32(w, cfg->node_id);
-		kwr_cstr(w, flex, cfg->advertised_host);
-		kwr_i32(w, cfg->advertised_port);
+		coordinator_write(w, flex, node);
 	} else {
 		kwr_array(w, flex, n > 0 ? n : 0);
 		for (int32_t i = 0; i < n; i++) {
+			int16_t e = coordinator_find(r, keys[i], &self, &node);
 			kwr_string(w, flex, keys[i].ptr ? keys[i].ptr : "", keys[i].ptr ? keys[i].len : 0);
-			kwr_i32(w, cfg->node_id);
-			kwr_cstr(w, flex, cfg->advertised_host);
-			kwr_i32(w, cfg->advertised_port);
-			kwr_i16(w, KERR_NONE);
+			coordinator_write(w, flex, node);
+			kwr_i16(w, e);
 			kwr_cstr(w, flex, NULL);
 			kwr_tags_empty(w);
 		}
@@ -1845,7 +1917,7 @@ bool sluice_api_describe_cluster_start(struct req *r, struct krd *rd)
 	if (v >= 1)
 		kwr_i8(w, endpoint_type);
 	kwr_cstr(w, true, cfg->cluster_id);
-	kwr_i32(w, cfg->node_id);
+	kwr_i32(w, controller_for_clients(r)); /* ControllerId */
 	struct sluice_meta_broker self;
 	uint32_t n;
 	const struct sluice_meta_broker *bs = brokers_of(r, &n, &self);
@@ -1863,6 +1935,154 @@ bool sluice_api_describe_cluster_start(struct req *r, struct krd *rd)
 	return true;
 }
 
+
+/* ---- DescribeQuorum (55) ----------------------------------------------------- */
+
+/* What kafka-metadata-quorum.sh describe --status / --replication asks a
+ * broker (--bootstrap-server). In cluster mode the request is relayed to
+ * the active controller and its answer returned as it is (Kafka's brokers
+ * forward it too). A single-node broker is its own metadata authority: it
+ * answers as a quorum of one voter, itself, leading since its start, with
+ * its metadata version as the high watermark. */
+
+#define DQ_TOPIC "__cluster_metadata"
+#define DQ_LOCAL_LEADER_EPOCH 1 /* a single node is elected once */
+#define DQ_LISTENER_NAME_MAX 64
+
+/* The whole body, and whether it asks exactly for __cluster_metadata
+ * partition 0 (as Kafka's controllers require, else UNKNOWN_TOPIC_OR_PARTITION). */
+static bool dq_decode(struct krd *rd, bool *valid)
+{
+	int32_t nt = krd_array(rd, true, 3);
+	*valid = nt == 1;
+	for (int32_t t = 0; t < nt && !rd->err; t++) {
+		struct kstr name = krd_string(rd, true);
+		int32_t np = krd_array(rd, true, 5);
+		*valid = *valid && np == 1 && kstr_eq(name, DQ_TOPIC);
+		for (int32_t p = 0; p < np && !rd->err; p++) {
+			*valid = krd_i32(rd) == 0 && *valid;
+			krd_tags_skip(rd);
+		}
+		krd_tags_skip(rd);
+	}
+	krd_tags_skip(rd);
+	return !rd->err;
+}
+
+static int64_t dq_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The name of the first listener ("PLAINTEXT" when listeners names none). */
+static void dq_listener_name(const struct sluice_config *cfg, char out[DQ_LISTENER_NAME_MAX])
+{
+	const char *sep = strstr(cfg->listeners, "://");
+	size_t n = sep ? (size_t)(sep - cfg->listeners) : 0;
+	if (n == 0 || n >= DQ_LISTENER_NAME_MAX || memchr(cfg->listeners, ',', n))
+		snprintf(out, DQ_LISTENER_NAME_MAX, "PLAINTEXT");
+	else
+		snprintf(out, DQ_LISTENER_NAME_MAX, "%.*s", (int)n, cfg->listeners);
+}
+
+/* The one partition: this node leads and is the only voter. */
+static void dq_write_local_partition(struct req *r, bool valid)
+{
+	struct kwr *w = &r->out;
+	int16_t v = r->api_version;
+	int32_t self = r->nc->b->cfg.node_id;
+	int64_t hw = sluice_proto_snap(r)->metadata_offset, now = dq_wall_ms();
+	kwr_i32(w, 0);
+	kwr_i16(w, valid ? KERR_NONE : KERR_UNKNOWN_TOPIC_OR_PARTITION);
+	if (v >= 2)
+		kwr_cstr(w, true, NULL);
+	kwr_i32(w, valid ? self : -1);
+	kwr_i32(w, valid ? DQ_LOCAL_LEADER_EPOCH : -1);
+	kwr_i64(w, valid ? hw : -1);
+	kwr_array(w, true, valid ? 1 : 0); /* CurrentVoters */
+	if (valid) {
+		kwr_i32(w, self);
+		if (v >= 2)
+			kwr_uuid(w, uuid_zero); /* ReplicaDirectoryId: none */
+		kwr_i64(w, hw);
+		if (v >= 1) {
+			kwr_i64(w, now); /* LastFetchTimestamp, LastCaughtUpTimestamp: the leader's are now */
+			kwr_i64(w, now);
+		}
+		kwr_tags_empty(w);
+	}
+	kwr_array(w, true, 0); /* Observers */
+	kwr_tags_empty(w);
+}
+
+static void dq_answer_local(struct req *r, bool valid)
+{
+	const struct sluice_config *cfg = &r->nc->b->cfg;
+	int16_t v = r->api_version;
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	kwr_i16(w, KERR_NONE);
+	if (v >= 2)
+		kwr_cstr(w, true, NULL);
+	kwr_array(w, true, 1);
+	kwr_cstr(w, true, DQ_TOPIC);
+	kwr_array(w, true, 1);
+	dq_write_local_partition(r, valid);
+	kwr_tags_empty(w);
+	if (v >= 2) { /* Nodes: this one, at its advertised endpoint */
+		char name[DQ_LISTENER_NAME_MAX];
+		dq_listener_name(cfg, name);
+		kwr_array(w, true, 1);
+		kwr_i32(w, cfg->node_id);
+		kwr_array(w, true, 1);
+		kwr_cstr(w, true, name);
+		kwr_cstr(w, true, cfg->advertised_host);
+		kwr_i16(w, (int16_t)(uint16_t)cfg->advertised_port);
+		kwr_tags_empty(w);
+		kwr_tags_empty(w);
+	}
+	kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
+}
+
+/* The controller's answer relayed, or the error when none came. */
+static void dq_forwarded(struct req *r, int16_t error, const uint8_t *resp, size_t len)
+{
+	assert(error || resp);
+	sluice_proto_resp_begin(r);
+	struct kwr *w = &r->out;
+	if (!error) {
+		kwr_raw(w, resp, len);
+		sluice_proto_resp_end(r);
+		return;
+	}
+	kwr_i16(w, error);
+	if (r->api_version >= 2)
+		kwr_cstr(w, true, "no active controller answered");
+	kwr_array(w, true, 0); /* Topics */
+	if (r->api_version >= 2)
+		kwr_array(w, true, 0); /* Nodes */
+	kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
+}
+
+bool sluice_api_describe_quorum_start(struct req *r, struct krd *rd)
+{
+	bool valid;
+	if (!dq_decode(rd, &valid))
+		return false;
+	/* A backend that forwards has controllers to ask (proto.c serves
+	 * DescribeQuorum in cluster mode only then); the local one is alone. */
+	if (!r->nc->b->meta.ops->forward) {
+		dq_answer_local(r, valid);
+		return true;
+	}
+	if (!sluice_proto_meta_forward(r, dq_forwarded))
+		dq_forwarded(r, KERR_REQUEST_TIMED_OUT, NULL, 0); /* the backend refused it now: retriable */
+	return true;
+}
 
 /* ---- DescribeTopicPartitions (75) ----------------------------------------------- */
 
@@ -1937,7 +2157,7 @@ static void dtp_write_topic(struct req *r, const struct sluice_topic *t, int32_t
 	for (int32_t p = first; p < last; p++) {
 		struct partition_view pv;
 		partition_view(r, t, p, offline, &pv);
-		kwr_i16(w, pv.down ? KERR_KAFKA_STORAGE_ERROR : KERR_NONE);
+		kwr_i16(w, partition_error(&pv));
 		kwr_i32(w, p);
 		kwr_i32(w, pv.leader);
 		kwr_i32(w, pv.leader_epoch);

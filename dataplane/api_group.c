@@ -4,10 +4,14 @@
  * group's part of the request to the storage core that coordinates the
  * group (by the group's __consumer_offsets partition, as Kafka places
  * groups) as a PARTOP_GROUP op; the coordinator (group.c) decodes that part
- * and encodes its answer, which is framed here. */
+ * and encodes its answer, which is framed here. A group whose partition
+ * another broker leads (cluster mode) is answered here at once, as Kafka
+ * answers it: NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE while the
+ * partition has no leader), and the client finds its coordinator again. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/group.h"
+#include "dataplane/group_internal.h"
 #include "dataplane/proto_internal.h"
 #include <assert.h>
 #include <stdio.h>
@@ -60,6 +64,31 @@ bool sluice_api_offsets_topic_ensure(struct req *r, void (*then)(struct req *r))
 	return res == SLUICE_META_SUBMITTED;
 }
 
+/* Whether this broker coordinates the groups of __consumer_offsets
+ * partition p: it leads it in the snapshot. Before the topic exists (its
+ * creation failed) the local coordinator answers, as before. */
+static int16_t group_coordinator_error(struct req *r, int32_t p)
+{
+	const struct sluice_topic *t = sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC,
+							strlen(SLUICE_OFFSETS_TOPIC));
+	const struct sluice_partition_state *st = t ? sluice_topic_partition(t, p) : NULL;
+	if (!st || st->leader == r->nc->b->cfg.node_id)
+		return KERR_NONE;
+	return st->leader < 0 ? KERR_COORDINATOR_NOT_AVAILABLE : KERR_NOT_COORDINATOR;
+}
+
+/* A group op another broker coordinates: answered locally with its error
+ * (an answer that does not decode is left empty: the connection closes, as
+ * when the coordinator finds the body malformed). */
+static void group_op_refuse(struct partop *op, int16_t error)
+{
+	assert(op->kind == PARTOP_GROUP && error != KERR_NONE);
+	struct group_wire wi = {op->api_key, op->api_version, op->flex};
+	op->local = true;
+	if (!sluice_group_error_answer(&op->gout, wi, op->data, op->len, error))
+		kwr_free(&op->gout);
+}
+
 static void group_op_init(struct req *r, struct partop *op, struct kstr group, const uint8_t *data, size_t len)
 {
 	assert(op->req == r && op >= r->ops && op < r->ops + r->nops);
@@ -78,6 +107,9 @@ static void group_op_init(struct req *r, struct partop *op, struct kstr group, c
 	op->client_host = r->conn->host;
 	op->data = data;
 	op->len = (uint32_t)len;
+	int16_t e = r->api_key == API_LIST_GROUPS ? KERR_NONE : group_coordinator_error(r, op->partition);
+	if (e)
+		group_op_refuse(op, e);
 }
 
 /* JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetDelete,

@@ -5,7 +5,10 @@
  * proto.c decodes them into one op per partition, which storage cores
  * answer, and writes the per-topic answer back. What is here is only what
  * differs: how a partition entry is laid out, what is refused before
- * storage sees it, and what a partition's answer holds. */
+ * storage sees it, and what a partition's answer holds. A partition this
+ * broker does not lead (in cluster mode, the snapshot names another
+ * leader, or a CurrentLeaderEpoch other than its own) is refused by the
+ * iterator before any of it (proto.c's sluice_proto_leader_check). */
 #include "common/kafka/batch.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
@@ -229,8 +232,9 @@ static int16_t produce_check(struct req *r, struct partop *op, int16_t acks, con
 		  : !strcmp(op->topic, SLUICE_OFFSETS_TOPIC) ? KERR_INVALID_TOPIC_EXCEPTION
 		  : acks != 0 && acks != 1 && acks != -1 ? KERR_INVALID_REQUIRED_ACKS
 		  : validate_records(r, op, max_bytes, recs, len);
-	if (!e && acks == -1 && min_isr > 1) {
-		/* One broker: the in-sync replica set is just this one. */
+	const struct sluice_partition_state *st = sluice_topic_partition(op->tinfo, op->partition);
+	int32_t isr = st ? st->isr_n : 1; /* the snapshot's ISR (single-node: this broker alone) */
+	if (!e && acks == -1 && min_isr > isr) {
 		e = KERR_NOT_ENOUGH_REPLICAS;
 		op->error_message = "The size of the current ISR is less than min.insync.replicas";
 	}
@@ -447,7 +451,7 @@ static void fetch_decode(struct req *r, struct krd *rd, struct partop *op, void 
 	int16_t v = r->api_version;
 	op->partition = krd_i32(rd);
 	if (v >= 9)
-		(void)krd_i32(rd);
+		op->leader_epoch = krd_i32(rd); /* CurrentLeaderEpoch */
 	op->offset = krd_i64(rd);
 	if (v >= 12)
 		(void)krd_i32(rd);
@@ -748,7 +752,7 @@ static void list_offsets_decode(struct req *r, struct krd *rd, struct partop *op
 	(void)ctx;
 	op->partition = krd_i32(rd);
 	if (r->api_version >= 4)
-		(void)krd_i32(rd);
+		op->leader_epoch = krd_i32(rd); /* CurrentLeaderEpoch */
 	op->offset = krd_i64(rd);
 }
 
@@ -780,8 +784,10 @@ static void list_offsets_write_partition(struct req *r, struct kwr *w, const str
 	kwr_i16(w, op->error);
 	kwr_i64(w, op->error ? -1 : op->timestamp);
 	kwr_i64(w, op->error ? -1 : op->base_offset);
-	if (r->api_version >= 4)
-		kwr_i32(w, op->error || op->base_offset < 0 ? -1 : 0); /* LeaderEpoch */
+	if (r->api_version >= 4) { /* LeaderEpoch: the partition's (records carry no other yet) */
+		const struct sluice_partition_state *st = op->tinfo ? sluice_topic_partition(op->tinfo, op->partition) : NULL;
+		kwr_i32(w, op->error || op->base_offset < 0 ? -1 : st ? st->leader_epoch : 0);
+	}
 }
 
 void sluice_api_list_offsets_finish(struct req *r)

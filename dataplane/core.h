@@ -123,6 +123,7 @@ struct partop {
 	int32_t name_len;
 	int32_t tindex;          /* index of the topic in the request */
 	bool local;              /* answered without a storage core */
+	int32_t leader_epoch;    /* CurrentLeaderEpoch the request named (-1: none) */
 	const char *error_message; /* static text for the response, or NULL */
 	uint8_t topic_id[16];
 };

@@ -564,3 +564,132 @@ void sluice_group_list_entry_encode(struct kwr *w, struct group_wire wi, const s
 	if (flex)
 		kwr_tags_empty(w);
 }
+
+/* ---- a refusal without a group: NOT_COORDINATOR and the like -------------------------- */
+
+/* OffsetCommit (every partition) and OffsetFetch v1 (every partition,
+ * there is no group error before v2) carry the error per partition. */
+static void error_partitions(struct kwr *w, struct group_wire wi, struct group_topics *it, int16_t error)
+{
+	struct kstr topic;
+	int32_t np;
+	sluice_group_topics_encode(w, wi, it->count > 0 ? it->count : 0);
+	while (sluice_group_topics_next(it, &topic, &np)) {
+		sluice_group_topic_encode(w, wi, topic, np);
+		struct group_partition p;
+		while (sluice_group_topics_partition(it, &p)) {
+			if (wi.api_key == SLUICE_API_OFFSET_COMMIT) {
+				(void)sluice_group_partition_error_encode(w, wi, p.partition, error);
+				continue;
+			}
+			struct group_offset_result r = {p.partition, -1, -1, {"", 0}, error};
+			sluice_group_fetch_partition_encode(w, wi, &r);
+		}
+		sluice_group_topic_end(w, wi);
+	}
+}
+
+/* The answers of the requests that name one group in their body. */
+static bool error_answer_single(struct kwr *w, struct group_wire wi, struct krd *rd, int16_t error)
+{
+	union {
+		struct group_join_req join;
+		struct group_sync_req sync;
+		struct group_heartbeat_req hb;
+		struct group_leave_req leave;
+		struct group_commit_req commit;
+		struct group_fetch_req fetch;
+		struct group_offset_delete_req del;
+	} q;
+	switch (wi.api_key) {
+	case SLUICE_API_JOIN_GROUP:
+		if (!sluice_group_join_decode(rd, wi, &q.join))
+			return false;
+		sluice_group_join_encode(w, wi, &(struct group_join_result){.error = error, .member_id = q.join.member_id});
+		sluice_group_join_end(w, wi);
+		return true;
+	case SLUICE_API_SYNC_GROUP:
+		if (!sluice_group_sync_decode(rd, wi, &q.sync))
+			return false;
+		sluice_group_sync_encode(w, wi, &(struct group_sync_result){.error = error});
+		return true;
+	case SLUICE_API_HEARTBEAT:
+		if (!sluice_group_heartbeat_decode(rd, wi, &q.hb))
+			return false;
+		sluice_group_heartbeat_encode(w, wi, error);
+		return true;
+	case SLUICE_API_LEAVE_GROUP:
+		if (!sluice_group_leave_decode(rd, wi, &q.leave))
+			return false;
+		answer_init(w);
+		if (wi.version >= 1)
+			kwr_i32(w, 0);
+		kwr_i16(w, error); /* v3+: the group's error, and no member answered */
+		if (wi.version >= 3)
+			kwr_array(w, wi.flex, 0);
+		sluice_group_leave_end(w, wi);
+		return true;
+	case SLUICE_API_OFFSET_COMMIT:
+		if (!sluice_group_commit_decode(rd, wi, &q.commit))
+			return false;
+		sluice_group_commit_encode(w, wi);
+		error_partitions(w, wi, &q.commit.topics, error);
+		sluice_group_offsets_end(w, wi, 0);
+		return true;
+	case SLUICE_API_OFFSET_FETCH: /* v1-7 here; v8+ names each group in its own part */
+		if (!sluice_group_fetch_decode(rd, wi, &q.fetch))
+			return false;
+		sluice_group_fetch_encode(w, wi, q.fetch.group_id);
+		if (wi.version < 2)
+			error_partitions(w, wi, &q.fetch.topics, error);
+		else
+			sluice_group_topics_encode(w, wi, 0);
+		sluice_group_offsets_end(w, wi, wi.version >= 2 ? error : 0);
+		return true;
+	case SLUICE_API_OFFSET_DELETE:
+		if (!sluice_group_offset_delete_decode(rd, wi, &q.del))
+			return false;
+		sluice_group_offset_delete_encode(w, wi, error);
+		sluice_group_topics_encode(w, wi, 0);
+		sluice_group_offsets_end(w, wi, 0);
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool sluice_group_error_answer(struct kwr *w, struct group_wire wi, const uint8_t *body, size_t len, int16_t error)
+{
+	assert(error != 0 && w->len == 0);
+	struct krd rd;
+	krd_init(&rd, body, len);
+	bool multi = wi.api_key == SLUICE_API_DESCRIBE_GROUPS || wi.api_key == SLUICE_API_DELETE_GROUPS ||
+		     (wi.api_key == SLUICE_API_OFFSET_FETCH && wi.version >= 8);
+	if (!multi)
+		return error_answer_single(w, wi, &rd, error);
+	if (wi.api_key == SLUICE_API_OFFSET_FETCH) { /* one element of Groups */
+		struct group_fetch_req q;
+		if (!sluice_group_fetch_decode(&rd, wi, &q))
+			return false;
+		sluice_group_fetch_encode(w, wi, q.group_id);
+		sluice_group_topics_encode(w, wi, 0);
+		sluice_group_offsets_end(w, wi, error);
+		return true;
+	}
+	struct kstr group = krd_string(&rd, wi.flex); /* one element of Groups / GroupsNames */
+	if (rd.err)
+		return false;
+	if (wi.api_key == SLUICE_API_DELETE_GROUPS) {
+		sluice_group_delete_encode(w, wi, group, error);
+		return true;
+	}
+	answer_init(w);
+	kwr_i16(w, error);
+	put_str_nn(w, wi.flex, group);
+	kwr_cstr(w, wi.flex, ""); /* GroupState, ProtocolType, ProtocolData: Kafka's empty */
+	kwr_cstr(w, wi.flex, "");
+	kwr_cstr(w, wi.flex, "");
+	kwr_array(w, wi.flex, 0);
+	sluice_group_describe_end(w, wi);
+	return true;
+}

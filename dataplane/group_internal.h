@@ -241,4 +241,13 @@ struct group_list_entry {
 void sluice_group_list_encode(struct kwr *w, struct group_wire wi);
 void sluice_group_list_entry_encode(struct kwr *w, struct group_wire wi, const struct group_list_entry *e);
 
+/* The whole answer to a group request refused before any group is looked
+ * at, with error for the group (NOT_COORDINATOR: another broker leads its
+ * __consumer_offsets partition; COORDINATOR_NOT_AVAILABLE: none does), as
+ * Kafka answers it: body is what a coordinator op carries (the request
+ * body, or one group's element of DescribeGroups, DeleteGroups and
+ * OffsetFetch v8+). ListGroups is not for a group and is not answered
+ * here. False when body does not decode (nothing useful written). */
+bool sluice_group_error_answer(struct kwr *w, struct group_wire wi, const uint8_t *body, size_t len, int16_t error);
+
 #endif

@@ -1,7 +1,15 @@
 /* sluice-broker: loads server.properties (with --override key=value),
  * recovers, starts the storage and network cores, and runs until SIGTERM or
  * SIGINT, then stops the network first, lets storage finish its writes and
- * close every log cleanly, and leaves the clean-shutdown marker. */
+ * close every log cleanly, and leaves the clean-shutdown marker.
+ * Single-node mode (no controller.quorum.voters) keeps its topics in a local
+ * file (control/meta_local.c). Cluster mode takes them from sluice-controller
+ * (control/meta_controller.c): the broker waits until it is registered and
+ * caught up before it looks at its data directories, adopts the topics of
+ * an earlier single-node life once, never removes a directory it does not
+ * know, and on SIGTERM asks the controller to move its leadership away
+ * before it stops. */
+#include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/core.h"
 #include "dataplane/group.h"
@@ -11,6 +19,7 @@
 #include <ftw.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +31,7 @@
 #define CLEAN_MARKER ".kafka_cleanshutdown"
 
 static struct broker *the_broker;
+static volatile sig_atomic_t signalled; /* SIGTERM or SIGINT came */
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -32,10 +42,13 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 	return 0;
 }
 
+/* Single-node: stop now. Cluster mode: main first has the controller move
+ * this broker's leadership away (clients are served meanwhile), then stops. */
 static void on_signal(int sig)
 {
 	(void)sig;
-	if (the_broker)
+	signalled = 1;
+	if (the_broker && !sluice_config_cluster_mode(&the_broker->cfg))
 		__atomic_store_n(&the_broker->stopping, 1, __ATOMIC_RELEASE);
 }
 
@@ -135,11 +148,13 @@ static void classify_dir(struct broker *b, const struct sluice_meta_snapshot *sn
 {
 	uint8_t id[16];
 	char hex[23], live[23];
+	bool cluster = sluice_config_cluster_mode(&b->cfg); /* no tombstones there: nothing is removed */
 	int has_id = sluice_partition_metadata_read(path, id);
 	const struct sluice_topic *t = sluice_meta_find(snap, topic, strlen(topic));
 	if (t && part < t->partitions && (has_id == 0 || (has_id == 1 && !memcmp(id, t->id, 16))))
 		return; /* a live partition */
-	const struct sluice_meta_tombstone *dead = has_id == 1 ? sluice_meta_local_tombstone(&b->meta, id) : NULL;
+	const struct sluice_meta_tombstone *dead =
+		has_id == 1 && !cluster ? sluice_meta_local_tombstone(&b->meta, id) : NULL;
 	if (dead && !strcmp(dead->name, topic)) {
 		sluice_topic_id_base64(id, hex);
 		if (remove_partition_dir(path) == 0) {
@@ -170,7 +185,7 @@ static void classify_dir(struct broker *b, const struct sluice_meta_snapshot *sn
 		sluice_topic_id_base64(id, hex);
 	if (has_id < 0)
 		snprintf(x->why, sizeof x->why, "its partition.metadata cannot be read");
-	else if (!sluice_meta_local_found(&b->meta))
+	else if (!cluster && !sluice_meta_local_found(&b->meta))
 		snprintf(x->why, sizeof x->why, "there is no topic metadata at all");
 	else if (!t)
 		snprintf(x->why, sizeof x->why, "topic %s is not in the topic metadata", topic);
@@ -421,6 +436,11 @@ static int parse_args(struct broker *b, int argc, char **argv, enum orphan_mode 
 		fprintf(stderr, "sluice-broker: %s\n", err);
 		return 1;
 	}
+	if (*orphans != ORPHANS_REFUSE && sluice_config_cluster_mode(&b->cfg)) {
+		fprintf(stderr, "sluice-broker: --adopt-orphans and --remove-orphans are for single-node mode; in cluster mode "
+			"(controller.quorum.voters) a directory the cluster does not know is left in place with a warning\n");
+		return 2;
+	}
 	return -1;
 }
 
@@ -506,6 +526,217 @@ static int open_metadata(struct broker *b, const char *config, enum orphan_mode 
 	return 0;
 }
 
+/* ---- cluster mode: metadata from the controllers ------------------------------
+ *
+ * Adoption: the first start in cluster mode of a broker that ran alone
+ * finds its old topic metadata (sluice-topics and its journal) in the
+ * metadata directory. Every topic there is created through the controller
+ * with its topic id, partition count and configs, its partitions placed on
+ * this broker (where the data is); a topic the cluster already has with the
+ * same id counts as adopted (a start that stopped half-way is repeated).
+ * Only when every topic is in the cluster are the files renamed to
+ * *.adopted: kept, never deleted, and not adopted again. */
+
+#define ADOPTED_SUFFIX ".adopted"
+#define ADOPTED_RENAMES_MAX 1000 /* numbered names tried when *.adopted exists already */
+
+/* The one partition state adoption asked for, checked: warn of any
+ * partition the controller placed elsewhere (its data here is not served). */
+static void adopt_check_placement(struct broker *b, const char *name)
+{
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, name, strlen(name));
+	for (int32_t p = 0; t && p < t->partitions; p++) {
+		const struct sluice_partition_state *st = sluice_topic_partition(t, p);
+		bool here = false;
+		for (int32_t i = 0; st && i < st->replica_n; i++)
+			here |= st->replicas[i] == b->cfg.node_id;
+		if (st && !here)
+			SLOG_WARN("broker", "adoption: %s-%d was placed on broker %d, not on this one (%d): its data here is "
+				  "left in place and not served", name, p, st->replica_n ? st->replicas[0] : -1, b->cfg.node_id);
+	}
+	b->meta.ops->release(b->meta.self, snap);
+}
+
+/* One topic of the old metadata into the cluster. Returns 0 or -1 (said why). */
+static int adopt_topic(struct broker *b, const struct sluice_topic *t)
+{
+	struct sluice_topic_spec spec;
+	memset(&spec, 0, sizeof spec);
+	spec.name = t->name;
+	spec.name_len = strlen(t->name);
+	spec.partitions = t->partitions;
+	spec.replication_factor = -1;
+	assert(t->config_n >= 0 && t->config_n <= SLUICE_TOPIC_CONFIGS_MAX);
+	spec.config_n = t->config_n;
+	memcpy(spec.configs, t->configs, (size_t)t->config_n * sizeof spec.configs[0]);
+	spec.id = t->id;
+	spec.replica_node = &b->cfg.node_id;
+	char msg[SLUICE_META_MSG_MAX] = "", id[23], other[23];
+	int16_t e = b->meta.ops->create_topic(b->meta.self, &spec, false, msg, sizeof msg, NULL);
+	if (e == KERR_TOPIC_ALREADY_EXISTS) {
+		struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+		const struct sluice_topic *ct = sluice_meta_find(snap, t->name, strlen(t->name));
+		bool same = ct && !memcmp(ct->id, t->id, 16);
+		int32_t have = ct ? ct->partitions : 0;
+		sluice_topic_id_base64(ct ? ct->id : t->id, other);
+		b->meta.ops->release(b->meta.self, snap);
+		sluice_topic_id_base64(t->id, id);
+		if (!same && !strcmp(t->name, SLUICE_OFFSETS_TOPIC)) {
+			/* Another broker created the cluster's first: this broker's
+			 * committed offsets cannot join it (its directories stay). */
+			SLOG_WARN("broker", "adoption: the cluster has its own %s (topic id %s, here %s): this broker's "
+				  "committed group offsets are not adopted; their directories are left in place",
+				  SLUICE_OFFSETS_TOPIC, other, id);
+			return 0;
+		}
+		if (!same) {
+			fprintf(stderr, "sluice-broker: refusing to start: adoption: topic %s exists in the cluster with topic id "
+				"%s, this broker's data has id %s: not the same topic. Nothing was changed here; rename or delete "
+				"one of them (docs/cluster.md)\n", t->name, other, id);
+			return -1;
+		}
+		e = have < t->partitions ? b->meta.ops->create_partitions(b->meta.self, t->name, strlen(t->name),
+									 t->partitions, false, msg, sizeof msg)
+					 : KERR_NONE;
+	}
+	if (e) {
+		fprintf(stderr, "sluice-broker: refusing to start: adoption: cannot create topic %s through the controller: "
+			"%s (error %d); nothing was renamed, the next start tries again\n", t->name, msg, e);
+		return -1;
+	}
+	adopt_check_placement(b, t->name);
+	return 0;
+}
+
+/* path -> path.adopted, or path.adopted.N when that exists (kept, never
+ * overwritten). A missing path is fine. */
+static int adopt_rename(const char *path)
+{
+	char to[SLUICE_CONFIG_STRING_MAX + 64];
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -1;
+	snprintf(to, sizeof to, "%s%s", path, ADOPTED_SUFFIX);
+	for (int n = 1; n <= ADOPTED_RENAMES_MAX && stat(to, &st) == 0; n++)
+		snprintf(to, sizeof to, "%s%s.%d", path, ADOPTED_SUFFIX, n);
+	return rename(path, to);
+}
+
+static int adopt_local_metadata(struct broker *b, const char *dir)
+{
+	char snap_path[SLUICE_CONFIG_STRING_MAX + 32], journal_path[SLUICE_CONFIG_STRING_MAX + 32], err[512] = "";
+	struct stat st;
+	snprintf(snap_path, sizeof snap_path, "%s/sluice-topics", dir);
+	snprintf(journal_path, sizeof journal_path, "%s/sluice-topics.journal", dir);
+	if (stat(snap_path, &st) < 0 && stat(journal_path, &st) < 0)
+		return 0; /* never ran alone, or adopted already */
+	struct sluice_meta local = {0};
+	if (sluice_meta_local_open(&local, dir, b->cfg.num_partitions, err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-broker: refusing to start: adoption: the single-node topic metadata in %s cannot be "
+			"read: %s. Nothing was changed (docs/cluster.md)\n", dir, err);
+		return -1;
+	}
+	struct sluice_meta_snapshot *old = local.ops->acquire(local.self);
+	int rc = 0;
+	for (uint32_t i = 0; i < old->topic_n && rc == 0; i++)
+		rc = adopt_topic(b, old->topics[i]);
+	uint32_t n = old->topic_n;
+	local.ops->release(local.self, old);
+	sluice_meta_local_close(&local);
+	if (rc < 0)
+		return -1;
+	if (adopt_rename(snap_path) < 0 || adopt_rename(journal_path) < 0) {
+		fprintf(stderr, "sluice-broker: refusing to start: adoption: cannot rename %s (and its journal) to %s: %s; "
+			"every topic is in the cluster already, the next start finds them there\n", snap_path, ADOPTED_SUFFIX,
+			strerror(errno));
+		return -1;
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		(void)fsync(dfd);
+		close(dfd);
+	}
+	SLOG_WARN("broker", "adoption: %u topic(s) of this broker's single-node metadata are now the cluster's; %s kept "
+		  "as %s%s", n, snap_path, snap_path, ADOPTED_SUFFIX);
+	return 0;
+}
+
+/* __consumer_offsets is created at start in cluster mode (through the
+ * controller, by whichever broker comes first), so that every broker
+ * places groups by the same partition count from the start. */
+static void offsets_topic_cluster(struct broker *b)
+{
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	bool have = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)) != NULL;
+	b->meta.ops->release(b->meta.self, snap);
+	if (!have) {
+		struct sluice_topic_spec spec;
+		memset(&spec, 0, sizeof spec);
+		spec.name = SLUICE_OFFSETS_TOPIC;
+		spec.name_len = strlen(SLUICE_OFFSETS_TOPIC);
+		spec.partitions = b->cfg.offsets_topic_partitions;
+		spec.replication_factor = -1;
+		spec.config_n = 1; /* as the group coordinator creates it (api_group.c) */
+		snprintf(spec.configs[0].key, sizeof spec.configs[0].key, "cleanup.policy");
+		snprintf(spec.configs[0].value, sizeof spec.configs[0].value, "compact");
+		char msg[SLUICE_META_MSG_MAX] = "";
+		int16_t e = b->meta.ops->create_topic(b->meta.self, &spec, false, msg, sizeof msg, NULL);
+		if (e && e != KERR_TOPIC_ALREADY_EXISTS)
+			SLOG_WARN("broker", "cannot create %s now (%s, error %d): the first group request tries again",
+				  SLUICE_OFFSETS_TOPIC, msg, e);
+	}
+}
+
+/* Directories the cluster does not account for: warned about, left alone. */
+static void check_partition_dirs_cluster(struct broker *b)
+{
+	struct orphans o = {0};
+	scan_partition_dirs(b, &o);
+	assert(o.removed == 0);
+	for (size_t i = 0; i < o.n; i++)
+		SLOG_WARN("broker", "%s: %s; left in place (cluster mode never removes a directory it does not know)",
+			  o.v[i].path, o.v[i].why);
+	free(o.v);
+}
+
+/* Cluster mode: the controller backend, ready (registered, caught up,
+ * unfenced) before anything on disk is judged. Returns -1 after saying why. */
+static int open_metadata_cluster(struct broker *b)
+{
+	char err[512] = "";
+	int meta_dir = 0;
+	while (b->offline_dirs & (1u << meta_dir))
+		meta_dir++;
+	assert(meta_dir < b->cfg.log_dir_count);
+	if (sluice_meta_controller_open(&b->meta, &b->cfg, b->cfg.log_dir[meta_dir], err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-broker: cluster mode: %s\n", err);
+		return -1;
+	}
+	SLOG_INFO("broker", "cluster mode: waiting up to %lld ms (sluice.controller.wait.ms) to be registered and caught up "
+		  "with the controllers (%s)", (long long)b->cfg.controller_wait_ms,
+		  b->cfg.controller_quorum_voters[0] ? b->cfg.controller_quorum_voters
+						     : b->cfg.controller_quorum_bootstrap_servers);
+	if (sluice_meta_controller_wait_ready(&b->meta, (unsigned)b->cfg.controller_wait_ms, err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-broker: refusing to start: not ready within sluice.controller.wait.ms=%lld: %s\n",
+			(long long)b->cfg.controller_wait_ms, err);
+		sluice_meta_controller_close(&b->meta);
+		return -1;
+	}
+	if (adopt_local_metadata(b, b->cfg.log_dir[meta_dir]) < 0) {
+		sluice_meta_controller_close(&b->meta);
+		return -1;
+	}
+	offsets_topic_cluster(b);
+	check_partition_dirs_cluster(b);
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *ot = sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC));
+	if (ot)
+		b->cfg.offsets_topic_partitions = ot->partitions;
+	b->meta.ops->release(b->meta.self, snap);
+	return 0;
+}
+
 /* The rings between every network and storage core, and the network cores'
  * listeners. Returns -1 after saying why not. */
 static int cores_init(struct broker *b)
@@ -573,6 +804,18 @@ static void cores_stop(struct broker *b)
 	}
 }
 
+/* Cluster mode, SIGTERM: the controller moves this broker's leadership
+ * away (clients keep being served meanwhile and follow with
+ * NOT_LEADER_OR_FOLLOWER), bounded by sluice.controller.shutdown.wait.ms. */
+static void controlled_shutdown(struct broker *b)
+{
+	SLOG_INFO("broker", "controlled shutdown: asking the controller to move this broker's leadership away (up to %lld "
+		  "ms)", (long long)b->cfg.controller_shutdown_wait_ms);
+	if (sluice_meta_controller_shutdown(&b->meta, (unsigned)b->cfg.controller_shutdown_wait_ms) != 0)
+		SLOG_WARN("broker", "controlled shutdown: the controller did not agree within %lld ms "
+			  "(sluice.controller.shutdown.wait.ms); stopping anyway", (long long)b->cfg.controller_shutdown_wait_ms);
+}
+
 int main(int argc, char **argv)
 {
 	static struct broker b;
@@ -598,7 +841,8 @@ int main(int argc, char **argv)
 	}
 	if (!b.clean_start)
 		SLOG_WARN("broker", "no clean-shutdown marker: logs will be recovered (CRC scan past the recovery point)");
-	if (open_metadata(&b, argv[1], orphans) < 0)
+	bool cluster = sluice_config_cluster_mode(&b.cfg);
+	if (cluster ? open_metadata_cluster(&b) < 0 : open_metadata(&b, argv[1], orphans) < 0)
 		return 1;
 	/* Only now, with the start certain, is the marker removed: a refused
 	 * start leaves the directory exactly as it found it. */
@@ -616,11 +860,17 @@ int main(int argc, char **argv)
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
 		  b.cfg.node_id, b.cfg.listen_host, b.cfg.listen_port, b.cfg.advertised_host, b.cfg.advertised_port,
 		  b.cfg.transport, b.net_n, b.store_n, b.cfg.log_dirs);
-	while (!__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
+	while (!signalled && !__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
+	if (cluster)
+		controlled_shutdown(&b);
 	SLOG_INFO("broker", "shutting down");
+	__atomic_store_n(&b.stopping, 1, __ATOMIC_RELEASE);
 	cores_stop(&b);
-	sluice_meta_local_close(&b.meta);
+	if (cluster)
+		sluice_meta_controller_close(&b.meta);
+	else
+		sluice_meta_local_close(&b.meta);
 	clean_markers(&b, true);
 	SLOG_INFO("broker", "stopped cleanly");
 	return 0;

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+static void proto_meta_free(void *meta);
+
 typedef bool (*start_fn)(struct req *r, struct krd *rd);
 typedef void (*finish_fn)(struct req *r);
 
@@ -60,6 +62,7 @@ static const struct api apis[API_KEY_MAX] = {
 	[API_INCREMENTAL_ALTER_CONFIGS] = {0, 1, 0, 1, sluice_api_alter_configs_start, NULL, "IncrementalAlterConfigs"},
 	[API_OFFSET_DELETE] = {0, 0, 0, INT16_MAX, sluice_api_group_single_start, sluice_api_group_single_finish,
 			       "OffsetDelete"},
+	[API_DESCRIBE_QUORUM] = {0, 2, 0, 0, sluice_api_describe_quorum_start, NULL, "DescribeQuorum"},
 	[API_DESCRIBE_CLUSTER] = {0, 1, 0, 0, sluice_api_describe_cluster_start, NULL, "DescribeCluster"},
 	[API_DESCRIBE_TOPIC_PARTITIONS] = {0, 0, 0, 0, sluice_api_describe_topic_partitions_start, NULL,
 					   "DescribeTopicPartitions"},
@@ -295,7 +298,7 @@ void sluice_req_free(struct req *r)
 	sluice_proto_frame_put(r->nc, r->frame);
 	if (r->api != r->api_inline)
 		free(r->api);
-	free(r->meta);
+	proto_meta_free(r->meta);
 	resp_buffer_keep(r);
 	kwr_free(&r->out);
 	if (r->snap)
@@ -330,23 +333,38 @@ void sluice_proto_snap_refresh(struct req *r)
 /* ---- metadata changes: submitted, completed on the network core ------------- */
 
 /* A request's metadata batch, its completion post and its changes, in one
- * allocation owned by the request (r->meta). */
+ * allocation owned by the request (r->meta); or a request relayed to the
+ * controller (forward_done set), with the controller's answer. */
 struct proto_meta {
 	struct sluice_meta_batch batch;
 	struct sluice_rt_post post; /* the completion, run on the request's network core */
 	struct req *r;
 	void (*done)(struct req *r);
+	void (*forward_done)(struct req *r, int16_t error, const uint8_t *resp, size_t len);
+	int16_t forward_error;
+	uint8_t *forward_resp; /* the controller's response body, owned (malloc) */
+	size_t forward_len;
 	void *extra;   /* the handler's room after the changes */
 	bool out; /* submitted, done not yet run */
 	_Alignas(max_align_t) struct sluice_meta_change changes[];
 };
+
+static void proto_meta_free(void *meta)
+{
+	struct proto_meta *pm = meta;
+	if (!pm)
+		return;
+	assert(!pm->out);
+	free(pm->forward_resp);
+	free(pm);
+}
 
 struct sluice_meta_batch *sluice_proto_meta_batch(struct req *r, uint32_t change_n, size_t extra_bytes, void **extra)
 {
 	struct proto_meta *pm = r->meta;
 	assert(!pm || !pm->out);
 	assert(change_n <= SLUICE_META_BATCH_CHANGES_MAX);
-	free(pm);
+	proto_meta_free(pm);
 	size_t changes_bytes = (size_t)change_n * sizeof pm->changes[0];
 	changes_bytes = (changes_bytes + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t);
 	pm = calloc(1, sizeof *pm + changes_bytes + extra_bytes);
@@ -423,6 +441,90 @@ enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*do
 	return res;
 }
 
+/* ---- requests relayed to the controller ---------------------------------------- */
+
+/* The network core: the controller's answer (or the failure) is back. */
+static void forward_post_run(void *arg)
+{
+	struct proto_meta *pm = arg;
+	struct req *r = pm->r;
+	struct proto_state *ps = r->nc->state;
+	assert(r->meta == pm && pm->out && pm->forward_done);
+	assert(r->pending == 1 && !r->done && ps->meta_out > 0);
+	pm->out = false;
+	r->pending = 0;
+	ps->meta_out--;
+	pm->forward_done(r, pm->forward_error, pm->forward_resp, pm->forward_len);
+}
+
+/* The backend's thread: keep a copy of the answer (resp is the backend's
+ * only during the call) and hand the request back to its core. */
+static void forward_backend_done(void *arg, int16_t error, const uint8_t *resp, size_t len)
+{
+	struct proto_meta *pm = arg;
+	assert(pm->out && !pm->forward_resp);
+	assert(pm->post.fn == forward_post_run && pm->post.arg == pm);
+	pm->forward_error = error;
+	if (!error && !resp)
+		pm->forward_error = KERR_UNKNOWN_SERVER_ERROR; /* a backend bug, answered as the world's */
+	if (!pm->forward_error) {
+		pm->forward_resp = malloc(len ? len : 1);
+		if (pm->forward_resp) {
+			memcpy(pm->forward_resp, resp, len);
+			pm->forward_len = len;
+		} else
+			pm->forward_error = KERR_REQUEST_TIMED_OUT; /* out of memory: the client retries */
+	}
+	sluice_rt_post(&pm->r->nc->rt, &pm->post);
+}
+
+bool sluice_proto_meta_forward(struct req *r, void (*done)(struct req *r, int16_t error, const uint8_t *resp,
+							  size_t len))
+{
+	const struct sluice_meta *m = &r->nc->b->meta;
+	assert(done && r->pending == 0 && !r->done);
+	assert(r->body_off <= r->frame_len);
+	if (!m->ops->forward || !sluice_proto_meta_batch(r, 0, 0, NULL))
+		return false;
+	struct proto_meta *pm = r->meta;
+	pm->forward_done = done;
+	pm->post.fn = forward_post_run;
+	pm->post.arg = pm;
+	/* Held as a submitted batch is (sluice_proto_meta_submit); counted
+	 * before the call, for done may be posted before it returns. */
+	pm->out = true;
+	r->pending = 1;
+	struct proto_state *ps = r->nc->state;
+	ps->meta_out++;
+	if (m->ops->forward(m->self, r->api_key, r->api_version, r->frame + r->body_off, r->frame_len - r->body_off,
+			    forward_backend_done, pm) != 0) {
+		pm->out = false;
+		r->pending = 0;
+		ps->meta_out--;
+		return false;
+	}
+	return true;
+}
+
+bool sluice_proto_cluster_mode(const struct req *r)
+{
+	return sluice_config_cluster_mode(&r->nc->b->cfg);
+}
+
+int16_t sluice_proto_leader_check(const struct req *r, const struct sluice_topic *t, int32_t p,
+				  int32_t current_leader_epoch)
+{
+	const struct sluice_partition_state *st = sluice_topic_partition(t, p);
+	if (!st)
+		return KERR_NONE;
+	assert(st->replica_n >= 0 && st->replica_n <= SLUICE_REPLICAS_MAX);
+	if (current_leader_epoch >= 0 && current_leader_epoch < st->leader_epoch)
+		return KERR_FENCED_LEADER_EPOCH;
+	if (current_leader_epoch > st->leader_epoch)
+		return KERR_UNKNOWN_LEADER_EPOCH;
+	return st->leader == r->nc->b->cfg.node_id ? KERR_NONE : KERR_NOT_LEADER_OR_FOLLOWER;
+}
+
 const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16])
 {
 	for (uint32_t i = 0; i < s->topic_n; i++)
@@ -432,6 +534,18 @@ const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_sna
 }
 
 /* ---- dispatch ------------------------------------------------------------- */
+
+/* Whether this broker serves API key now: in the table, and DescribeQuorum
+ * only where it can answer (single-node: this node is the quorum; cluster
+ * mode: relayed to the controller, so only with a backend that forwards). */
+static bool api_served(const struct broker *b, int key)
+{
+	if (key < 0 || key >= API_KEY_MAX || !apis[key].start)
+		return false;
+	if (key == API_DESCRIBE_QUORUM && sluice_config_cluster_mode(&b->cfg))
+		return b->meta.ops->forward != NULL;
+	return true;
+}
 
 static bool api_flexible(int16_t key, int16_t version)
 {
@@ -538,7 +652,7 @@ bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
 		sluice_proto_frame_put(c->nc, frame);
 		return false;
 	}
-	bool known = key >= 0 && key < API_KEY_MAX && apis[key].start;
+	bool known = api_served(c->nc->b, key);
 	if (key == API_API_VERSIONS && (version < 0 || version > apis[API_API_VERSIONS].adv_max))
 		return api_versions_unsupported(r);
 	if (!known || version < apis[key].adv_min || version > apis[key].adv_max) {
@@ -679,10 +793,15 @@ bool sluice_proto_partitions_decode(struct req *r, struct krd *rd, const struct 
 			struct partop *op = &r->ops[k++];
 			op->kind = pp->kind;
 			op->tindex = t;
+			op->leader_epoch = -1; /* decode sets the request's, where it has one */
 			pp->decode(r, rd, op, ctx);
 			if (flex)
 				krd_tags_skip(rd);
 			sluice_proto_op_resolve(r, op, name);
+			if (!op->local) { /* a partition led elsewhere, or at another epoch */
+				op->error = sluice_proto_leader_check(r, op->tinfo, op->partition, op->leader_epoch);
+				op->local = op->error != KERR_NONE;
+			}
 			if (pp->admit)
 				pp->admit(r, op, ctx);
 		}
@@ -751,10 +870,10 @@ static bool api_versions_start(struct req *r, struct krd *rd)
 	kwr_i16(&r->out, KERR_NONE);
 	int32_t n = 0;
 	for (int k = 0; k < API_KEY_MAX; k++)
-		n += apis[k].start != NULL;
+		n += api_served(r->nc->b, k);
 	kwr_array(&r->out, flex, n);
 	for (int k = 0; k < API_KEY_MAX; k++) {
-		if (!apis[k].start)
+		if (!api_served(r->nc->b, k))
 			continue;
 		kwr_i16(&r->out, (int16_t)k);
 		kwr_i16(&r->out, apis[k].adv_min);

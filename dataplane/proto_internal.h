@@ -38,6 +38,7 @@ enum sluice_api_key {
 	API_DELETE_GROUPS = 42,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
 	API_OFFSET_DELETE = 47,
+	API_DESCRIBE_QUORUM = 55,
 	API_DESCRIBE_CLUSTER = 60,
 	API_DESCRIBE_TOPIC_PARTITIONS = 75,
 	API_KEY_MAX = 76, /* size of the api table: one past the highest key served */
@@ -71,6 +72,7 @@ bool sluice_api_create_partitions_start(struct req *r, struct krd *rd);
 bool sluice_api_describe_cluster_start(struct req *r, struct krd *rd);
 bool sluice_api_describe_topic_partitions_start(struct req *r, struct krd *rd);
 bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd);
+bool sluice_api_describe_quorum_start(struct req *r, struct krd *rd);
 bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd);
 
 /* api_group.c */
@@ -118,6 +120,27 @@ struct sluice_meta_batch *sluice_proto_meta_batch(struct req *r, uint32_t change
 enum sluice_meta_submit_result sluice_proto_meta_submit(struct req *r, void (*done)(struct req *r));
 /* r's batch (not out), with its results once done runs; *extra as given. */
 struct sluice_meta_batch *sluice_proto_meta_current(struct req *r, void **extra);
+
+/* Relay r's body to the active controller through the backend's forward
+ * (control/meta.h), as r's ApiKey and version. The request is held like a
+ * submitted batch; done then runs on r's network core with the
+ * controller's response body (after its header), or with error set and
+ * resp NULL (no controller answered). resp stays valid until r is freed.
+ * False when the backend has no forward or refused it: nothing is out and
+ * done will not run. */
+bool sluice_proto_meta_forward(struct req *r, void (*done)(struct req *r, int16_t error, const uint8_t *resp,
+							  size_t len));
+/* Whether this broker takes its metadata from controllers (cluster mode). */
+bool sluice_proto_cluster_mode(const struct req *r);
+
+/* Whether this broker may serve partition p of t to a client now: the
+ * snapshot's leader is this node, and a CurrentLeaderEpoch the request
+ * named (-1: none) is the snapshot's. Returns KERR_NONE or the error to
+ * answer: FENCED_LEADER_EPOCH (the client's epoch is older),
+ * UNKNOWN_LEADER_EPOCH (newer: this broker lags), NOT_LEADER_OR_FOLLOWER.
+ * A backend that has not said who leads (no state) leaves it served. */
+int16_t sluice_proto_leader_check(const struct req *r, const struct sluice_topic *t, int32_t p,
+				  int32_t current_leader_epoch);
 
 /* n zeroed ops owned by r, each pointing back at r (NULL when n <= 0 or out
  * of memory; r->nops says how many there are). Up to

@@ -2,7 +2,10 @@
  * operations from the network cores' rings, appends and reads, issues one
  * group-commit write per dirty partition per loop turn through its io_uring,
  * answers appends once their data is written, and wakes network cores whose
- * fetches wait on a partition that just advanced. */
+ * fetches wait on a partition that just advanced. In cluster mode it also
+ * removes the partitions of topics deleted through another broker (the
+ * metadata no longer has their topic id), as the broker that took the
+ * DeleteTopics does through PARTOP_DELETE. */
 #include "common/log.h"
 #include "dataplane/core.h"
 #include "common/kafka/batch.h"
@@ -58,6 +61,7 @@ static void service_written(struct storecore *sc, struct partop *op, bool ok)
  * transaction). */
 #define PREALLOC_IDLE_MS 5000
 #define PREALLOC_TRIMS_PER_PASS 32
+#define DELETED_SWEEP_PARTITIONS_MAX 1024 /* partitions of deleted topics removed per pass (1 s) */
 /* Bytes lookups by timestamp (ListOffsets) may read, decompress and scan in
  * one loop turn (a few milliseconds of work); lookups past it wait for the
  * next turn, so pipelined lookups into big compressed batches cannot starve
@@ -106,6 +110,8 @@ struct spart {
 	int64_t last_used_ms;   /* monotonic, for giving idle descriptors back */
 	struct storecore *sc;
 	struct clean_item *cleaning; /* compaction job out on the cleaner thread */
+	uint8_t topic_id[16];        /* its partition.metadata's, once opened (has_topic_id) */
+	bool has_topic_id;
 	uint32_t parked;             /* this partition's ops in the core's parked queue */
 	/* READs waiting for cold extents to load (linked through op->next):
 	 * the loaded hook moves them to the parked queue, to run again. */
@@ -182,6 +188,7 @@ struct sstate {
 	 * pinned_extents_max. */
 	struct read_slot *slots, *slot_free;
 	int64_t pinned_extents, pinned_extents_max;
+	int64_t swept_offset; /* cluster mode: the metadata offset the last deleted-topic sweep saw */
 };
 
 struct offline_part {
@@ -542,6 +549,7 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 			  p->topic, p->partition, rec.batches_scanned, rec.crc_checked ? " with CRC checks" : "",
 			  rec.bytes_truncated, rec.segments_damaged);
 	(void)part_metadata_check(sc->b, p->topic, dir, true);
+	p->has_topic_id = sluice_partition_metadata_read(dir, p->topic_id) == 1;
 	/* The high watermark, idempotent-producer state and leader epochs. */
 	sluice_partition_attach(&p->part, p->log);
 	st->fds_est += sluice_plog_open_fds(p->log);
@@ -1313,6 +1321,63 @@ static void trim_idle(struct storecore *sc, int64_t now)
 	}
 }
 
+/* One partition of a deleted topic, noted before any is removed (removal
+ * changes the table being walked). */
+struct deleted_part {
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+	int32_t partition;
+	uint8_t id[16];
+};
+
+/* Cluster mode: another broker took the DeleteTopics, so only the metadata
+ * tells this one. A partition open here under topic id X whose topic the
+ * current snapshot no longer has (or has under another id: deleted and
+ * created again) was deleted: its log is closed
+ * and its directory removed, as PARTOP_DELETE does, before a topic created
+ * again under the name can be served the old records. The snapshots of the
+ * controller backend are whole images (never a partial load), so a topic
+ * absent from one is gone. A partition whose files name no topic id is
+ * left alone (nothing proves it was that topic). */
+static void deleted_sweep(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	if (snap->metadata_offset == st->swept_offset) {
+		b->meta.ops->release(b->meta.self, snap);
+		return;
+	}
+	struct deleted_part *gone = NULL;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < st->table_cap && n < DELETED_SWEEP_PARTITIONS_MAX; i++) {
+		const struct spart *p = st->table[i];
+		if (!p || !p->log || !p->has_topic_id)
+			continue;
+		const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+		if (t && !memcmp(t->id, p->topic_id, 16))
+			continue; /* live (partitions never shrink: a higher index is left for a restart to judge) */
+		if (!gone && !(gone = calloc(DELETED_SWEEP_PARTITIONS_MAX, sizeof *gone)))
+			break; /* tried again next pass */
+		snprintf(gone[n].topic, sizeof gone[n].topic, "%s", p->topic);
+		gone[n].partition = p->partition;
+		memcpy(gone[n].id, p->topic_id, 16);
+		n++;
+	}
+	/* All seen (not cut short): the next pass waits for the next change. */
+	if (n < DELETED_SWEEP_PARTITIONS_MAX && (n == 0 || gone))
+		st->swept_offset = snap->metadata_offset;
+	b->meta.ops->release(b->meta.self, snap);
+	assert(n <= DELETED_SWEEP_PARTITIONS_MAX);
+	for (uint32_t i = 0; i < n; i++) {
+		char hex[23];
+		sluice_topic_id_base64(gone[i].id, hex);
+		SLOG_WARN("storage", "%s-%d: topic id %s is no longer in the cluster's metadata (deleted through another "
+			  "broker): removing its log", gone[i].topic, gone[i].partition, hex);
+		(void)part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id);
+	}
+	free(gone);
+}
+
 static void housekeeping(struct storecore *sc, int64_t now)
 {
 	struct sstate *st = sc->state;
@@ -1324,6 +1389,8 @@ static void housekeeping(struct storecore *sc, int64_t now)
 	if (now >= st->next_trim_ms) {
 		st->next_trim_ms = now + 1000;
 		trim_idle(sc, now);
+		if (sluice_config_cluster_mode(cfg))
+			deleted_sweep(sc);
 	}
 	if (now >= st->next_stats_ms) {
 		st->next_stats_ms = now + 60000;

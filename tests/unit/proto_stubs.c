@@ -7,6 +7,7 @@
 #include "control/meta.h"
 #include "dataplane/group.h"
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,12 +63,15 @@ struct broker *stub_broker_open(const char *dir, const char *const *extra)
 	return &B;
 }
 
+static void stub_cluster_end(void);
+
 void stub_broker_close(void)
 {
 	if (!broker_open)
 		return;
 	meta_held = false;
 	stub_meta_wait(); /* no batch may complete into a core being freed */
+	stub_cluster_end();
 	sluice_meta_local_close(&B.meta);
 	sluice_netcore_fini(&B.net[0]);
 	stub_store_reset();
@@ -75,6 +79,198 @@ void stub_broker_close(void)
 }
 
 struct netcore *stub_netcore(void) { return &B.net[0]; }
+
+/* ---- a cluster as the snapshots describe it ------------------------------------------ */
+
+struct cluster_override {
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+	int32_t partition; /* -1: all */
+	struct sluice_partition_state st;
+};
+
+static struct {
+	bool on;
+	const struct sluice_meta_ops *local_ops; /* the wrapped backend's */
+	struct sluice_meta_ops ops;              /* its copy, with acquire, release and forward replaced */
+	struct cluster_override ov[STUB_CLUSTER_OVERRIDES_MAX];
+	int ov_n;
+	struct sluice_meta_broker brokers[STUB_CLUSTER_BROKERS_MAX];
+	uint32_t broker_n; /* 0: the local backend's */
+	bool controller_set;
+	int32_t controller;
+	int16_t fwd_error;
+	uint8_t fwd_resp[STUB_FORWARD_BYTES_MAX];
+	size_t fwd_resp_len;
+	uint8_t fwd_seen[STUB_FORWARD_BYTES_MAX];
+	size_t fwd_seen_len;
+	int16_t fwd_key, fwd_version;
+	bool fwd_any;
+	int snaps_out;
+} CL;
+
+/* A snapshot of ours, on the list of those out, so that release can tell
+ * it from one the local backend handed out before the wrap. */
+struct cluster_snap {
+	struct sluice_meta_snapshot s; /* first */
+	struct cluster_snap *next;
+};
+static struct cluster_snap *cluster_snaps;
+
+static const struct sluice_partition_state *cluster_override_of(const char *topic, int32_t p)
+{
+	const struct sluice_partition_state *found = NULL;
+	for (int i = 0; i < CL.ov_n; i++) /* the last one set wins */
+		if (!strcmp(CL.ov[i].topic, topic) && (CL.ov[i].partition == p || CL.ov[i].partition == -1))
+			found = &CL.ov[i].st;
+	return found;
+}
+
+/* A copy of t (configs included), its states per partition with the overrides. */
+static struct sluice_topic *cluster_topic_copy(const struct sluice_topic *t)
+{
+	size_t bytes = offsetof(struct sluice_topic, configs) + (size_t)t->config_n * sizeof t->configs[0];
+	struct sluice_topic *c = malloc(bytes);
+	struct sluice_partition_state *st = calloc((size_t)(t->partitions > 0 ? t->partitions : 1), sizeof *st);
+	if (!c || !st)
+		abort(); /* test double */
+	memcpy(c, t, bytes);
+	for (int32_t p = 0; p < t->partitions; p++) {
+		const struct sluice_partition_state *o = cluster_override_of(t->name, p), *l = sluice_topic_partition(t, p);
+		st[p] = o ? *o : l ? *l : (struct sluice_partition_state){.leader = -1};
+	}
+	c->states = st;
+	c->state_n = t->partitions;
+	c->refs = 1;
+	return c;
+}
+
+static struct sluice_meta_snapshot *cluster_acquire(void *self)
+{
+	struct sluice_meta_snapshot *l = CL.local_ops->acquire(self);
+	struct cluster_snap *cs = calloc(1, sizeof *cs);
+	if (!cs || !(cs->s.topics = calloc(l->topic_n + 1, sizeof *cs->s.topics)))
+		abort();
+	cs->next = cluster_snaps;
+	cluster_snaps = cs;
+	cs->s.version = l->version;
+	cs->s.refs = 1;
+	cs->s.topic_n = l->topic_n;
+	for (uint32_t i = 0; i < l->topic_n; i++)
+		cs->s.topics[i] = cluster_topic_copy(l->topics[i]);
+	cs->s.broker_n = CL.broker_n ? CL.broker_n : l->broker_n;
+	cs->s.brokers = CL.broker_n ? CL.brokers : l->brokers;
+	cs->s.controller_id = CL.controller_set ? CL.controller : l->controller_id;
+	cs->s.metadata_offset = l->metadata_offset;
+	CL.local_ops->release(self, l);
+	CL.snaps_out++;
+	return &cs->s;
+}
+
+static void cluster_release(void *self, struct sluice_meta_snapshot *s)
+{
+	if (!s)
+		return;
+	struct cluster_snap **pp = &cluster_snaps;
+	while (*pp && &(*pp)->s != s)
+		pp = &(*pp)->next;
+	if (!*pp) { /* acquired before the wrap */
+		CL.local_ops->release(self, s);
+		return;
+	}
+	struct cluster_snap *cs = *pp;
+	if (--cs->s.refs > 0)
+		return;
+	*pp = cs->next;
+	for (uint32_t i = 0; i < cs->s.topic_n; i++) {
+		free((void *)cs->s.topics[i]->states);
+		free(cs->s.topics[i]);
+	}
+	free(cs->s.topics);
+	free(cs);
+	CL.snaps_out--;
+}
+
+static int cluster_forward(void *self, int16_t api_key, int16_t api_version, const uint8_t *body, size_t len,
+			   void (*done)(void *arg, int16_t error, const uint8_t *resp, size_t resp_len), void *arg)
+{
+	(void)self;
+	CL.fwd_any = true;
+	CL.fwd_key = api_key;
+	CL.fwd_version = api_version;
+	CL.fwd_seen_len = len < sizeof CL.fwd_seen ? len : sizeof CL.fwd_seen;
+	memcpy(CL.fwd_seen, body, CL.fwd_seen_len);
+	done(arg, CL.fwd_error, CL.fwd_error ? NULL : CL.fwd_resp, CL.fwd_error ? 0 : CL.fwd_resp_len);
+	return 0;
+}
+
+void stub_cluster_begin(void)
+{
+	if (CL.on)
+		return;
+	memset(&CL, 0, sizeof CL);
+	CL.on = true;
+	CL.local_ops = B.meta.ops;
+	CL.ops = *B.meta.ops;
+	CL.ops.acquire = cluster_acquire;
+	CL.ops.release = cluster_release;
+	B.meta.ops = &CL.ops;
+}
+
+void stub_cluster_partition(const char *topic, int32_t partition, const struct sluice_partition_state *st)
+{
+	if (!CL.on || CL.ov_n == STUB_CLUSTER_OVERRIDES_MAX)
+		abort();
+	struct cluster_override *o = &CL.ov[CL.ov_n++];
+	snprintf(o->topic, sizeof o->topic, "%s", topic);
+	o->partition = partition;
+	o->st = *st;
+}
+
+void stub_cluster_brokers(const struct sluice_meta_broker *b, uint32_t n)
+{
+	if (!CL.on || n > STUB_CLUSTER_BROKERS_MAX)
+		abort();
+	memcpy(CL.brokers, b, n * sizeof *b);
+	CL.broker_n = n;
+}
+
+void stub_cluster_controller(int32_t id)
+{
+	CL.controller_set = true;
+	CL.controller = id;
+}
+
+void stub_cluster_forward(int16_t error, const uint8_t *resp, size_t len)
+{
+	if (!CL.on || len > sizeof CL.fwd_resp)
+		abort();
+	CL.fwd_error = error;
+	if (len)
+		memcpy(CL.fwd_resp, resp, len);
+	CL.fwd_resp_len = len;
+	CL.ops.forward = cluster_forward;
+}
+
+const uint8_t *stub_cluster_forwarded(size_t *len, int16_t *api_key, int16_t *api_version)
+{
+	*len = CL.fwd_seen_len;
+	*api_key = CL.fwd_key;
+	*api_version = CL.fwd_version;
+	return CL.fwd_any ? CL.fwd_seen : NULL;
+}
+
+int stub_cluster_snapshots_out(void) { return CL.snaps_out; }
+
+/* Back to the local backend; every snapshot of ours must be back. */
+static void stub_cluster_end(void)
+{
+	if (!CL.on)
+		return;
+	if (CL.snaps_out != 0)
+		fprintf(stderr, "stub cluster: %d snapshot(s) never released\n", CL.snaps_out);
+	B.meta.ops = CL.local_ops;
+	CL.on = false;
+}
 
 /* ---- connection and transport ---------------------------------------------------- */
 

@@ -79,6 +79,29 @@ void stub_meta_wait(void);
 /* Requests whose metadata batch is out. */
 int stub_meta_out(void);
 
+/* A cluster as the snapshots describe it. stub_cluster_begin wraps the
+ * local backend so that every snapshot acquired from then on is a copy of
+ * the local one with these overrides applied: a partition's state (leader,
+ * epoch, replicas, ISR; partition -1: every partition of the topic), the
+ * broker list, the controller id; and, once stub_cluster_forward is called,
+ * a forward op (control/meta.h) that records what it was given and answers
+ * with the canned error or response bytes (from the caller's thread, as a
+ * backend thread would: through the core's post). stub_broker_close ends it. */
+#define STUB_CLUSTER_OVERRIDES_MAX 64
+#define STUB_CLUSTER_BROKERS_MAX 8
+#define STUB_FORWARD_BYTES_MAX 4096
+struct sluice_partition_state;
+struct sluice_meta_broker;
+void stub_cluster_begin(void);
+void stub_cluster_partition(const char *topic, int32_t partition, const struct sluice_partition_state *st);
+void stub_cluster_brokers(const struct sluice_meta_broker *b, uint32_t n);
+void stub_cluster_controller(int32_t id);
+void stub_cluster_forward(int16_t error, const uint8_t *resp, size_t len);
+/* What the last forward carried (NULL before any). */
+const uint8_t *stub_cluster_forwarded(size_t *len, int16_t *api_key, int16_t *api_version);
+/* Snapshots handed out and not released yet. */
+int stub_cluster_snapshots_out(void);
+
 /* Fake storage. */
 void stub_store_reset(void);
 /* While held, partops wait unanswered (a slow storage core). */

@@ -19,7 +19,13 @@
  * mutations of them never crash the decoder (this suite also runs under
  * AddressSanitizer and UBSan). A few more tests pin down bugs found on the
  * way (group request routing, CreatePartitions names, DeleteTopics names and
- * memory, CreateTopics size rules and cost), as regression tests. */
+ * memory, CreateTopics size rules and cost), as regression tests.
+ * Cluster mode's data path is proved over snapshots in which other brokers
+ * lead (proto_stubs' stub_cluster_*): records only where this broker leads
+ * and at the leader epoch, Metadata, DescribeCluster and FindCoordinator
+ * from the snapshot, group requests for other coordinators refused as
+ * Kafka refuses them, DescribeQuorum answered alone or relayed; and the
+ * configuration keys of cluster mode. */
 #include "batch_build.h"
 #include "batch_codecs.h"
 #include "common/kafka/batch.h"
@@ -135,6 +141,18 @@ static bool flex_of(int16_t key, int16_t v)
 	case 32: return v >= 4;
 	case 33: return v >= 2;
 	case 37: return v >= 2;
+	case 8: return v >= 8;
+	case 9: return v >= 6;
+	case 11: return v >= 6;
+	case 12: return v >= 4;
+	case 13: return v >= 4;
+	case 14: return v >= 4;
+	case 15: return v >= 5;
+	case 21: return v >= 2;
+	case 42: return v >= 2;
+	case 47: return false;
+	case 55: return true;
+	case 60: return true;
 	default: cr_assert_fail("no flex table entry for key %d", key); return false;
 	}
 }
@@ -2848,4 +2866,958 @@ Test(meta_async, busy_queue_gives_retriable_errors, .init = setup, .fini = teard
 	int32_t parts = 0;
 	cr_expect(topic_id("grown", NULL, &parts));
 	cr_expect_eq(parts, 1);
+}
+
+/* ---- cluster mode: who serves what comes from the snapshot --------------------------------- */
+
+#define SLUICE_OFFSETS_TOPIC_NAME "__consumer_offsets"
+
+/* Three brokers; this one is node 1 at 127.0.0.1:9092 (the stub broker). */
+static const struct sluice_meta_broker cl_brokers[3] = {
+	{1, 9092, "127.0.0.1", ""},
+	{2, 9093, "10.0.0.2", "r2"},
+	{3, 9094, "10.0.0.3", ""},
+};
+
+/* One replica; leader -1: offline (its replica's broker is fenced). */
+static struct sluice_partition_state cl_state(int32_t leader, int32_t epoch, int32_t replica)
+{
+	struct sluice_partition_state st = {.leader = leader, .leader_epoch = epoch, .replica_n = 1};
+	st.replicas[0] = replica;
+	if (leader >= 0)
+		st.isr[st.isr_n++] = leader;
+	return st;
+}
+
+static void cl_partition(const char *topic, int32_t p, int32_t leader, int32_t epoch, int32_t replica)
+{
+	struct sluice_partition_state st = cl_state(leader, epoch, replica);
+	stub_cluster_partition(topic, p, &st);
+}
+
+/* Topic "cl": partition 0 led here at epoch 5, partition 1 by broker 2 at
+ * epoch 3, partition 2 by nobody (epoch 4, its replica on broker 3). */
+static void cl_setup(void)
+{
+	setup();
+	create_topic("cl", 3);
+	stub_cluster_begin();
+	stub_cluster_brokers(cl_brokers, 3);
+	cl_partition("cl", 0, 1, 5, 1);
+	cl_partition("cl", 1, 2, 3, 2);
+	cl_partition("cl", 2, -1, 4, 3);
+}
+
+/* Proves Produce v3, v9 and v11 append only to the partition this broker
+ * leads: a partition led by another broker, and one without a leader, get
+ * NOT_LEADER_OR_FOLLOWER (6, retriable: the client refreshes its metadata)
+ * and nothing reaches storage for them. */
+Test(cluster, produce_only_where_this_broker_leads, .init = cl_setup, .fini = teardown)
+{
+	size_t len = 0;
+	uint8_t *b = now_batch(2, &len);
+	const int16_t versions[] = {3, 9, 11};
+	for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
+		struct ptopic_req t = {"cl", 3, {{0, b, (int32_t)len}, {1, b, (int32_t)len}, {2, b, (int32_t)len}}};
+		struct pr o;
+		produce_roundtrip(versions[i], 1, &t, 1, &o);
+		cr_assert_eq(o.t[0].np, 3);
+		cr_expect_eq(o.t[0].p[0].err, 0, "v%d led here", versions[i]);
+		cr_expect_eq(o.t[0].p[1].err, 6, "v%d led by broker 2: %d", versions[i], o.t[0].p[1].err);
+		cr_expect_eq(o.t[0].p[2].err, 6, "v%d no leader: %d", versions[i], o.t[0].p[2].err);
+		cr_expect_eq(o.t[0].p[1].base, -1);
+	}
+	cr_expect_eq(stub_store_hw("cl", 0), 6, "three batches of 2 appended where this broker leads");
+	cr_expect_eq(stub_store_hw("cl", 1), -1, "nothing reached storage for partition 1");
+	cr_expect_eq(stub_store_hw("cl", 2), -1, "nothing reached storage for partition 2");
+	free(b);
+}
+
+/* A Fetch of topic "cl" naming CurrentLeaderEpoch (v9+) per partition. */
+static void cl_fetch(int16_t v, const int32_t *parts, const int32_t *epochs, int n, struct fr *o)
+{
+	struct rq q;
+	rq_start(&q, 1, v);
+	kwr_i32(&q.w, -1);
+	kwr_i32(&q.w, 0); /* MaxWaitMs: answer at once */
+	kwr_i32(&q.w, 0);
+	kwr_i32(&q.w, 1 << 20);
+	kwr_i8(&q.w, 0);
+	if (v >= 7) {
+		kwr_i32(&q.w, 0);
+		kwr_i32(&q.w, -1);
+	}
+	rq_arr(&q, 1);
+	rq_str(&q, "cl");
+	rq_arr(&q, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i32(&q.w, parts[i]);
+		if (v >= 9)
+			kwr_i32(&q.w, epochs[i]);
+		kwr_i64(&q.w, 0);
+		if (v >= 12)
+			kwr_i32(&q.w, -1);
+		if (v >= 5)
+			kwr_i64(&q.w, -1);
+		kwr_i32(&q.w, 1 << 20);
+		rq_tags(&q);
+	}
+	rq_tags(&q);
+	if (v >= 7)
+		rq_arr(&q, 0);
+	if (v >= 11)
+		rq_str(&q, "");
+	rq_tags(&q);
+	cr_assert(rq_send(&q), "Fetch v%d refused", v);
+	struct rs s;
+	rs_take(&s, 1, v, q.corr);
+	dec_fetch(&s, o);
+	rs_end(&s);
+}
+
+/* Proves Fetch checks leadership per partition: partition 1 (broker 2's)
+ * and 2 (leaderless) answer NOT_LEADER_OR_FOLLOWER (6) with HW -1; on the
+ * partition led here at epoch 5, CurrentLeaderEpoch -1 or 5 reads, 4 (older)
+ * answers FENCED_LEADER_EPOCH (74) and 6 (newer: this broker lags) answers
+ * UNKNOWN_LEADER_EPOCH (75); v4-v8 carry no epoch and only leadership counts. */
+Test(cluster, fetch_leader_and_epoch, .init = cl_setup, .fini = teardown)
+{
+	produce_simple("cl", 0, 2);
+	const int32_t parts[] = {0, 0, 0, 0}, epochs[] = {-1, 5, 4, 6};
+	struct fr o;
+	cl_fetch(12, parts, epochs, 4, &o);
+	cr_assert_eq(o.np, 4);
+	cr_expect_eq(o.p[0].err, 0);
+	cr_expect_gt(o.p[0].records_len, 0, "epoch -1 reads");
+	cr_expect_eq(o.p[1].err, 0);
+	cr_expect_gt(o.p[1].records_len, 0, "the current epoch reads");
+	cr_expect_eq(o.p[2].err, 74, "older epoch: %d", o.p[2].err);
+	cr_expect_eq(o.p[3].err, 75, "newer epoch: %d", o.p[3].err);
+	cr_expect_eq(o.p[2].records_len, 0);
+	fr_free(&o);
+	const int32_t others[] = {1, 2}, none[] = {-1, 4};
+	for (int16_t v = 4; v <= 12; v += 4) {
+		cl_fetch(v, others, none, 2, &o);
+		cr_assert_eq(o.np, 2);
+		cr_expect_eq(o.p[0].err, 6, "v%d broker 2's partition: %d", v, o.p[0].err);
+		cr_expect_eq(o.p[1].err, 6, "v%d leaderless partition: %d", v, o.p[1].err);
+		cr_expect_eq(o.p[0].hw, -1);
+		fr_free(&o);
+	}
+}
+
+/* ListOffsets of topic "cl" with CurrentLeaderEpoch (v4+) per partition, latest. */
+static void cl_list_offsets(int16_t v, const int32_t *parts, const int32_t *epochs, int n, struct lo_part *out)
+{
+	struct rq q;
+	rq_start(&q, 2, v);
+	kwr_i32(&q.w, -1);
+	if (v >= 2)
+		kwr_i8(&q.w, 0);
+	rq_arr(&q, 1);
+	rq_str(&q, "cl");
+	rq_arr(&q, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i32(&q.w, parts[i]);
+		if (v >= 4)
+			kwr_i32(&q.w, epochs[i]);
+		kwr_i64(&q.w, -1);
+		rq_tags(&q);
+	}
+	rq_tags(&q);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 2, v, q.corr);
+	if (v >= 2)
+		cr_expect_eq(krd_i32(&s.r), 0);
+	cr_assert_eq(rs_arr(&s, false), 1);
+	rs_str(&s, NULL, 0, false);
+	cr_assert_eq(rs_arr(&s, false), n);
+	for (int i = 0; i < n; i++) {
+		out[i].index = krd_i32(&s.r);
+		out[i].err = krd_i16(&s.r);
+		out[i].ts = krd_i64(&s.r);
+		out[i].offset = krd_i64(&s.r);
+		out[i].epoch = v >= 4 ? krd_i32(&s.r) : -1;
+		rs_tags(&s);
+	}
+	rs_tags(&s);
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+/* Proves ListOffsets v1-v7 answers NOT_LEADER_OR_FOLLOWER (6) for partitions
+ * led elsewhere or by nobody, applies the CurrentLeaderEpoch rules (v4+) on
+ * the partition led here, and answers its LeaderEpoch (5) with the offset. */
+Test(cluster, list_offsets_leader_and_epoch, .init = cl_setup, .fini = teardown)
+{
+	produce_simple("cl", 0, 3);
+	for (int16_t v = 1; v <= 7; v++) {
+		const int32_t parts[] = {0, 1, 2, 0, 0}, epochs[] = {5, 3, 4, 2, 9};
+		int n = v >= 4 ? 5 : 3;
+		struct lo_part o[5];
+		cl_list_offsets(v, parts, epochs, n, o);
+		cr_expect_eq(o[0].err, 0, "v%d", v);
+		cr_expect_eq(o[0].offset, 3);
+		if (v >= 4)
+			cr_expect_eq(o[0].epoch, 5, "v%d LeaderEpoch %d", v, o[0].epoch);
+		cr_expect_eq(o[1].err, 6, "v%d broker 2's: %d", v, o[1].err);
+		cr_expect_eq(o[2].err, 6, "v%d leaderless: %d", v, o[2].err);
+		cr_expect_eq(o[1].offset, -1);
+		if (v >= 4) {
+			cr_expect_eq(o[3].err, 74, "v%d older epoch: %d", v, o[3].err);
+			cr_expect_eq(o[4].err, 75, "v%d newer epoch: %d", v, o[4].err);
+		}
+	}
+}
+
+/* Proves DeleteRecords v0-v2 answers NOT_LEADER_OR_FOLLOWER (6) with low
+ * watermark -1 for a partition another broker leads, and deletes on the one
+ * led here. */
+Test(cluster, delete_records_only_where_this_broker_leads, .init = cl_setup, .fini = teardown)
+{
+	produce_simple("cl", 0, 3);
+	for (int16_t v = 0; v <= 2; v++) {
+		struct rq q;
+		rq_start(&q, 21, v);
+		rq_arr(&q, 1);
+		rq_str(&q, "cl");
+		rq_arr(&q, 2);
+		for (int32_t p = 0; p < 2; p++) {
+			kwr_i32(&q.w, p);
+			kwr_i64(&q.w, 1);
+			rq_tags(&q);
+		}
+		rq_tags(&q);
+		kwr_i32(&q.w, 1000);
+		rq_tags(&q);
+		cr_assert(rq_send(&q));
+		struct rs s;
+		rs_take(&s, 21, v, q.corr);
+		cr_expect_eq(krd_i32(&s.r), 0);
+		cr_assert_eq(rs_arr(&s, false), 1);
+		rs_str(&s, NULL, 0, false);
+		cr_assert_eq(rs_arr(&s, false), 2);
+		int64_t low[2];
+		int16_t err[2];
+		for (int p = 0; p < 2; p++) {
+			cr_expect_eq(krd_i32(&s.r), p);
+			low[p] = krd_i64(&s.r);
+			err[p] = krd_i16(&s.r);
+			rs_tags(&s);
+		}
+		rs_tags(&s);
+		rs_tags(&s);
+		rs_end(&s);
+		cr_expect_eq(err[0], 0, "v%d", v);
+		cr_expect_eq(low[0], 1);
+		cr_expect_eq(err[1], 6, "v%d: %d", v, err[1]);
+		cr_expect_eq(low[1], -1);
+	}
+}
+
+/* Proves Metadata v1-v12 answers from the snapshot: its three brokers,
+ * each partition's leader and replicas, LEADER_NOT_AVAILABLE (5) for the
+ * partition without a leader; ControllerId the snapshot's controller when
+ * it is a broker, else the lowest-numbered broker (the active controller is
+ * no broker a client could send CreateTopics to). */
+Test(cluster, metadata_from_the_snapshot, .init = cl_setup, .fini = teardown)
+{
+	stub_cluster_controller(3000);
+	for (int16_t v = 1; v <= 12; v++) {
+		struct md m;
+		const char *names[] = {"cl"};
+		metadata_roundtrip(v, names, NULL, 1, false, &m);
+		cr_expect_eq(m.nbrokers, 3, "v%d brokers", v);
+		cr_expect_eq(m.controller, 1, "v%d ControllerId %d", v, m.controller);
+		const struct md_topic *t = md_find(&m, "cl");
+		cr_assert_not_null(t);
+		cr_assert_eq(t->nparts, 3);
+		cr_expect(t->p[0].err == 0 && t->p[0].leader == 1);
+		cr_expect(t->p[1].err == 0 && t->p[1].leader == 2 && t->p[1].replica0 == 2 && t->p[1].nisr == 1);
+		cr_expect_eq(t->p[2].err, 5, "v%d leaderless partition: %d", v, t->p[2].err);
+		cr_expect(t->p[2].leader == -1 && t->p[2].replica0 == 3 && t->p[2].nisr == 0);
+	}
+	stub_cluster_controller(2);
+	struct md m;
+	metadata_roundtrip(12, NULL, NULL, -1, false, &m);
+	cr_expect_eq(m.controller, 2);
+}
+
+/* DescribeCluster v0-v1 (endpoint type brokers): controller id and brokers. */
+static void describe_cluster_roundtrip(int16_t v, int32_t *controller, int32_t *nbrokers, int32_t *last_port)
+{
+	struct rq q;
+	rq_start(&q, 60, v);
+	kwr_bool(&q.w, false);
+	if (v >= 1)
+		kwr_i8(&q.w, 1);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 60, v, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_expect_eq(krd_i16(&s.r), 0);
+	rs_str(&s, NULL, 0, true);
+	if (v >= 1)
+		cr_expect_eq(krd_i8(&s.r), 1);
+	rs_str(&s, NULL, 0, false);
+	*controller = krd_i32(&s.r);
+	*nbrokers = rs_arr(&s, false);
+	for (int32_t i = 0; i < *nbrokers; i++) {
+		(void)krd_i32(&s.r);
+		rs_str(&s, NULL, 0, false);
+		*last_port = krd_i32(&s.r);
+		rs_str(&s, NULL, 0, true);
+		rs_tags(&s);
+	}
+	(void)krd_i32(&s.r);
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+/* Proves DescribeCluster v0-v1 lists the snapshot's brokers and its
+ * controller (when a broker), and that a single-node broker names itself. */
+Test(cluster, describe_cluster_from_the_snapshot, .init = cl_setup, .fini = teardown)
+{
+	stub_cluster_controller(3);
+	for (int16_t v = 0; v <= 1; v++) {
+		int32_t controller, n, port = 0;
+		describe_cluster_roundtrip(v, &controller, &n, &port);
+		cr_expect_eq(controller, 3, "v%d", v);
+		cr_expect_eq(n, 3);
+		cr_expect_eq(port, 9094);
+	}
+}
+
+Test(cluster, describe_cluster_single_node, .init = setup, .fini = teardown)
+{
+	int32_t controller, n, port = 0;
+	describe_cluster_roundtrip(1, &controller, &n, &port);
+	cr_expect_eq(controller, 1, "a single node is its own controller");
+	cr_expect_eq(n, 1);
+	cr_expect_eq(port, 9092);
+}
+
+/* FindCoordinator v0-v3 for one group: error, node, host, port. */
+static void fc_single(int16_t v, const char *group, int16_t *err, int32_t *node, char host[64], int32_t *port)
+{
+	struct rq q;
+	rq_start(&q, 10, v);
+	rq_str(&q, group);
+	if (v >= 1)
+		kwr_i8(&q.w, 0);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 10, v, q.corr);
+	if (v >= 1)
+		cr_expect_eq(krd_i32(&s.r), 0);
+	*err = krd_i16(&s.r);
+	if (v >= 1)
+		rs_str(&s, NULL, 0, true);
+	*node = krd_i32(&s.r);
+	rs_str(&s, host, 64, false);
+	*port = krd_i32(&s.r);
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+/* __consumer_offsets exists (the first FindCoordinator creates it, as
+ * Kafka does), then the cluster view begins with every one of its
+ * partitions led by leader. */
+static void offsets_led_by(int32_t leader)
+{
+	int16_t err;
+	int32_t node, port;
+	char host[64];
+	fc_single(3, "warm-up", &err, &node, host, &port);
+	cr_assert_eq(err, 0);
+	cr_assert(topic_id(SLUICE_OFFSETS_TOPIC_NAME, NULL, NULL), "__consumer_offsets created");
+	stub_cluster_begin();
+	stub_cluster_brokers(cl_brokers, 3);
+	cl_partition(SLUICE_OFFSETS_TOPIC_NAME, -1, leader, 0, leader >= 0 ? leader : 3);
+}
+
+/* Proves FindCoordinator v0-v4 names the leader of the group's
+ * __consumer_offsets partition with its endpoint from the snapshot (broker
+ * 2 at 10.0.0.2:9093), and COORDINATOR_NOT_AVAILABLE (15) with node -1,
+ * host "" and port -1 while that partition has no leader. */
+Test(cluster, find_coordinator_names_the_partition_leader, .init = setup, .fini = teardown)
+{
+	offsets_led_by(2);
+	for (int pass = 0; pass < 2; pass++) {
+		bool led = pass == 0;
+		for (int16_t v = 0; v <= 3; v++) {
+			int16_t err;
+			int32_t node, port;
+			char host[64];
+			fc_single(v, "group-1", &err, &node, host, &port);
+			cr_expect_eq(err, led ? 0 : 15, "v%d: %d", v, err);
+			cr_expect_eq(node, led ? 2 : -1, "v%d node %d", v, node);
+			cr_expect_str_eq(host, led ? "10.0.0.2" : "");
+			cr_expect_eq(port, led ? 9093 : -1);
+		}
+		struct rq q;
+		rq_start(&q, 10, 4);
+		kwr_i8(&q.w, 0);
+		rq_arr(&q, 2);
+		rq_str(&q, "group-a");
+		rq_str(&q, "group-b");
+		rq_tags(&q);
+		cr_assert(rq_send(&q));
+		struct rs s;
+		rs_take(&s, 10, 4, q.corr);
+		cr_expect_eq(krd_i32(&s.r), 0);
+		cr_assert_eq(rs_arr(&s, false), 2);
+		for (int i = 0; i < 2; i++) {
+			rs_str(&s, NULL, 0, false);
+			cr_expect_eq(krd_i32(&s.r), led ? 2 : -1);
+			rs_str(&s, NULL, 0, false);
+			cr_expect_eq(krd_i32(&s.r), led ? 9093 : -1);
+			cr_expect_eq(krd_i16(&s.r), led ? 0 : 15);
+			rs_str(&s, NULL, 0, true);
+			rs_tags(&s);
+		}
+		rs_tags(&s);
+		rs_end(&s);
+		cl_partition(SLUICE_OFFSETS_TOPIC_NAME, -1, -1, 1, 2);
+	}
+}
+
+/* ---- group requests for groups another broker coordinates ------------------------------------ */
+
+/* The header fields every group answer starts with, then the error. */
+static int16_t group_heartbeat(int16_t v)
+{
+	struct rq q;
+	rq_start(&q, 12, v);
+	rq_str(&q, "g");
+	kwr_i32(&q.w, 1);
+	rq_str(&q, "m-1");
+	if (v >= 3)
+		rq_str(&q, NULL);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 12, v, q.corr);
+	if (v >= 1)
+		cr_expect_eq(krd_i32(&s.r), 0);
+	int16_t err = krd_i16(&s.r);
+	rs_tags(&s);
+	rs_end(&s);
+	return err;
+}
+
+static int16_t group_join_v5(char member[64])
+{
+	struct rq q;
+	rq_start(&q, 11, 5);
+	rq_str(&q, "g");
+	kwr_i32(&q.w, 10000);
+	kwr_i32(&q.w, 10000);
+	rq_str(&q, "m-7");
+	rq_str(&q, NULL);
+	rq_str(&q, "consumer");
+	rq_arr(&q, 1);
+	rq_str(&q, "range");
+	kwr_bytes(&q.w, false, (const uint8_t *)"x", 1);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 11, 5, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	int16_t err = krd_i16(&s.r);
+	cr_expect_eq(krd_i32(&s.r), -1, "GenerationId");
+	rs_str(&s, NULL, 0, false); /* ProtocolName */
+	rs_str(&s, NULL, 0, false); /* Leader */
+	rs_str(&s, member, 64, false);
+	cr_expect_eq(rs_arr(&s, false), 0);
+	rs_end(&s);
+	return err;
+}
+
+static int16_t group_sync_v3(void)
+{
+	struct rq q;
+	rq_start(&q, 14, 3);
+	rq_str(&q, "g");
+	kwr_i32(&q.w, 1);
+	rq_str(&q, "m-1");
+	rq_str(&q, NULL);
+	rq_arr(&q, 0);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 14, 3, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	int16_t err = krd_i16(&s.r);
+	const uint8_t *a;
+	cr_expect_eq(krd_bytes(&s.r, false, &a), 0, "empty assignment");
+	rs_end(&s);
+	return err;
+}
+
+static int16_t group_leave_v3(void)
+{
+	struct rq q;
+	rq_start(&q, 13, 3);
+	rq_str(&q, "g");
+	rq_arr(&q, 1);
+	rq_str(&q, "m-1");
+	rq_str(&q, NULL);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 13, 3, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	int16_t err = krd_i16(&s.r);
+	cr_expect_eq(rs_arr(&s, false), 0, "no member answered");
+	rs_end(&s);
+	return err;
+}
+
+/* OffsetCommit v8: two partitions of one topic; both errors must match. */
+static int16_t group_commit_v8(void)
+{
+	struct rq q;
+	rq_start(&q, 8, 8);
+	rq_str(&q, "g");
+	kwr_i32(&q.w, -1);
+	rq_str(&q, "");
+	rq_str(&q, NULL);
+	rq_arr(&q, 1);
+	rq_str(&q, "t");
+	rq_arr(&q, 2);
+	for (int32_t p = 0; p < 2; p++) {
+		kwr_i32(&q.w, p);
+		kwr_i64(&q.w, 10);
+		kwr_i32(&q.w, -1);
+		rq_str(&q, "");
+		rq_tags(&q);
+	}
+	rq_tags(&q);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 8, 8, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_assert_eq(rs_arr(&s, false), 1);
+	char name[16];
+	rs_str(&s, name, sizeof name, false);
+	cr_expect_str_eq(name, "t");
+	cr_assert_eq(rs_arr(&s, false), 2);
+	int16_t err[2];
+	for (int32_t p = 0; p < 2; p++) {
+		cr_expect_eq(krd_i32(&s.r), p);
+		err[p] = krd_i16(&s.r);
+		rs_tags(&s);
+	}
+	rs_tags(&s);
+	rs_tags(&s);
+	rs_end(&s);
+	cr_expect_eq(err[0], err[1]);
+	return err[0];
+}
+
+/* OffsetFetch v7 (one group, the group's error at the end) or v8 (groups). */
+static int16_t group_offset_fetch(int16_t v)
+{
+	struct rq q;
+	rq_start(&q, 9, v);
+	if (v >= 8)
+		rq_arr(&q, 1);
+	rq_str(&q, "g");
+	rq_arr(&q, 1);
+	rq_str(&q, "t");
+	rq_arr(&q, 1);
+	kwr_i32(&q.w, 0);
+	rq_tags(&q);
+	if (v >= 8)
+		rq_tags(&q);
+	kwr_bool(&q.w, false);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 9, v, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	int16_t err;
+	if (v >= 8) {
+		cr_assert_eq(rs_arr(&s, false), 1);
+		char g[8];
+		rs_str(&s, g, sizeof g, false);
+		cr_expect_str_eq(g, "g");
+		cr_expect_eq(rs_arr(&s, false), 0);
+		err = krd_i16(&s.r);
+		rs_tags(&s);
+	} else {
+		cr_expect_eq(rs_arr(&s, false), 0);
+		err = krd_i16(&s.r);
+	}
+	rs_tags(&s);
+	rs_end(&s);
+	return err;
+}
+
+/* DescribeGroups v5 or DeleteGroups v2, two groups: the first one's error. */
+static int16_t group_multi(int16_t key, int16_t v)
+{
+	struct rq q;
+	rq_start(&q, key, v);
+	rq_arr(&q, 2);
+	rq_str(&q, "g");
+	rq_str(&q, "h");
+	if (key == 15)
+		kwr_bool(&q.w, false);
+	rq_tags(&q);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, key, v, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_assert_eq(rs_arr(&s, false), 2);
+	int16_t first = 0;
+	for (int i = 0; i < 2; i++) {
+		char g[8], state[8];
+		int16_t err = 0;
+		if (key == 15) {
+			err = krd_i16(&s.r);
+			rs_str(&s, g, sizeof g, false);
+			rs_str(&s, state, sizeof state, false);
+			cr_expect_str_eq(state, "");
+			rs_str(&s, NULL, 0, false);
+			rs_str(&s, NULL, 0, false);
+			cr_expect_eq(rs_arr(&s, false), 0);
+			(void)krd_i32(&s.r); /* AuthorizedOperations */
+		} else {
+			rs_str(&s, g, sizeof g, false);
+			err = krd_i16(&s.r);
+		}
+		cr_expect_str_eq(g, i == 0 ? "g" : "h");
+		rs_tags(&s);
+		if (i == 0)
+			first = err;
+		else
+			cr_expect_eq(err, first);
+	}
+	rs_tags(&s);
+	rs_end(&s);
+	return first;
+}
+
+static int16_t group_offset_delete(void)
+{
+	struct rq q;
+	rq_start(&q, 47, 0);
+	rq_str(&q, "g");
+	rq_arr(&q, 1);
+	rq_str(&q, "t");
+	rq_arr(&q, 1);
+	kwr_i32(&q.w, 0);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 47, 0, q.corr);
+	int16_t err = krd_i16(&s.r);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	cr_expect_eq(rs_arr(&s, false), 0);
+	rs_end(&s);
+	return err;
+}
+
+/* Proves every group API, for a group whose __consumer_offsets partition
+ * broker 2 leads, is answered at once by this broker with NOT_COORDINATOR
+ * (16) in the shape Kafka answers it (Heartbeat v0/v4, JoinGroup v5 with the
+ * member id echoed, SyncGroup v3, LeaveGroup v3, OffsetCommit v8 per
+ * partition, OffsetFetch v7 and v8, DescribeGroups v5 and DeleteGroups v2
+ * per group, OffsetDelete v0), nothing reaching the coordinator; and with
+ * COORDINATOR_NOT_AVAILABLE (15) while the partition has no leader. */
+Test(cluster, group_requests_for_another_coordinator, .init = setup, .fini = teardown)
+{
+	offsets_led_by(2);
+	int64_t ops_before = stub_store_ops();
+	char member[64];
+	cr_expect_eq(group_heartbeat(0), 16);
+	cr_expect_eq(group_heartbeat(4), 16);
+	cr_expect_eq(group_join_v5(member), 16);
+	cr_expect_str_eq(member, "m-7");
+	cr_expect_eq(group_sync_v3(), 16);
+	cr_expect_eq(group_leave_v3(), 16);
+	cr_expect_eq(group_commit_v8(), 16);
+	cr_expect_eq(group_offset_fetch(7), 16);
+	cr_expect_eq(group_offset_fetch(8), 16);
+	cr_expect_eq(group_multi(15, 5), 16);
+	cr_expect_eq(group_multi(42, 2), 16);
+	cr_expect_eq(group_offset_delete(), 16);
+	cr_expect_eq(stub_store_ops(), ops_before, "no group op reached the coordinator");
+	cl_partition(SLUICE_OFFSETS_TOPIC_NAME, -1, -1, 1, 2);
+	cr_expect_eq(group_heartbeat(4), 15);
+	cr_expect_eq(group_commit_v8(), 15);
+}
+
+/* ---- DescribeQuorum ------------------------------------------------------------------------- */
+
+static void enc_describe_quorum(struct rq *q, int16_t v, const char *topic, int32_t partition)
+{
+	rq_start(q, 55, v);
+	rq_arr(q, 1);
+	rq_str(q, topic);
+	rq_arr(q, 1);
+	kwr_i32(&q->w, partition);
+	rq_tags(q);
+	rq_tags(q);
+	rq_tags(q);
+}
+
+struct dq_res {
+	int16_t err, perr;
+	int32_t leader, epoch, voters, voter, nodes, node_port;
+	int64_t hw;
+	char listener[32], host[64];
+};
+
+static void dec_describe_quorum(struct rs *s, struct dq_res *o)
+{
+	int16_t v = s->ver;
+	memset(o, 0, sizeof *o);
+	o->err = krd_i16(&s->r);
+	if (v >= 2)
+		rs_str(s, NULL, 0, true);
+	cr_assert_eq(rs_arr(s, false), 1);
+	char topic[32];
+	rs_str(s, topic, sizeof topic, false);
+	cr_expect_str_eq(topic, "__cluster_metadata");
+	cr_assert_eq(rs_arr(s, false), 1);
+	cr_expect_eq(krd_i32(&s->r), 0);
+	o->perr = krd_i16(&s->r);
+	if (v >= 2)
+		rs_str(s, NULL, 0, true);
+	o->leader = krd_i32(&s->r);
+	o->epoch = krd_i32(&s->r);
+	o->hw = krd_i64(&s->r);
+	o->voters = rs_arr(s, false);
+	for (int32_t i = 0; i < o->voters; i++) {
+		o->voter = krd_i32(&s->r);
+		if (v >= 2) {
+			uint8_t dir[16];
+			krd_uuid(&s->r, dir);
+		}
+		cr_expect_eq(krd_i64(&s->r), o->hw, "the leader's log end is the high watermark");
+		if (v >= 1) {
+			cr_expect_gt(krd_i64(&s->r), 0);
+			cr_expect_gt(krd_i64(&s->r), 0);
+		}
+		rs_tags(s);
+	}
+	cr_expect_eq(rs_arr(s, false), 0, "no observers");
+	rs_tags(s);
+	rs_tags(s);
+	if (v >= 2) {
+		o->nodes = rs_arr(s, false);
+		for (int32_t i = 0; i < o->nodes; i++) {
+			(void)krd_i32(&s->r);
+			cr_assert_eq(rs_arr(s, false), 1);
+			rs_str(s, o->listener, sizeof o->listener, false);
+			rs_str(s, o->host, sizeof o->host, false);
+			o->node_port = (uint16_t)krd_i16(&s->r);
+			rs_tags(s);
+			rs_tags(s);
+		}
+	}
+	rs_tags(s);
+}
+
+/* Proves a single-node broker advertises DescribeQuorum v0-v2 and answers
+ * it as a quorum of one voter, itself: leader 1 at epoch 1, high watermark
+ * the metadata version, one voter with timestamps (v1+), its endpoint in
+ * Nodes (v2: PLAINTEXT 127.0.0.1:9092), which is what
+ * kafka-metadata-quorum.sh --bootstrap-server describe prints; and that a
+ * request for another topic or partition gets UNKNOWN_TOPIC_OR_PARTITION (3). */
+Test(describe_quorum, single_node_is_a_quorum_of_one, .init = setup, .fini = teardown)
+{
+	struct rq q;
+	enc_api_versions(&q, 3);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 18, 3, q.corr);
+	struct av a;
+	dec_api_versions(&s, &a);
+	rs_end(&s);
+	int16_t mn, mx;
+	cr_assert(av_range(&a, 55, &mn, &mx), "DescribeQuorum advertised");
+	cr_expect(mn == 0 && mx == 2);
+	for (int16_t v = 0; v <= 2; v++) {
+		enc_describe_quorum(&q, v, "__cluster_metadata", 0);
+		cr_assert(rq_send(&q));
+		rs_take(&s, 55, v, q.corr);
+		struct dq_res o;
+		dec_describe_quorum(&s, &o);
+		rs_end(&s);
+		cr_expect(o.err == 0 && o.perr == 0, "v%d", v);
+		cr_expect(o.leader == 1 && o.epoch == 1 && o.hw >= 1);
+		cr_expect(o.voters == 1 && o.voter == 1);
+		if (v >= 2) {
+			cr_expect_eq(o.nodes, 1);
+			cr_expect_str_eq(o.listener, "PLAINTEXT");
+			cr_expect_str_eq(o.host, "127.0.0.1");
+			cr_expect_eq(o.node_port, 9092);
+		}
+		enc_describe_quorum(&q, v, "__cluster_metadata", 1);
+		cr_assert(rq_send(&q));
+		rs_take(&s, 55, v, q.corr);
+		dec_describe_quorum(&s, &o);
+		rs_end(&s);
+		cr_expect(o.err == 0 && o.perr == 3 && o.voters == 0, "v%d wrong partition: %d", v, o.perr);
+	}
+}
+
+/* Proves that in cluster mode DescribeQuorum is relayed: the controller is
+ * given the request's body as it came (ApiKey 55, the client's version) and
+ * the client gets the controller's response body as it is; when no
+ * controller answers, the client gets the error (41) with a message and
+ * empty lists. */
+Test(describe_quorum, relayed_to_the_controller, .init = setup, .fini = teardown)
+{
+	stub_cluster_begin();
+	/* The controller's answer: v2, error 0, one partition led by controller 9. */
+	struct kwr c;
+	kwr_init(&c, 128, 1 << 20);
+	kwr_i16(&c, 0);
+	kwr_cstr(&c, true, NULL);
+	kwr_array(&c, true, 1);
+	kwr_cstr(&c, true, "__cluster_metadata");
+	kwr_array(&c, true, 1);
+	kwr_i32(&c, 0);
+	kwr_i16(&c, 0);
+	kwr_cstr(&c, true, NULL);
+	kwr_i32(&c, 9);
+	kwr_i32(&c, 7);
+	kwr_i64(&c, 1234);
+	kwr_array(&c, true, 0);
+	kwr_array(&c, true, 0);
+	kwr_tags_empty(&c);
+	kwr_tags_empty(&c);
+	kwr_array(&c, true, 0);
+	kwr_tags_empty(&c);
+	stub_cluster_forward(0, c.buf, c.len);
+	struct rq q;
+	enc_describe_quorum(&q, 2, "__cluster_metadata", 0);
+	uint8_t sent[256];
+	size_t sent_len = q.w.len;
+	memcpy(sent, q.w.buf, sent_len);
+	cr_assert(rq_send(&q));
+	uint8_t *buf;
+	size_t len;
+	cr_assert(stub_take_response(C, &buf, &len));
+	cr_assert_eq(len, 4 + 4 + 1 + c.len, "size, correlation id, header tags, the controller's body: %zu", len);
+	cr_expect_eq(memcmp(buf + 9, c.buf, c.len), 0, "relayed byte for byte");
+	free(buf);
+	size_t flen;
+	int16_t key, ver;
+	const uint8_t *fwd = stub_cluster_forwarded(&flen, &key, &ver);
+	cr_assert_not_null(fwd);
+	cr_expect(key == 55 && ver == 2);
+	/* header v2: key, version, correlation id, client id "sluice-unit", empty tags */
+	size_t header = 2 + 2 + 4 + 2 + strlen("sluice-unit") + 1;
+	cr_assert_eq(flen, sent_len - header);
+	cr_expect_eq(memcmp(fwd, sent + header, flen), 0, "the request's body, as it came");
+	kwr_free(&c);
+
+	stub_cluster_forward(41, NULL, 0);
+	enc_describe_quorum(&q, 2, "__cluster_metadata", 0);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 55, 2, q.corr);
+	cr_expect_eq(krd_i16(&s.r), 41);
+	cr_expect(rs_str(&s, NULL, 0, true), "a message");
+	cr_expect_eq(rs_arr(&s, false), 0);
+	cr_expect_eq(rs_arr(&s, false), 0);
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+static const char *const cluster_overrides[] = {
+	"controller.quorum.voters", "9@127.0.0.1:1", "cluster.id", "unit-cluster", "process.roles", "broker", NULL,
+};
+static void setup_cluster_config(void) { setup_with(cluster_overrides); }
+
+/* Proves that in cluster mode DescribeQuorum is neither advertised nor
+ * served (the connection closes) by a backend that cannot relay it, and is
+ * both once the backend forwards. */
+Test(describe_quorum, cluster_mode_only_with_forward, .init = setup_cluster_config, .fini = teardown)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		struct rq q;
+		enc_api_versions(&q, 3);
+		cr_assert(rq_send(&q));
+		struct rs s;
+		rs_take(&s, 18, 3, q.corr);
+		struct av a;
+		dec_api_versions(&s, &a);
+		rs_end(&s);
+		int16_t mn, mx;
+		cr_expect_eq(av_range(&a, 55, &mn, &mx), pass == 1, "pass %d", pass);
+		enc_describe_quorum(&q, 1, "__cluster_metadata", 0);
+		cr_expect_eq(rq_send(&q), pass == 1, "pass %d", pass);
+		if (pass == 1) {
+			uint8_t *buf;
+			size_t len;
+			cr_assert(stub_take_response(C, &buf, &len));
+			free(buf);
+		}
+		reconnect();
+		stub_cluster_begin();
+		stub_cluster_forward(0, (const uint8_t *)"\0\0\0\0", 4);
+	}
+}
+
+/* ---- configuration of cluster mode ------------------------------------------------------------ */
+
+static int cfg_try(const char *const *kv, struct sluice_config *c, char *err, size_t errlen)
+{
+	sluice_config_defaults(c);
+	for (; kv[0]; kv += 2)
+		if (sluice_config_set(c, kv[0], kv[1], err, errlen) < 0)
+			return -1;
+	return sluice_config_finish(c, err, errlen);
+}
+
+/* Proves the keys of cluster mode: process.roles takes broker only (a
+ * controller role names the separate sluice-controller binary), broker
+ * alone needs controllers named, controller.quorum.voters needs cluster.id
+ * (the error names it) and id@host:port entries, bootstrap servers host:port
+ * ones; the defaults (heartbeat 2000 ms, session 9000 ms, start-up wait
+ * 60000 ms) and the controllers' keys a shared file carries are accepted;
+ * and without controllers the broker is in single-node mode. */
+Test(config, cluster_keys)
+{
+	struct sluice_config c;
+	char err[512] = "";
+	sluice_log_set_level(SLUICE_LOG_ERROR);
+	const char *none[] = {NULL};
+	cr_assert_eq(cfg_try(none, &c, err, sizeof err), 0, "%s", err);
+	cr_expect_not(sluice_config_cluster_mode(&c));
+	cr_expect_eq(c.broker_heartbeat_interval_ms, 2000);
+	cr_expect_eq(c.broker_session_timeout_ms, 9000);
+	cr_expect_eq(c.controller_wait_ms, 60000);
+	const char *roles[] = {"process.roles", "broker,controller", NULL};
+	cr_expect_eq(cfg_try(roles, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "process.roles") && strstr(err, "sluice-controller"), "%s", err);
+	const char *alone[] = {"process.roles", "broker", NULL};
+	cr_expect_eq(cfg_try(alone, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "controller.quorum.voters"), "%s", err);
+	const char *no_id[] = {"controller.quorum.voters", "1@127.0.0.1:9093", NULL};
+	cr_expect_eq(cfg_try(no_id, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "cluster.id"), "%s", err);
+	const char *bad[] = {"controller.quorum.voters", "1@127.0.0.1", "cluster.id", "x", NULL};
+	cr_expect_eq(cfg_try(bad, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "controller.quorum.voters"), "%s", err);
+	const char *bad_port[] = {"controller.quorum.voters", "1@h:1,2@h:70000", "cluster.id", "x", NULL};
+	cr_expect_eq(cfg_try(bad_port, &c, err, sizeof err), -1);
+	const char *ok[] = {"process.roles", "broker", "controller.quorum.voters", "1@127.0.0.1:9093, 2@[::1]:9095",
+			    "cluster.id", "x", "broker.session.timeout.ms", "6000", "sluice.controller.raft.port.offset", "2",
+			    "metadata.log.dir", "/tmp/m", "controller.listener.names", "CONTROLLER", NULL};
+	cr_expect_eq(cfg_try(ok, &c, err, sizeof err), 0, "%s", err);
+	cr_expect(sluice_config_cluster_mode(&c));
+	const char *boot[] = {"controller.quorum.bootstrap.servers", "h1:9093,h2:9093", "cluster.id", "x", NULL};
+	cr_expect_eq(cfg_try(boot, &c, err, sizeof err), 0, "%s", err);
+	cr_expect(sluice_config_cluster_mode(&c));
+	const char *boot_bad[] = {"controller.quorum.bootstrap.servers", "1@h1:9093", "cluster.id", "x", NULL};
+	cr_expect_eq(cfg_try(boot_bad, &c, err, sizeof err), -1);
 }
