@@ -3104,9 +3104,13 @@ void sluice_ctl_server_stop(struct sluice_ctl_server *s, void (*done)(void *arg)
 	s->stopping = true;
 	s->stop_done = done;
 	s->stop_arg = arg;
-	/* the listener, three timers, every connection (closing ones too: their
-	 * close callbacks are still to come), the quorum */
-	s->closing_handles = 4 + (int)s->conn_n + 1;
+	/* the listener, three timers, the quorum, and every connection already
+	 * closing (its close callback is still to come); conn_close below counts
+	 * each connection it closes itself, so none is counted twice (which kept
+	 * the process up after SIGTERM while brokers were connected) */
+	s->closing_handles = 4 + 1;
+	for (struct ctl_conn *c = s->conns; c; c = c->next)
+		s->closing_handles += c->closing;
 	uv_close((uv_handle_t *)&s->listener, on_handle_closed);
 	uv_close((uv_handle_t *)&s->tick_timer, on_handle_closed);
 	uv_close((uv_handle_t *)&s->fetch_timer, on_handle_closed);
