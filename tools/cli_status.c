@@ -30,6 +30,9 @@ struct gather {
 	struct sluice_cli_status *s;
 	struct sluice_cli_conn boot; /* --bootstrap-server: the broker that answered, for Metadata */
 	struct sluice_cli_quorum follower_view; /* a follower's answer, kept until the leader's comes */
+	struct sluice_cli_endpoint follower;    /* who gave it */
+	bool from_follower;                     /* the status shows a follower's view */
+	char leader_err[SLUICE_CLI_ERR_MAX];    /* why the leader's view could not be had */
 	char err[SLUICE_CLI_ERR_MAX];           /* the last failure, reported when nothing answers */
 };
 
@@ -172,16 +175,19 @@ static int gather_quorum(struct gather *g)
 			continue;
 		snprintf(g->err, sizeof g->err, "%s:%d: DescribeQuorum: error %s", c.peer.host, (int)c.peer.port,
 			 sluice_kafka_error_name(q->error));
-		if (q->error == KERR_NOT_LEADER_OR_FOLLOWER && g->o->controllers && q->voter_n > 0) {
+		if (q->error == KERR_NOT_LEADER_OR_FOLLOWER && q->voter_n > 0 && !have_view) {
 			g->follower_view = *q;
+			g->follower = c.peer;
 			have_view = true;
 			if (quorum_from_leader(g, &g->follower_view) == 0)
 				return 0;
+			memcpy(g->leader_err, g->err, sizeof g->err);
 		}
 	}
 	if (!have_view)
 		return -1;
 	*q = g->follower_view; /* the leader is unreachable or unknown: a follower's view, roles from it */
+	g->from_follower = true;
 	return 0;
 }
 
@@ -268,6 +274,12 @@ int sluice_cli_cluster_status(const struct sluice_cli_options *o, FILE *out, FIL
 	step = "no broker answered Metadata";
 	if (gather_partitions(g) < 0)
 		goto fail;
+	if (g->from_follower && s->quorum.leader_id >= 0)
+		fprintf(errout, "sluice: warning: the quorum as %s:%d reports it (a follower's view): its leader %d did not "
+			"answer (%s)\n", g->follower.host, (int)g->follower.port, s->quorum.leader_id, g->leader_err);
+	else if (g->from_follower)
+		fprintf(errout, "sluice: warning: the quorum as %s:%d reports it (a follower's view): no leader is known "
+			"(an election is under way, or too few controllers are up)\n", g->follower.host, (int)g->follower.port);
 	qsort(s->quorum.voters, (size_t)s->quorum.voter_n, sizeof s->quorum.voters[0], by_controller_id);
 	qsort(s->brokers.brokers, (size_t)s->brokers.broker_n, sizeof s->brokers.brokers[0], by_broker_id);
 	if (o->json)
