@@ -1,10 +1,75 @@
-/* Kafka's rules for manual replica assignments (control/assignment.h), in
- * the order its controller applies them, so that the first error a
- * request meets is the one Kafka would answer, with Kafka's message. */
+/* Manual replica assignments (control/assignment.h): their wire form in
+ * CreateTopics and CreatePartitions, and Kafka's rules, in the order its
+ * controller applies them, so that the first error a request meets is the
+ * one Kafka would answer, with Kafka's message. */
 #include "control/assignment.h"
 #include "common/kafka/errors.h"
 #include <assert.h>
 #include <stdio.h>
+#include <string.h>
+
+int16_t sluice_assignment_scan(struct krd *rd, bool flex, bool with_index, struct sluice_assignment_ref *ref, char *msg,
+			       size_t msglen)
+{
+	assert(rd && ref && msg);
+	memset(ref, 0, sizeof *ref);
+	ref->at = rd->p;
+	/* a list's least bytes: its index, an empty array and (flexible) its tags */
+	int32_t na = krd_array(rd, flex, (with_index ? 4u : 0u) + (flex ? 2u : 4u));
+	int32_t longest = 0;
+	for (int32_t a = 0; a < na && !rd->err; a++) {
+		if (with_index)
+			(void)krd_i32(rd); /* PartitionIndex */
+		int32_t nb = krd_array(rd, flex, 4);
+		krd_skip(rd, nb > 0 ? (size_t)nb * 4 : 0);
+		if (flex)
+			krd_tags_skip(rd);
+		if (nb > 0)
+			ref->ids += nb; /* each took 4 bytes of the frame: no overflow */
+		if (a == 0)
+			ref->rf = nb > 0 ? nb : 0;
+		if (nb > longest)
+			longest = nb;
+	}
+	if (rd->err)
+		return 0;
+	ref->n = na > 0 ? na : 0;
+	if (na > SLUICE_ASSIGNMENT_LISTS_MAX) {
+		snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", na, SLUICE_ASSIGNMENT_LISTS_MAX);
+		return KERR_INVALID_PARTITIONS;
+	}
+	if (longest > SLUICE_REPLICAS_MAX) {
+		snprintf(msg, msglen, "Replication factor %d is above the limit %d.", longest, SLUICE_REPLICAS_MAX);
+		return KERR_INVALID_REPLICATION_FACTOR;
+	}
+	return 0;
+}
+
+void sluice_assignment_decode(const struct sluice_assignment_ref *ref, const uint8_t *end, bool flex, bool with_index,
+			      int32_t *partition, int32_t *first, int32_t *ids, struct sluice_assignment *out)
+{
+	assert(ref && ref->n >= 1 && ref->ids >= 0 && end >= ref->at && first && ids && out);
+	assert(partition || !with_index);
+	struct krd rd;
+	krd_init(&rd, ref->at, (size_t)(end - ref->at));
+	int32_t na = krd_array(&rd, flex, 0), k = 0;
+	assert(na == ref->n);
+	for (int32_t a = 0; a < na && !rd.err; a++) {
+		if (with_index)
+			partition[a] = krd_i32(&rd);
+		first[a] = k;
+		int32_t nb = krd_array(&rd, flex, 4);
+		for (int32_t i = 0; i < nb && !rd.err; i++) {
+			assert(k < ref->ids);
+			ids[k++] = krd_i32(&rd);
+		}
+		if (flex)
+			krd_tags_skip(&rd);
+	}
+	assert(!rd.err && k == ref->ids); /* the bytes scanned before */
+	first[na] = k;
+	*out = (struct sluice_assignment){.n = na, .partition = with_index ? partition : NULL, .first = first, .ids = ids};
+}
 
 int16_t sluice_assignment_check_counts(int32_t num_partitions, int32_t replication_factor, char *msg, size_t msglen)
 {

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "common/kafka/codec.h"
 #include "control/meta.h"
 
 /* Lists one assignment may hold: one per partition of a topic. */
@@ -35,6 +36,31 @@ static inline const int32_t *sluice_assignment_list(const struct sluice_assignme
 {
 	return a->ids + a->first[i];
 }
+
+/* A request's Assignments, found in its frame when the request is decoded
+ * (counted and bounded then) and decoded again when the topic is handled,
+ * as Configs are. */
+struct sluice_assignment_ref {
+	const uint8_t *at; /* the array's length */
+	int32_t n;         /* lists; 0: none (a null or empty array) */
+	int32_t ids;       /* broker ids over all lists (a frame holds fewer than 2^31) */
+	int32_t rf;        /* the first list's length */
+};
+
+/* The Assignments at rd (with_index: CreateTopics' PartitionIndex before
+ * each list; flex: a flexible version), counted into ref. Returns 0, or
+ * for the topic's answer the error of a bound passed (more lists than
+ * SLUICE_ASSIGNMENT_LISTS_MAX: INVALID_PARTITIONS; a list longer than
+ * SLUICE_REPLICAS_MAX: INVALID_REPLICATION_FACTOR) with msg. A malformed
+ * array fails rd (ref then means nothing). */
+int16_t sluice_assignment_scan(struct krd *rd, bool flex, bool with_index, struct sluice_assignment_ref *ref, char *msg,
+			       size_t msglen);
+
+/* The lists scanned into ref (end: the end of the same bytes) decoded into
+ * out, over the caller's arrays sized from ref: partition[ref->n] (with
+ * index), first[ref->n + 1], ids[ref->ids]. */
+void sluice_assignment_decode(const struct sluice_assignment_ref *ref, const uint8_t *end, bool flex, bool with_index,
+			      int32_t *partition, int32_t *first, int32_t *ids, struct sluice_assignment *out);
 
 /* What the checks ask about a broker. */
 struct sluice_assignment_brokers {

@@ -2296,54 +2296,7 @@ static const struct write_ops alter_partition_ops = {alter_partition_decide, alt
 
 /* ---- manual replica assignments (CreateTopics, CreatePartitions) --------------------------- */
 
-/* A topic's Assignments, found in the frame when the request is decoded
- * (counted and bounded then) and decoded again into a sluice_assignment
- * when the topic is decided, as its Configs are. */
-struct asg_ref {
-	const uint8_t *at; /* the array's length */
-	int32_t n;         /* lists; 0: none (a null or empty array) */
-	int32_t ids;       /* broker ids over all lists (a frame holds fewer than 2^31) */
-	int32_t rf;        /* the first list's length: the answer's ReplicationFactor */
-};
-
-/* The Assignments at rd (with_index: CreateTopics' PartitionIndex before
- * each list), counted into ref. Returns 0, or the error of a bound passed
- * (msg set) for the topic's answer; a malformed array fails rd. */
-static int16_t asg_scan(struct krd *rd, bool flex, bool with_index, struct asg_ref *ref, char *msg, size_t msglen)
-{
-	memset(ref, 0, sizeof *ref);
-	ref->at = rd->p;
-	int32_t na = krd_array(rd, flex, (with_index ? 4u : 0u) + (flex ? 2u : 4u));
-	int32_t longest = 0;
-	for (int32_t a = 0; a < na && !rd->err; a++) {
-		if (with_index)
-			(void)krd_i32(rd); /* PartitionIndex */
-		int32_t nb = krd_array(rd, flex, 4);
-		krd_skip(rd, nb > 0 ? (size_t)nb * 4 : 0);
-		if (flex)
-			krd_tags_skip(rd);
-		if (nb > 0)
-			ref->ids += nb; /* below the frame's size / 4: no overflow */
-		if (a == 0)
-			ref->rf = nb > 0 ? nb : 0;
-		if (nb > longest)
-			longest = nb;
-	}
-	if (rd->err)
-		return 0;
-	ref->n = na > 0 ? na : 0;
-	if (na > SLUICE_ASSIGNMENT_LISTS_MAX) {
-		snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", na, SLUICE_ASSIGNMENT_LISTS_MAX);
-		return KERR_INVALID_PARTITIONS;
-	}
-	if (longest > SLUICE_REPLICAS_MAX) {
-		snprintf(msg, msglen, "Replication factor %d is above the limit %d.", longest, SLUICE_REPLICAS_MAX);
-		return KERR_INVALID_REPLICATION_FACTOR;
-	}
-	return 0;
-}
-
-/* An assignment decoded, with the arrays it owns. */
+/* An assignment decoded (control/assignment.h), with the arrays it owns. */
 struct asg_buf {
 	struct sluice_assignment a;
 	int32_t *partition, *first, *ids;
@@ -2359,7 +2312,8 @@ static void asg_free(struct asg_buf *b)
 
 /* The Assignments scanned into ref (end: the frame's end) decoded into b;
  * b->a.n == 0 when there are none. -1 when out of memory. */
-static int asg_decode(const struct asg_ref *ref, const uint8_t *end, bool flex, bool with_index, struct asg_buf *b)
+static int asg_decode(const struct sluice_assignment_ref *ref, const uint8_t *end, bool flex, bool with_index,
+		      struct asg_buf *b)
 {
 	memset(b, 0, sizeof *b);
 	if (ref->n == 0)
@@ -2372,25 +2326,7 @@ static int asg_decode(const struct asg_ref *ref, const uint8_t *end, bool flex, 
 		asg_free(b);
 		return -1;
 	}
-	struct krd rd;
-	krd_init(&rd, ref->at, (size_t)(end - ref->at));
-	int32_t na = krd_array(&rd, flex, 0), k = 0;
-	assert(na == ref->n);
-	for (int32_t a = 0; a < na && !rd.err; a++) {
-		if (with_index)
-			b->partition[a] = krd_i32(&rd);
-		b->first[a] = k;
-		int32_t nb = krd_array(&rd, flex, 4);
-		for (int32_t i = 0; i < nb && !rd.err; i++) {
-			assert(k < ref->ids);
-			b->ids[k++] = krd_i32(&rd);
-		}
-		if (flex)
-			krd_tags_skip(&rd);
-	}
-	assert(!rd.err && k == ref->ids); /* the same bytes decoded before */
-	b->first[na] = k;
-	b->a = (struct sluice_assignment){.n = na, .partition = b->partition, .first = b->first, .ids = b->ids};
+	sluice_assignment_decode(ref, end, flex, with_index, b->partition, b->first, b->ids, &b->a);
 	return 0;
 }
 
@@ -2401,7 +2337,7 @@ struct ct_entry {
 	struct kstr name;
 	int32_t partitions;
 	int16_t rf;
-	struct asg_ref asg;
+	struct sluice_assignment_ref asg;
 	int32_t cfg_n;
 	const uint8_t *cfg_at; /* its Configs in the frame, decoded again when needed */
 	bool has_id;           /* the Sluice tag 1000: the id found on disk (adoption) */
@@ -2442,7 +2378,7 @@ static void ct_decode_topic(struct krd *rd, bool flex, struct ct_entry *ce)
 	ce->partitions = krd_i32(rd);
 	ce->rf = krd_i16(rd);
 	char asg_msg[SLUICE_CTL_MSG_MAX];
-	int16_t asg_err = asg_scan(rd, flex, true, &ce->asg, asg_msg, sizeof asg_msg);
+	int16_t asg_err = sluice_assignment_scan(rd, flex, true, &ce->asg, asg_msg, sizeof asg_msg);
 	ce->cfg_at = rd->p;
 	int32_t nc = krd_array(rd, flex, flex ? 2 : 4);
 	ce->cfg_n = nc > 0 ? nc : 0;
@@ -2712,7 +2648,7 @@ struct cp_entry {
 	struct entry e;
 	struct kstr name;
 	int32_t count;
-	struct asg_ref asg;
+	struct sluice_assignment_ref asg;
 };
 
 struct cp_state {
@@ -2724,7 +2660,7 @@ static void cp_decode_topic(struct krd *rd, bool flex, struct cp_entry *ce)
 	ce->name = krd_string(rd, flex);
 	ce->count = krd_i32(rd);
 	char asg_msg[SLUICE_CTL_MSG_MAX];
-	int16_t asg_err = asg_scan(rd, flex, false, &ce->asg, asg_msg, sizeof asg_msg);
+	int16_t asg_err = sluice_assignment_scan(rd, flex, false, &ce->asg, asg_msg, sizeof asg_msg);
 	if (flex)
 		krd_tags_skip(rd);
 	if (rd->err)
