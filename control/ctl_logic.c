@@ -112,6 +112,7 @@ struct sluice_ctl {
 	struct pending pend;
 	struct image_cache cache;
 	struct placer pl;
+	int32_t *order; /* [SLUICE_ASSIGNMENT_LISTS_MAX]: a manual assignment's list of each partition */
 };
 
 /* ---- records out ------------------------------------------------------------------ */
@@ -907,9 +908,10 @@ struct sluice_ctl *sluice_ctl_new(const struct sluice_ctl_config *cfg, const str
 	c->pl.rack_len = calloc(bn, sizeof *c->pl.rack_len);
 	c->pl.rack_start = calloc(bn, sizeof *c->pl.rack_start);
 	c->pl.visits = calloc(bn, sizeof *c->pl.visits);
+	c->order = calloc(SLUICE_ASSIGNMENT_LISTS_MAX, sizeof *c->order);
 	c->pend.pid_idx = SIZE_MAX;
 	if (!c->sessions || !c->view || !c->pl.ent || !c->pl.rack_first || !c->pl.rack_len || !c->pl.rack_start ||
-	    !c->pl.visits) {
+	    !c->pl.visits || !c->order) {
 		sluice_ctl_free(c);
 		return NULL;
 	}
@@ -927,6 +929,7 @@ void sluice_ctl_free(struct sluice_ctl *c)
 	free(c->pl.rack_len);
 	free(c->pl.rack_start);
 	free(c->pl.visits);
+	free(c->order);
 	free(c->pend.slots);
 	free(c->pend.broker_idx);
 	free(c->cache.slots);
@@ -1317,10 +1320,33 @@ static int16_t no_room(const struct sluice_ctl_out *out, size_t needed, const ch
 	return KERR_THROTTLING_QUOTA_EXCEEDED;
 }
 
-/* PartitionRecords for partitions [first, count) of topic id over the loaded placer. */
-static int add_partition_records(struct sluice_ctl *c, struct sluice_ctl_out *out, const uint8_t id[16],
-				 int32_t first, int32_t count, int32_t rf)
+/* A manual assignment's list (checked): its brokers are the replicas, the
+ * active ones the ISR, the first of those the leader (Kafka's
+ * buildPartitionRegistration over the active replicas). */
+static void assigned_replicas(const struct sluice_ctl *c, const struct sluice_assignment *a, int32_t list,
+			      struct sluice_mrec_partition *pr)
 {
+	int32_t len = sluice_assignment_len(a, list);
+	const int32_t *ids = sluice_assignment_list(a, list);
+	assert(len >= 1 && len <= SLUICE_REPLICAS_MAX);
+	pr->replicas.n = 0;
+	pr->isr.n = 0;
+	for (int32_t i = 0; i < len; i++) {
+		pr->replicas.id[pr->replicas.n++] = ids[i];
+		if (view_active(c, ids[i]))
+			pr->isr.id[pr->isr.n++] = ids[i];
+	}
+	assert(pr->isr.n >= 1); /* sluice_assignment_check wants an active broker in every list */
+	pr->leader = pr->isr.id[0];
+}
+
+/* PartitionRecords for partitions [first, count) of topic id: placed by
+ * the loaded placer, or (a non-NULL) as its lists say, partition p by
+ * list c->order[p - first]. */
+static int add_partition_records(struct sluice_ctl *c, struct sluice_ctl_out *out, const uint8_t id[16],
+				 int32_t first, int32_t count, int32_t rf, const struct sluice_assignment *a)
+{
+	assert(!a || a->n == count - first);
 	for (int32_t p = first; p < count; p++) {
 		struct sluice_mrec *r = sluice_ctl_out_add(out);
 		if (!r)
@@ -1329,9 +1355,13 @@ static int add_partition_records(struct sluice_ctl *c, struct sluice_ctl_out *ou
 		struct sluice_mrec_partition *pr = &r->partition;
 		pr->partition_id = p;
 		memcpy(pr->topic_id, id, 16);
-		placer_place(&c->pl, p, rf, &pr->replicas);
-		pr->isr = pr->replicas;
-		pr->leader = pr->replicas.id[0];
+		if (a) {
+			assigned_replicas(c, a, c->order[p - first], pr);
+		} else {
+			placer_place(&c->pl, p, rf, &pr->replicas);
+			pr->isr = pr->replicas;
+			pr->leader = pr->replicas.id[0];
+		}
 		pr->leader_recovery_state = CTL_RECOVERED;
 		pr->leader_epoch = 0;
 		pr->partition_epoch = 0;
@@ -1340,6 +1370,12 @@ static int add_partition_records(struct sluice_ctl *c, struct sluice_ctl_out *ou
 }
 
 /* ---- topics ----------------------------------------------------------------------------------------- */
+
+/* An assignment that names partitions (an empty one places them as none does). */
+static bool manual(const struct sluice_assignment *a)
+{
+	return a && a->n > 0;
+}
 
 static bool id_zero(const uint8_t id[16])
 {
@@ -1360,8 +1396,9 @@ static int16_t check_partition_count(int32_t parts, char *msg, size_t msglen)
 	return 0;
 }
 
-/* The replication factor asked for against the rules and the active brokers (the placer loaded). */
-static int16_t check_replication(const struct sluice_ctl *c, int32_t rf, bool creating, char *msg, size_t msglen)
+/* The replication factor asked for against the rules, the brokers aside. */
+static int16_t check_replication_factor(const struct sluice_ctl *c, int32_t rf, bool creating, char *msg,
+					size_t msglen)
 {
 	if (rf <= 0) {
 		snprintf(msg, msglen, "Replication factor must be larger than 0, or -1 to use the default value.");
@@ -1376,6 +1413,15 @@ static int16_t check_replication(const struct sluice_ctl *c, int32_t rf, bool cr
 		snprintf(msg, msglen, "Replication factor %d is above the limit %d.", rf, SLUICE_REPLICAS_MAX);
 		return KERR_INVALID_REPLICATION_FACTOR;
 	}
+	return 0;
+}
+
+/* The same, and enough active brokers to place it (the placer loaded). */
+static int16_t check_replication(const struct sluice_ctl *c, int32_t rf, bool creating, char *msg, size_t msglen)
+{
+	int16_t e = check_replication_factor(c, rf, creating, msg, msglen);
+	if (e)
+		return e;
 	if (rf > c->pl.broker_n) {
 		snprintf(msg, msglen, "Unable to replicate the partition %d time(s): The target replication factor of %d "
 			 "cannot be reached because only %d broker(s) are registered.", rf, rf, c->pl.broker_n);
@@ -1460,9 +1506,10 @@ static int16_t choose_topic_id(struct sluice_ctl *c, const struct sluice_ctl_out
 
 /* TopicRecord, its ConfigRecords, its PartitionRecords (room checked before). */
 static int add_topic_records(struct sluice_ctl *c, struct sluice_ctl_out *out, const char *name, size_t len,
-			     const uint8_t id[16], int32_t parts, int32_t rf, const struct sluice_topic_config *configs,
-			     int32_t config_n)
+			     const uint8_t id[16], int32_t parts, int32_t rf, const struct sluice_ctl_new_topic *t)
 {
+	const struct sluice_topic_config *configs = t->configs;
+	int32_t config_n = t->config_n;
 	struct sluice_mrec *r = sluice_ctl_out_add(out);
 	if (!r)
 		return -1;
@@ -1478,7 +1525,7 @@ static int add_topic_records(struct sluice_ctl *c, struct sluice_ctl_out *out, c
 		snprintf(r->config.name, sizeof r->config.name, "%s", configs[i].key);
 		snprintf(r->config.value, sizeof r->config.value, "%s", configs[i].value);
 	}
-	return add_partition_records(c, out, id, 0, parts, rf);
+	return add_partition_records(c, out, id, 0, parts, rf, manual(t->assignment) ? t->assignment : NULL);
 }
 
 static int16_t check_name(const char *name, size_t len, char *msg, size_t msglen)
@@ -1495,49 +1542,83 @@ static int16_t check_name(const char *name, size_t len, char *msg, size_t msglen
 	return 0;
 }
 
-/* Everything but the name (checked first) and the id; the placer is loaded. */
-static int16_t create_check(struct sluice_ctl *c, const struct sluice_ctl_out *out, const char *name, size_t len,
-			    int32_t parts, int32_t rf, const struct sluice_topic_config *configs, int32_t config_n,
-			    char *msg, size_t msglen)
+static bool asg_registered(const void *arg, int32_t id)
 {
-	int16_t e = check_partition_count(parts, msg, msglen);
+	return view_find(arg, id) != NULL;
+}
+
+static bool asg_active(const void *arg, int32_t id)
+{
+	return view_active(arg, id);
+}
+
+/* A manual assignment against Kafka's rules and the view of the brokers
+ * (loaded with the placer); c->order gets each partition's list. */
+static int16_t check_assignment(struct sluice_ctl *c, const struct sluice_assignment *a, int32_t rf,
+				int32_t first_partition, char *msg, size_t msglen)
+{
+	const struct sluice_assignment_brokers brokers = {asg_registered, asg_active, c};
+	return sluice_assignment_check(a, rf, first_partition, &brokers, c->order, msg, msglen);
+}
+
+/* Everything but the name (checked first) and the id; the placer is
+ * loaded. *parts and *rf: what the topic gets. */
+static int16_t create_check(struct sluice_ctl *c, const struct sluice_ctl_out *out, const char *name,
+			    const struct sluice_ctl_new_topic *t, int32_t *parts, int32_t *rf, char *msg, size_t msglen)
+{
+	const struct sluice_assignment *a = t->assignment;
+	int16_t e;
+	if (manual(a)) {
+		*parts = a->n;
+		*rf = sluice_assignment_len(a, 0);
+		e = sluice_assignment_check_counts(t->partitions, t->replication_factor, msg, msglen);
+		if (!e)
+			e = check_partition_count(a->n, msg, msglen);
+		if (!e)
+			e = check_assignment(c, a, -1, 0, msg, msglen);
+		if (!e)
+			e = check_replication_factor(c, *rf, true, msg, msglen);
+	} else {
+		*parts = t->partitions == -1 ? c->cfg.default_partitions : t->partitions;
+		*rf = t->replication_factor == -1 ? c->cfg.default_replication_factor : t->replication_factor;
+		e = check_partition_count(*parts, msg, msglen);
+		if (!e)
+			e = check_replication(c, *rf, true, msg, msglen);
+	}
 	if (!e)
-		e = check_replication(c, rf, true, msg, msglen);
+		e = check_configs(t->configs, t->config_n, msg, msglen);
 	if (!e)
-		e = check_configs(configs, config_n, msg, msglen);
-	if (!e)
-		e = check_new_topic(c, out, name, len, parts, msg, msglen);
+		e = check_new_topic(c, out, name, t->name_len, *parts, msg, msglen);
 	return e;
 }
 
-int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t name_len, int32_t partitions,
-				int32_t replication_factor, const struct sluice_topic_config *configs, int32_t config_n,
-				const uint8_t *id, bool validate_only, struct sluice_ctl_out *out, uint8_t id_out[16],
-				int32_t *partitions_out, char *msg, size_t msglen)
+int16_t sluice_ctl_create_topic_spec(struct sluice_ctl *c, const struct sluice_ctl_new_topic *t, bool validate_only,
+				     struct sluice_ctl_out *out, uint8_t id_out[16], int32_t *partitions_out, char *msg,
+				     size_t msglen)
 {
-	assert(c && name && out && id_out && partitions_out && msg);
-	assert(config_n >= 0 && (configs || config_n == 0));
+	assert(c && t && t->name && out && id_out && partitions_out && msg);
+	assert(t->config_n >= 0 && (t->configs || t->config_n == 0));
 	pending_sync(c, out);
 	msg[0] = 0;
 	/* id and id_out may be the same bytes (the server decodes the wanted id
 	 * into the entry that later carries the answer): read it before clearing. */
 	uint8_t wanted[16];
-	if (id) {
-		memcpy(wanted, id, 16);
+	const uint8_t *id = NULL;
+	if (t->id) {
+		memcpy(wanted, t->id, 16);
 		id = wanted;
 	}
 	memset(id_out, 0, 16);
 	*partitions_out = 0;
-	int32_t parts = partitions == -1 ? c->cfg.default_partitions : partitions;
-	int32_t rf = replication_factor == -1 ? c->cfg.default_replication_factor : replication_factor;
-	int16_t e = check_name(name, name_len, msg, msglen);
+	int16_t e = check_name(t->name, t->name_len, msg, msglen);
 	if (e)
 		return e;
 	char topic[SLUICE_TOPIC_NAME_MAX + 1];
-	memcpy(topic, name, name_len);
-	topic[name_len] = 0;
+	memcpy(topic, t->name, t->name_len);
+	topic[t->name_len] = 0;
 	placer_load(c, out, topic);
-	e = create_check(c, out, topic, name_len, parts, rf, configs, config_n, msg, msglen);
+	int32_t parts, rf;
+	e = create_check(c, out, topic, t, &parts, &rf, msg, msglen);
 	uint8_t tid[16];
 	if (!e)
 		e = choose_topic_id(c, out, id, tid, msg, msglen);
@@ -1549,11 +1630,11 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 			memcpy(id_out, id, 16);
 		return 0;
 	}
-	size_t needed = 1 + (size_t)config_n + (size_t)parts;
+	size_t needed = 1 + (size_t)t->config_n + (size_t)parts;
 	if (out->cap_max - out->n < needed)
 		return no_room(out, needed, "The topic", msg, msglen);
 	size_t from = out->n;
-	if (add_topic_records(c, out, topic, name_len, tid, parts, rf, configs, config_n) < 0) {
+	if (add_topic_records(c, out, topic, t->name_len, tid, parts, rf, t) < 0) {
 		pending_rollback(c, out, from);
 		snprintf(msg, msglen, "out of memory");
 		return KERR_UNKNOWN_SERVER_ERROR;
@@ -1562,8 +1643,20 @@ int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t n
 	c->pend.topics++;
 	c->pend.partitions += parts;
 	memcpy(id_out, tid, 16);
-	SLOG_INFO("ctl", "topic %s: %d partition(s), replication factor %d", topic, parts, rf);
+	SLOG_INFO("ctl", "topic %s: %d partition(s), replication factor %d%s", topic, parts, rf,
+		  manual(t->assignment) ? ", assigned by the request" : "");
 	return 0;
+}
+
+int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t name_len, int32_t partitions,
+				int32_t replication_factor, const struct sluice_topic_config *configs, int32_t config_n,
+				const uint8_t *id, bool validate_only, struct sluice_ctl_out *out, uint8_t id_out[16],
+				int32_t *partitions_out, char *msg, size_t msglen)
+{
+	const struct sluice_ctl_new_topic t = {.name = name, .name_len = name_len, .partitions = partitions,
+					       .replication_factor = replication_factor, .configs = configs,
+					       .config_n = config_n, .id = id};
+	return sluice_ctl_create_topic_spec(c, &t, validate_only, out, id_out, partitions_out, msg, msglen);
 }
 
 int16_t sluice_ctl_delete_topic(struct sluice_ctl *c, const char *name, size_t name_len, const uint8_t *id,
@@ -1603,7 +1696,7 @@ int16_t sluice_ctl_delete_topic(struct sluice_ctl *c, const char *name, size_t n
 }
 
 static int16_t grow_check(struct sluice_ctl *c, const struct sluice_ctl_out *out, const struct sluice_image_topic *t,
-			  int32_t count, char *msg, size_t msglen)
+			  int32_t count, const struct sluice_assignment *a, char *msg, size_t msglen)
 {
 	if (pending_has(c, out, PEND_GROWN, NULL, 0, t->id, 0)) {
 		snprintf(msg, msglen, "Duplicate topic %s in the request.", t->name);
@@ -1630,11 +1723,28 @@ static int16_t grow_check(struct sluice_ctl *c, const struct sluice_ctl_out *out
 	}
 	/* The new partitions take the replication factor of the existing ones (Kafka). */
 	assert(t->partition_n > 0);
-	return check_replication(c, t->partitions[0].replicas.n, false, msg, msglen);
+	int32_t rf = t->partitions[0].replicas.n;
+	if (!manual(a))
+		return check_replication(c, rf, false, msg, msglen);
+	int32_t additional = count - t->partition_n;
+	if (a->n != additional) {
+		snprintf(msg, msglen, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.",
+			 additional, a->n);
+		return KERR_INVALID_REPLICA_ASSIGNMENT;
+	}
+	assert(!a->partition); /* CreatePartitions' lists have no index: they are the new partitions in order */
+	return check_assignment(c, a, rf, t->partition_n, msg, msglen);
 }
 
 int16_t sluice_ctl_create_partitions(struct sluice_ctl *c, const char *name, size_t name_len, int32_t count,
 				     bool validate_only, struct sluice_ctl_out *out, char *msg, size_t msglen)
+{
+	return sluice_ctl_create_partitions_assigned(c, name, name_len, count, NULL, validate_only, out, msg, msglen);
+}
+
+int16_t sluice_ctl_create_partitions_assigned(struct sluice_ctl *c, const char *name, size_t name_len, int32_t count,
+					      const struct sluice_assignment *a, bool validate_only,
+					      struct sluice_ctl_out *out, char *msg, size_t msglen)
 {
 	assert(c && name && out && msg);
 	pending_sync(c, out);
@@ -1648,21 +1758,23 @@ int16_t sluice_ctl_create_partitions(struct sluice_ctl *c, const char *name, siz
 		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	}
 	placer_load(c, out, t->name);
-	int16_t e = grow_check(c, out, t, count, msg, msglen);
+	int16_t e = grow_check(c, out, t, count, a, msg, msglen);
 	if (e || validate_only)
 		return e;
 	size_t needed = (size_t)(count - t->partition_n);
 	if (out->cap_max - out->n < needed)
 		return no_room(out, needed, "The new partitions", msg, msglen);
 	size_t from = out->n;
-	if (add_partition_records(c, out, t->id, t->partition_n, count, t->partitions[0].replicas.n) < 0) {
+	if (add_partition_records(c, out, t->id, t->partition_n, count, t->partitions[0].replicas.n,
+				  manual(a) ? a : NULL) < 0) {
 		pending_rollback(c, out, from);
 		snprintf(msg, msglen, "out of memory");
 		return KERR_UNKNOWN_SERVER_ERROR;
 	}
 	pending_note(c, out, from);
 	c->pend.partitions += count - t->partition_n;
-	SLOG_INFO("ctl", "topic %s: %d -> %d partitions", t->name, t->partition_n, count);
+	SLOG_INFO("ctl", "topic %s: %d -> %d partitions%s", t->name, t->partition_n, count,
+		  manual(a) ? ", assigned by the request" : "");
 	return 0;
 }
 

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "control/assignment.h"
 #include "control/image.h"
 #include "control/mrec.h"
 
@@ -103,20 +104,45 @@ void sluice_ctl_tick(struct sluice_ctl *c, int64_t now_ms, struct sluice_ctl_out
 /* The milliseconds until the next tick has work (a session expiring), or -1. */
 int64_t sluice_ctl_next_deadline_ms(const struct sluice_ctl *c, int64_t now_ms);
 
-/* CreateTopics, one topic: partitions/replication_factor -1 take the
- * defaults; id NULL means a new random id (adoption of a single-node data
- * directory passes the one found on disk). Placement spreads replicas and
- * leaders over unfenced brokers and racks (Kafka's rack-aware
- * assignment); fewer unfenced brokers than the factor answers
- * INVALID_REPLICATION_FACTOR, as does a factor above
- * replication_factor_max (message saying why). Config names and values
- * are checked with control/topic_config.h. validate_only appends nothing. */
+/* CreateTopics, one topic. */
+struct sluice_ctl_new_topic {
+	const char *name;
+	size_t name_len;
+	int32_t partitions;         /* -1: the default */
+	int32_t replication_factor; /* -1: the default */
+	/* NULL (or no lists): the controller places the partitions. Else
+	 * Kafka's manual assignment (control/assignment.h): partitions and
+	 * replication_factor must be -1, partition p gets the replicas its
+	 * list names (fenced brokers allowed, one active needed), its ISR the
+	 * active ones, its leader the first active one. */
+	const struct sluice_assignment *assignment;
+	const struct sluice_topic_config *configs;
+	int32_t config_n;
+	const uint8_t *id; /* NULL: a new random id (adoption passes the one found on disk) */
+};
+/* Placement spreads replicas and leaders over unfenced brokers and racks
+ * (Kafka's rack-aware assignment); fewer unfenced brokers than the factor
+ * answers INVALID_REPLICATION_FACTOR, as does a factor above
+ * replication_factor_max (message saying why; for a manual assignment,
+ * lists longer than that). Config names and values are checked with
+ * control/topic_config.h. validate_only appends nothing. */
+int16_t sluice_ctl_create_topic_spec(struct sluice_ctl *c, const struct sluice_ctl_new_topic *t, bool validate_only,
+				     struct sluice_ctl_out *out, uint8_t id_out[16], int32_t *partitions_out, char *msg,
+				     size_t msglen);
+/* The same without an assignment. */
 int16_t sluice_ctl_create_topic(struct sluice_ctl *c, const char *name, size_t name_len, int32_t partitions,
 				int32_t replication_factor, const struct sluice_topic_config *configs, int32_t config_n,
 				const uint8_t *id, bool validate_only, struct sluice_ctl_out *out, uint8_t id_out[16],
 				int32_t *partitions_out, char *msg, size_t msglen);
 int16_t sluice_ctl_delete_topic(struct sluice_ctl *c, const char *name, size_t name_len, const uint8_t *id,
 				struct sluice_ctl_out *out, uint8_t id_out[16], char *msg, size_t msglen);
+/* CreatePartitions: grow to count. assignment NULL (or no lists): the
+ * controller places the new partitions; else one list per new partition
+ * (a->partition NULL), each of the topic's replication factor, checked as
+ * for CreateTopics. */
+int16_t sluice_ctl_create_partitions_assigned(struct sluice_ctl *c, const char *name, size_t name_len, int32_t count,
+					      const struct sluice_assignment *assignment, bool validate_only,
+					      struct sluice_ctl_out *out, char *msg, size_t msglen);
 int16_t sluice_ctl_create_partitions(struct sluice_ctl *c, const char *name, size_t name_len, int32_t count,
 				     bool validate_only, struct sluice_ctl_out *out, char *msg, size_t msglen);
 

@@ -2294,6 +2294,42 @@ static void alter_partition_answer(struct sluice_ctl_server *s, struct ctl_req *
 
 static const struct write_ops alter_partition_ops = {alter_partition_decide, alter_partition_answer};
 
+/* ---- manual replica assignments (CreateTopics, CreatePartitions) --------------------------- */
+
+/* An assignment decoded (control/assignment.h), with the arrays it owns. */
+struct asg_buf {
+	struct sluice_assignment a;
+	int32_t *partition, *first, *ids;
+};
+
+static void asg_free(struct asg_buf *b)
+{
+	free(b->partition);
+	free(b->first);
+	free(b->ids);
+	memset(b, 0, sizeof *b);
+}
+
+/* The Assignments scanned into ref (end: the frame's end) decoded into b;
+ * b->a.n == 0 when there are none. -1 when out of memory. */
+static int asg_decode(const struct sluice_assignment_ref *ref, const uint8_t *end, bool flex, bool with_index,
+		      struct asg_buf *b)
+{
+	memset(b, 0, sizeof *b);
+	if (ref->n == 0)
+		return 0;
+	assert(ref->n <= SLUICE_ASSIGNMENT_LISTS_MAX && ref->ids >= 0);
+	b->partition = with_index ? malloc((size_t)ref->n * sizeof *b->partition) : NULL;
+	b->first = malloc(((size_t)ref->n + 1) * sizeof *b->first);
+	b->ids = malloc(((size_t)ref->ids + 1) * sizeof *b->ids);
+	if ((with_index && !b->partition) || !b->first || !b->ids) {
+		asg_free(b);
+		return -1;
+	}
+	sluice_assignment_decode(ref, end, flex, with_index, b->partition, b->first, b->ids, &b->a);
+	return 0;
+}
+
 /* ---- CreateTopics (19) v2-7 --------------------------------------------------------------- */
 
 struct ct_entry {
@@ -2301,6 +2337,7 @@ struct ct_entry {
 	struct kstr name;
 	int32_t partitions;
 	int16_t rf;
+	struct sluice_assignment_ref asg;
 	int32_t cfg_n;
 	const uint8_t *cfg_at; /* its Configs in the frame, decoded again when needed */
 	bool has_id;           /* the Sluice tag 1000: the id found on disk (adoption) */
@@ -2340,14 +2377,8 @@ static void ct_decode_topic(struct krd *rd, bool flex, struct ct_entry *ce)
 	ce->name = krd_string(rd, flex);
 	ce->partitions = krd_i32(rd);
 	ce->rf = krd_i16(rd);
-	int32_t na = krd_array(rd, flex, flex ? 6 : 8);
-	for (int32_t a = 0; a < na && !rd->err; a++) {
-		(void)krd_i32(rd); /* PartitionIndex */
-		int32_t nb = krd_array(rd, flex, 4);
-		krd_skip(rd, nb > 0 ? (size_t)nb * 4 : 0);
-		if (flex)
-			krd_tags_skip(rd);
-	}
+	char asg_msg[SLUICE_CTL_MSG_MAX];
+	int16_t asg_err = sluice_assignment_scan(rd, flex, true, &ce->asg, asg_msg, sizeof asg_msg);
 	ce->cfg_at = rd->p;
 	int32_t nc = krd_array(rd, flex, flex ? 2 : 4);
 	ce->cfg_n = nc > 0 ? nc : 0;
@@ -2364,9 +2395,8 @@ static void ct_decode_topic(struct krd *rd, bool flex, struct ct_entry *ce)
 		return;
 	if (!ce->name.ptr)
 		entry_fail(&ce->e, KERR_INVALID_TOPIC_EXCEPTION, "A topic name is null.");
-	else if (na > 0)
-		entry_fail(&ce->e, KERR_INVALID_REPLICA_ASSIGNMENT,
-			   "Manual replica assignment is not supported yet; give NumPartitions and ReplicationFactor.");
+	else if (asg_err)
+		entry_fail(&ce->e, asg_err, asg_msg);
 	else if (bad)
 		entry_fail(&ce->e, KERR_INVALID_CONFIG, "Too many, null or too long topic configs.");
 }
@@ -2431,15 +2461,24 @@ static bool create_topics_decide(struct sluice_ctl_server *s, struct ctl_req *r,
 		struct ct_entry *ce = (struct ct_entry *)entry_at(&r->w, r->w.next);
 		if (ce->e.phase != PH_UNDECIDED)
 			continue;
-		size_t need = (size_t)(ce->partitions > 0 ? ce->partitions : s->cfg.num_partitions) + 1 + (size_t)ce->cfg_n;
+		int32_t parts = ce->asg.n > 0 ? ce->asg.n : ce->partitions > 0 ? ce->partitions : s->cfg.num_partitions;
+		size_t need = (size_t)parts + 1 + (size_t)ce->cfg_n;
 		if (out->n > 0 && out->n + need > CTL_PART_RECORDS_SOFT)
 			return false;
+		struct asg_buf asg;
+		if (asg_decode(&ce->asg, end, r->flexible, true, &asg) < 0) {
+			entry_fail(&ce->e, KERR_UNKNOWN_SERVER_ERROR, "out of memory");
+			continue;
+		}
 		struct sluice_topic_config cfgs[SLUICE_TOPIC_CONFIGS_MAX];
-		int32_t cn = ct_configs(ce, r->flexible, end, cfgs);
+		const struct sluice_ctl_new_topic nt = {
+			.name = ce->name.ptr, .name_len = (size_t)ce->name.len, .partitions = ce->partitions,
+			.replication_factor = ce->rf, .assignment = asg.a.n > 0 ? &asg.a : NULL, .configs = cfgs,
+			.config_n = ct_configs(ce, r->flexible, end, cfgs), .id = ce->has_id ? ce->id : NULL};
 		size_t before = out->n;
-		int16_t err = sluice_ctl_create_topic(s->ctl, ce->name.ptr, (size_t)ce->name.len, ce->partitions, ce->rf,
-						      cfgs, cn, ce->has_id ? ce->id : NULL, cs->validate_only, out,
-						      ce->id, &ce->parts_out, ce->e.msg, sizeof ce->e.msg);
+		int16_t err = sluice_ctl_create_topic_spec(s->ctl, &nt, cs->validate_only, out, ce->id, &ce->parts_out,
+							   ce->e.msg, sizeof ce->e.msg);
+		asg_free(&asg);
 		entry_decided(&ce->e, out, before, err);
 	}
 	return true;
@@ -2469,6 +2508,7 @@ static void ct_write_topic(struct sluice_ctl_server *s, struct ctl_req *r, const
 	int16_t v = r->api_version;
 	const struct sluice_image_topic *t = ce->e.err ? NULL : sluice_image_topic_by_id(s->img, ce->id);
 	int16_t rf = t && t->partition_n > 0 ? (int16_t)t->partitions[0].replicas.n :
+		     ce->asg.n > 0 ? (int16_t)ce->asg.rf :
 		     ce->rf > 0 ? ce->rf : (int16_t)s->cfg.default_replication_factor;
 	kwr_string(w, flex, ce->name.ptr ? ce->name.ptr : "", ce->name.ptr ? ce->name.len : 0);
 	if (v >= 7)
@@ -2608,6 +2648,7 @@ struct cp_entry {
 	struct entry e;
 	struct kstr name;
 	int32_t count;
+	struct sluice_assignment_ref asg;
 };
 
 struct cp_state {
@@ -2618,21 +2659,16 @@ static void cp_decode_topic(struct krd *rd, bool flex, struct cp_entry *ce)
 {
 	ce->name = krd_string(rd, flex);
 	ce->count = krd_i32(rd);
-	int32_t na = krd_array(rd, flex, 1);
-	for (int32_t a = 0; a < na && !rd->err; a++) {
-		int32_t nb = krd_array(rd, flex, 4);
-		krd_skip(rd, nb > 0 ? (size_t)nb * 4 : 0);
-		if (flex)
-			krd_tags_skip(rd);
-	}
+	char asg_msg[SLUICE_CTL_MSG_MAX];
+	int16_t asg_err = sluice_assignment_scan(rd, flex, false, &ce->asg, asg_msg, sizeof asg_msg);
 	if (flex)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return;
 	if (!ce->name.ptr)
 		entry_fail(&ce->e, KERR_INVALID_REQUEST, "A topic name is null.");
-	else if (na > 0)
-		entry_fail(&ce->e, KERR_INVALID_REPLICA_ASSIGNMENT, "Manual replica assignment is not supported yet.");
+	else if (asg_err)
+		entry_fail(&ce->e, asg_err, asg_msg);
 }
 
 static int create_partitions_start(struct sluice_ctl_server *s, struct ctl_req *r, struct krd *rd)
@@ -2675,9 +2711,16 @@ static bool create_partitions_decide(struct sluice_ctl_server *s, struct ctl_req
 		size_t need = 1 + (t && ce->count > t->partition_n ? (size_t)(ce->count - t->partition_n) : 0);
 		if (out->n > 0 && out->n + need > CTL_PART_RECORDS_SOFT)
 			return false;
+		struct asg_buf asg;
+		if (asg_decode(&ce->asg, r->frame + r->frame_len, r->flexible, false, &asg) < 0) {
+			entry_fail(&ce->e, KERR_UNKNOWN_SERVER_ERROR, "out of memory");
+			continue;
+		}
 		size_t before = out->n;
-		int16_t err = sluice_ctl_create_partitions(s->ctl, ce->name.ptr, (size_t)ce->name.len, ce->count,
-							   cs->validate_only, out, ce->e.msg, sizeof ce->e.msg);
+		int16_t err = sluice_ctl_create_partitions_assigned(s->ctl, ce->name.ptr, (size_t)ce->name.len, ce->count,
+								    asg.a.n > 0 ? &asg.a : NULL, cs->validate_only, out,
+								    ce->e.msg, sizeof ce->e.msg);
+		asg_free(&asg);
 		entry_decided(&ce->e, out, before, err);
 	}
 	return true;

@@ -133,6 +133,7 @@ enum sluice_meta_change_kind {
 _Static_assert(SLUICE_META_QUEUE_CHANGES_MAX >= SLUICE_META_BATCH_CHANGES_MAX, "a whole batch fits the queue");
 _Static_assert(SLUICE_META_BATCH_CHANGES_MAX >= SLUICE_TOPICS_MAX, "one request may create every topic");
 
+struct sluice_assignment;
 struct sluice_meta_change {
 	/* Inputs, set by the submitter; what they point to stays valid until done. */
 	enum sluice_meta_change_kind kind;
@@ -144,6 +145,12 @@ struct sluice_meta_change {
 	int32_t config_n;
 	const uint8_t *id; /* CREATE_TOPIC: NULL for a new random id; FORGET_DELETED: the deleted topic's */
 	const int32_t *replica_node; /* CREATE_TOPIC: NULL, or every partition's one replica (as sluice_topic_spec's) */
+	/* CREATE_TOPIC (with partitions and replication_factor -1) and
+	 * CREATE_PARTITIONS (one list per new partition, no indexes): NULL, or
+	 * the request's manual replica assignment (control/assignment.h). The
+	 * controller backend sends it as the request's Assignments; the local
+	 * one checks it names only this node (Kafka's rules and messages). */
+	const struct sluice_assignment *assignment;
 	struct sluice_topic *topic_out; /* optional: a full copy of the resulting (or deleted) topic */
 	/* Outputs, set by the backend before done. */
 	int16_t error; /* Kafka error code; 0: the change happened (validate-only: would happen) */

@@ -27,6 +27,7 @@
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "control/assignment.h"
 #include "control/image.h"
 #include "control/mlog.h"
 #include "control/mrec.h"
@@ -82,6 +83,12 @@ _Static_assert(MC_FETCH_BYTES_MAX + 4096 <= MC_RESPONSE_BYTES_MAX &&
 		       MC_SNAPSHOT_PAGE_BYTES + 4096 <= MC_RESPONSE_BYTES_MAX,
 	       "an answer to what we ask fits a frame");
 _Static_assert(MC_BACKOFF_MIN_MS <= MC_BACKOFF_MAX_MS && MC_FETCH_WAIT_MS < MC_FETCH_TIMEOUT_MS, "ordered bounds");
+/* A manual assignment's list in a request: PartitionIndex, the array's
+ * length (a uvarint) and its tags; its brokers are 4 bytes each. */
+#define MC_ASSIGNMENT_LIST_BYTES_MAX (4 + 5 + 1)
+_Static_assert((uint64_t)SLUICE_ASSIGNMENT_LISTS_MAX * (MC_ASSIGNMENT_LIST_BYTES_MAX + 4 * SLUICE_REPLICAS_MAX) +
+			       MC_CHANGE_BYTES_MAX + 4096 <= MC_REQUEST_BYTES_MAX,
+	       "a topic with the largest assignment fits a request");
 #define MC_FORWARDS_MAX 256 /* forward() requests queued */
 /* Topics named by the records of one response, past which the whole
  * snapshot is rebuilt instead of only these. */
@@ -1686,12 +1693,16 @@ static bool has_name(const struct sluice_meta_change *c)
 }
 
 /* The most a change adds to its request: its name and configs, and with
- * a replica_node the assignment of each partition (12 bytes). */
+ * a replica_node the assignment of each partition (12 bytes), with an
+ * assignment its lists (MC_ASSIGNMENT_LIST_BYTES_MAX each, and 4 bytes a broker). */
 static uint64_t change_bytes_max(const struct sluice_meta_change *c)
 {
 	uint64_t assignments = c->kind == SLUICE_META_CREATE_TOPIC && c->replica_node && c->partitions > 0
 				       ? (uint64_t)c->partitions * 12
 				       : 0;
+	const struct sluice_assignment *a = c->assignment;
+	if (a && a->n > 0)
+		assignments = (uint64_t)a->n * MC_ASSIGNMENT_LIST_BYTES_MAX + (uint64_t)a->first[a->n] * 4;
 	return MC_CHANGE_BYTES_MAX + assignments;
 }
 
@@ -1724,6 +1735,28 @@ static int32_t name_len32(const struct sluice_meta_change *c)
 	return c->name_len > SLUICE_TOPIC_NAME_MAX + 1 ? SLUICE_TOPIC_NAME_MAX + 1 : (int32_t)c->name_len;
 }
 
+/* A manual assignment's lists as the request gave them (with_index:
+ * CreateTopics' PartitionIndex; its own when given, else the list's
+ * position), or a null array (CreatePartitions) when there is none. */
+static void write_assignment(struct kwr *w, const struct sluice_assignment *a, bool with_index)
+{
+	if (!a || a->n <= 0) {
+		kwr_array(w, true, with_index ? 0 : -1);
+		return;
+	}
+	kwr_array(w, true, a->n);
+	for (int32_t i = 0; i < a->n; i++) {
+		if (with_index)
+			kwr_i32(w, a->partition ? a->partition[i] : i);
+		int32_t len = sluice_assignment_len(a, i);
+		const int32_t *ids = sluice_assignment_list(a, i);
+		kwr_array(w, true, len);
+		for (int32_t k = 0; k < len; k++)
+			kwr_i32(w, ids[k]);
+		kwr_tags_empty(w);
+	}
+}
+
 /* Assignments: every partition's one replica is node. */
 static void write_assignments(struct kwr *w, int32_t partitions, int32_t node)
 {
@@ -1746,6 +1779,11 @@ static void encode_create(struct kwr *w, const struct sluice_meta_batch *b, uint
 			kwr_i32(w, -1);
 			kwr_i16(w, -1);
 			write_assignments(w, c->partitions, *c->replica_node);
+		} else if (c->assignment && c->assignment->n > 0) { /* the client's, as it sent them */
+			kwr_i32(w, c->partitions);
+			int32_t rf = c->replication_factor;
+			kwr_i16(w, (int16_t)(rf > INT16_MAX ? INT16_MAX : rf < INT16_MIN ? INT16_MIN : rf));
+			write_assignment(w, c->assignment, true);
 		} else {
 			kwr_i32(w, c->partitions);
 			int32_t rf = c->replication_factor;
@@ -1787,7 +1825,7 @@ static void encode_partitions(struct kwr *w, const struct sluice_meta_batch *b, 
 	for (uint32_t k = i; k < j; k++) {
 		kwr_string(w, true, b->changes[k].name, name_len32(&b->changes[k]));
 		kwr_i32(w, b->changes[k].partitions);
-		kwr_array(w, true, -1); /* Assignments: the controller places them */
+		write_assignment(w, b->changes[k].assignment, false); /* null: the controller places them */
 		kwr_tags_empty(w);
 	}
 	kwr_i32(w, MC_REQUEST_TIMEOUT_MS);
@@ -2436,6 +2474,7 @@ static int16_t stage_add(struct mc *m, const struct sluice_meta_change *c)
 		memcpy(x->id, c->id, 16);
 	x->has_replica_node = c->replica_node != NULL;
 	x->replica_node = c->replica_node ? *c->replica_node : -1;
+	assert(!c->assignment); /* the synchronous operations never give one */
 	struct sluice_meta_change *s = &m->stage[m->stage_n++];
 	*s = *c;
 	s->config_n = n;

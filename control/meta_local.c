@@ -23,6 +23,7 @@
  * names folded as Kafka compares them ('.' and '_' alike) makes the existence
  * and collision checks O(1). */
 #include "control/meta.h"
+#include "control/assignment.h"
 #include "common/config.h"
 #include "common/crc32c.h"
 #include "common/kafka/errors.h"
@@ -814,6 +815,34 @@ static int16_t stage_commit(struct meta_local *m, char *msg, size_t msglen)
 
 /* ---- staging one change (writer lock held, a batch being staged) ------------------- */
 
+/* This node is the one broker there is: registered and active. */
+static bool self_is(const void *arg, int32_t id)
+{
+	const struct meta_local *m = arg;
+	return m->node_set && id == m->self_broker.node_id;
+}
+
+/* A manual assignment (a->n >= 1) under Kafka's rules, with this node the
+ * only broker: every partition's one replica is this node. rf: -1 for a
+ * new topic, else the topic's (1). */
+static int16_t check_assignment(const struct meta_local *m, const struct sluice_assignment *a, int32_t rf,
+				int32_t first_partition, char *msg, size_t msglen)
+{
+	if (a->n > SLUICE_ASSIGNMENT_LISTS_MAX) {
+		snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", a->n, SLUICE_ASSIGNMENT_LISTS_MAX);
+		return KERR_INVALID_PARTITIONS;
+	}
+	int32_t *order = malloc((size_t)a->n * sizeof *order);
+	if (!order) {
+		snprintf(msg, msglen, "out of memory");
+		return KERR_UNKNOWN_SERVER_ERROR;
+	}
+	const struct sluice_assignment_brokers self = {self_is, self_is, m};
+	int16_t e = sluice_assignment_check(a, rf, first_partition, &self, order, msg, msglen);
+	free(order);
+	return e;
+}
+
 static int16_t check_create(const struct meta_local *m, const struct sluice_meta_change *c, int32_t *parts, char *msg,
 			    size_t msglen)
 {
@@ -821,6 +850,13 @@ static int16_t check_create(const struct meta_local *m, const struct sluice_meta
 		snprintf(msg, msglen, "Topic name is invalid: '%.*s' (legal characters are [a-zA-Z0-9._-], length 1-249)",
 			 (int)(c->name_len > 249 ? 249 : c->name_len), c->name);
 		return KERR_INVALID_TOPIC_EXCEPTION;
+	}
+	if (c->assignment && c->assignment->n > 0) {
+		*parts = c->assignment->n;
+		int16_t e = sluice_assignment_check_counts(c->partitions, c->replication_factor, msg, msglen);
+		if (!e)
+			e = check_assignment(m, c->assignment, -1, 0, msg, msglen);
+		return e ? e : sluice_topic_configs_check(c->configs, c->config_n, msg, msglen);
 	}
 	*parts = c->partitions == -1 ? m->default_partitions : c->partitions;
 	if (*parts <= 0 || *parts > SLUICE_PARTITIONS_PER_TOPIC_MAX) {
@@ -937,7 +973,8 @@ static int16_t stage_delete(struct meta_local *m, struct sluice_meta_change *c, 
 	return 0;
 }
 
-static int16_t grow_partitions(struct sluice_topic *t, const struct sluice_meta_change *c, char *msg, size_t msglen)
+static int16_t grow_partitions(const struct meta_local *m, struct sluice_topic *t, const struct sluice_meta_change *c,
+			       char *msg, size_t msglen)
 {
 	int32_t count = c->partitions;
 	if (count <= t->partitions) {
@@ -951,6 +988,15 @@ static int16_t grow_partitions(struct sluice_topic *t, const struct sluice_meta_
 		snprintf(msg, msglen, "Number of partitions %d is above the limit %d.", count, SLUICE_PARTITIONS_PER_TOPIC_MAX);
 		return KERR_INVALID_PARTITIONS;
 	}
+	const struct sluice_assignment *a = c->assignment;
+	if (a && a->n > 0 && a->n != count - t->partitions) {
+		snprintf(msg, msglen, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.",
+			 count - t->partitions, a->n);
+		return KERR_INVALID_REPLICA_ASSIGNMENT;
+	}
+	int16_t e = a && a->n > 0 ? check_assignment(m, a, 1, t->partitions, msg, msglen) : 0;
+	if (e)
+		return e;
 	t->partitions = count;
 	return 0;
 }
@@ -985,7 +1031,7 @@ static int16_t stage_modify(struct meta_local *m, struct sluice_meta_change *c, 
 	}
 	topic_copy_out(nt, cur);
 	nt->refs = 1;
-	int16_t e = c->kind == SLUICE_META_CREATE_PARTITIONS ? grow_partitions(nt, c, c->msg, sizeof c->msg)
+	int16_t e = c->kind == SLUICE_META_CREATE_PARTITIONS ? grow_partitions(m, nt, c, c->msg, sizeof c->msg)
 							     : replace_configs(nt, c, c->msg, sizeof c->msg);
 	if (e || validate_only) {
 		if (!e)

@@ -15,6 +15,7 @@
  * as a one-voter quorum. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "control/assignment.h"
 #include "dataplane/group.h"
 #include "dataplane/proto_internal.h"
 #include <assert.h>
@@ -398,6 +399,7 @@ struct ct {
 	int16_t err;
 	int32_t cfg_n;
 	const uint8_t *cfg_at;
+	struct sluice_assignment_ref asg; /* its Assignments in the frame, decoded again into its change */
 	uint8_t id[16];
 	int32_t parts;
 	int32_t change; /* its change in the request's metadata batch, or -1 */
@@ -417,35 +419,83 @@ struct ct_state {
 _Static_assert(CREATE_TOPICS_CONFIGS_PER_REQUEST_MAX >= 64 * SLUICE_TOPIC_CONFIGS_MAX,
 	       "many topics with every config fit one request");
 
+/* Manual replica assignments one CreateTopics or CreatePartitions request
+ * may give in all, in the int32s their change holds (each list's index and
+ * start, each broker id): kept until the batch is back, as configs are. A
+ * topic past the bound is refused. */
+#define ASSIGNMENT_INTS_PER_REQUEST_MAX (1 << 22)
+_Static_assert(ASSIGNMENT_INTS_PER_REQUEST_MAX >= SLUICE_ASSIGNMENT_LISTS_MAX * (2 + SLUICE_REPLICAS_MAX) + 1,
+	       "a topic with the largest assignment fits one request");
+
+/* The int32s a change holds for an assignment (control/assignment.h). */
+static size_t assignment_ints(const struct sluice_assignment_ref *a)
+{
+	return a->n > 0 ? 2 * (size_t)a->n + 1 + (size_t)a->ids : 0;
+}
+
+/* What a request's changes hold beside themselves, in the batch's extra bytes. */
+struct change_extra {
+	size_t cfgs;        /* topic configs */
+	size_t assignments; /* struct sluice_assignment */
+	size_t ints;        /* their arrays */
+};
+
+static size_t change_extra_bytes(const struct change_extra *x)
+{
+	return x->assignments * sizeof(struct sluice_assignment) + x->ints * sizeof(int32_t) +
+	       x->cfgs * sizeof(struct sluice_topic_config);
+}
+
+/* The batch's extra bytes cut as change_extra_bytes counts them. */
+struct change_extra_at {
+	struct sluice_assignment *assignments;
+	int32_t *ints;
+	struct sluice_topic_config *cfgs;
+};
+
+static struct change_extra_at change_extra_cut(void *extra, const struct change_extra *x)
+{
+	_Static_assert(sizeof(struct sluice_assignment) % _Alignof(int32_t) == 0, "the int32s after them are aligned");
+	struct change_extra_at at = {0};
+	if (!extra)
+		return at; /* nothing beside the changes */
+	uint8_t *p = extra;
+	at.assignments = x->assignments ? (struct sluice_assignment *)(void *)p : NULL;
+	p += x->assignments * sizeof(struct sluice_assignment);
+	at.ints = x->ints ? (int32_t *)(void *)p : NULL;
+	p += x->ints * sizeof(int32_t);
+	at.cfgs = x->cfgs ? (struct sluice_topic_config *)p : NULL;
+	return at;
+}
+
+/* The Assignments scanned into ref decoded into a change's own struct and
+ * arrays taken from at (advanced past them). */
+static const struct sluice_assignment *change_assignment(const struct sluice_assignment_ref *ref, const uint8_t *end,
+							 bool flex, bool with_index, struct change_extra_at *at)
+{
+	assert(ref->n > 0 && at->assignments && at->ints);
+	int32_t *partition = at->ints, *first = partition + ref->n, *ids = first + ref->n + 1;
+	struct sluice_assignment *a = at->assignments++;
+	sluice_assignment_decode(ref, end, flex, with_index, partition, first, ids, a);
+	at->ints += assignment_ints(ref);
+	return a;
+}
+
 static void ct_fail(struct ct *ct, int16_t err, const char *msg)
 {
 	ct->err = err;
 	snprintf(ct->msg, sizeof ct->msg, "%s", msg);
 }
 
-/* Assignments: each partition's replicas must be this broker; a topic
- * that gives them gives neither a count nor a replication factor. */
+/* Assignments: counted and bounded here, decoded again into the topic's
+ * change; the metadata backend applies Kafka's rules to them (the local
+ * one: this broker is the only one; the controller's: the cluster's). */
 static void ct_decode_assignments(struct req *r, struct krd *rd, struct ct *ct)
 {
-	bool flex = r->flexible;
-	int32_t na = krd_array(rd, flex, flex ? 6 : 8);
-	for (int32_t a = 0; a < na && !rd->err; a++) {
-		(void)krd_i32(rd); /* PartitionIndex */
-		int32_t nb = krd_array(rd, flex, 4);
-		for (int32_t b = 0; b < nb && !rd->err; b++)
-			if (krd_i32(rd) != r->nc->b->cfg.node_id && !ct->err)
-				ct_fail(ct, KERR_INVALID_REPLICA_ASSIGNMENT,
-					"Replica assignment names a broker that does not exist.");
-		if (flex)
-			krd_tags_skip(rd);
-	}
-	if (na > 0 && !ct->err) {
-		if (ct->partitions != -1 || ct->rf != -1)
-			ct_fail(ct, KERR_INVALID_REQUEST,
-				"Both numPartitions or replicationFactor and replicasAssignments were set.");
-		ct->partitions = na;
-		ct->rf = -1;
-	}
+	char msg[CREATE_TOPICS_MESSAGE_BYTES];
+	int16_t e = sluice_assignment_scan(rd, r->flexible, true, &ct->asg, msg, sizeof msg);
+	if (e && !rd->err && !ct->err)
+		ct_fail(ct, e, msg);
 }
 
 static void ct_decode_topic(struct req *r, struct krd *rd, struct ct *ct)
@@ -509,10 +559,10 @@ static int32_t ct_configs_fill(struct sluice_topic_config *out, const struct ct 
 	return n;
 }
 
-/* Refuse duplicates and topics past the configs bound; number the others'
- * changes. Returns how many changes, and the configs they hold in *cfg_total;
- * -1 when out of memory. */
-static int32_t ct_plan(struct ct *cts, int32_t n, size_t *cfg_total)
+/* Refuse duplicates and topics past the configs or assignments bound;
+ * number the others' changes. Returns how many changes, and what they hold
+ * in *x; -1 when out of memory. */
+static int32_t ct_plan(struct ct *cts, int32_t n, struct change_extra *x)
 {
 	bool *dup = n > 0 ? calloc((size_t)n, sizeof *dup) : NULL;
 	if ((n > 0 && !dup) || !ct_duplicates(cts, n, dup)) {
@@ -520,7 +570,7 @@ static int32_t ct_plan(struct ct *cts, int32_t n, size_t *cfg_total)
 		return -1;
 	}
 	int32_t k = 0;
-	*cfg_total = 0;
+	memset(x, 0, sizeof *x);
 	for (int32_t i = 0; i < n; i++) {
 		cts[i].change = -1;
 		if (cts[i].err)
@@ -530,11 +580,18 @@ static int32_t ct_plan(struct ct *cts, int32_t n, size_t *cfg_total)
 			continue;
 		}
 		size_t cn = cts[i].cfg_n > 0 ? (size_t)cts[i].cfg_n : 0;
-		if (*cfg_total + cn > CREATE_TOPICS_CONFIGS_PER_REQUEST_MAX) {
+		if (x->cfgs + cn > CREATE_TOPICS_CONFIGS_PER_REQUEST_MAX) {
 			ct_fail(&cts[i], KERR_INVALID_CONFIG, "Too many topic configs in one request.");
 			continue;
 		}
-		*cfg_total += cn;
+		size_t an = assignment_ints(&cts[i].asg);
+		if (x->ints + an > ASSIGNMENT_INTS_PER_REQUEST_MAX) {
+			ct_fail(&cts[i], KERR_INVALID_REPLICA_ASSIGNMENT, "Too many replica assignments in one request.");
+			continue;
+		}
+		x->cfgs += cn;
+		x->ints += an;
+		x->assignments += an > 0;
 		cts[i].change = k++;
 	}
 	free(dup);
@@ -552,21 +609,22 @@ static void ct_write_response(struct req *r, const struct ct *cts, int32_t n, co
 static bool ct_create_all(struct req *r, struct ct_state *cs, bool validate_only)
 {
 	const uint8_t *end = r->frame + r->frame_len;
-	size_t cfg_total;
-	int32_t k = ct_plan(cs->cts, cs->n, &cfg_total);
+	struct change_extra x;
+	int32_t k = ct_plan(cs->cts, cs->n, &x);
 	if (k < 0)
 		return false;
 	if (k == 0) {
 		ct_answer(r);
 		return true;
 	}
-	struct sluice_topic_config *cfgs;
-	struct sluice_meta_batch *b =
-		sluice_proto_meta_batch(r, (uint32_t)k, cfg_total * sizeof *cfgs, (void **)&cfgs);
+	void *extra;
+	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, (uint32_t)k, change_extra_bytes(&x), &extra);
 	if (!b)
 		return false;
 	b->validate_only = validate_only;
-	size_t used = 0;
+	struct change_extra_at at = change_extra_cut(extra, &x);
+	struct sluice_topic_config *cfgs = at.cfgs;
+	size_t cfg_total = x.cfgs, used = 0;
 	for (int32_t i = 0; i < cs->n; i++) {
 		const struct ct *ct = &cs->cts[i];
 		if (ct->change < 0)
@@ -580,6 +638,8 @@ static bool ct_create_all(struct req *r, struct ct_state *cs, bool validate_only
 		c->configs = cfgs ? cfgs + used : NULL;
 		c->config_n = cfgs ? ct_configs_fill(cfgs + used, ct, r->flexible, end) : 0;
 		used += (size_t)c->config_n;
+		if (ct->asg.n > 0)
+			c->assignment = change_assignment(&ct->asg, end, r->flexible, true, &at);
 	}
 	assert(used <= cfg_total);
 	enum sluice_meta_submit_result res = sluice_proto_meta_submit(r, ct_answer);
@@ -1436,6 +1496,7 @@ bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd)
 struct cp {
 	struct kstr name;
 	int32_t count;
+	struct sluice_assignment_ref asg; /* its Assignments in the frame, decoded again into its change */
 	int32_t change; /* its change in the request's metadata batch, or -1 */
 	int16_t err;
 	char msg[CREATE_PARTITIONS_MESSAGE_BYTES];
@@ -1447,21 +1508,17 @@ static void cp_fail(struct cp *cp, int16_t err, const char *msg)
 	snprintf(cp->msg, sizeof cp->msg, "%s", msg);
 }
 
-/* One topic: Name, Count, Assignments (each replica must be this broker). */
+/* One topic: Name, Count, Assignments (counted and bounded here, checked
+ * by the metadata backend, as CreateTopics' are). */
 static void cp_decode_topic(struct req *r, struct krd *rd, struct cp *cp)
 {
 	bool flex = r->flexible;
 	cp->name = krd_string(rd, flex);
 	cp->count = krd_i32(rd);
-	int32_t na = krd_array(rd, flex, 1);
-	for (int32_t a = 0; a < na && !rd->err; a++) {
-		int32_t nb = krd_array(rd, flex, 4);
-		for (int32_t b = 0; b < nb && !rd->err; b++)
-			if (krd_i32(rd) != r->nc->b->cfg.node_id && !cp->err)
-				cp_fail(cp, KERR_INVALID_REPLICA_ASSIGNMENT, "Replica assignment names a broker that does not exist.");
-		if (flex)
-			krd_tags_skip(rd);
-	}
+	char msg[CREATE_PARTITIONS_MESSAGE_BYTES];
+	int16_t e = sluice_assignment_scan(rd, flex, false, &cp->asg, msg, sizeof msg);
+	if (e && !rd->err)
+		cp_fail(cp, e, msg);
 	if (flex)
 		krd_tags_skip(rd);
 }
@@ -1472,9 +1529,10 @@ struct cp_state {
 	struct cp cps[];
 };
 
-/* Refuse duplicates and nameless topics; number the others' changes.
- * Returns how many, or -1 when out of memory. */
-static int32_t cp_plan(struct cp_state *cs)
+/* Refuse duplicates, nameless topics and those past the assignments
+ * bound; number the others' changes. Returns how many (and what they hold
+ * in *x), or -1 when out of memory. */
+static int32_t cp_plan(struct cp_state *cs, struct change_extra *x)
 {
 	int32_t n = cs->n;
 	struct kstr *names = n > 0 ? malloc((size_t)n * sizeof *names) : NULL;
@@ -1490,12 +1548,18 @@ static int32_t cp_plan(struct cp_state *cs)
 		cp->change = -1;
 		if (cp->err)
 			continue;
-		if (dup[i])
+		size_t an = assignment_ints(&cp->asg);
+		if (dup[i]) {
 			cp_fail(cp, KERR_INVALID_REQUEST, "Duplicate topic in request.");
-		else if (!cp->name.ptr)
+		} else if (!cp->name.ptr) {
 			cp->err = KERR_INVALID_REQUEST;
-		else
+		} else if (x->ints + an > ASSIGNMENT_INTS_PER_REQUEST_MAX) {
+			cp_fail(cp, KERR_INVALID_REPLICA_ASSIGNMENT, "Too many replica assignments in one request.");
+		} else {
+			x->ints += an;
+			x->assignments += an > 0;
 			cp->change = k++;
+		}
 	}
 	free(dup);
 	return ok ? k : -1;
@@ -1509,24 +1573,30 @@ static void cp_answer(struct req *r);
  * when out of memory. */
 static bool cp_apply_all(struct req *r, struct cp_state *cs, bool validate_only)
 {
-	int32_t k = cp_plan(cs);
+	struct change_extra x = {0};
+	int32_t k = cp_plan(cs, &x);
 	if (k < 0)
 		return false;
 	if (k == 0) {
 		cp_answer(r);
 		return true;
 	}
-	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, (uint32_t)k, 0, NULL);
+	void *extra;
+	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, (uint32_t)k, change_extra_bytes(&x), &extra);
 	if (!b)
 		return false;
 	b->validate_only = validate_only;
+	struct change_extra_at at = change_extra_cut(extra, &x);
 	for (int32_t i = 0; i < cs->n; i++) {
 		const struct cp *cp = &cs->cps[i];
-		if (cp->change >= 0)
-			b->changes[cp->change] = (struct sluice_meta_change){.kind = SLUICE_META_CREATE_PARTITIONS,
-									     .name = cp->name.ptr,
-									     .name_len = (size_t)cp->name.len,
-									     .partitions = cp->count};
+		if (cp->change < 0)
+			continue;
+		b->changes[cp->change] = (struct sluice_meta_change){
+			.kind = SLUICE_META_CREATE_PARTITIONS, .name = cp->name.ptr, .name_len = (size_t)cp->name.len,
+			.partitions = cp->count,
+			.assignment = cp->asg.n > 0 ? change_assignment(&cp->asg, r->frame + r->frame_len, r->flexible,
+									 false, &at)
+						    : NULL};
 	}
 	if (sluice_proto_meta_submit(r, cp_answer) == SLUICE_META_SUBMITTED)
 		return true;

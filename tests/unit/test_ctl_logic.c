@@ -7,6 +7,7 @@
  * nothing (check_settled). */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "common/kafka/errors.h"
@@ -1092,6 +1093,250 @@ Test(ctl_topics, delete_by_name_or_id_and_grow_partitions)
 	cr_assert_null(sluice_image_config(e.img, SLUICE_MREC_RESOURCE_TOPIC, "g", "retention.ms"));
 	cr_assert_eq(sluice_ctl_delete_topic(e.ctl, NULL, 0, gid, &e.out, out_id, msg, sizeof msg), KERR_UNKNOWN_TOPIC_ID);
 	cr_assert_eq(sluice_ctl_delete_topic(e.ctl, NULL, 0, NULL, &e.out, out_id, msg, sizeof msg), KERR_INVALID_REQUEST);
+	env_fini(&e);
+}
+
+/* ---- manual replica assignments ---------------------------------------------------------------------------------- */
+
+#define ASG_LISTS_MAX 64
+
+/* An assignment written as kafka-topics' --replica-assignment is: lists
+ * separated by ',', brokers by ':' ("" between two commas: an empty list).
+ * PartitionIndex i for list i unless index is given. */
+struct asg_text {
+	struct sluice_assignment a;
+	int32_t partition[ASG_LISTS_MAX], first[ASG_LISTS_MAX + 1], ids[ASG_LISTS_MAX * SLUICE_REPLICAS_MAX];
+};
+
+static const struct sluice_assignment *asg(struct asg_text *t, const char *text, const int32_t *index)
+{
+	memset(t, 0, sizeof *t);
+	int32_t n = 0, k = 0;
+	t->first[0] = 0;
+	for (const char *p = text;; p++) {
+		if (*p >= '0' && *p <= '9') {
+			char *end;
+			cr_assert(k < ASG_LISTS_MAX * SLUICE_REPLICAS_MAX);
+			t->ids[k++] = (int32_t)strtol(p, &end, 10);
+			p = end - 1;
+		} else if (*p == ',' || *p == 0) {
+			cr_assert(n < ASG_LISTS_MAX);
+			t->partition[n] = index ? index[n] : n;
+			t->first[++n] = k;
+			if (*p == 0)
+				break;
+		}
+	}
+	t->a = (struct sluice_assignment){.n = n, .partition = t->partition, .first = t->first, .ids = t->ids};
+	return &t->a;
+}
+
+static int16_t create_assigned(struct env *e, const char *name, const struct sluice_assignment *a, const uint8_t *want,
+			       bool validate_only, uint8_t id[16], int32_t *n)
+{
+	struct sluice_ctl_new_topic t = {.name = name, .name_len = strlen(name), .partitions = -1,
+					 .replication_factor = -1, .assignment = a, .id = want};
+	return sluice_ctl_create_topic_spec(e->ctl, &t, validate_only, &e->out, id, n, e->msg, sizeof e->msg);
+}
+
+static void check_partition(const struct env *e, const char *topic, int32_t p, const char *replicas, const char *isr,
+			    int32_t leader)
+{
+	const struct sluice_image_partition *pp = part(e, topic, p);
+	struct asg_text r, i;
+	asg(&r, replicas, NULL);
+	asg(&i, isr, NULL);
+	cr_assert_eq(pp->replicas.n, r.first[1], "%s-%d: %d replicas", topic, p, pp->replicas.n);
+	for (int32_t k = 0; k < pp->replicas.n; k++)
+		cr_assert_eq(pp->replicas.id[k], r.ids[k], "%s-%d: replica %d", topic, p, k);
+	cr_assert_eq(pp->isr.n, i.first[1], "%s-%d: ISR of %d", topic, p, pp->isr.n);
+	for (int32_t k = 0; k < pp->isr.n; k++)
+		cr_assert_eq(pp->isr.id[k], i.ids[k], "%s-%d: ISR member %d", topic, p, k);
+	cr_assert_eq(pp->leader, leader, "%s-%d: leader %d", topic, p, pp->leader);
+	cr_assert(pp->leader_epoch == 0 && pp->partition_epoch == 0);
+}
+
+/* Partitions go where the lists say, in PartitionIndex order whatever the
+ * lists' order, with the id asked for (adoption) and the configs given. */
+Test(ctl_assign, partitions_are_placed_as_assigned_with_the_wanted_id)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t b = 1; b <= 3; b++)
+		start_broker(&e, b, (uint8_t)b, NULL, 0);
+	struct asg_text t;
+	uint8_t want[16], id[16];
+	int32_t n;
+	memset(want, 0x42, 16);
+	cr_assert_eq(create_assigned(&e, "a", asg(&t, "2,3,1,1", NULL), want, false, id, &n), 0, "%s", e.msg);
+	cr_assert(n == 4 && !memcmp(id, want, 16));
+	apply_out(&e);
+	cr_assert(!memcmp(sluice_image_topic_by_name(e.img, "a", 1)->id, want, 16));
+	check_partition(&e, "a", 0, "2", "2", 2);
+	check_partition(&e, "a", 1, "3", "3", 3);
+	check_partition(&e, "a", 2, "1", "1", 1);
+	check_partition(&e, "a", 3, "1", "1", 1);
+	const int32_t index[] = {2, 0, 1};
+	cr_assert_eq(create_assigned(&e, "b", asg(&t, "1,2,3", index), NULL, false, id, &n), 0, "%s", e.msg);
+	apply_out(&e);
+	check_partition(&e, "b", 0, "2", "2", 2);
+	check_partition(&e, "b", 1, "3", "3", 3);
+	check_partition(&e, "b", 2, "1", "1", 1);
+	/* Adoption: every partition on one broker, the id and configs kept. */
+	struct sluice_topic_config cfg = {"cleanup.policy", "compact"};
+	memset(want, 0x43, 16);
+	struct sluice_ctl_new_topic nt = {.name = "adopted", .name_len = 7, .partitions = -1, .replication_factor = -1,
+					  .assignment = asg(&t, "3,3,3", NULL), .configs = &cfg, .config_n = 1,
+					  .id = want};
+	cr_assert_eq(sluice_ctl_create_topic_spec(e.ctl, &nt, false, &e.out, id, &n, e.msg, sizeof e.msg), 0, "%s",
+		     e.msg);
+	apply_out(&e);
+	for (int32_t p = 0; p < 3; p++)
+		check_partition(&e, "adopted", p, "3", "3", 3);
+	cr_assert(!memcmp(sluice_image_topic_by_name(e.img, "adopted", 7)->id, want, 16));
+	cr_assert_str_eq(sluice_image_config(e.img, SLUICE_MREC_RESOURCE_TOPIC, "adopted", "cleanup.policy"), "compact");
+	/* validate_only checks everything and appends nothing; an empty assignment places as none does. */
+	cr_assert_eq(create_assigned(&e, "c", asg(&t, "1,2", NULL), NULL, true, id, &n), 0, "%s", e.msg);
+	cr_assert(e.out.n == 0 && n == 2);
+	struct sluice_assignment none = {0};
+	struct sluice_ctl_new_topic auto_t = {.name = "d", .name_len = 1, .partitions = 3, .replication_factor = 1,
+					      .assignment = &none};
+	cr_assert_eq(sluice_ctl_create_topic_spec(e.ctl, &auto_t, false, &e.out, id, &n, e.msg, sizeof e.msg), 0);
+	cr_assert_eq(n, 3);
+	apply_out(&e);
+	check_settled(&e, 1);
+	env_fini(&e);
+}
+
+/* Every rule Kafka's controller applies, each with its error and message;
+ * nothing is appended for a refused topic. */
+Test(ctl_assign, invalid_assignments_are_refused_as_kafka_refuses_them)
+{
+	struct env e;
+	env_init(&e, cfg_default()); /* replication_factor_max 1 */
+	start_broker(&e, 1, 1, NULL, 0);
+	start_broker(&e, 2, 2, NULL, 0);
+	put_broker(&e, 4, NULL, true);
+	const int32_t gap[] = {0, 2}, twice[] = {0, 0}, negative[] = {-1, 0};
+	struct {
+		const char *text;
+		const int32_t *index;
+		int32_t parts, rf;
+		int16_t err;
+		const char *in_msg;
+	} bad[] = {
+		{"1,2", NULL, 2, -1, KERR_INVALID_REQUEST, "numPartitions was not set to -1"},
+		{"1,2", NULL, -1, 1, KERR_INVALID_REQUEST, "replication factor was not set to -1"},
+		{"1,", NULL, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "empty replica list"},
+		{"1,9", NULL, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "includes broker 9, but no such broker is registered"},
+		{"2:1:2", NULL, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "the broker 2 more than once"},
+		{"1:2,2", NULL, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "a partition with 1 replica(s), but this is not "
+									 "consistent with previous partitions, which have 2"},
+		{"1,2", gap, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "consecutive 0-based"},
+		{"1,2", negative, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "consecutive 0-based"},
+		{"1,2", twice, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "multiple manual partition assignments for partition 0"},
+		{"1,4", NULL, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "for partition 1 are fenced or in controlled shutdown"},
+		{"1:2", NULL, -1, -1, KERR_INVALID_REPLICATION_FACTOR, "replication is not implemented yet"},
+		{"1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:17", NULL, -1, -1, KERR_INVALID_REPLICATION_FACTOR, "above the limit"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		struct asg_text t;
+		uint8_t id[16];
+		int32_t n;
+		struct sluice_ctl_new_topic nt = {.name = "x", .name_len = 1, .partitions = bad[i].parts,
+						  .replication_factor = bad[i].rf, .assignment = asg(&t, bad[i].text, bad[i].index)};
+		int16_t err = sluice_ctl_create_topic_spec(e.ctl, &nt, false, &e.out, id, &n, e.msg, sizeof e.msg);
+		cr_assert_eq(err, bad[i].err, "%s: %d (%s)", bad[i].text, err, e.msg);
+		cr_assert(strstr(e.msg, bad[i].in_msg), "%s: %s", bad[i].text, e.msg);
+		cr_assert_eq(e.out.n, 0);
+	}
+	/* More lists than a topic may have partitions. */
+	int32_t lists = SLUICE_PARTITIONS_PER_TOPIC_MAX + 1;
+	int32_t *first = calloc((size_t)lists + 1, sizeof *first), *ids = calloc((size_t)lists, sizeof *ids);
+	cr_assert(first && ids);
+	for (int32_t i = 0; i <= lists; i++)
+		first[i] = i;
+	for (int32_t i = 0; i < lists; i++)
+		ids[i] = 1;
+	struct sluice_assignment big = {.n = lists, .first = first, .ids = ids};
+	uint8_t id[16];
+	int32_t n;
+	cr_assert_eq(create_assigned(&e, "x", &big, NULL, false, id, &n), KERR_INVALID_PARTITIONS);
+	free(first);
+	free(ids);
+	env_fini(&e);
+}
+
+/* Fenced replicas may be named (as in Kafka): the first active replica
+ * leads, the ISR holds the active ones, and the rules are settled. */
+Test(ctl_assign, the_leader_is_the_first_active_replica)
+{
+	struct sluice_ctl_config cfg = cfg_default();
+	cfg.replication_factor_max = 3;
+	struct env e;
+	env_init(&e, cfg);
+	start_broker(&e, 1, 1, NULL, 0);
+	start_broker(&e, 2, 2, NULL, 0);
+	put_broker(&e, 3, NULL, true);
+	struct asg_text t;
+	uint8_t id[16];
+	int32_t n;
+	cr_assert_eq(create_assigned(&e, "f", asg(&t, "3:1:2,2:3:1,1:2:3", NULL), NULL, false, id, &n), 0, "%s", e.msg);
+	apply_out(&e);
+	check_partition(&e, "f", 0, "3:1:2", "1:2", 1);
+	check_partition(&e, "f", 1, "2:3:1", "2:1", 2);
+	check_partition(&e, "f", 2, "1:2:3", "1:2", 1);
+	check_settled(&e, 1);
+	env_fini(&e);
+}
+
+/* CreatePartitions: one list per new partition, of the topic's
+ * replication factor; the same rules, partitions numbered from the
+ * current count in messages. */
+Test(ctl_assign, create_partitions_places_the_new_partitions_as_assigned)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t b = 1; b <= 3; b++)
+		start_broker(&e, b, (uint8_t)b, NULL, 0);
+	put_broker(&e, 4, NULL, true);
+	create_ok(&e, "g", 2, 1);
+	struct asg_text t;
+	struct {
+		int32_t count;
+		const char *text;
+		int16_t err;
+		const char *in_msg;
+	} bad[] = {
+		{5, "3,3", KERR_INVALID_REPLICA_ASSIGNMENT, "Attempted to add 3 additional partition(s), but only 2"},
+		{3, "3,3", KERR_INVALID_REPLICA_ASSIGNMENT, "Attempted to add 1 additional partition(s), but only 2"},
+		{2, "3", KERR_INVALID_PARTITIONS, "already has 2"},
+		{4, "1:2,2:3", KERR_INVALID_REPLICA_ASSIGNMENT, "which have 1 replica(s)"},
+		{4, "1,7", KERR_INVALID_REPLICA_ASSIGNMENT, "broker 7, but no such broker"},
+		{4, "1,", KERR_INVALID_REPLICA_ASSIGNMENT, "empty replica list"},
+		{4, "1,4", KERR_INVALID_REPLICA_ASSIGNMENT, "for partition 3 are fenced"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		const struct sluice_assignment *a = asg(&t, bad[i].text, NULL);
+		t.a.partition = NULL; /* CreatePartitions' lists have no index */
+		int16_t err = sluice_ctl_create_partitions_assigned(e.ctl, "g", 1, bad[i].count, a, false, &e.out, e.msg,
+								    sizeof e.msg);
+		cr_assert_eq(err, bad[i].err, "%s: %d (%s)", bad[i].text, err, e.msg);
+		cr_assert(strstr(e.msg, bad[i].in_msg), "%s: %s", bad[i].text, e.msg);
+		cr_assert_eq(e.out.n, 0);
+	}
+	const struct sluice_assignment *a = asg(&t, "3,1", NULL);
+	t.a.partition = NULL;
+	cr_assert_eq(sluice_ctl_create_partitions_assigned(e.ctl, "g", 1, 4, a, true, &e.out, e.msg, sizeof e.msg), 0,
+		     "%s", e.msg);
+	cr_assert_eq(e.out.n, 0);
+	cr_assert_eq(sluice_ctl_create_partitions_assigned(e.ctl, "g", 1, 4, a, false, &e.out, e.msg, sizeof e.msg), 0,
+		     "%s", e.msg);
+	apply_out(&e);
+	cr_assert_eq(sluice_image_topic_by_name(e.img, "g", 1)->partition_n, 4);
+	check_partition(&e, "g", 2, "3", "3", 3);
+	check_partition(&e, "g", 3, "1", "1", 1);
+	check_settled(&e, 1);
 	env_fini(&e);
 }
 

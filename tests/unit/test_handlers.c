@@ -2192,6 +2192,75 @@ Test(create_partitions, null_then_empty_name, .init = setup, .fini = teardown)
 	free(buf);
 }
 
+/* Proves CreatePartitions' Assignments on a single-node broker follow
+ * Kafka's rules with this broker (node 1) the only one: new partitions
+ * assigned to it are created; one list per new partition is required, and
+ * a list naming another broker is refused with INVALID_REPLICA_ASSIGNMENT
+ * and Kafka's message; a null array places them as before. v0 and the
+ * flexible v2. */
+Test(create_partitions, single_node_assignments, .init = setup, .fini = teardown)
+{
+	for (int16_t v = 0; v <= 2; v += 2) {
+		char a[32], b[32], c[32], d[32];
+		snprintf(a, sizeof a, "cpa-ok-%d", v);
+		snprintf(b, sizeof b, "cpa-count-%d", v);
+		snprintf(c, sizeof c, "cpa-other-%d", v);
+		snprintf(d, sizeof d, "cpa-null-%d", v);
+		const char *names[4] = {a, b, c, d};
+		for (int i = 0; i < 4; i++)
+			create_topic(names[i], 1);
+		/* new count, lists (-1: a null array), their one broker; 39 INVALID_REPLICA_ASSIGNMENT */
+		const struct {
+			int32_t count, lists, broker;
+			int16_t err;
+			const char *in_msg;
+		} t[4] = {
+			{3, 2, 1, 0, NULL},
+			{3, 1, 1, 39, "Attempted to add 2 additional partition(s), but only 1"},
+			{2, 1, 7, 39, "includes broker 7, but no such broker is registered"},
+			{2, -1, 0, 0, NULL},
+		};
+		struct rq q;
+		rq_start(&q, 37, v);
+		rq_arr(&q, 4);
+		for (int i = 0; i < 4; i++) {
+			rq_str(&q, names[i]);
+			kwr_i32(&q.w, t[i].count);
+			rq_arr(&q, t[i].lists);
+			for (int l = 0; l < t[i].lists; l++) {
+				rq_arr(&q, 1);
+				kwr_i32(&q.w, t[i].broker);
+				rq_tags(&q);
+			}
+			rq_tags(&q);
+		}
+		kwr_i32(&q.w, 60000);
+		kwr_bool(&q.w, false);
+		rq_tags(&q);
+		cr_assert(rq_send(&q));
+		struct rs s;
+		rs_take(&s, 37, v, q.corr);
+		(void)krd_i32(&s.r); /* throttle */
+		cr_assert_eq(rs_arr(&s, false), 4);
+		for (int i = 0; i < 4; i++) {
+			char name[64], msg[256];
+			rs_str(&s, name, sizeof name, false);
+			int16_t err = krd_i16(&s.r);
+			rs_str(&s, msg, sizeof msg, true);
+			rs_tags(&s);
+			cr_expect_str_eq(name, names[i]);
+			cr_expect_eq(err, t[i].err, "v%d %s: %d (%s)", v, name, err, msg);
+			if (t[i].in_msg)
+				cr_expect(strstr(msg, t[i].in_msg), "v%d %s: %s", v, name, msg);
+			int32_t parts;
+			cr_assert(topic_id(names[i], NULL, &parts));
+			cr_expect_eq(parts, t[i].err ? 1 : t[i].count, "v%d %s: %d partitions", v, name, parts);
+		}
+		rs_tags(&s);
+		rs_end(&s);
+	}
+}
+
 /* ---- framing, unsupported versions -------------------------------------------------------------- */
 
 /* Send a 32-byte frame for key/version (null client id, zero body) on a
