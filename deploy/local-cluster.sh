@@ -165,6 +165,7 @@ write_env() {
 # A Kafka-protocol probe (python3, standard library):
 #   probe brokers PORT          the node ids in that broker's Metadata (unfenced brokers)
 #   probe leader PORT...        "LEADER EPOCH HW" from the first controller answering DescribeQuorum
+#   probe bindable PORT...      exit 0 if every port can be listened on, else prints the others
 probe() {
     python3 - "$@" <<'PY'
 import socket, struct, sys
@@ -242,8 +243,26 @@ def leader(ports):
             continue
     sys.exit(1)
 
+def bindable(ports):
+    # A port is free to listen on only if no socket holds it: a listener, or any
+    # connection that took it as its local (ephemeral) port, TIME_WAIT included.
+    busy = []
+    for p in ports:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            busy.append(str(p))
+        finally:
+            s.close()
+    print(" ".join(busy))
+    sys.exit(1 if busy else 0)
+
 try:
-    if sys.argv[1] == "brokers":
+    if sys.argv[1] == "bindable":
+        bindable([int(p) for p in sys.argv[2:]])
+    elif sys.argv[1] == "brokers":
         brokers(int(sys.argv[2]))
     else:
         leader([int(p) for p in sys.argv[2:]])
@@ -313,6 +332,42 @@ dump_tail() {
     dir=$(node_dir "$1")
     echo "--- last lines of $dir/out.log:" >&2
     tail -n 20 "$dir/out.log" >&2 || true
+}
+
+# node_ports ID: the ports a node listens on (a controller: also its Raft port).
+node_ports() {
+    local port offset
+    port=$(port_of "$1")
+    if is_controller "$1"; then
+        offset=$(sed -n 's/^sluice\.controller\.raft\.port\.offset=//p' "$(node_props "$1")" | tail -n 1)
+        echo "$port $((port + ${offset:-1}))"
+    else
+        echo "$port"
+    fi
+}
+
+# wait_bindable ID...: refuse ports another server listens on; wait (bounded) for ports
+# that connections hold. 9092.. and the tests' ports are inside Linux's ephemeral range
+# (ip_local_port_range): any process's outgoing connection may take one as its local
+# port, and once closed it stays in TIME_WAIT for 60 s, refusing a listener meanwhile.
+wait_bindable() {
+    local deadline=$((SECONDS + 65)) id port ports=() busy said=
+    for id in "$@"; do
+        for port in $(node_ports "$id"); do
+            port_open "$port" && die "port $port (node $id) is in use: another server listens on $HOST:$port"
+            ports+=("$port")
+        done
+    done
+    while ! busy=$(probe bindable "${ports[@]}"); do
+        if ((SECONDS >= deadline)); then
+            die "ports $busy are still held by other connections after 65s (ss -tan | grep :PORT shows them)"
+        fi
+        if [[ -z $said ]]; then
+            say "ports $busy are held by closed connections (TIME_WAIT); waiting up to 65s"
+            said=1
+        fi
+        sleep 1
+    done
 }
 
 # wait_listening ID...: until each node listens (a broker: registered and unfenced).
@@ -452,12 +507,8 @@ cmd_up() {
         for id in $CONTROLLERS $BROKERS; do write_props "$id"; done
     fi
 
-    for id in $CONTROLLERS $BROKERS; do
-        port_open "$(port_of "$id")" && die "port $(port_of "$id") (node $id) is already in use on $HOST"
-        is_controller "$id" && port_open $(($(port_of "$id") + 1)) &&
-            die "port $(($(port_of "$id") + 1)) (controller $id's Raft port) is already in use on $HOST"
-    done
     find_binaries
+    wait_bindable $CONTROLLERS $BROKERS
     for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
     local started=()
     for id in $CONTROLLERS $BROKERS; do
@@ -504,8 +555,8 @@ cmd_start() {
     load_env
     is_node "$id" || die "start: node $id is not in the cluster (brokers: $BROKERS; controllers: $CONTROLLERS)"
     [[ -z $(pid_of "$id") ]] || die "start: $(node_role "$id") $id is already running (pid $(pid_of "$id"))"
-    port_open "$(port_of "$id")" && die "start: port $(port_of "$id") of node $id is in use by another process"
     find_binaries
+    wait_bindable "$id"
     start_node "$id"
     write_env
     if [[ -n $wait ]]; then
