@@ -570,6 +570,9 @@ cmd_down() {
     local id any=
     for id in $BROKERS $CONTROLLERS; do [[ -n $(pid_of "$id") ]] && any=1; done
     [[ -n $any ]] || { say "nothing running in $DIR"; return 0; }
+    local ctl_up=
+    for id in $CONTROLLERS; do [[ -n $(pid_of "$id") ]] && ctl_up=1; done
+    [[ -n $ctl_up ]] || say "no controller is running: each broker waits sluice.controller.shutdown.wait.ms (30 s by default) for a controlled shutdown before it stops"
     say "stopping brokers [$BROKERS] (SIGTERM: controlled shutdown)"
     stop_nodes "$STOP_S" $BROKERS
     say "stopping controllers [$CONTROLLERS]"
