@@ -35,7 +35,10 @@
 #
 # Properties are Kafka's defaults except what a local cluster needs (ids, listeners,
 # quorum, data dirs, cluster.id, sluice.cpu.affinity=false since the nodes share the
-# machine's cores). --set KEY=VALUE adds a property to every node's file (a key the
+# machine's cores, and sluice.listener.bind.timeout.ms=70000: a port in Linux's
+# ephemeral range, 32768-60999, can be held for 60 s by a closed connection of another
+# node, and a broker binds its port only once it is registered; below 32768, as the
+# default 9092.. are, this never happens). --set KEY=VALUE adds a property to every node's file (a key the
 # other binary does not know is warned about in its log and ignored);
 # --set-broker / --set-controller to one kind only. The tests use this for short
 # timeouts, e.g. --set broker.session.timeout.ms=4000 --set broker.heartbeat.interval.ms=500
@@ -296,6 +299,9 @@ write_props() {
             echo "log.dirs=$dir/data"
             echo "# several brokers share this machine's cores: no pinning"
             echo "sluice.cpu.affinity=false"
+            echo "# a broker binds its port only once registered: meanwhile another node's closed"
+            echo "# connection may hold it in TIME_WAIT (60 s) when it lies in the ephemeral range"
+            echo "sluice.listener.bind.timeout.ms=70000"
         fi
         if ((${#SETS[@]} + ${#ROLE_SETS[@]})); then
             echo "# given with --set"
