@@ -121,11 +121,24 @@ L4J
     done
 }
 
+# wait_bindable PORT: these ports are in Linux's ephemeral range, where any process's
+# closed connection can hold one in TIME_WAIT for 60 s (deploy/local-cluster.sh waits too).
+wait_bindable() {
+    local deadline=$((SECONDS + 65))
+    port_open "$1" && die "port $1 is in use: another server listens on it"
+    until python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; do
+        ((SECONDS < deadline)) || die "port $1 still held by other connections after 65s"
+        sleep 1
+    done
+}
+
 kafka_start() {  # DIR NODE_ID
     local dir=$1 id=$2 nd=$1/node-$2 pid deadline
-    port_open "$(kafka_port "$id")" && die "port $(kafka_port "$id") is in use"
+    wait_bindable "$(kafka_port "$id")"
     (kafka_java "$nd" kafka.Kafka "$nd/server.properties" </dev/null >>"$nd/kafka.out" 2>&1) &
     pid=$!
+    disown "$pid" 2>/dev/null || true  # the benchmark kills it: no job notice from this shell
     echo "$pid" >"$nd/pid"
     kafka_env_write "$dir"
     deadline=$((SECONDS + 120))
