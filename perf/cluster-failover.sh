@@ -115,6 +115,9 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.stdout.ref = STDOUT
+# the controllers' decisions (fencing, elections) with their times, as Sluice logs them
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = INFO
 L4J
         (kafka_java "$nd" kafka.tools.StorageTool format -t "$cid" -c "$nd/server.properties" \
             >"$nd/format.out" 2>&1) || { cat "$nd/format.out" >&2; die "formatting Kafka node $id failed"; }
