@@ -1,0 +1,502 @@
+/* The `sluice` tool's wire code alone (tools/cli_wire.c) and its two
+ * renderings (tools/cli_status.c), with no sockets: answers written here as
+ * Kafka's schemas lay them out decode into what they were written with
+ * (DescribeQuorum v0-2 with Nodes, DescribeCluster v0-2 with IsFenced,
+ * Metadata v1-12 counted into offline and under-replicated partitions,
+ * ApiVersions v0); every cut short of the end and every byte left over is
+ * refused as malformed, as are counts beyond the tool's maxima and lengths
+ * beyond the frame; the requests carry what the servers need (EndpointType
+ * brokers, IncludeFencedBrokers, all topics); the JSON output is valid
+ * whatever bytes a host holds; HOST:PORT parsing and version choice. */
+#include "tools/cli.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kafka/errors.h"
+
+static char why[SLUICE_CLI_WHY_MAX];
+
+/* ---- answers written as the schemas say -------------------------------------------- */
+
+struct voter {
+	int32_t id;
+	int64_t end;
+	const char *host;
+	int32_t port;
+};
+
+static void w_replica(struct kwr *w, int16_t v, int32_t id, int64_t end)
+{
+	static const uint8_t dir[16];
+	kwr_i32(w, id);
+	if (v >= 2)
+		kwr_uuid(w, dir);
+	kwr_i64(w, end);
+	if (v >= 1) {
+		kwr_i64(w, -1);
+		kwr_i64(w, -1);
+	}
+	kwr_tags_empty(w);
+}
+
+static void w_quorum(struct kwr *w, int16_t v, int16_t perr, int32_t leader, const struct voter *vs, int n,
+		     int observers)
+{
+	kwr_i16(w, 0);
+	if (v >= 2)
+		kwr_cstr(w, true, NULL);
+	kwr_array(w, true, 1);
+	kwr_cstr(w, true, "__cluster_metadata");
+	kwr_array(w, true, 1);
+	kwr_i32(w, 0);
+	kwr_i16(w, perr);
+	if (v >= 2)
+		kwr_cstr(w, true, NULL);
+	kwr_i32(w, leader);
+	kwr_i32(w, 7);
+	kwr_i64(w, 99);
+	kwr_array(w, true, n);
+	for (int i = 0; i < n; i++)
+		w_replica(w, v, vs[i].id, vs[i].end);
+	kwr_array(w, true, observers);
+	for (int i = 0; i < observers; i++)
+		w_replica(w, v, 100 + i, 5);
+	kwr_tags_empty(w);
+	kwr_tags_empty(w);
+	if (v >= 2) {
+		kwr_array(w, true, n);
+		for (int i = 0; i < n; i++) {
+			kwr_i32(w, vs[i].id);
+			kwr_array(w, true, 2); /* the first listener is taken */
+			kwr_cstr(w, true, "CONTROLLER");
+			kwr_cstr(w, true, vs[i].host);
+			kwr_i16(w, (int16_t)(uint16_t)vs[i].port);
+			kwr_tags_empty(w);
+			kwr_cstr(w, true, "OTHER");
+			kwr_cstr(w, true, "elsewhere");
+			kwr_i16(w, 1);
+			kwr_tags_empty(w);
+			kwr_tags_empty(w);
+		}
+	}
+	kwr_tags_empty(w);
+}
+
+struct broker {
+	int32_t id;
+	const char *host;
+	int32_t port;
+	const char *rack;
+	bool fenced;
+};
+
+static void w_cluster(struct kwr *w, int16_t v, int8_t type, const struct broker *bs, int n)
+{
+	kwr_i32(w, 0);
+	kwr_i16(w, 0);
+	kwr_cstr(w, true, NULL);
+	if (v >= 1)
+		kwr_i8(w, type);
+	kwr_cstr(w, true, "cluster-x");
+	kwr_i32(w, 1);
+	kwr_array(w, true, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i32(w, bs[i].id);
+		kwr_cstr(w, true, bs[i].host);
+		kwr_i32(w, bs[i].port);
+		kwr_cstr(w, true, bs[i].rack);
+		if (v >= 2)
+			kwr_bool(w, bs[i].fenced);
+		kwr_tags_empty(w);
+	}
+	kwr_i32(w, INT32_MIN);
+	kwr_tags_empty(w);
+}
+
+struct part {
+	int32_t leader;
+	int replicas, isr;
+};
+
+static void w_ints(struct kwr *w, bool flex, int n)
+{
+	kwr_array(w, flex, n);
+	for (int i = 0; i < n; i++)
+		kwr_i32(w, 101 + i);
+}
+
+static void w_metadata(struct kwr *w, int16_t v, const struct part *ps, int n)
+{
+	bool flex = v >= 9;
+	if (v >= 3)
+		kwr_i32(w, 0);
+	kwr_array(w, flex, 1); /* one broker */
+	kwr_i32(w, 101);
+	kwr_cstr(w, flex, "127.0.0.1");
+	kwr_i32(w, 9092);
+	kwr_cstr(w, flex, NULL);
+	if (flex)
+		kwr_tags_empty(w);
+	if (v >= 2)
+		kwr_cstr(w, flex, "cluster-x");
+	kwr_i32(w, 101);
+	kwr_array(w, flex, 2); /* two topics: the partitions, then an empty one */
+	for (int t = 0; t < 2; t++) {
+		kwr_i16(w, 0);
+		kwr_cstr(w, flex, t ? "empty" : "t");
+		if (v >= 10)
+			kwr_uuid(w, (const uint8_t[16]){1});
+		kwr_bool(w, false);
+		kwr_array(w, flex, t ? 0 : n);
+		for (int i = 0; !t && i < n; i++) {
+			kwr_i16(w, ps[i].leader < 0 ? KERR_LEADER_NOT_AVAILABLE : 0);
+			kwr_i32(w, i);
+			kwr_i32(w, ps[i].leader);
+			if (v >= 7)
+				kwr_i32(w, 3);
+			w_ints(w, flex, ps[i].replicas);
+			w_ints(w, flex, ps[i].isr);
+			if (v >= 5)
+				w_ints(w, flex, 0);
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (v >= 8)
+			kwr_i32(w, INT32_MIN);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (v >= 8 && v <= 10)
+		kwr_i32(w, INT32_MIN);
+	if (flex)
+		kwr_tags_empty(w);
+}
+
+/* ---- cuts and leftovers ---------------------------------------------------------------- */
+
+typedef int (*decode_fn)(const uint8_t *body, size_t len, int16_t v, void *out);
+static int dq(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_describe_quorum(b, n, v, o, why, sizeof why);
+}
+static int dc(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_describe_cluster(b, n, v, o, why, sizeof why);
+}
+static int md(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_metadata(b, n, v, o, why, sizeof why);
+}
+
+/* Every cut short of the end, and one byte too many, are refused. */
+static void cuts_refused(const struct kwr *w, int16_t v, decode_fn decode, void *out)
+{
+	for (size_t n = 0; n < w->len; n++)
+		cr_assert_eq(decode(w->buf, n, v, out), -1, "a cut at %zu of %zu bytes (v%d) was accepted", n, w->len, v);
+	uint8_t *more = malloc(w->len + 1);
+	cr_assert_not_null(more);
+	memcpy(more, w->buf, w->len);
+	more[w->len] = 0;
+	cr_assert_eq(decode(more, w->len + 1, v, out), -1);
+	cr_assert(strstr(why, "left over"), "%s", why);
+	free(more);
+}
+
+/* ---- DescribeQuorum -------------------------------------------------------------------- */
+
+Test(cli, describe_quorum_all_versions)
+{
+	static const struct voter vs[] = {{3, 40, "c3.example", 9093}, {1, 42, "127.0.0.1", 9091}, {2, -1, "::1", 65535}};
+	static struct sluice_cli_quorum q;
+	for (int16_t v = 0; v <= SLUICE_CLI_DESCRIBE_QUORUM_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1 << 20);
+		w_quorum(&w, v, 0, 1, vs, 3, 2);
+		cr_assert_eq(sluice_cli_decode_describe_quorum(w.buf, w.len, v, &q, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(q.error, 0);
+		cr_assert_eq(q.leader_id, 1);
+		cr_assert_eq(q.leader_epoch, 7);
+		cr_assert_eq(q.high_watermark, 99);
+		cr_assert_eq(q.voter_n, 3, "observers are not voters");
+		for (int i = 0; i < 3; i++) {
+			cr_assert_eq(q.voters[i].id, vs[i].id);
+			cr_assert_eq(q.voters[i].log_end_offset, vs[i].end);
+			cr_assert_eq(q.voters[i].has_endpoint, v >= 2);
+			if (v >= 2) {
+				cr_assert_str_eq(q.voters[i].endpoint.host, vs[i].host);
+				cr_assert_eq(q.voters[i].endpoint.port, vs[i].port, "Port is uint16: 65535 stays 65535");
+			}
+		}
+		cuts_refused(&w, v, dq, &q);
+		kwr_free(&w);
+	}
+}
+
+Test(cli, describe_quorum_errors_and_limits)
+{
+	static struct sluice_cli_quorum q;
+	static struct voter many[SLUICE_CLI_CONTROLLERS_MAX + 1];
+	for (int i = 0; i <= SLUICE_CLI_CONTROLLERS_MAX; i++)
+		many[i] = (struct voter){i, 1, "h", 1};
+	struct kwr w;
+	kwr_init(&w, 0, 1 << 20);
+	/* a follower's answer: decoded, its error kept for the caller */
+	w_quorum(&w, 2, KERR_NOT_LEADER_OR_FOLLOWER, 2, many, 2, 0);
+	cr_assert_eq(sluice_cli_decode_describe_quorum(w.buf, w.len, 2, &q, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(q.error, KERR_NOT_LEADER_OR_FOLLOWER);
+	cr_assert_eq(q.leader_id, 2);
+	/* one voter more than kept */
+	kwr_reset(&w);
+	w_quorum(&w, 2, 0, 1, many, SLUICE_CLI_CONTROLLERS_MAX + 1, 0);
+	cr_assert_eq(sluice_cli_decode_describe_quorum(w.buf, w.len, 2, &q, why, sizeof why), -1);
+	cr_assert(strstr(why, "more voters"), "%s", why);
+	/* a top-level error with no topics */
+	kwr_reset(&w);
+	kwr_i16(&w, KERR_REQUEST_TIMED_OUT);
+	kwr_cstr(&w, true, "no active controller answered");
+	kwr_array(&w, true, 0);
+	kwr_array(&w, true, 0);
+	kwr_tags_empty(&w);
+	cr_assert_eq(sluice_cli_decode_describe_quorum(w.buf, w.len, 2, &q, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(q.error, KERR_REQUEST_TIMED_OUT);
+	/* no error but no __cluster_metadata partition: malformed */
+	kwr_reset(&w);
+	kwr_i16(&w, 0);
+	kwr_array(&w, true, 0);
+	kwr_tags_empty(&w);
+	cr_assert_eq(sluice_cli_decode_describe_quorum(w.buf, w.len, 0, &q, why, sizeof why), -1);
+	cr_assert(strstr(why, "__cluster_metadata"), "%s", why);
+	/* an array count beyond the frame: refused before anything is read */
+	kwr_reset(&w);
+	kwr_i16(&w, 0);
+	kwr_uvarint(&w, 1000001);
+	kwr_tags_empty(&w);
+	cr_assert_eq(sluice_cli_decode_describe_quorum(w.buf, w.len, 0, &q, why, sizeof why), -1);
+	cr_assert(strstr(why, "DescribeQuorum v0") && strstr(why, "byte"), "%s", why);
+	kwr_free(&w);
+}
+
+/* ---- DescribeCluster ------------------------------------------------------------------- */
+
+Test(cli, describe_cluster_all_versions)
+{
+	static const struct broker bs[] = {
+		{101, "127.0.0.1", 9092, NULL, false}, {102, "b2.example", 19092, "rack-a", true}};
+	static struct sluice_cli_brokers out;
+	for (int16_t v = 0; v <= SLUICE_CLI_DESCRIBE_CLUSTER_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1 << 20);
+		w_cluster(&w, v, 1, bs, 2);
+		cr_assert_eq(sluice_cli_decode_describe_cluster(w.buf, w.len, v, &out, why, sizeof why), 0, "v%d: %s", v,
+			     why);
+		cr_assert_eq(out.error, 0);
+		cr_assert_eq(out.controller_id, 1);
+		cr_assert_eq(out.broker_n, 2);
+		cr_assert_eq(out.fenced_known, v >= 2);
+		cr_assert_eq(out.brokers[0].id, 101);
+		cr_assert_str_eq(out.brokers[0].endpoint.host, "127.0.0.1");
+		cr_assert_eq(out.brokers[0].endpoint.port, 9092);
+		cr_assert_not(out.brokers[0].has_rack);
+		cr_assert_not(out.brokers[0].fenced);
+		cr_assert(out.brokers[1].has_rack);
+		cr_assert_str_eq(out.brokers[1].rack, "rack-a");
+		cr_assert_eq(out.brokers[1].fenced, v >= 2, "IsFenced is read from v2 only");
+		cuts_refused(&w, v, dc, &out);
+		/* controller endpoints are not brokers */
+		if (v >= 1) {
+			kwr_reset(&w);
+			w_cluster(&w, v, 2, bs, 2);
+			cr_assert_eq(sluice_cli_decode_describe_cluster(w.buf, w.len, v, &out, why, sizeof why), -1);
+		}
+		kwr_free(&w);
+	}
+}
+
+Test(cli, describe_cluster_refusals)
+{
+	static struct sluice_cli_brokers out;
+	char long_host[SLUICE_CLI_HOST_MAX + 1];
+	memset(long_host, 'h', sizeof long_host - 1);
+	long_host[sizeof long_host - 1] = '\0';
+	const struct broker bad[] = {{1, NULL, 9092, NULL, false}, {1, long_host, 9092, NULL, false},
+				     {1, "h", 70000, NULL, false}, {1, "h", -2, NULL, false}};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1 << 20);
+		w_cluster(&w, 2, 1, &bad[i], 1);
+		cr_assert_eq(sluice_cli_decode_describe_cluster(w.buf, w.len, 2, &out, why, sizeof why), -1, "case %zu", i);
+		kwr_free(&w);
+	}
+	/* more brokers than kept */
+	static struct broker many[SLUICE_CLI_BROKERS_MAX + 1];
+	for (int i = 0; i <= SLUICE_CLI_BROKERS_MAX; i++)
+		many[i] = (struct broker){i, "h", 1, NULL, false};
+	struct kwr w;
+	kwr_init(&w, 0, 1 << 22);
+	w_cluster(&w, 2, 1, many, SLUICE_CLI_BROKERS_MAX);
+	cr_assert_eq(sluice_cli_decode_describe_cluster(w.buf, w.len, 2, &out, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(out.broker_n, SLUICE_CLI_BROKERS_MAX);
+	kwr_reset(&w);
+	w_cluster(&w, 2, 1, many, SLUICE_CLI_BROKERS_MAX + 1);
+	cr_assert_eq(sluice_cli_decode_describe_cluster(w.buf, w.len, 2, &out, why, sizeof why), -1);
+	cr_assert(strstr(why, "more brokers"), "%s", why);
+	kwr_free(&w);
+}
+
+Test(cli, describe_cluster_request)
+{
+	/* v2: IncludeClusterAuthorizedOperations false, EndpointType 1, IncludeFencedBrokers true, no tags */
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	sluice_cli_encode_describe_cluster(&w, 2);
+	cr_assert_eq(w.len, 4);
+	cr_assert(memcmp(w.buf, "\x00\x01\x01\x00", 4) == 0);
+	kwr_reset(&w);
+	sluice_cli_encode_describe_cluster(&w, 0);
+	cr_assert_eq(w.len, 2);
+	kwr_free(&w);
+}
+
+/* ---- Metadata ------------------------------------------------------------------------ */
+
+Test(cli, metadata_counts_all_versions)
+{
+	static const struct part ps[] = {
+		{101, 1, 1}, /* healthy */
+		{-1, 1, 0},  /* offline, and its ISR is short too */
+		{102, 3, 2}, /* under-replicated */
+		{-1, 1, 1},  /* offline with its last ISR member kept */
+		{101, 3, 3},
+	};
+	static struct sluice_cli_partitions out;
+	for (int16_t v = SLUICE_CLI_METADATA_MIN; v <= SLUICE_CLI_METADATA_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1 << 20);
+		w_metadata(&w, v, ps, 5);
+		cr_assert_eq(sluice_cli_decode_metadata(w.buf, w.len, v, &out, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(out.topics, 2, "v%d", v);
+		cr_assert_eq(out.partitions, 5);
+		cr_assert_eq(out.offline, 2);
+		cr_assert_eq(out.under_replicated, 2);
+		cuts_refused(&w, v, md, &out);
+		kwr_free(&w);
+	}
+}
+
+Test(cli, metadata_request)
+{
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	sluice_cli_encode_metadata(&w, 1); /* null topics: all */
+	cr_assert_eq(w.len, 4);
+	cr_assert(memcmp(w.buf, "\xff\xff\xff\xff", 4) == 0);
+	kwr_reset(&w);
+	sluice_cli_encode_metadata(&w, 12); /* compact null, no auto-creation, no authorized operations, tags */
+	cr_assert_eq(w.len, 4);
+	cr_assert(memcmp(w.buf, "\x00\x00\x00\x00", 4) == 0);
+	kwr_free(&w);
+}
+
+/* ---- ApiVersions, versions, endpoints ------------------------------------------------------- */
+
+Test(cli, api_versions)
+{
+	struct sluice_cli_versions vs;
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	kwr_i16(&w, 0);
+	kwr_array(&w, false, 3);
+	const int16_t keys[3][3] = {{3, 0, 12}, {55, 0, 2}, {60, 0, 1}};
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 3; k++)
+			kwr_i16(&w, keys[i][k]);
+	cr_assert_eq(sluice_cli_decode_api_versions(w.buf, w.len, &vs, why, sizeof why), 0, "%s", why);
+	cr_assert(vs.metadata && vs.describe_quorum && vs.describe_cluster);
+	cr_assert_eq(vs.metadata_max, 12);
+	cr_assert_eq(vs.describe_cluster_max, 1);
+	for (size_t n = 0; n < w.len; n++)
+		cr_assert_eq(sluice_cli_decode_api_versions(w.buf, n, &vs, why, sizeof why), -1);
+	kwr_reset(&w);
+	kwr_i16(&w, KERR_UNSUPPORTED_VERSION);
+	kwr_array(&w, false, 0);
+	cr_assert_eq(sluice_cli_decode_api_versions(w.buf, w.len, &vs, why, sizeof why), -1);
+	cr_assert(strstr(why, "UNSUPPORTED_VERSION"), "%s", why);
+	kwr_free(&w);
+}
+
+Test(cli, pick_version)
+{
+	cr_assert_eq(sluice_cli_pick_version(false, 0, 5, 0, 2), -1);
+	cr_assert_eq(sluice_cli_pick_version(true, 0, 5, 0, 2), 2);
+	cr_assert_eq(sluice_cli_pick_version(true, 0, 1, 0, 2), 1);
+	cr_assert_eq(sluice_cli_pick_version(true, 4, 13, 1, 12), 12);
+	cr_assert_eq(sluice_cli_pick_version(true, 0, 0, 1, 12), -1);
+	cr_assert_eq(sluice_cli_pick_version(true, 3, 2, 0, 2), -1);
+}
+
+Test(cli, parse_endpoint)
+{
+	struct sluice_cli_endpoint ep;
+#define OK(s, h, p)                                                                    \
+	do {                                                                               \
+		cr_assert_eq(sluice_cli_parse_endpoint(s, strlen(s), &ep), 0, "%s", s);    \
+		cr_assert_str_eq(ep.host, h);                                              \
+		cr_assert_eq(ep.port, p);                                                  \
+	} while (0)
+	OK("127.0.0.1:9092", "127.0.0.1", 9092);
+	OK("broker-1.example:1", "broker-1.example", 1);
+	OK("[::1]:65535", "::1", 65535);
+#undef OK
+	const char *bad[] = {"", "host", "host:", ":9092", "host:0", "host:65536", "host:12a", "::1:9092", "[::1]9092",
+			     "[::1]:", "host:123456"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		cr_assert_eq(sluice_cli_parse_endpoint(bad[i], strlen(bad[i]), &ep), -1, "%s", bad[i]);
+}
+
+/* ---- output ------------------------------------------------------------------------- */
+
+Test(cli, json_and_table)
+{
+	static struct sluice_cli_status s;
+	memset(&s, 0, sizeof s);
+	s.quorum.leader_id = 2;
+	s.quorum.voter_n = 2;
+	s.quorum.voters[0] = (struct sluice_cli_controller){.id = 1, .log_end_offset = 10};
+	s.quorum.voters[1] = (struct sluice_cli_controller){.id = 2, .log_end_offset = 11, .has_endpoint = true};
+	strcpy(s.quorum.voters[1].endpoint.host, "127.0.0.1");
+	s.quorum.voters[1].endpoint.port = 9093;
+	s.brokers.broker_n = 2;
+	s.brokers.brokers[0] = (struct sluice_cli_broker){.id = 101, .fenced = true, .has_rack = true};
+	strcpy(s.brokers.brokers[0].endpoint.host, "a\"b\\c\n\xff");
+	strcpy(s.brokers.brokers[0].rack, "r1");
+	s.brokers.brokers[0].endpoint.port = 9092;
+	s.brokers.brokers[1] = (struct sluice_cli_broker){.id = 102};
+	strcpy(s.brokers.brokers[1].endpoint.host, "h");
+	s.brokers.brokers[1].endpoint.port = 1;
+	s.partitions.offline = 3;
+	s.partitions.under_replicated = 4;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	cr_assert_not_null(f);
+	sluice_cli_print_status_json(&s, f);
+	fclose(f);
+	cr_assert_str_eq(text,
+			 "{\"controllers\":[{\"id\":1,\"role\":\"follower\",\"last_applied_offset\":10,\"host\":null,"
+			 "\"port\":null},{\"id\":2,\"role\":\"leader\",\"last_applied_offset\":11,\"host\":\"127.0.0.1\","
+			 "\"port\":9093}],\"brokers\":[{\"id\":101,\"host\":\"a\\\"b\\\\c\\u000a\\u00ff\",\"port\":9092,"
+			 "\"rack\":\"r1\",\"fenced\":true},{\"id\":102,\"host\":\"h\",\"port\":1,\"rack\":null,"
+			 "\"fenced\":false}],\"offline_partitions\":3,\"under_replicated_partitions\":4}\n");
+	free(text);
+	f = open_memstream(&text, &len);
+	cr_assert_not_null(f);
+	sluice_cli_print_status_table(&s, f);
+	fclose(f);
+	cr_assert(strstr(text, "Controllers (leader 2"), "%s", text);
+	cr_assert(strstr(text, "  101    a\"b\\c??"), "%s", text);
+	cr_assert(strstr(text, "yes"), "%s", text);
+	cr_assert(strstr(text, "Offline partitions: 3   Under-replicated partitions: 4"), "%s", text);
+	free(text);
+}
