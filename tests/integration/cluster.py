@@ -19,8 +19,8 @@ Proves, in order:
   (DescribeCluster from each controller: same active controller, same controllers, same
   brokers);
 - kill -9 of a broker: it is fenced after broker.session.timeout.ms (it leaves every
-  Metadata and DescribeCluster answer; `sluice cluster status --json` shows it fenced
-  when the CLI is built), its RF=1 partitions are offline (Metadata leader -1 and
+  Metadata and DescribeCluster answer; `sluice cluster status --json` shows it fenced and
+  its partitions offline, and nothing fenced or offline before and after), its RF=1 partitions are offline (Metadata leader -1 and
   LEADER_NOT_AVAILABLE on every live broker; a produce to one gets a retriable error);
   restarted, it is unfenced and its partitions serve again, the records from before the
   kill still there;
@@ -181,9 +181,11 @@ def broker_exe():
 
 
 def cli_path():
-    """The `sluice` CLI (issue 12, another branch) if built: SLUICE_CLI or next to the controller."""
-    p = os.environ.get("SLUICE_CLI") or os.path.join(os.path.dirname(cb.controller_path()), "sluice")
-    return p if os.path.isfile(p) and os.access(p, os.X_OK) else None
+    """The `sluice` CLI: SLUICE_CLI (meson sets it), else build/tools/sluice."""
+    p = os.environ.get("SLUICE_CLI") or os.path.join(lib.ROOT, "build", "tools", "sluice")
+    if not (os.path.isfile(p) and os.access(p, os.X_OK)):
+        raise lib.TestFailure(f"the sluice CLI is not built at {p} (ninja -C build tools/sluice)")
+    return p
 
 
 # ----------------------------------------------------------------- Kafka protocol
@@ -374,6 +376,12 @@ def step_up(cl):
     status = cl.sh("status", cl.dir).stdout
     check(len(re.findall(r"running, unfenced", status)) == 3 and "quorum leader" in status,
           f"status does not show 3 unfenced brokers and a quorum leader:\n{status}")
+    st = cli_status(cl)
+    roles = sorted((c["id"], c["role"]) for c in st["controllers"])
+    check([r[0] for r in roles] == cl.controllers and [r[1] for r in roles].count("leader") == 1,
+          f"sluice cluster status: controllers {st['controllers']}")
+    check(cli_fenced(st) == {b: False for b in cl.brokers} and st["offline_partitions"] == 0,
+          f"sluice cluster status after up: {st}")
     log(f"cluster up in {times['up']:.1f}s")
 
 
@@ -575,18 +583,30 @@ def step_controller_restart(cl, tools, killed):
               f"DescribeCluster from controller {c}: {brokers_view} / {ctl_view}, controller "
               f"{cl.controllers[0]}: {first}")
     check(sorted(first[0]["brokers"]) == cl.brokers, f"controllers list brokers {first[0]['brokers']}")
+    st = cli_status(cl)
+    applied = {c["id"]: c["last_applied_offset"] for c in st["controllers"]}
+    check(sorted(applied) == cl.controllers and len(set(applied.values())) == 1 and
+          [c["id"] for c in st["controllers"] if c["role"] == "leader"] == [lead_id],
+          f"sluice cluster status after controller {killed}'s return: {st['controllers']}")
     log(f"kafka-metadata-quorum --replication: log end offsets {leos}; DescribeCluster from every controller: "
         f"active {lead_id}, brokers {sorted(first[0]['brokers'])}")
 
 
-def cli_status(cl):
-    cli = cli_path()
-    if not cli:
-        return None
-    r = lib.run([cli, "--bootstrap-server", cl.env["BOOTSTRAP"].split(",")[0], "cluster", "status", "--json"],
-                timeout=30)
+def cli_status(cl, bootstrap=None):
+    """`sluice --bootstrap-server BOOTSTRAP cluster status --json`, parsed."""
+    bootstrap = bootstrap or cl.env["BOOTSTRAP"]
+    r = lib.run([cli_path(), "--bootstrap-server", bootstrap, "cluster", "status", "--json"], timeout=60)
     check(r.returncode == 0, f"sluice cluster status --json: exit {r.returncode}: {r.stderr[-1000:]}")
-    return json.loads(r.stdout)
+    try:
+        st = json.loads(r.stdout)
+    except ValueError as e:
+        raise lib.TestFailure(f"sluice cluster status --json printed no JSON ({e}): {r.stdout[:500]!r}")
+    log(f"sluice cluster status --json: {json.dumps(st)[:600]}")
+    return st
+
+
+def cli_fenced(st):
+    return {b["id"]: b["fenced"] for b in st["brokers"]}
 
 
 def step_broker_failover(cl, kcat, victim=3):
@@ -622,14 +642,11 @@ def step_broker_failover(cl, kcat, victim=3):
                   f"DescribeCluster from controller {c} lists {sorted(describe_cluster(cl.port(c), 1)['brokers'])}")
             time.sleep(0.05)
     st = cli_status(cl)
-    if st is None:
-        log("sluice CLI not built (SLUICE_CLI): fencing checked through Metadata and DescribeCluster only")
-    else:
-        fenced = {b["id"]: b["fenced"] for b in st["brokers"]}
-        check(fenced.get(victim) is True and all(fenced.get(b) is False for b in live),
-              f"sluice cluster status: brokers {st['brokers']}")
-        check(st["offline_partitions"] >= len(mine), f"sluice cluster status: offline {st['offline_partitions']}")
-        log(f"sluice cluster status --json: broker {victim} fenced, {st['offline_partitions']} offline partitions")
+    fenced = cli_fenced(st)
+    check(fenced.get(victim) is True and all(fenced.get(b) is False for b in live),
+          f"sluice cluster status: brokers {st['brokers']}")
+    check(st["offline_partitions"] >= len(mine), f"sluice cluster status: offline {st['offline_partitions']}")
+    log(f"sluice cluster status: broker {victim} fenced, {st['offline_partitions']} offline partitions")
     # its RF=1 partitions are offline on every live broker
     md = wait_identical(cl, [cl.port(b) for b in live], what="Metadata after the fencing")
     for p in mine:
@@ -647,6 +664,9 @@ def step_broker_failover(cl, kcat, victim=3):
     times["broker_restart"] = time.monotonic() - t1
     md = wait_identical(cl, [cl.port(b) for b in cl.brokers], what="Metadata after the broker's return")
     check([b[0] for b in md[0]] == cl.brokers, f"brokers after the restart: {md[0]}")
+    st = cli_status(cl)
+    check(cli_fenced(st) == {b: False for b in cl.brokers} and st["offline_partitions"] == 0,
+          f"sluice cluster status after broker {victim}'s return: {st}")
     for p in mine:
         perr, leader, epoch, *_ = md[2]["spread-a"][3][p]
         check(perr == NONE and leader == victim and epoch > epochs[p],
