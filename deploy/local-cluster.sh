@@ -33,15 +33,18 @@
 #   CONTROLLERS="1001 1002 1003", PORT_<id>=..., PID_<id>=... for every node
 #   (`start` rewrites PID_<id>; `kill` and `down` change nothing in it).
 #
-# Properties are Kafka's defaults except what a local cluster needs (ids, listeners,
-# quorum, data dirs, cluster.id, sluice.cpu.affinity=false since the nodes share the
-# machine's cores, and sluice.listener.bind.timeout.ms=70000: a port in Linux's
-# ephemeral range, 32768-60999, can be held for 60 s by a closed connection of another
-# node, and a broker binds its port only once it is registered; below 32768, as the
-# default 9092.. are, this never happens). --set KEY=VALUE adds a property to every node's file (a key the
-# other binary does not know is warned about in its log and ignored);
-# --set-broker / --set-controller to one kind only. The tests use this for short
-# timeouts, e.g. --set broker.session.timeout.ms=4000 --set broker.heartbeat.interval.ms=500
+# Properties are Kafka's defaults except what a local cluster needs: ids, listeners,
+# quorum, data dirs, cluster.id, sluice.cpu.affinity=false (the nodes share the
+# machine's cores) and sluice.listener.bind.timeout.ms=70000. The last because a port
+# in Linux's ephemeral range (32768-60999) can be held for 60 s by any process's closed
+# connection (TIME_WAIT), and a broker binds its port only once it is registered; `up`
+# and `start` also wait (up to 65 s) for such ports before starting a node. Below
+# 32768, as the default 9092.. are, this never happens.
+#
+# --set KEY=VALUE adds a property to every node's file (a key the other binary does not
+# know is warned about in its log and ignored); --set-broker / --set-controller to one
+# kind only. The tests use them for short timeouts, e.g. --set
+# broker.session.timeout.ms=4000 --set broker.heartbeat.interval.ms=500
 # --set-controller controller.quorum.election.timeout.ms=1000.
 #
 # Environment:
