@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "control/broker_config.h"
 #include "control/topic_config.h"
 
 #define SLUICE_TOPICS_MAX 100000
@@ -78,7 +79,21 @@ struct sluice_meta_snapshot {
 	/* The metadata offset this snapshot reflects (controller backend; the
 	 * local backend: version). */
 	int64_t metadata_offset;
+	/* Cluster mode: this broker's dynamic configuration (the cluster-wide
+	 * default and its own BROKER overrides over server.properties,
+	 * control/broker_config.h), shared by the snapshots published while it
+	 * does not change; owned by the backend. NULL: none (the local
+	 * backend, or no override): server.properties applies as it is. */
+	const struct sluice_broker_config *broker_config;
 };
+
+/* The broker configuration a snapshot says is in effect: its dynamic one,
+ * else file (the broker's server.properties). */
+static inline const struct sluice_config *sluice_meta_config(const struct sluice_meta_snapshot *s,
+							      const struct sluice_config *file)
+{
+	return s && s->broker_config ? &s->broker_config->effective : file;
+}
 
 /* Partition p of t (0 <= p < t->partitions), or NULL if the backend has
  * not said (the local one before sluice_meta_local_set_node). */

@@ -98,6 +98,7 @@ enum {
 	API_API_VERSIONS = 18,
 	API_CREATE_TOPICS = 19,
 	API_DELETE_TOPICS = 20,
+	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
 	API_FETCH_SNAPSHOT = 59,
@@ -190,6 +191,9 @@ struct mc {
 	char (*dirty)[SLUICE_TOPIC_NAME_MAX + 1];
 	uint32_t dirty_n;
 	bool all_dirty, brokers_dirty;
+	bool broker_config_dirty; /* a BROKER config record of "" or this node */
+	struct sluice_config *base; /* the static configuration dynamic configs apply over */
+	char node_name[16];         /* this node's id as a BROKER resource name */
 
 	/* Submitted batches and forwards, for the admin thread (under q_lock). */
 	pthread_mutex_t q_lock;
@@ -290,6 +294,7 @@ static void snap_free(struct sluice_meta_snapshot *s)
 	for (uint32_t i = 0; i < s->topic_n; i++)
 		topic_unref(s->topics[i]);
 	brokers_unref(s->brokers);
+	sluice_broker_config_unref(s->broker_config);
 	free(s->topics);
 	free(s);
 }
@@ -421,6 +426,64 @@ static struct mc_brokers *brokers_build(const struct mc *m)
 	return bs;
 }
 
+/* One level of BROKER overrides collected from the image (up to what a
+ * broker keeps; the rest counted). The strings are the image's: valid
+ * until it changes, past the build that copies them. */
+struct dyn_collect {
+	struct sluice_broker_dynamic *v;
+	uint32_t n, dropped;
+};
+
+static int collect_dynamic(void *arg, const char *name, const char *value)
+{
+	struct dyn_collect *dc = arg;
+	if (dc->n >= SLUICE_BROKER_DYNAMIC_CONFIGS_MAX || strlen(name) > SLUICE_BROKER_CONFIG_NAME_MAX ||
+	    strlen(value) > SLUICE_BROKER_CONFIG_VALUE_MAX) {
+		dc->dropped++;
+		return 0;
+	}
+	dc->v[dc->n].name = name;
+	dc->v[dc->n].value = value;
+	dc->n++;
+	return 0;
+}
+
+/* This broker's dynamic configuration as the image holds it: NULL with no
+ * override at either level; *failed when it could not be built (the
+ * caller keeps the previous one). */
+static struct sluice_broker_config *broker_config_build(struct mc *m, bool *failed)
+{
+	struct dyn_collect lv[2] = {{0}, {0}}; /* the cluster-wide default, this broker's */
+	struct sluice_broker_config *bc = NULL;
+	*failed = false;
+	for (int i = 0; i < 2; i++) {
+		lv[i].v = malloc(SLUICE_BROKER_DYNAMIC_CONFIGS_MAX * sizeof *lv[i].v);
+		if (!lv[i].v)
+			goto fail;
+		(void)sluice_image_configs(m->img, SLUICE_MREC_RESOURCE_BROKER, i ? m->node_name : "", collect_dynamic,
+					   &lv[i]);
+		if (lv[i].dropped)
+			SLOG_WARN("meta", "%u dynamic broker config(s) of %s beyond what a broker keeps (%d) are not applied",
+				  lv[i].dropped, i ? "this broker" : "the cluster-wide default", SLUICE_BROKER_DYNAMIC_CONFIGS_MAX);
+	}
+	if (lv[0].n + lv[1].n > 0) {
+		bc = sluice_broker_config_build(m->base, m->cfg.node_id, lv[0].v, lv[0].n, lv[1].v, lv[1].n);
+		if (!bc)
+			goto fail;
+		SLOG_INFO("meta", "dynamic broker configs: %u of this broker, %u cluster-wide defaults in effect", bc->own_n,
+			  bc->default_n);
+	} else
+		SLOG_INFO("meta", "dynamic broker configs: none; server.properties applies");
+	free(lv[0].v);
+	free(lv[1].v);
+	return bc;
+fail:
+	free(lv[0].v);
+	free(lv[1].v);
+	*failed = true;
+	return NULL;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(a, b);
@@ -501,6 +564,18 @@ static int snap_publish(struct mc *m)
 		s->brokers = old->brokers;
 		s->broker_n = old->broker_n;
 	}
+	bool bc_failed = false;
+	if (m->broker_config_dirty || m->all_dirty)
+		s->broker_config = broker_config_build(m, &bc_failed);
+	if (bc_failed) {
+		snap_free(s);
+		s = NULL;
+		goto oom;
+	}
+	if (!(m->broker_config_dirty || m->all_dirty) && old->broker_config) {
+		sluice_broker_config_ref(old->broker_config);
+		s->broker_config = old->broker_config;
+	}
 	pthread_mutex_lock(&m->lock);
 	s->controller_id = m->controller_id;
 	pthread_mutex_unlock(&m->lock);
@@ -512,7 +587,7 @@ static int snap_publish(struct mc *m)
 	pthread_mutex_unlock(&m->pub_lock);
 	mc_release(m, old);
 	m->dirty_n = 0;
-	m->all_dirty = m->brokers_dirty = false;
+	m->all_dirty = m->brokers_dirty = m->broker_config_dirty = false;
 	pthread_mutex_lock(&m->lock);
 	m->applied_offset = s->metadata_offset;
 	pthread_cond_broadcast(&m->changed);
@@ -1181,6 +1256,9 @@ static void mark_dirty(struct mc *m, const struct sluice_image *img, const struc
 	case SLUICE_MREC_CONFIG:
 		if (r->config.resource_type == SLUICE_MREC_RESOURCE_TOPIC)
 			dirty_add(m, r->config.resource_name);
+		else if (r->config.resource_type == SLUICE_MREC_RESOURCE_BROKER &&
+			 (!r->config.resource_name[0] || !strcmp(r->config.resource_name, m->node_name)))
+			m->broker_config_dirty = true;
 		break;
 	case SLUICE_MREC_REGISTER_BROKER:
 	case SLUICE_MREC_UNREGISTER_BROKER:
@@ -2240,21 +2318,79 @@ static void batch_run(struct mc *m, struct mc_conn *c, struct sluice_meta_batch 
 
 /* ---- forward(): a request relayed to the active controller ------------------------- */
 
+/* An answer to AlterConfigs or IncrementalAlterConfigs (their responses
+ * share one layout): whether a resource was refused with NOT_CONTROLLER
+ * (nothing of it was decided: the request goes to the next voter), and the
+ * SluiceMetadataOffset of a flexible one (-1: absent). -1: garbage. */
+static int alter_answer_scan(struct krd r, bool flex, bool *not_controller, int64_t *offset)
+{
+	*not_controller = false;
+	*offset = -1;
+	(void)krd_i32(&r); /* ThrottleTimeMs */
+	int32_t n = krd_array(&r, flex, flex ? 6 : 7);
+	for (int32_t i = 0; i < n && !r.err; i++) {
+		*not_controller |= krd_i16(&r) == KERR_NOT_CONTROLLER;
+		(void)krd_string(&r, flex); /* ErrorMessage */
+		(void)krd_i8(&r);           /* ResourceType */
+		(void)krd_string(&r, flex); /* ResourceName */
+		if (flex)
+			krd_tags_skip(&r);
+	}
+	if (flex)
+		*offset = tags_metadata_offset(&r);
+	return r.err || krd_left(&r) ? -1 : 0;
+}
+
+/* A relayed config change is answered once this broker's image shows it,
+ * as a submitted batch is: the next request the client sends here sees
+ * the new values. A NOT_CONTROLLER answer is retried on the next voter.
+ * Returns false when the answer must not be relayed (the call is retried). */
+static bool forward_write_settle(struct mc *m, struct mc_conn *c, const struct mc_forward *f, const struct krd *r,
+				 int64_t deadline, bool *garbage)
+{
+	bool not_controller;
+	int64_t offset;
+	*garbage = false;
+	if (alter_answer_scan(*r, api_flexible(f->api_key, f->api_version), &not_controller, &offset) < 0) {
+		conn_garbage(m, c, f->api_key, r);
+		*garbage = true;
+		return false;
+	}
+	if (not_controller) {
+		conn_not_controller(m, c);
+		return false;
+	}
+	conn_ok(m, c);
+	if (offset < 0)
+		offset = hwm_after_now(m, deadline);
+	if (offset >= 0 && !wait_offset(m, offset, deadline))
+		SLOG_WARN("meta", "relayed config change: the image did not reach offset %lld in time; answering anyway",
+			  (long long)offset);
+	return true;
+}
+
 static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 {
 	struct kwr body = {.buf = f->body, .len = f->len, .cap = f->len, .cap_max = f->len};
 	int64_t deadline = now_ms() + MC_REQUEST_TIMEOUT_MS;
+	bool write = f->api_key == API_ALTER_CONFIGS || f->api_key == API_INCREMENTAL_ALTER_CONFIGS;
 	while (!is_stopping(m) && now_ms() < deadline) {
 		struct krd r;
 		enum call_result cr = conn_call(m, c, f->api_key, f->api_version, &body, deadline, &r);
 		if (cr == CALL_UNSENT)
 			continue;
-		if (cr == CALL_OK) {
-			conn_ok(m, c);
-			f->done(f->arg, 0, r.p, krd_left(&r));
-			return;
+		if (cr != CALL_OK)
+			break;
+		bool garbage = false;
+		if (write && !forward_write_settle(m, c, f, &r, deadline, &garbage)) {
+			if (garbage)
+				break;
+			continue;
 		}
-		break;
+		if (!write)
+			conn_ok(m, c);
+		f->done(f->arg, 0, r.p, krd_left(&r));
+		return;
 	}
 	f->done(f->arg, KERR_REQUEST_TIMED_OUT, NULL, 0);
 }
@@ -2597,6 +2733,7 @@ void sluice_meta_controller_config_from(struct sluice_meta_controller_config *ou
 	out->heartbeat_interval_ms = SLUICE_META_CONTROLLER_HEARTBEAT_MS_DEFAULT;
 	if (config_get(cfg, "broker.heartbeat.interval.ms", v, sizeof v) && atoi(v) > 0)
 		out->heartbeat_interval_ms = atoi(v);
+	out->base = cfg;
 }
 
 /* <dir>/sluice-broker-epoch: the broker epoch at the last clean shutdown,
@@ -2663,6 +2800,17 @@ static int mc_configure(struct mc *m, const struct sluice_meta_controller_config
 	else
 		snprintf(m->listener_name, sizeof m->listener_name, "PLAINTEXT");
 	snprintf(m->client_id, sizeof m->client_id, "sluice-broker-%d", cc->node_id);
+	snprintf(m->node_name, sizeof m->node_name, "%d", cc->node_id);
+	m->base = malloc(sizeof *m->base);
+	if (!m->base) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (cc->base)
+		*m->base = *cc->base;
+	else
+		sluice_config_defaults(m->base);
+	m->cfg.base = NULL; /* the caller's: not kept */
 	snprintf(m->dir, sizeof m->dir, "%.1000s", dir);
 	if (getrandom(m->incarnation_id, 16, 0) != 16) {
 		snprintf(err, errlen, "cannot draw an incarnation id: %s", strerror(errno));
@@ -2721,6 +2869,7 @@ static void mc_free(struct mc *m)
 	if (m->img)
 		sluice_image_free(m->img);
 	free(m->dirty);
+	free(m->base);
 	free(m->stage);
 	free(m->stage_aux);
 	if (m->stop_fd >= 0)
