@@ -2201,7 +2201,9 @@ static bool af_start(struct req *r, struct krd *rd, bool incremental)
 			a->err = logger_apply(a->level, a->msg, sizeof a->msg);
 	}
 	struct kwr w;
-	kwr_init(&w, 256, 2 * (size_t)r->frame_len + 64); /* flexible lengths take at most twice the bytes */
+	/* flexible lengths take at most twice the bytes; the margin covers the
+	 * reserve of the first 256 (kwr_init) */
+	kwr_init(&w, 256, 2 * (size_t)r->frame_len + 1024);
 	af_encode(r, as, incremental, &w);
 	bool sent = !w.err && sluice_proto_meta_forward_as(r, r->api_key,
 							   incremental ? AF_INCREMENTAL_VERSION : AF_ALTER_VERSION,
