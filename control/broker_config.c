@@ -177,7 +177,9 @@ int16_t sluice_broker_config_check(const struct sluice_broker_key *k, const char
 	int16_t e = 0;
 	if (sluice_config_derive(scratch, err, sizeof err) < 0 ||
 	    sluice_config_set_dynamic(scratch, k->name, value, err, sizeof err) < 0) {
-		snprintf(msg, msglen, "Invalid value %s for configuration %s: %s", value, name, err);
+		size_t kl = strlen(k->name);
+		const char *why = !strncmp(err, k->name, kl) && err[kl] == ':' ? err + kl + 1 : err; /* named already */
+		snprintf(msg, msglen, "Invalid value %s for configuration %s:%s%s", value, name, why == err ? " " : "", why);
 		e = KERR_INVALID_CONFIG;
 	}
 	free(scratch);
