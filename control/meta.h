@@ -277,7 +277,8 @@ int sluice_meta_local_forget_all(struct sluice_meta *m);
  * and sends each submitted batch's changes to the active controller
  * (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
  * AllocateProducerIds), completing it once the local image shows the
- * result. dir holds its small state (the clean-shutdown epoch). Open
+ * result. Its snapshots also carry this broker's dynamic configuration
+ * (the BROKER config records of "" and of its id over cfg, broker_config.h). dir holds its small state (the clean-shutdown epoch). Open
  * starts its threads and returns at once; wait_ready blocks until this
  * broker is registered, caught up with the metadata log and unfenced, or
  * timeout_ms passed (-1 with err saying which step is missing). */

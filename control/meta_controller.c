@@ -9,13 +9,16 @@
  * (control/image.h; a FetchSnapshot load when the controller no longer
  * holds the offset it needs) and publishes an immutable sluice_meta_snapshot
  * after each applied response, laid out and reference-counted exactly as
- * the local backend's; the admin thread sends the changes of submitted
- * batches to the active controller (CreateTopics, DeleteTopics,
+ * the local backend's, with this broker's dynamic configuration rebuilt
+ * when a BROKER config record of the cluster-wide default or of this node
+ * applied (control/broker_config.h); the admin thread sends the changes of
+ * submitted batches to the active controller (CreateTopics, DeleteTopics,
  * CreatePartitions, IncrementalAlterConfigs, AllocateProducerIds) and the
- * requests relayed through forward(), and completes a batch only once the
- * image has reached the metadata offset the controller named in its answer
- * (tag 1000, SluiceMetadataOffset), so that the snapshot the batch's
- * submitter reads next shows the change.
+ * requests relayed through forward(), and completes a batch (or answers a
+ * relayed config change) only once the image has reached the metadata
+ * offset the controller named in its answer (tag 1000,
+ * SluiceMetadataOffset), so that the snapshot the submitter reads next
+ * shows the change.
  *
  * The active controller is found by trying the voters in turn: a
  * connection error, an answer that does not parse or NOT_CONTROLLER moves

@@ -12,7 +12,10 @@
  * away. A group's coordinator is the leader of its __consumer_offsets
  * partition (single-node: this broker). DescribeQuorum is relayed to the
  * active controller in cluster mode; a single-node broker describes itself
- * as a one-voter quorum. */
+ * as a one-voter quorum. In cluster mode broker configs are dynamic: an
+ * (Incremental)AlterConfigs naming a BROKER resource is relayed to the
+ * controller, and DescribeConfigs reports each level's value
+ * (control/broker_config.h). */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/group.h"
