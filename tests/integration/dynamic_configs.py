@@ -20,7 +20,10 @@ Proves:
   goes through everywhere;
 - the same through `--bootstrap-controller` (the controller takes the change, the
   brokers apply it), described there too;
-- a topic's max.message.bytes still beats the dynamic broker value.
+- a topic's max.message.bytes still beats the dynamic broker value;
+- the storage side applies them too: a cluster-wide log.segment.bytes=1048576 and
+  log.retention.bytes=1048576 roll and then delete the oldest segments of a partition
+  written with 4 MB (a fetch from offset 0 gets OFFSET_OUT_OF_RANGE).
 
 Ports 36000-36099 on 127.0.0.1 (controller 36000, its Raft port 36001; brokers 36010,
 36020). Needs java and the Kafka jars (clients.py fetches them once).
@@ -130,6 +133,7 @@ def broker(node_id):
         "cluster.id": CLUSTER_ID,
         "message.max.bytes": STATIC_MAX,
         "broker.heartbeat.interval.ms": 500,
+        "log.retention.check.interval.ms": 500,
     })
     if b.target != "sluice":
         lib.skip("a Sluice cluster (controller and brokers) is what this test starts")
@@ -306,6 +310,23 @@ def test():
               f"a bad value through the controller: exit {r.returncode}")
         t.configs("--entity-default", "--alter", "--delete-config", "message.max.bytes", via="--bootstrap-controller")
         expect_produce(where, BIG, 0, "deleted through the controller")
+
+        # segments and retention, applied by the storage cores
+        t.configs("--entity-default", "--alter", "--add-config", "log.segment.bytes=1048576,log.retention.bytes=1048576")
+        time.sleep(1)  # every broker's snapshot has it (a produce before would not be refused: nothing to poll on)
+        p1 = where[b1.port]
+        for _ in range(8):
+            check(produce(b1.port, p1, 500 * 1024) == 0, "a 500 KB produce under message.max.bytes=1500000")
+        deadline = time.monotonic() + 30
+        while True:
+            with lib.Conn(b1.port) as c:
+                err, hw, _ = c.fetch(TOPIC, p1, 0, max_bytes=1024)
+            if err == 1:  # OFFSET_OUT_OF_RANGE: the first segments are gone
+                break
+            check(time.monotonic() < deadline, f"retention by the dynamic log.retention.bytes: fetch from 0 "
+                  f"answered {err} (high watermark {hw}) after 30 s")
+            time.sleep(0.5)
+        log("dynamic log.segment.bytes and log.retention.bytes: the oldest segments rolled and deleted")
 
         for b in brokers.values():
             check(b.stop() == 0, "a broker's SIGTERM exit status")
