@@ -522,20 +522,35 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value,
-			 size_t valuelen, bool *is_default)
+/* The value of k in cfg as text, and whether it is the default's. */
+static bool key_value(const struct sluice_config *cfg, const struct cfg_key *k, char *value, size_t valuelen)
 {
-	if (i >= KEY_COUNT)
-		return false;
-	const struct cfg_key *k = &keys[i];
 	const char *base = (const char *)cfg + k->offset;
-	*name = k->name;
 	switch (k->type) {
 	case CFG_INT: snprintf(value, valuelen, "%d", *(const int32_t *)base); break;
 	case CFG_LONG: snprintf(value, valuelen, "%lld", (long long)*(const int64_t *)base); break;
 	case CFG_BOOL: snprintf(value, valuelen, "%s", *(const bool *)base ? "true" : "false"); break;
 	case CFG_STRING: snprintf(value, valuelen, "%s", base); break;
 	}
-	*is_default = strcmp(value, k->def) == 0;
+	return strcmp(value, k->def) == 0;
+}
+
+bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value,
+			 size_t valuelen, bool *is_default)
+{
+	if (i >= KEY_COUNT)
+		return false;
+	*name = keys[i].name;
+	*is_default = key_value(cfg, &keys[i], value, valuelen);
+	return true;
+}
+
+bool sluice_config_value(const struct sluice_config *cfg, const char *name, char *value, size_t valuelen,
+			 bool *is_default)
+{
+	const struct cfg_key *k = key_find(name);
+	if (!k)
+		return false;
+	*is_default = key_value(cfg, k, value, valuelen);
 	return true;
 }

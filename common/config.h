@@ -162,5 +162,8 @@ bool sluice_config_cluster_mode(const struct sluice_config *cfg);
 /* For DescribeConfigs: iterate over every known key with its current value
  * as text. Returns false past the end. */
 bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value, size_t valuelen, bool *is_default);
+/* The same for the key called name; false for an unknown one. */
+bool sluice_config_value(const struct sluice_config *cfg, const char *name, char *value, size_t valuelen,
+			 bool *is_default);
 
 #endif

@@ -140,6 +140,8 @@ enum sluice_meta_change_kind {
 };
 
 #define SLUICE_META_MSG_MAX 200
+/* The largest request body forward() relays. */
+#define SLUICE_META_FORWARD_BYTES_MAX (16u << 20)
 /* Changes in one batch: a CreateTopics naming every topic the broker may hold fits. */
 #define SLUICE_META_BATCH_CHANGES_MAX SLUICE_TOPICS_MAX
 /* Changes submitted and not yet completed, over all batches: past it a
@@ -227,7 +229,8 @@ struct sluice_meta_ops {
 	 * call done on the backend's thread with the response body (after the
 	 * correlation id and header tags), or with error set (no controller
 	 * reachable: KERR_REQUEST_TIMED_OUT or KERR_NOT_CONTROLLER) and body
-	 * NULL. The broker relays DescribeQuorum this way. body is copied. */
+	 * NULL. The broker relays DescribeQuorum this way. body is copied; at
+	 * most SLUICE_META_FORWARD_BYTES_MAX (else -1). */
 	int (*forward)(void *self, int16_t api_key, int16_t api_version, const uint8_t *body, size_t len,
 		       void (*done)(void *arg, int16_t error, const uint8_t *resp, size_t resp_len), void *arg);
 };

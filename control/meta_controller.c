@@ -86,6 +86,7 @@ _Static_assert(MC_FETCH_BYTES_MAX + 4096 <= MC_RESPONSE_BYTES_MAX &&
 	       "an answer to what we ask fits a frame");
 _Static_assert(MC_BACKOFF_MIN_MS <= MC_BACKOFF_MAX_MS && MC_FETCH_WAIT_MS < MC_FETCH_TIMEOUT_MS, "ordered bounds");
 #define MC_FORWARDS_MAX 256 /* forward() requests queued */
+_Static_assert(SLUICE_META_FORWARD_BYTES_MAX + 1024 <= MC_REQUEST_BYTES_MAX, "a relayed body and its header fit a frame");
 /* Topics named by the records of one response, past which the whole
  * snapshot is rebuilt instead of only these. */
 #define MC_DIRTY_MAX 1024
@@ -2403,7 +2404,7 @@ static int mc_forward(void *self, int16_t api_key, int16_t api_version, const ui
 {
 	struct mc *m = self;
 	assert(done && (body || len == 0));
-	if (api_key < 0 || api_key >= API_KEY_MAX || api_version < 0 || len > MC_REQUEST_BYTES_MAX - 1024)
+	if (api_key < 0 || api_key >= API_KEY_MAX || api_version < 0 || len > SLUICE_META_FORWARD_BYTES_MAX)
 		return -1;
 	struct mc_forward *f = calloc(1, sizeof *f);
 	uint8_t *copy = malloc(len ? len : 1);

@@ -1225,17 +1225,6 @@ static void dc_write_loggers(struct req *r, const struct dres *d)
 
 /* ---- broker configs: static, and dynamic in cluster mode --------------------------------- */
 
-/* The value file gives name (a key of server.properties), and whether it is
- * the default's text; false for another key. */
-static bool dc_static_value(const struct sluice_config *file, const char *name, char *out, size_t len, bool *is_def)
-{
-	const char *n;
-	for (size_t k = 0; sluice_config_entry(file, k, &n, out, len, is_def); k++)
-		if (!strcmp(n, name))
-			return true;
-	return false;
-}
-
 static int8_t dc_broker_type(const struct sluice_broker_key *k)
 {
 	switch (k ? k->type : 's') {
@@ -1292,7 +1281,7 @@ static void dc_key_resolve(struct dc_key *k, const char *name, const struct slui
 		}
 	for (size_t i = 0; per_broker && i < nn; i++) {
 		bool is_def;
-		if (dc_static_value(file, names[i], k->statics[i], sizeof k->statics[i], &is_def) && !is_def)
+		if (sluice_config_value(file, names[i], k->statics[i], sizeof k->statics[i], &is_def) && !is_def)
 			dc_key_add(k, names[i], k->statics[i], SRC_STATIC_BROKER);
 	}
 	for (size_t i = 0; per_broker && i < nn; i++) {
@@ -2206,7 +2195,8 @@ static bool af_start(struct req *r, struct krd *rd, bool incremental)
 	struct kwr w;
 	/* flexible lengths take at most twice the bytes; the margin covers the
 	 * reserve of the first 256 (kwr_init) */
-	kwr_init(&w, 256, 2 * (size_t)r->frame_len + 1024);
+	size_t cap = 2 * (size_t)r->frame_len + 1024;
+	kwr_init(&w, 256, cap < SLUICE_META_FORWARD_BYTES_MAX ? cap : SLUICE_META_FORWARD_BYTES_MAX);
 	af_encode(r, as, incremental, &w);
 	bool sent = !w.err && sluice_proto_meta_forward_as(r, r->api_key,
 							   incremental ? AF_INCREMENTAL_VERSION : AF_ALTER_VERSION,
