@@ -2324,8 +2324,11 @@ static void batch_run(struct mc *m, struct mc_conn *c, struct sluice_meta_batch 
 
 /* An answer to AlterConfigs or IncrementalAlterConfigs (their responses
  * share one layout): whether a resource was refused with NOT_CONTROLLER
- * (nothing of it was decided: the request goes to the next voter), and the
- * SluiceMetadataOffset of a flexible one (-1: absent). -1: garbage. */
+ * (the whole request goes to the next voter: a resource decided before
+ * the leadership moved is decided again to the same result, as SET,
+ * DELETE, APPEND of a present item and SUBTRACT of an absent one change
+ * nothing the second time), and the SluiceMetadataOffset of a flexible
+ * one (-1: absent). -1: garbage. */
 static int alter_answer_scan(struct krd r, bool flex, bool *not_controller, int64_t *offset)
 {
 	*not_controller = false;

@@ -106,15 +106,19 @@ class Controller:
         log(f"controller 1 up on {CONTROLLER_PORT} (pid {self.proc.pid})")
 
     def stop(self):
+        """SIGTERM; the exit status (-9: it needed SIGKILL)."""
+        rc = None
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                rc = self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+                rc = -9
         if self.proc in _procs:
             _procs.remove(self.proc)
+        return rc
 
     def log_tail(self, n=30):
         try:
@@ -330,6 +334,7 @@ def test():
 
         for b in brokers.values():
             check(b.stop() == 0, "a broker's SIGTERM exit status")
+        check(ctl.stop() == 0, "the controller's SIGTERM exit status")
     except Exception:
         for n, b in brokers.items():
             log(f"--- broker {n} log ---\n{b.log_tail(30)}")
