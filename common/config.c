@@ -69,6 +69,8 @@ static const struct cfg_key keys[] = {
 	{"log.message.timestamp.before.max.ms", CFG_LONG, F(timestamp_before_max_ms), 0, INT64_MAX, "9223372036854775807"},
 	{"log.message.timestamp.after.max.ms", CFG_LONG, F(timestamp_after_max_ms), 0, INT64_MAX, "3600000"},
 	{"log.message.timestamp.type", CFG_STRING, F(message_timestamp_type), 0, 0, "CreateTime"},
+	{"log.cleanup.policy", CFG_STRING, F(log_cleanup_policy), 0, 0, "delete"},
+	{"compression.type", CFG_STRING, F(compression_type), 0, 0, "producer"},
 	{"offsets.topic.num.partitions", CFG_INT, F(offsets_topic_partitions), 1, 1000, "50"},
 	{"group.initial.rebalance.delay.ms", CFG_INT, F(group_initial_rebalance_delay_ms), 0, INT32_MAX, "3000"},
 	{"group.min.session.timeout.ms", CFG_INT, F(group_min_session_timeout_ms), 0, INT32_MAX, "6000"},
@@ -122,8 +124,9 @@ static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const c
 		size_t n = strlen(value);
 		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ||
 				     strcmp(k->name, "log.cleaner.min.cleanable.ratio") == 0 ||
-				     strcmp(k->name, "sluice.transport") == 0 ? 32 :
+				     strcmp(k->name, "sluice.transport") == 0 || strcmp(k->name, "compression.type") == 0 ? 32 :
 			     strcmp(k->name, "cluster.id") == 0 ? 64 :
+			     strcmp(k->name, "log.cleanup.policy") == 0 ? SLUICE_CONFIG_LIST_MAX :
 			     strcmp(k->name, "broker.rack") == 0 ? sizeof cfg->broker_rack : SLUICE_CONFIG_STRING_MAX;
 		if (n >= cap) {
 			snprintf(err, errlen, "%s: value is longer than %zu bytes", k->name, cap - 1);
@@ -363,6 +366,118 @@ static int cluster_finish(const struct sluice_config *cfg, char *err, size_t err
 	return 0;
 }
 
+/* log.cleanup.policy: a list of delete and compact (spaces around items
+ * allowed, empty allowed: neither); *compact and *del say which. */
+static bool cleanup_policy_parse(const char *v, bool *compact, bool *del)
+{
+	*compact = *del = false;
+	for (const char *p = v; *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		while (len && *p == ' ') {
+			p++;
+			len--;
+		}
+		while (len && p[len - 1] == ' ')
+			len--;
+		if (len == 7 && !memcmp(p, "compact", 7))
+			*compact = true;
+		else if (len == 6 && !memcmp(p, "delete", 6))
+			*del = true;
+		else if (len || e) /* an empty item between commas is as bad as an unknown one */
+			return false;
+		p = e ? e + 1 : p + len;
+		if (e && !*p)
+			return false; /* a trailing comma */
+	}
+	return true;
+}
+
+static bool compression_type_valid(const char *v)
+{
+	static const char *const names[] = {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!strcmp(v, names[i]))
+			return true;
+	return false;
+}
+
+int sluice_config_derive(struct sluice_config *cfg, char *err, size_t errlen)
+{
+	if (cfg->log_retention_ms_raw != -2)
+		cfg->log_retention_ms = cfg->log_retention_ms_raw;
+	else if (cfg->log_retention_minutes != -2)
+		cfg->log_retention_ms = cfg->log_retention_minutes * 60000;
+	else
+		cfg->log_retention_ms = cfg->log_retention_hours < 0 ? -1 : cfg->log_retention_hours * 3600000;
+	if (cfg->log_roll_ms < 0)
+		cfg->log_roll_ms = cfg->log_roll_hours * 3600000;
+	if (strcmp(cfg->message_timestamp_type, "CreateTime") != 0 &&
+	    strcmp(cfg->message_timestamp_type, "LogAppendTime") != 0) {
+		snprintf(err, errlen, "log.message.timestamp.type: '%s' is not CreateTime or LogAppendTime",
+			 cfg->message_timestamp_type);
+		return -1;
+	}
+	cfg->log_append_time = strcmp(cfg->message_timestamp_type, "LogAppendTime") == 0;
+	if (!cleanup_policy_parse(cfg->log_cleanup_policy, &cfg->log_cleanup_compact, &cfg->log_cleanup_delete)) {
+		snprintf(err, errlen, "log.cleanup.policy: '%s' is not a list of delete and compact", cfg->log_cleanup_policy);
+		return -1;
+	}
+	if (!compression_type_valid(cfg->compression_type)) {
+		snprintf(err, errlen, "compression.type: '%s' is not one of uncompressed, zstd, lz4, snappy, gzip, producer",
+			 cfg->compression_type);
+		return -1;
+	}
+	if (cfg->pool_large_frame_bytes < 0) {
+		int64_t b = (int64_t)cfg->message_max_bytes + SLUICE_CONFIG_FRAME_OVERHEAD_BYTES;
+		cfg->pool_large_frame_bytes = (int32_t)(b < SLUICE_CONFIG_POOL_FRAME_BYTES_MAX ? b : SLUICE_CONFIG_POOL_FRAME_BYTES_MAX);
+	}
+	if (cfg->pool_large_frame_bytes < cfg->pool_frame_bytes)
+		cfg->pool_large_frame_bytes = cfg->pool_frame_bytes; /* the large class is never the smaller */
+	char *end;
+	double r = strtod(cfg->log_cleaner_min_cleanable_ratio_s, &end);
+	if (!cfg->log_cleaner_min_cleanable_ratio_s[0] || *end || !(r >= 0 && r <= 1)) {
+		snprintf(err, errlen, "log.cleaner.min.cleanable.ratio: '%s' is not a number in [0, 1]",
+			 cfg->log_cleaner_min_cleanable_ratio_s);
+		return -1;
+	}
+	cfg->log_cleaner_min_cleanable_ratio = r;
+	return 0;
+}
+
+int sluice_config_set_dynamic(struct sluice_config *cfg, const char *key, const char *value, char *err,
+			      size_t errlen)
+{
+	const struct cfg_key *k = key_find(key);
+	if (!k) {
+		snprintf(err, errlen, "%s: not a broker property", key);
+		return -1;
+	}
+	struct sluice_config *tmp = malloc(sizeof *tmp);
+	if (!tmp) {
+		snprintf(err, errlen, "%s: out of memory", key);
+		return -1;
+	}
+	*tmp = *cfg;
+	int rc = set_typed(tmp, k, value, err, errlen);
+	if (rc == 0 && k->offset == F(log_roll_ms) && tmp->log_roll_ms < 0) {
+		snprintf(err, errlen, "%s: %s is out of range [1, %lld]", key, value, (long long)INT64_MAX);
+		rc = -1; /* -1 means "from log.roll.hours" only in the file */
+	}
+	if (rc == 0)
+		rc = sluice_config_derive(tmp, err, errlen);
+	if (rc == 0)
+		*cfg = *tmp;
+	free(tmp);
+	return rc;
+}
+
+const char *sluice_config_default(const char *key)
+{
+	const struct cfg_key *k = key_find(key);
+	return k ? k->def : NULL;
+}
+
 int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 {
 	if (cluster_finish(cfg, err, errlen) < 0)
@@ -396,37 +511,8 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "log.dirs: no directory given");
 		return -1;
 	}
-	if (cfg->log_retention_ms_raw != -2)
-		cfg->log_retention_ms = cfg->log_retention_ms_raw;
-	else if (cfg->log_retention_minutes != -2)
-		cfg->log_retention_ms = cfg->log_retention_minutes * 60000;
-	else
-		cfg->log_retention_ms = cfg->log_retention_hours < 0 ? -1 : cfg->log_retention_hours * 3600000;
-	if (cfg->log_roll_ms < 0)
-		cfg->log_roll_ms = cfg->log_roll_hours * 3600000;
-	if (strcmp(cfg->message_timestamp_type, "CreateTime") != 0 &&
-	    strcmp(cfg->message_timestamp_type, "LogAppendTime") != 0) {
-		snprintf(err, errlen, "log.message.timestamp.type: '%s' is not CreateTime or LogAppendTime",
-			 cfg->message_timestamp_type);
+	if (sluice_config_derive(cfg, err, errlen) < 0)
 		return -1;
-	}
-	cfg->log_append_time = strcmp(cfg->message_timestamp_type, "LogAppendTime") == 0;
-	if (cfg->pool_large_frame_bytes < 0) {
-		int64_t b = (int64_t)cfg->message_max_bytes + SLUICE_CONFIG_FRAME_OVERHEAD_BYTES;
-		cfg->pool_large_frame_bytes = (int32_t)(b < SLUICE_CONFIG_POOL_FRAME_BYTES_MAX ? b : SLUICE_CONFIG_POOL_FRAME_BYTES_MAX);
-	}
-	if (cfg->pool_large_frame_bytes < cfg->pool_frame_bytes)
-		cfg->pool_large_frame_bytes = cfg->pool_frame_bytes; /* the large class is never the smaller */
-	{
-		char *end;
-		double r = strtod(cfg->log_cleaner_min_cleanable_ratio_s, &end);
-		if (!cfg->log_cleaner_min_cleanable_ratio_s[0] || *end || !(r >= 0 && r <= 1)) {
-			snprintf(err, errlen, "log.cleaner.min.cleanable.ratio: '%s' is not a number in [0, 1]",
-				 cfg->log_cleaner_min_cleanable_ratio_s);
-			return -1;
-		}
-		cfg->log_cleaner_min_cleanable_ratio = r;
-	}
 	int lvl = sluice_log_level_parse(cfg->log_level);
 	if (lvl < 0) {
 		snprintf(err, errlen, "log.level: '%s' is not one of ERROR, WARN, INFO, DEBUG, TRACE", cfg->log_level);
@@ -436,20 +522,35 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value,
-			 size_t valuelen, bool *is_default)
+/* The value of k in cfg as text, and whether it is the default's. */
+static bool key_value(const struct sluice_config *cfg, const struct cfg_key *k, char *value, size_t valuelen)
 {
-	if (i >= KEY_COUNT)
-		return false;
-	const struct cfg_key *k = &keys[i];
 	const char *base = (const char *)cfg + k->offset;
-	*name = k->name;
 	switch (k->type) {
 	case CFG_INT: snprintf(value, valuelen, "%d", *(const int32_t *)base); break;
 	case CFG_LONG: snprintf(value, valuelen, "%lld", (long long)*(const int64_t *)base); break;
 	case CFG_BOOL: snprintf(value, valuelen, "%s", *(const bool *)base ? "true" : "false"); break;
 	case CFG_STRING: snprintf(value, valuelen, "%s", base); break;
 	}
-	*is_default = strcmp(value, k->def) == 0;
+	return strcmp(value, k->def) == 0;
+}
+
+bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value,
+			 size_t valuelen, bool *is_default)
+{
+	if (i >= KEY_COUNT)
+		return false;
+	*name = keys[i].name;
+	*is_default = key_value(cfg, &keys[i], value, valuelen);
+	return true;
+}
+
+bool sluice_config_value(const struct sluice_config *cfg, const char *name, char *value, size_t valuelen,
+			 bool *is_default)
+{
+	const struct cfg_key *k = key_find(name);
+	if (!k)
+		return false;
+	*is_default = key_value(cfg, k, value, valuelen);
 	return true;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #define SLUICE_CONFIG_STRING_MAX 512
+#define SLUICE_CONFIG_LIST_MAX 64 /* a short list value (log.cleanup.policy) */
 #define SLUICE_LOG_DIRS_MAX 16
 #define SLUICE_CONFIG_HOST_MAX 255   /* a host name in a listener or controller list */
 #define SLUICE_CONFIG_CONTROLLERS_MAX 16 /* entries of controller.quorum.voters / .bootstrap.servers */
@@ -80,6 +81,14 @@ struct sluice_config {
 	int64_t timestamp_after_max_ms;
 	char message_timestamp_type[32]; /* log.message.timestamp.type: CreateTime or LogAppendTime */
 	bool log_append_time;            /* derived: the broker default is LogAppendTime */
+	/* log.cleanup.policy: the cleanup.policy of topics without their own
+	 * (a list of delete and compact, as the topic config), and what it
+	 * says, derived. */
+	char log_cleanup_policy[SLUICE_CONFIG_LIST_MAX];
+	bool log_cleanup_compact, log_cleanup_delete;
+	/* compression.type: accepted and reported as the topics' default;
+	 * batches are stored as the producer compressed them. */
+	char compression_type[32];
 	int32_t offsets_topic_partitions;
 	int32_t group_initial_rebalance_delay_ms;
 	int32_t group_min_session_timeout_ms;
@@ -133,6 +142,19 @@ int sluice_config_set(struct sluice_config *cfg, const char *key, const char *va
 int sluice_config_load_file(struct sluice_config *cfg, const char *path, char *err, size_t errlen);
 /* Derive listener host/port, log dirs, retention; validates cross-key rules. */
 int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen);
+/* The values derived from others (retention and roll times, the timestamp
+ * type, the cleanup policy, the cleanable ratio), recomputed and checked:
+ * the part of finish that a change at run time needs again. Idempotent.
+ * Returns 0, or -1 with err naming the key. */
+int sluice_config_derive(struct sluice_config *cfg, char *err, size_t errlen);
+/* Set key to value on a finished configuration at run time (a dynamic
+ * broker config, control/broker_config.h): the file's checks, then the
+ * derived values. Returns 0, or -1 with err naming the key and cfg
+ * unchanged; an unknown key is -1 too (not a warning, as in the file). */
+int sluice_config_set_dynamic(struct sluice_config *cfg, const char *key, const char *value, char *err,
+			      size_t errlen);
+/* The default of key as the table gives it (text), or NULL for an unknown key. */
+const char *sluice_config_default(const char *key);
 
 /* Whether the configuration names controllers (cluster mode). */
 bool sluice_config_cluster_mode(const struct sluice_config *cfg);
@@ -140,5 +162,8 @@ bool sluice_config_cluster_mode(const struct sluice_config *cfg);
 /* For DescribeConfigs: iterate over every known key with its current value
  * as text. Returns false past the end. */
 bool sluice_config_entry(const struct sluice_config *cfg, size_t i, const char **name, char *value, size_t valuelen, bool *is_default);
+/* The same for the key called name; false for an unknown one. */
+bool sluice_config_value(const struct sluice_config *cfg, const char *name, char *value, size_t valuelen,
+			 bool *is_default);
 
 #endif

@@ -16,6 +16,7 @@
 #include "control/ctl_logic.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "control/broker_config.h"
 #include "control/topic_config.h"
 #include <assert.h>
 #include <errno.h>
@@ -1780,127 +1781,6 @@ int16_t sluice_ctl_create_partitions_assigned(struct sluice_ctl *c, const char *
 
 /* ---- configs ---------------------------------------------------------------------------------------- */
 
-/* The broker configs Kafka lets IncrementalAlterConfigs change at run time
- * (Kafka 4's DynamicBrokerConfig.AllDynamicConfigs plus the replication
- * throttles of DynamicConfig.Broker); any other key answers INVALID_CONFIG
- * naming it. Types: 'i' int, 'l' long, 'd' double, 'b' boolean, 's' string,
- * 'L' list (APPEND/SUBTRACT allowed), 'p' password. per_broker: Kafka
- * refuses it at the cluster-wide default (resource name ""): listener,
- * SSL and SASL settings belong to one broker. */
-struct broker_key {
-	const char *name;
-	char type;
-	int64_t min;
-	bool per_broker;
-	const char *list_default; /* 'L': the value APPEND/SUBTRACT start from without an override */
-};
-
-static const struct broker_key broker_keys[] = {
-	/* log defaults (the topic configs' server synonyms, DynamicLogConfig) */
-	{"log.segment.bytes", 'i', 14, false, NULL}, {"log.roll.ms", 'l', 1, false, NULL},
-	{"log.roll.jitter.ms", 'l', 0, false, NULL}, {"log.index.size.max.bytes", 'i', 4, false, NULL},
-	{"log.flush.interval.messages", 'l', 1, false, NULL}, {"log.flush.interval.ms", 'l', 0, false, NULL},
-	{"log.retention.bytes", 'l', -1, false, NULL}, {"log.retention.ms", 'l', -1, false, NULL},
-	{"message.max.bytes", 'i', 0, false, NULL}, {"log.index.interval.bytes", 'i', 0, false, NULL},
-	{"log.cleaner.delete.retention.ms", 'l', 0, false, NULL},
-	{"log.cleaner.min.compaction.lag.ms", 'l', 0, false, NULL},
-	{"log.cleaner.max.compaction.lag.ms", 'l', 1, false, NULL},
-	{"log.segment.delete.delay.ms", 'l', 0, false, NULL}, {"log.cleaner.min.cleanable.ratio", 'd', 0, false, NULL},
-	{"log.cleanup.policy", 'L', 0, false, "delete"}, {"unclean.leader.election.enable", 'b', 0, false, NULL},
-	{"min.insync.replicas", 'i', 1, false, NULL}, {"compression.type", 's', 0, false, NULL},
-	{"compression.gzip.level", 'i', -1, false, NULL}, {"compression.lz4.level", 'i', 1, false, NULL},
-	{"compression.zstd.level", 'i', -131072, false, NULL}, {"log.preallocate", 'b', 0, false, NULL},
-	{"log.message.timestamp.type", 's', 0, false, NULL},
-	{"log.message.timestamp.difference.max.ms", 'l', 0, false, NULL},
-	{"log.message.timestamp.before.max.ms", 'l', 0, false, NULL},
-	{"log.message.timestamp.after.max.ms", 'l', 0, false, NULL},
-	{"log.message.downconversion.enable", 'b', 0, false, NULL}, {"log.local.retention.ms", 'l', -2, false, NULL},
-	{"log.local.retention.bytes", 'l', -2, false, NULL},
-	/* log cleaner */
-	{"log.cleaner.threads", 'i', 0, false, NULL}, {"log.cleaner.dedupe.buffer.size", 'l', 0, false, NULL},
-	{"log.cleaner.io.buffer.load.factor", 'd', 0, false, NULL}, {"log.cleaner.io.buffer.size", 'i', 0, false, NULL},
-	{"log.cleaner.io.max.bytes.per.second", 'd', 0, false, NULL}, {"log.cleaner.backoff.ms", 'l', 0, false, NULL},
-	/* thread pools */
-	{"num.io.threads", 'i', 1, false, NULL}, {"num.replica.fetchers", 'i', 1, false, NULL},
-	{"num.recovery.threads.per.data.dir", 'i', 1, false, NULL}, {"background.threads", 'i', 1, false, NULL},
-	{"num.network.threads", 'i', 1, false, NULL},
-	{"metric.reporters", 'L', 0, false, ""},
-	/* connection quotas */
-	{"max.connections", 'i', 0, false, NULL}, {"max.connection.creation.rate", 'i', 0, false, NULL},
-	{"max.connections.per.ip", 'i', 0, false, NULL}, {"max.connections.per.ip.overrides", 's', 0, false, NULL},
-	/* producer state */
-	{"producer.id.expiration.ms", 'i', 1, false, NULL},
-	{"transaction.partition.verification.enable", 'b', 0, false, NULL},
-	/* remote storage */
-	{"remote.log.index.file.cache.total.size.bytes", 'l', 1, false, NULL},
-	{"remote.fetch.max.wait.ms", 'i', 1, false, NULL},
-	{"remote.log.manager.copy.max.bytes.per.second", 'l', 1, false, NULL},
-	{"remote.log.manager.fetch.max.bytes.per.second", 'l', 1, false, NULL},
-	{"remote.list.offsets.request.timeout.ms", 'l', 1, false, NULL},
-	/* replication throttles (DynamicConfig.Broker) */
-	{"leader.replication.throttled.rate", 'l', 0, false, NULL},
-	{"follower.replication.throttled.rate", 'l', 0, false, NULL},
-	{"replica.alter.log.dirs.io.max.bytes.per.second", 'l', 0, false, NULL},
-	/* listeners, SSL (keystore reload) and SASL: per broker */
-	{"listeners", 'L', 0, true, ""}, {"advertised.listeners", 'L', 0, true, ""},
-	{"listener.security.protocol.map", 'L', 0, true, ""}, {"principal.builder.class", 's', 0, true, NULL},
-	{"ssl.protocol", 's', 0, true, NULL}, {"ssl.provider", 's', 0, true, NULL},
-	{"ssl.cipher.suites", 'L', 0, true, ""}, {"ssl.enabled.protocols", 'L', 0, true, ""},
-	{"ssl.keystore.type", 's', 0, true, NULL}, {"ssl.keystore.location", 's', 0, true, NULL},
-	{"ssl.keystore.password", 'p', 0, true, NULL}, {"ssl.key.password", 'p', 0, true, NULL},
-	{"ssl.keystore.certificate.chain", 'p', 0, true, NULL}, {"ssl.keystore.key", 'p', 0, true, NULL},
-	{"ssl.truststore.type", 's', 0, true, NULL}, {"ssl.truststore.location", 's', 0, true, NULL},
-	{"ssl.truststore.password", 'p', 0, true, NULL}, {"ssl.truststore.certificates", 'p', 0, true, NULL},
-	{"ssl.keymanager.algorithm", 's', 0, true, NULL}, {"ssl.trustmanager.algorithm", 's', 0, true, NULL},
-	{"ssl.endpoint.identification.algorithm", 's', 0, true, NULL},
-	{"ssl.secure.random.implementation", 's', 0, true, NULL}, {"ssl.client.auth", 's', 0, true, NULL},
-	{"ssl.engine.factory.class", 's', 0, true, NULL},
-	{"sasl.mechanism.inter.broker.protocol", 's', 0, true, NULL}, {"sasl.jaas.config", 'p', 0, true, NULL},
-	{"sasl.enabled.mechanisms", 'L', 0, true, ""}, {"sasl.kerberos.service.name", 's', 0, true, NULL},
-	{"sasl.kerberos.kinit.cmd", 's', 0, true, NULL}, {"sasl.kerberos.ticket.renew.window.factor", 'd', 0, true, NULL},
-	{"sasl.kerberos.ticket.renew.jitter", 'd', 0, true, NULL},
-	{"sasl.kerberos.min.time.before.relogin", 'l', 0, true, NULL},
-	{"sasl.kerberos.principal.to.local.rules", 'L', 0, true, ""},
-	{"sasl.login.refresh.window.factor", 'd', 0, true, NULL}, {"sasl.login.refresh.window.jitter", 'd', 0, true, NULL},
-	{"sasl.login.refresh.min.period.seconds", 'i', 0, true, NULL},
-	{"sasl.login.refresh.buffer.seconds", 'i', 0, true, NULL},
-};
-
-static const struct broker_key *broker_key_exact(const char *name)
-{
-	for (size_t i = 0; i < sizeof broker_keys / sizeof *broker_keys; i++)
-		if (!strcmp(broker_keys[i].name, name))
-			return &broker_keys[i];
-	return NULL;
-}
-
-/* The key's entry; `listener.name.<listener>.<key>` (and
- * `listener.name.<listener>.<mechanism>.sasl.*`) set one listener's copy:
- * *per_broker says whether the cluster-wide default refuses it. */
-static const struct broker_key *broker_key_find(const char *name, bool *per_broker)
-{
-	static const char prefix[] = "listener.name.";
-	const struct broker_key *k = broker_key_exact(name);
-	if (k) {
-		*per_broker = k->per_broker;
-		return k;
-	}
-	if (strncmp(name, prefix, sizeof prefix - 1) != 0)
-		return NULL;
-	const char *rest = strchr(name + sizeof prefix - 1, '.');
-	if (!rest || rest == name + sizeof prefix - 1)
-		return NULL;
-	k = broker_key_exact(++rest);
-	const char *dot = strchr(rest, '.');
-	if (!k && dot && !strncmp(dot + 1, "sasl.", 5))
-		k = broker_key_exact(dot + 1);
-	bool listener_level = k && (!strcmp(k->name, "max.connections") || !strcmp(k->name, "max.connection.creation.rate"));
-	if (!k || !(k->per_broker || listener_level))
-		return NULL;
-	*per_broker = !listener_level;
-	return k;
-}
-
 static bool parse_int64(const char *v, int64_t *out)
 {
 	char *end;
@@ -1908,37 +1788,6 @@ static bool parse_int64(const char *v, int64_t *out)
 	long long x = strtoll(v, &end, 10);
 	*out = x;
 	return *v && !*end && !errno;
-}
-
-static int16_t broker_value_check(const struct broker_key *k, const char *name, const char *value, char *msg,
-				  size_t msglen)
-{
-	int64_t x = 0;
-	bool ok = true;
-	switch (k->type) {
-	case 'i':
-		ok = parse_int64(value, &x) && x >= k->min && x <= INT32_MAX;
-		break;
-	case 'l':
-		ok = parse_int64(value, &x) && x >= k->min;
-		break;
-	case 'd': {
-		char *end;
-		double d = strtod(value, &end);
-		ok = *value && !*end && d >= (double)k->min;
-		break;
-	}
-	case 'b':
-		ok = !strcasecmp(value, "true") || !strcasecmp(value, "false");
-		break;
-	default:
-		break;
-	}
-	if (!ok) {
-		snprintf(msg, msglen, "Invalid value %s for configuration %s", value, name);
-		return KERR_INVALID_CONFIG;
-	}
-	return 0;
 }
 
 /* One config's outcome: delete the override, or set it to value. */
@@ -1999,7 +1848,7 @@ static int list_edit(const char *cur, const char *item, bool add, char *dst, siz
 
 /* The key is one this resource may change; *is_list whether APPEND/SUBTRACT apply. */
 static int16_t config_key_check(const struct cfg_ctx *x, const char *name, bool *is_list, const char **list_default,
-				const struct broker_key **bk, char *msg, size_t msglen)
+				const struct sluice_broker_key **bk, char *msg, size_t msglen)
 {
 	*bk = NULL;
 	if (x->type == SLUICE_MREC_RESOURCE_TOPIC) {
@@ -2012,7 +1861,7 @@ static int16_t config_key_check(const struct cfg_ctx *x, const char *name, bool 
 		return 0;
 	}
 	bool per_broker = false;
-	*bk = broker_key_find(name, &per_broker);
+	*bk = sluice_broker_key_find(name, &per_broker);
 	if (!*bk || strlen(name) > SLUICE_MREC_NAME_MAX) {
 		snprintf(msg, msglen, "Cannot update these configs dynamically: %s", name);
 		return KERR_INVALID_CONFIG;
@@ -2035,7 +1884,7 @@ static int16_t config_change_eval(const struct cfg_ctx *x, const struct sluice_c
 {
 	bool is_list = false;
 	const char *list_default = "";
-	const struct broker_key *bk;
+	const struct sluice_broker_key *bk;
 	int16_t e = config_key_check(x, ch->name, &is_list, &list_default, &bk, msg, msglen);
 	if (e)
 		return e;
@@ -2065,7 +1914,7 @@ static int16_t config_change_eval(const struct cfg_ctx *x, const struct sluice_c
 	}
 	if (x->type == SLUICE_MREC_RESOURCE_TOPIC)
 		return sluice_topic_config_check(ch->name, o->value, msg, msglen);
-	return broker_value_check(bk, ch->name, o->value, msg, msglen);
+	return sluice_broker_config_check(bk, ch->name, o->value, msg, msglen);
 }
 
 static struct cfg_new *cfg_push(struct cfg_ctx *x)
@@ -2164,6 +2013,12 @@ static int16_t config_plan(struct cfg_ctx *x, const struct sluice_ctl_config_cha
 	}
 	if (x->type == SLUICE_MREC_RESOURCE_TOPIC && x->overrides > SLUICE_TOPIC_CONFIGS_MAX) {
 		snprintf(msg, msglen, "More than %d topic config overrides.", SLUICE_TOPIC_CONFIGS_MAX);
+		return KERR_INVALID_CONFIG;
+	}
+	/* A broker keeps every override of its two levels (broker_config.h). */
+	if (x->type == SLUICE_MREC_RESOURCE_BROKER && x->overrides > SLUICE_BROKER_DYNAMIC_CONFIGS_MAX) {
+		snprintf(msg, msglen, "More than %d dynamic config overrides for one broker resource.",
+			 SLUICE_BROKER_DYNAMIC_CONFIGS_MAX);
 		return KERR_INVALID_CONFIG;
 	}
 	return 0;

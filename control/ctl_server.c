@@ -32,6 +32,7 @@
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "control/broker_config.h"
 #include "control/ctl_logic.h"
 #include "control/image.h"
 #include "control/meta.h"
@@ -1562,11 +1563,17 @@ static int dcfg_entry(void *arg, const char *name, const char *value)
 	if (!d->write)
 		return 0;
 	struct kwr *w = d->w;
+	bool per_broker;
+	const struct sluice_broker_key *bk =
+		d->source == SRC_DYNAMIC_TOPIC ? NULL : sluice_broker_key_find(name, &per_broker);
+	bool sensitive = bk && bk->type == 'p'; /* passwords are never described, as in Kafka */
+	if (sensitive)
+		value = NULL;
 	kwr_cstr(w, d->flex, name);
 	kwr_cstr(w, d->flex, value);
 	kwr_bool(w, false); /* ReadOnly */
 	kwr_i8(w, d->source);
-	kwr_bool(w, false); /* IsSensitive */
+	kwr_bool(w, sensitive);
 	kwr_array(w, d->flex, d->synonyms ? 1 : 0);
 	if (d->synonyms) {
 		kwr_cstr(w, d->flex, name);

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "control/broker_config.h"
 #include "control/topic_config.h"
 
 #define SLUICE_TOPICS_MAX 100000
@@ -78,7 +79,21 @@ struct sluice_meta_snapshot {
 	/* The metadata offset this snapshot reflects (controller backend; the
 	 * local backend: version). */
 	int64_t metadata_offset;
+	/* Cluster mode: this broker's dynamic configuration (the cluster-wide
+	 * default and its own BROKER overrides over server.properties,
+	 * control/broker_config.h), shared by the snapshots published while it
+	 * does not change; owned by the backend. NULL: none (the local
+	 * backend, or no override): server.properties applies as it is. */
+	const struct sluice_broker_config *broker_config;
 };
+
+/* The broker configuration a snapshot says is in effect: its dynamic one,
+ * else file (the broker's server.properties). */
+static inline const struct sluice_config *sluice_meta_config(const struct sluice_meta_snapshot *s,
+							      const struct sluice_config *file)
+{
+	return s && s->broker_config ? &s->broker_config->effective : file;
+}
 
 /* Partition p of t (0 <= p < t->partitions), or NULL if the backend has
  * not said (the local one before sluice_meta_local_set_node). */
@@ -125,6 +140,8 @@ enum sluice_meta_change_kind {
 };
 
 #define SLUICE_META_MSG_MAX 200
+/* The largest request body forward() relays. */
+#define SLUICE_META_FORWARD_BYTES_MAX (16u << 20)
 /* Changes in one batch: a CreateTopics naming every topic the broker may hold fits. */
 #define SLUICE_META_BATCH_CHANGES_MAX SLUICE_TOPICS_MAX
 /* Changes submitted and not yet completed, over all batches: past it a
@@ -219,7 +236,8 @@ struct sluice_meta_ops {
 	 * call done on the backend's thread with the response body (after the
 	 * correlation id and header tags), or with error set (no controller
 	 * reachable: KERR_REQUEST_TIMED_OUT or KERR_NOT_CONTROLLER) and body
-	 * NULL. The broker relays DescribeQuorum this way. body is copied. */
+	 * NULL. The broker relays DescribeQuorum this way. body is copied; at
+	 * most SLUICE_META_FORWARD_BYTES_MAX (else -1). */
 	int (*forward)(void *self, int16_t api_key, int16_t api_version, const uint8_t *body, size_t len,
 		       void (*done)(void *arg, int16_t error, const uint8_t *resp, size_t resp_len), void *arg);
 };
@@ -269,7 +287,8 @@ int sluice_meta_local_forget_all(struct sluice_meta *m);
  * and sends each submitted batch's changes to the active controller
  * (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
  * AllocateProducerIds), completing it once the local image shows the
- * result. dir holds its small state (the clean-shutdown epoch). Open
+ * result. Its snapshots also carry this broker's dynamic configuration
+ * (the BROKER config records of "" and of its id over cfg, broker_config.h). dir holds its small state (the clean-shutdown epoch). Open
  * starts its threads and returns at once; wait_ready blocks until this
  * broker is registered, caught up with the metadata log and unfenced, or
  * timeout_ms passed (-1 with err saying which step is missing). */

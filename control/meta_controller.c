@@ -9,13 +9,16 @@
  * (control/image.h; a FetchSnapshot load when the controller no longer
  * holds the offset it needs) and publishes an immutable sluice_meta_snapshot
  * after each applied response, laid out and reference-counted exactly as
- * the local backend's; the admin thread sends the changes of submitted
- * batches to the active controller (CreateTopics, DeleteTopics,
+ * the local backend's, with this broker's dynamic configuration rebuilt
+ * when a BROKER config record of the cluster-wide default or of this node
+ * applied (control/broker_config.h); the admin thread sends the changes of
+ * submitted batches to the active controller (CreateTopics, DeleteTopics,
  * CreatePartitions, IncrementalAlterConfigs, AllocateProducerIds) and the
- * requests relayed through forward(), and completes a batch only once the
- * image has reached the metadata offset the controller named in its answer
- * (tag 1000, SluiceMetadataOffset), so that the snapshot the batch's
- * submitter reads next shows the change.
+ * requests relayed through forward(), and completes a batch (or answers a
+ * relayed config change) only once the image has reached the metadata
+ * offset the controller named in its answer (tag 1000,
+ * SluiceMetadataOffset), so that the snapshot the submitter reads next
+ * shows the change.
  *
  * The active controller is found by trying the voters in turn: a
  * connection error, an answer that does not parse or NOT_CONTROLLER moves
@@ -90,6 +93,7 @@ _Static_assert((uint64_t)SLUICE_ASSIGNMENT_LISTS_MAX * (MC_ASSIGNMENT_LIST_BYTES
 			       MC_CHANGE_BYTES_MAX + 4096 <= MC_REQUEST_BYTES_MAX,
 	       "a topic with the largest assignment fits a request");
 #define MC_FORWARDS_MAX 256 /* forward() requests queued */
+_Static_assert(SLUICE_META_FORWARD_BYTES_MAX + 1024 <= MC_REQUEST_BYTES_MAX, "a relayed body and its header fit a frame");
 /* Topics named by the records of one response, past which the whole
  * snapshot is rebuilt instead of only these. */
 #define MC_DIRTY_MAX 1024
@@ -105,6 +109,7 @@ enum {
 	API_API_VERSIONS = 18,
 	API_CREATE_TOPICS = 19,
 	API_DELETE_TOPICS = 20,
+	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
 	API_FETCH_SNAPSHOT = 59,
@@ -197,6 +202,9 @@ struct mc {
 	char (*dirty)[SLUICE_TOPIC_NAME_MAX + 1];
 	uint32_t dirty_n;
 	bool all_dirty, brokers_dirty;
+	bool broker_config_dirty; /* a BROKER config record of "" or this node */
+	struct sluice_config *base; /* the static configuration dynamic configs apply over */
+	char node_name[16];         /* this node's id as a BROKER resource name */
 
 	/* Submitted batches and forwards, for the admin thread (under q_lock). */
 	pthread_mutex_t q_lock;
@@ -297,6 +305,7 @@ static void snap_free(struct sluice_meta_snapshot *s)
 	for (uint32_t i = 0; i < s->topic_n; i++)
 		topic_unref(s->topics[i]);
 	brokers_unref(s->brokers);
+	sluice_broker_config_unref(s->broker_config);
 	free(s->topics);
 	free(s);
 }
@@ -428,6 +437,64 @@ static struct mc_brokers *brokers_build(const struct mc *m)
 	return bs;
 }
 
+/* One level of BROKER overrides collected from the image (up to what a
+ * broker keeps; the rest counted). The strings are the image's: valid
+ * until it changes, past the build that copies them. */
+struct dyn_collect {
+	struct sluice_broker_dynamic *v;
+	uint32_t n, dropped;
+};
+
+static int collect_dynamic(void *arg, const char *name, const char *value)
+{
+	struct dyn_collect *dc = arg;
+	if (dc->n >= SLUICE_BROKER_DYNAMIC_CONFIGS_MAX || strlen(name) > SLUICE_BROKER_CONFIG_NAME_MAX ||
+	    strlen(value) > SLUICE_BROKER_CONFIG_VALUE_MAX) {
+		dc->dropped++;
+		return 0;
+	}
+	dc->v[dc->n].name = name;
+	dc->v[dc->n].value = value;
+	dc->n++;
+	return 0;
+}
+
+/* This broker's dynamic configuration as the image holds it: NULL with no
+ * override at either level; *failed when it could not be built (the
+ * caller keeps the previous one). */
+static struct sluice_broker_config *broker_config_build(struct mc *m, bool *failed)
+{
+	struct dyn_collect lv[2] = {{0}, {0}}; /* the cluster-wide default, this broker's */
+	struct sluice_broker_config *bc = NULL;
+	*failed = false;
+	for (int i = 0; i < 2; i++) {
+		lv[i].v = malloc(SLUICE_BROKER_DYNAMIC_CONFIGS_MAX * sizeof *lv[i].v);
+		if (!lv[i].v)
+			goto fail;
+		(void)sluice_image_configs(m->img, SLUICE_MREC_RESOURCE_BROKER, i ? m->node_name : "", collect_dynamic,
+					   &lv[i]);
+		if (lv[i].dropped)
+			SLOG_WARN("meta", "%u dynamic broker config(s) of %s beyond what a broker keeps (%d) are not applied",
+				  lv[i].dropped, i ? "this broker" : "the cluster-wide default", SLUICE_BROKER_DYNAMIC_CONFIGS_MAX);
+	}
+	if (lv[0].n + lv[1].n > 0) {
+		bc = sluice_broker_config_build(m->base, m->cfg.node_id, lv[0].v, lv[0].n, lv[1].v, lv[1].n);
+		if (!bc)
+			goto fail;
+		SLOG_INFO("meta", "dynamic broker configs: %u of this broker, %u cluster-wide defaults in effect", bc->own_n,
+			  bc->default_n);
+	} else
+		SLOG_INFO("meta", "dynamic broker configs: none; server.properties applies");
+	free(lv[0].v);
+	free(lv[1].v);
+	return bc;
+fail:
+	free(lv[0].v);
+	free(lv[1].v);
+	*failed = true;
+	return NULL;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(a, b);
@@ -508,6 +575,18 @@ static int snap_publish(struct mc *m)
 		s->brokers = old->brokers;
 		s->broker_n = old->broker_n;
 	}
+	bool bc_failed = false;
+	if (m->broker_config_dirty || m->all_dirty)
+		s->broker_config = broker_config_build(m, &bc_failed);
+	if (bc_failed) {
+		snap_free(s);
+		s = NULL;
+		goto oom;
+	}
+	if (!(m->broker_config_dirty || m->all_dirty) && old->broker_config) {
+		sluice_broker_config_ref(old->broker_config);
+		s->broker_config = old->broker_config;
+	}
 	pthread_mutex_lock(&m->lock);
 	s->controller_id = m->controller_id;
 	pthread_mutex_unlock(&m->lock);
@@ -519,7 +598,7 @@ static int snap_publish(struct mc *m)
 	pthread_mutex_unlock(&m->pub_lock);
 	mc_release(m, old);
 	m->dirty_n = 0;
-	m->all_dirty = m->brokers_dirty = false;
+	m->all_dirty = m->brokers_dirty = m->broker_config_dirty = false;
 	pthread_mutex_lock(&m->lock);
 	m->applied_offset = s->metadata_offset;
 	pthread_cond_broadcast(&m->changed);
@@ -1188,6 +1267,9 @@ static void mark_dirty(struct mc *m, const struct sluice_image *img, const struc
 	case SLUICE_MREC_CONFIG:
 		if (r->config.resource_type == SLUICE_MREC_RESOURCE_TOPIC)
 			dirty_add(m, r->config.resource_name);
+		else if (r->config.resource_type == SLUICE_MREC_RESOURCE_BROKER &&
+			 (!r->config.resource_name[0] || !strcmp(r->config.resource_name, m->node_name)))
+			m->broker_config_dirty = true;
 		break;
 	case SLUICE_MREC_REGISTER_BROKER:
 	case SLUICE_MREC_UNREGISTER_BROKER:
@@ -2278,21 +2360,82 @@ static void batch_run(struct mc *m, struct mc_conn *c, struct sluice_meta_batch 
 
 /* ---- forward(): a request relayed to the active controller ------------------------- */
 
+/* An answer to AlterConfigs or IncrementalAlterConfigs (their responses
+ * share one layout): whether a resource was refused with NOT_CONTROLLER
+ * (the whole request goes to the next voter: a resource decided before
+ * the leadership moved is decided again to the same result, as SET,
+ * DELETE, APPEND of a present item and SUBTRACT of an absent one change
+ * nothing the second time), and the SluiceMetadataOffset of a flexible
+ * one (-1: absent). -1: garbage. */
+static int alter_answer_scan(struct krd r, bool flex, bool *not_controller, int64_t *offset)
+{
+	*not_controller = false;
+	*offset = -1;
+	(void)krd_i32(&r); /* ThrottleTimeMs */
+	int32_t n = krd_array(&r, flex, flex ? 6 : 7);
+	for (int32_t i = 0; i < n && !r.err; i++) {
+		*not_controller |= krd_i16(&r) == KERR_NOT_CONTROLLER;
+		(void)krd_string(&r, flex); /* ErrorMessage */
+		(void)krd_i8(&r);           /* ResourceType */
+		(void)krd_string(&r, flex); /* ResourceName */
+		if (flex)
+			krd_tags_skip(&r);
+	}
+	if (flex)
+		*offset = tags_metadata_offset(&r);
+	return r.err || krd_left(&r) ? -1 : 0;
+}
+
+/* A relayed config change is answered once this broker's image shows it,
+ * as a submitted batch is: the next request the client sends here sees
+ * the new values. A NOT_CONTROLLER answer is retried on the next voter.
+ * Returns false when the answer must not be relayed (the call is retried). */
+static bool forward_write_settle(struct mc *m, struct mc_conn *c, const struct mc_forward *f, const struct krd *r,
+				 int64_t deadline, bool *garbage)
+{
+	bool not_controller;
+	int64_t offset;
+	*garbage = false;
+	if (alter_answer_scan(*r, api_flexible(f->api_key, f->api_version), &not_controller, &offset) < 0) {
+		conn_garbage(m, c, f->api_key, r);
+		*garbage = true;
+		return false;
+	}
+	if (not_controller) {
+		conn_not_controller(m, c);
+		return false;
+	}
+	conn_ok(m, c);
+	if (offset < 0)
+		offset = hwm_after_now(m, deadline);
+	if (offset >= 0 && !wait_offset(m, offset, deadline))
+		SLOG_WARN("meta", "relayed config change: the image did not reach offset %lld in time; answering anyway",
+			  (long long)offset);
+	return true;
+}
+
 static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 {
 	struct kwr body = {.buf = f->body, .len = f->len, .cap = f->len, .cap_max = f->len};
 	int64_t deadline = now_ms() + MC_REQUEST_TIMEOUT_MS;
+	bool write = f->api_key == API_ALTER_CONFIGS || f->api_key == API_INCREMENTAL_ALTER_CONFIGS;
 	while (!is_stopping(m) && now_ms() < deadline) {
 		struct krd r;
 		enum call_result cr = conn_call(m, c, f->api_key, f->api_version, &body, deadline, &r);
 		if (cr == CALL_UNSENT)
 			continue;
-		if (cr == CALL_OK) {
-			conn_ok(m, c);
-			f->done(f->arg, 0, r.p, krd_left(&r));
-			return;
+		if (cr != CALL_OK)
+			break;
+		bool garbage = false;
+		if (write && !forward_write_settle(m, c, f, &r, deadline, &garbage)) {
+			if (garbage)
+				break;
+			continue;
 		}
-		break;
+		if (!write)
+			conn_ok(m, c);
+		f->done(f->arg, 0, r.p, krd_left(&r));
+		return;
 	}
 	f->done(f->arg, KERR_REQUEST_TIMED_OUT, NULL, 0);
 }
@@ -2302,7 +2445,7 @@ static int mc_forward(void *self, int16_t api_key, int16_t api_version, const ui
 {
 	struct mc *m = self;
 	assert(done && (body || len == 0));
-	if (api_key < 0 || api_key >= API_KEY_MAX || api_version < 0 || len > MC_REQUEST_BYTES_MAX - 1024)
+	if (api_key < 0 || api_key >= API_KEY_MAX || api_version < 0 || len > SLUICE_META_FORWARD_BYTES_MAX)
 		return -1;
 	struct mc_forward *f = calloc(1, sizeof *f);
 	uint8_t *copy = malloc(len ? len : 1);
@@ -2636,6 +2779,7 @@ void sluice_meta_controller_config_from(struct sluice_meta_controller_config *ou
 	out->heartbeat_interval_ms = SLUICE_META_CONTROLLER_HEARTBEAT_MS_DEFAULT;
 	if (config_get(cfg, "broker.heartbeat.interval.ms", v, sizeof v) && atoi(v) > 0)
 		out->heartbeat_interval_ms = atoi(v);
+	out->base = cfg;
 }
 
 /* <dir>/sluice-broker-epoch: the broker epoch at the last clean shutdown,
@@ -2702,6 +2846,17 @@ static int mc_configure(struct mc *m, const struct sluice_meta_controller_config
 	else
 		snprintf(m->listener_name, sizeof m->listener_name, "PLAINTEXT");
 	snprintf(m->client_id, sizeof m->client_id, "sluice-broker-%d", cc->node_id);
+	snprintf(m->node_name, sizeof m->node_name, "%d", cc->node_id);
+	m->base = malloc(sizeof *m->base);
+	if (!m->base) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (cc->base)
+		*m->base = *cc->base;
+	else
+		sluice_config_defaults(m->base);
+	m->cfg.base = NULL; /* the caller's: not kept */
 	snprintf(m->dir, sizeof m->dir, "%.1000s", dir);
 	if (getrandom(m->incarnation_id, 16, 0) != 16) {
 		snprintf(err, errlen, "cannot draw an incarnation id: %s", strerror(errno));
@@ -2760,6 +2915,7 @@ static void mc_free(struct mc *m)
 	if (m->img)
 		sluice_image_free(m->img);
 	free(m->dirty);
+	free(m->base);
 	free(m->stage);
 	free(m->stage_aux);
 	if (m->stop_fd >= 0)

@@ -24,6 +24,9 @@ struct sluice_meta_controller_config {
 	char listeners[SLUICE_CONFIG_STRING_MAX];
 	char rack[SLUICE_BROKER_RACK_MAX + 1];          /* broker.rack; "": none */
 	int32_t heartbeat_interval_ms;                  /* broker.heartbeat.interval.ms */
+	/* The broker's finished static configuration, which the dynamic broker
+	 * configs of the quorum apply over (copied at open); NULL: the defaults. */
+	const struct sluice_config *base;
 };
 
 /* The settings above as cfg holds them (absent keys: their defaults). */

@@ -40,6 +40,17 @@ struct sluice_topic_limits {
 	double min_cleanable_dirty_ratio; /* < 0: unset */
 };
 
+/* The topic's cleanup.policy, else the broker's log.cleanup.policy (given
+ * as what it says): whether compaction passes run, whether retention does. */
+static inline bool sluice_topic_limits_compact(const struct sluice_topic_limits *l, bool broker_compact)
+{
+	return l->cleanup_compact >= 0 ? l->cleanup_compact == 1 : broker_compact;
+}
+static inline bool sluice_topic_limits_delete(const struct sluice_topic_limits *l, bool broker_delete)
+{
+	return l->cleanup_compact >= 0 ? l->cleanup_delete : broker_delete;
+}
+
 /* Kafka's topic-name rule: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
 bool sluice_topic_name_valid(const char *name, size_t len);
 /* Topic config keys accepted at creation (Kafka's names). */

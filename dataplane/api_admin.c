@@ -12,7 +12,10 @@
  * away. A group's coordinator is the leader of its __consumer_offsets
  * partition (single-node: this broker). DescribeQuorum is relayed to the
  * active controller in cluster mode; a single-node broker describes itself
- * as a one-voter quorum. */
+ * as a one-voter quorum. In cluster mode broker configs are dynamic: an
+ * (Incremental)AlterConfigs naming a BROKER resource is relayed to the
+ * controller, and DescribeConfigs reports each level's value
+ * (control/broker_config.h). */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "control/assignment.h"
@@ -1006,8 +1009,14 @@ static void dt_answer(struct req *r)
 }
 /* ---- DescribeConfigs (32) ------------------------------------------------------------- */
 
-enum { SRC_DYNAMIC_TOPIC = 1, SRC_STATIC_BROKER = 4, SRC_DEFAULT = 5 };
-enum { CT_BOOLEAN = 1, CT_STRING = 2, CT_INT = 3, CT_LONG = 5, CT_DOUBLE = 6, CT_LIST = 7 };
+enum {
+	SRC_DYNAMIC_TOPIC = 1,
+	SRC_DYNAMIC_BROKER = 2,
+	SRC_DYNAMIC_DEFAULT_BROKER = 3,
+	SRC_STATIC_BROKER = 4,
+	SRC_DEFAULT = 5,
+};
+enum { CT_BOOLEAN = 1, CT_STRING = 2, CT_INT = 3, CT_LONG = 5, CT_DOUBLE = 6, CT_LIST = 7, CT_PASSWORD = 8 };
 
 /* Topic config keys with the broker setting that supplies their default. */
 struct topic_default {
@@ -1016,8 +1025,8 @@ struct topic_default {
 	const char *fixed; /* NULL: computed from the broker config */
 };
 static const struct topic_default topic_defaults[] = {
-	{"cleanup.policy", CT_LIST, "delete"},
-	{"compression.type", CT_STRING, "producer"},
+	{"cleanup.policy", CT_LIST, NULL},
+	{"compression.type", CT_STRING, NULL},
 	{"delete.retention.ms", CT_LONG, "86400000"},
 	{"file.delete.delay.ms", CT_LONG, "60000"},
 	{"flush.messages", CT_LONG, NULL},
@@ -1039,7 +1048,11 @@ static const struct topic_default topic_defaults[] = {
 
 static void topic_default_value(const struct sluice_config *c, const char *key, char *out, size_t len)
 {
-	if (!strcmp(key, "message.timestamp.type"))
+	if (!strcmp(key, "cleanup.policy"))
+		snprintf(out, len, "%s", c->log_cleanup_policy);
+	else if (!strcmp(key, "compression.type"))
+		snprintf(out, len, "%s", c->compression_type);
+	else if (!strcmp(key, "message.timestamp.type"))
 		snprintf(out, len, "%s", c->message_timestamp_type);
 	else if (!strcmp(key, "min.cleanable.dirty.ratio"))
 		snprintf(out, len, "%s", c->log_cleaner_min_cleanable_ratio_s);
@@ -1079,12 +1092,23 @@ static bool key_wanted(struct kstr *keys, int32_t nkeys, const char *name)
 	return false;
 }
 
-static void dc_entry(struct req *r, const char *name, const char *value, bool read_only, int8_t source,
-		     int8_t type, bool synonyms)
+/* One synonym of a config entry: a name it goes by, its value there, and
+ * where that value comes from. */
+struct dc_syn {
+	const char *name;
+	const char *value; /* NULL: null (a sensitive one) */
+	int8_t source;
+};
+
+/* One entry: name, value (NULL: null), read-only, source, sensitive, and
+ * synonyms (v1+, when asked; each level's value in precedence order). */
+static void dc_entry_syn(struct req *r, const char *name, const char *value, bool read_only, int8_t source,
+			 bool sensitive, int8_t type, const struct dc_syn *syn, int nsyn)
 {
 	struct kwr *w = &r->out;
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
+	assert(nsyn >= 0 && (syn || nsyn == 0));
 	kwr_cstr(w, flex, name);
 	kwr_cstr(w, flex, value);
 	kwr_bool(w, read_only);
@@ -1092,17 +1116,16 @@ static void dc_entry(struct req *r, const char *name, const char *value, bool re
 		kwr_bool(w, source == SRC_DEFAULT);
 	else
 		kwr_i8(w, source);
-	kwr_bool(w, false); /* IsSensitive */
+	kwr_bool(w, sensitive);
 	if (v >= 1) {
-		if (synonyms) {
-			kwr_array(w, flex, 1);
-			kwr_cstr(w, flex, name);
-			kwr_cstr(w, flex, value);
-			kwr_i8(w, source);
+		kwr_array(w, flex, nsyn);
+		for (int i = 0; i < nsyn; i++) {
+			kwr_cstr(w, flex, syn[i].name);
+			kwr_cstr(w, flex, syn[i].value);
+			kwr_i8(w, syn[i].source);
 			if (flex)
 				kwr_tags_empty(w);
-		} else
-			kwr_array(w, flex, 0);
+		}
 	}
 	if (v >= 3) {
 		kwr_i8(w, type);
@@ -1112,6 +1135,13 @@ static void dc_entry(struct req *r, const char *name, const char *value, bool re
 		kwr_tags_empty(w);
 }
 
+/* An entry whose only synonym (when asked) is itself. */
+static void dc_entry(struct req *r, const char *name, const char *value, bool read_only, int8_t source,
+		     int8_t type, bool synonyms)
+{
+	struct dc_syn self = {name, value, source};
+	dc_entry_syn(r, name, value, read_only, source, false, type, &self, synonyms ? 1 : 0);
+}
 
 /* A resource of a DescribeConfigs request. */
 struct dres {
@@ -1198,7 +1228,10 @@ static int16_t dc_resource_check(struct req *r, const struct dres *d, const stru
 		}
 	} else if (d->type == 4) {
 		if (d->name.ptr && d->name.len > 0 && !kstr_eq(d->name, node)) {
-			*msg = "Unexpected broker id";
+			/* Kafka answers for itself and the cluster-wide default only
+			 * (its admin client sends a broker's resource to that broker) */
+			*msg = "Unexpected broker id: this broker answers for its own id or the empty name (the "
+			       "cluster-wide default) only";
 			return KERR_INVALID_REQUEST;
 		}
 	} else if (d->type != 8) {
@@ -1213,7 +1246,7 @@ static int16_t dc_resource_check(struct req *r, const struct dres *d, const stru
 /* A topic's configs: every key with its default, or the topic's override. */
 static void dc_write_topic(struct req *r, const struct dres *d, const struct sluice_topic *t, bool synonyms)
 {
-	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_config *cfg = sluice_proto_config(r);
 	int32_t count = 0;
 	/* Count first so the array header has the right size. */
 	for (size_t k = 0; k < TOPIC_DEFAULTS_N; k++)
@@ -1250,20 +1283,148 @@ static void dc_write_loggers(struct req *r, const struct dres *d)
 		dc_entry(r, "root", names[lvl], false, SRC_DEFAULT, CT_STRING, false);
 }
 
-/* The broker's own configuration (read-only). */
+/* ---- broker configs: static, and dynamic in cluster mode --------------------------------- */
+
+static int8_t dc_broker_type(const struct sluice_broker_key *k)
+{
+	switch (k ? k->type : 's') {
+	case 'i': return CT_INT;
+	case 'l': return CT_LONG;
+	case 'd': return CT_DOUBLE;
+	case 'b': return CT_BOOLEAN;
+	case 'L': return CT_LIST;
+	case 'p': return CT_PASSWORD;
+	default: return CT_STRING;
+	}
+}
+
+#define DC_SYNONYMS_MAX (4 * SLUICE_BROKER_SYNONYMS_MAX) /* four levels of each name */
+
+/* One broker config key resolved as Kafka's ConfigHelper does: every
+ * level's value of the key and of its synonyms, in precedence order (this
+ * broker's dynamic, the cluster-wide dynamic default, server.properties,
+ * the default), those before the key's own name dropped; the first gives
+ * the value and the source. */
+struct dc_key {
+	struct dc_syn syn[DC_SYNONYMS_MAX];
+	int nsyn;
+	char statics[SLUICE_BROKER_SYNONYMS_MAX][SLUICE_CONFIG_STRING_MAX];
+	bool sensitive;
+	int8_t type;
+	bool dynamic; /* Kafka changes it at run time */
+};
+
+static void dc_key_add(struct dc_key *k, const char *name, const char *value, int8_t source)
+{
+	assert(k->nsyn < DC_SYNONYMS_MAX);
+	k->syn[k->nsyn++] = (struct dc_syn){name, k->sensitive ? NULL : value, source};
+}
+
+/* per_broker: the resource is this broker's id (every level); else the
+ * cluster-wide default (its level only). bc may be NULL (no dynamic config). */
+static void dc_key_resolve(struct dc_key *k, const char *name, const struct sluice_broker_config *bc,
+			   const struct sluice_config *file, bool per_broker)
+{
+	const char *names[SLUICE_BROKER_SYNONYMS_MAX];
+	size_t nn = sluice_broker_config_synonyms(name, names);
+	bool per_broker_key;
+	const struct sluice_broker_key *bk = sluice_broker_key_find(name, &per_broker_key);
+	k->nsyn = 0;
+	k->sensitive = bk && bk->type == 'p';
+	k->type = dc_broker_type(bk);
+	k->dynamic = bk != NULL;
+	for (int level = per_broker ? 0 : 1; level < 2 && bc; level++)
+		for (size_t i = 0; i < nn; i++) {
+			const char *v = sluice_broker_config_get(bc, level == 0, names[i]);
+			if (v)
+				dc_key_add(k, names[i], v, level == 0 ? SRC_DYNAMIC_BROKER : SRC_DYNAMIC_DEFAULT_BROKER);
+		}
+	for (size_t i = 0; per_broker && i < nn; i++) {
+		bool is_def;
+		if (sluice_config_value(file, names[i], k->statics[i], sizeof k->statics[i], &is_def) && !is_def)
+			dc_key_add(k, names[i], k->statics[i], SRC_STATIC_BROKER);
+	}
+	for (size_t i = 0; per_broker && i < nn; i++) {
+		const char *def = sluice_config_default(names[i]);
+		if (def)
+			dc_key_add(k, names[i], def, SRC_DEFAULT);
+	}
+	int drop = 0; /* e.g. log.retention.hours set when describing log.retention.ms */
+	while (drop < k->nsyn && strcmp(k->syn[drop].name, name) != 0)
+		drop++;
+	memmove(k->syn, k->syn + drop, (size_t)(k->nsyn - drop) * sizeof k->syn[0]);
+	k->nsyn -= drop;
+}
+
+static void dc_write_key(struct req *r, const char *name, const struct sluice_broker_config *bc, bool per_broker,
+			 bool synonyms)
+{
+	struct dc_key k;
+	dc_key_resolve(&k, name, bc, &r->nc->b->cfg, per_broker);
+	bool cluster = sluice_proto_cluster_mode(r);
+	const char *value = k.nsyn ? k.syn[0].value : NULL;
+	int8_t source = k.nsyn ? k.syn[0].source : SRC_DEFAULT;
+	dc_entry_syn(r, name, value, !(cluster && k.dynamic), source, k.sensitive, k.type, k.syn, synonyms ? k.nsyn : 0);
+}
+
+/* Whether a dynamic-only key (not of server.properties) at `level` is
+ * listed: not shadowed by the same name listed before it. */
+static bool dc_dynamic_listed(const struct sluice_broker_config *bc, bool own_level, const char *name)
+{
+	if (sluice_config_default(name))
+		return false; /* listed with server.properties' keys */
+	return own_level || !sluice_broker_config_get(bc, true, name);
+}
+
+/* This broker's configuration: every key of server.properties, then the
+ * dynamic keys Sluice has no property of (as the quorum holds them). */
 static void dc_write_broker(struct req *r, const struct dres *d, bool synonyms)
 {
-	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_config *file = &r->nc->b->cfg;
+	const struct sluice_broker_config *bc = sluice_proto_snap(r)->broker_config;
 	int32_t count = 0;
 	const char *name;
 	char val[SLUICE_CONFIG_STRING_MAX];
 	bool is_def;
-	for (size_t k = 0; sluice_config_entry(cfg, k, &name, val, sizeof val, &is_def); k++)
-		count += key_wanted(d->keys, d->nkeys, name);
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			kwr_array(&r->out, r->flexible, count);
+		for (size_t k = 0; sluice_config_entry(file, k, &name, val, sizeof val, &is_def); k++) {
+			if (!key_wanted(d->keys, d->nkeys, name))
+				continue;
+			if (pass == 0)
+				count++;
+			else
+				dc_write_key(r, name, bc, true, synonyms);
+		}
+		for (int level = 0; level < 2 && bc; level++) {
+			const struct sluice_broker_dynamic *v = level == 0 ? bc->own : bc->defaults;
+			uint32_t n = level == 0 ? bc->own_n : bc->default_n;
+			for (uint32_t i = 0; i < n; i++) {
+				if (!dc_dynamic_listed(bc, level == 0, v[i].name) || !key_wanted(d->keys, d->nkeys, v[i].name))
+					continue;
+				if (pass == 0)
+					count++;
+				else
+					dc_write_key(r, v[i].name, bc, true, synonyms);
+			}
+		}
+	}
+}
+
+/* Cluster mode, the empty name: the cluster-wide default overrides only,
+ * as Kafka answers it. */
+static void dc_write_broker_default(struct req *r, const struct dres *d, bool synonyms)
+{
+	const struct sluice_broker_config *bc = sluice_proto_snap(r)->broker_config;
+	uint32_t n = bc ? bc->default_n : 0;
+	int32_t count = 0;
+	for (uint32_t i = 0; i < n; i++)
+		count += key_wanted(d->keys, d->nkeys, bc->defaults[i].name);
 	kwr_array(&r->out, r->flexible, count);
-	for (size_t k = 0; sluice_config_entry(cfg, k, &name, val, sizeof val, &is_def); k++)
-		if (key_wanted(d->keys, d->nkeys, name))
-			dc_entry(r, name, val, true, is_def ? SRC_DEFAULT : SRC_STATIC_BROKER, CT_STRING, synonyms);
+	for (uint32_t i = 0; i < n; i++)
+		if (key_wanted(d->keys, d->nkeys, bc->defaults[i].name))
+			dc_write_key(r, bc->defaults[i].name, bc, false, synonyms);
 }
 
 bool sluice_api_describe_configs_start(struct req *r, struct krd *rd)
@@ -1292,6 +1453,8 @@ bool sluice_api_describe_configs_start(struct req *r, struct krd *rd)
 			dc_write_topic(r, d, t, synonyms);
 		else if (d->type == 8)
 			dc_write_loggers(r, d);
+		else if (sluice_proto_cluster_mode(r) && (!d->name.ptr || d->name.len == 0))
+			dc_write_broker_default(r, d, synonyms);
 		else
 			dc_write_broker(r, d, synonyms);
 		if (flex)
@@ -1772,11 +1935,14 @@ struct ar {
 	int32_t change; /* its change in the request's metadata batch, or -1 */
 	bool logger;
 	char level[16];
+	bool forward;          /* cluster mode: decided by the controller */
+	const uint8_t *cfg_at; /* its Configs array in the frame (forwarded: encoded again from there) */
 };
 
 /* The request (r->api). */
 struct ar_state {
 	int32_t n;
+	bool validate_only;
 	struct ar ars[];
 };
 
@@ -1831,7 +1997,7 @@ static void ar_decode_entry(struct req *r, struct krd *rd, struct ar *a, bool in
 	struct kstr val = krd_string(rd, flex);
 	if (flex)
 		krd_tags_skip(rd);
-	if (a->err || rd->err || !key.ptr)
+	if (a->err || rd->err || !key.ptr || a->forward)
 		return;
 	char kbuf[SLUICE_TOPIC_CONFIG_KEY_MAX], vbuf[SLUICE_TOPIC_CONFIG_VALUE_MAX];
 	if (key.len >= (int32_t)sizeof kbuf || (val.ptr && val.len >= (int32_t)sizeof vbuf)) {
@@ -1895,13 +2061,13 @@ static void ar_commit(struct req *r, struct ar_state *as, bool validate_only)
 static void ar_answer(struct req *r)
 {
 	struct ar_state *as = r->api;
-	const struct sluice_meta_batch *b = sluice_proto_meta_current(r, NULL);
-	assert(as && b);
+	assert(as);
 	bool flex = r->flexible;
 	for (int32_t i = 0; i < as->n; i++) {
 		struct ar *a = &as->ars[i];
 		if (a->change < 0)
 			continue;
+		const struct sluice_meta_batch *b = sluice_proto_meta_current(r, NULL);
 		assert((uint32_t)a->change < b->change_n);
 		const struct sluice_meta_change *c = &b->changes[a->change];
 		a->err = c->error;
@@ -1926,9 +2092,200 @@ static void ar_answer(struct req *r)
 	sluice_proto_resp_end(r);
 }
 
+/* ---- cluster mode: broker configs are the controller's ----
+ *
+ * As a Kafka broker in KRaft mode does, a request naming a BROKER resource
+ * goes to the active controller, which checks the changes and stores them
+ * in the quorum (the per-broker ones of any broker id, and the
+ * cluster-wide default, resource name ""); every broker then applies them
+ * from its metadata (control/broker_config.h). The whole request is
+ * relayed, its TOPIC resources included (the controller decides those
+ * too); only BROKER_LOGGER resources, this process's log level, are
+ * handled here, and the answers are merged in request order. It goes out
+ * at the flexible version whatever the client's (IncrementalAlterConfigs
+ * v1, AlterConfigs v2), rewritten from the frame, and the backend answers
+ * once this broker's metadata shows the change. */
+
+#define AF_INCREMENTAL_VERSION 1
+#define AF_ALTER_VERSION 2
+#define AF_ENTRY_BYTES_MIN 6 /* a flexible response entry: error, null message, type, empty name, tags */
+
+/* Whether the request (at rd, not consumed) names a BROKER resource. */
+static bool ar_names_broker(struct req *r, struct krd scan, bool incremental)
+{
+	bool flex = r->flexible;
+	int32_t n = krd_array(&scan, flex, 4);
+	for (int32_t i = 0; i < n && !scan.err; i++) {
+		if (krd_i8(&scan) == 4)
+			return true;
+		(void)krd_string(&scan, flex);
+		int32_t nc = krd_array(&scan, flex, 3);
+		for (int32_t k = 0; k < nc && !scan.err; k++) {
+			(void)krd_string(&scan, flex);
+			if (incremental)
+				(void)krd_i8(&scan);
+			(void)krd_string(&scan, flex);
+			if (flex)
+				krd_tags_skip(&scan);
+		}
+		if (flex)
+			krd_tags_skip(&scan);
+	}
+	return false;
+}
+
+/* The forwarded resources as the controller's request, in w. */
+static void af_encode(struct req *r, const struct ar_state *as, bool incremental, struct kwr *w)
+{
+	bool flex = r->flexible;
+	int32_t n = 0;
+	for (int32_t i = 0; i < as->n; i++)
+		n += as->ars[i].forward;
+	kwr_array(w, true, n);
+	for (int32_t i = 0; i < as->n; i++) {
+		const struct ar *a = &as->ars[i];
+		if (!a->forward)
+			continue;
+		kwr_i8(w, a->type);
+		kwr_string(w, true, a->name.ptr, a->name.len);
+		struct krd cr;
+		krd_init(&cr, a->cfg_at, (size_t)(r->frame + r->frame_len - a->cfg_at));
+		int32_t nc = krd_array(&cr, flex, 3);
+		kwr_array(w, true, nc);
+		for (int32_t k = 0; k < nc && !cr.err; k++) {
+			struct kstr key = krd_string(&cr, flex);
+			int8_t op = incremental ? krd_i8(&cr) : 0;
+			struct kstr val = krd_string(&cr, flex);
+			if (flex)
+				krd_tags_skip(&cr);
+			kwr_string(w, true, key.ptr, key.ptr ? key.len : -1);
+			if (incremental)
+				kwr_i8(w, op);
+			kwr_string(w, true, val.ptr, val.ptr ? val.len : -1);
+			kwr_tags_empty(w);
+		}
+		assert(!cr.err); /* the frame was decoded once already */
+		kwr_tags_empty(w);
+	}
+	kwr_bool(w, as->validate_only);
+	kwr_tags_empty(w);
+}
+
+static void af_fail_forwarded(struct ar_state *as, int16_t err, const char *msg)
+{
+	for (int32_t i = 0; i < as->n; i++)
+		if (as->ars[i].forward) {
+			as->ars[i].err = err;
+			snprintf(as->ars[i].msg, sizeof as->ars[i].msg, "%s", msg);
+		}
+}
+
+/* The controller's answer into the forwarded resources; false when it does
+ * not decode or does not name them in order. */
+static bool af_take_answer(struct ar_state *as, const uint8_t *resp, size_t len)
+{
+	struct krd rd;
+	krd_init(&rd, resp, len);
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	int32_t n = krd_array(&rd, true, AF_ENTRY_BYTES_MIN), k = 0;
+	for (int32_t i = 0; i < as->n && !rd.err; i++) {
+		struct ar *a = &as->ars[i];
+		if (!a->forward)
+			continue;
+		if (k++ >= n)
+			return false;
+		int16_t err = krd_i16(&rd);
+		struct kstr msg = krd_string(&rd, true);
+		int8_t type = krd_i8(&rd);
+		struct kstr name = krd_string(&rd, true);
+		krd_tags_skip(&rd);
+		int32_t want_len = a->name.ptr ? a->name.len : 0; /* a null name comes back empty */
+		if (rd.err || type != a->type || !name.ptr || name.len != want_len ||
+		    (name.len && memcmp(name.ptr, a->name.ptr, (size_t)name.len)))
+			return false;
+		a->err = err;
+		snprintf(a->msg, sizeof a->msg, "%.*s", msg.ptr ? (int)msg.len : 0, msg.ptr ? msg.ptr : "");
+	}
+	krd_tags_skip(&rd); /* SluiceMetadataOffset among them: not the client's */
+	return !rd.err && k == n && krd_left(&rd) == 0;
+}
+
+static void af_answered(struct req *r, int16_t error, const uint8_t *resp, size_t len)
+{
+	struct ar_state *as = r->api;
+	assert(as && (error || resp));
+	if (error)
+		af_fail_forwarded(as, error, "No active controller answered; retry later.");
+	else if (!af_take_answer(as, resp, len)) {
+		SLOG_WARN("admin", "the controller's answer to a relayed %s does not decode (%zu bytes)",
+			  r->api_key == API_INCREMENTAL_ALTER_CONFIGS ? "IncrementalAlterConfigs" : "AlterConfigs", len);
+		af_fail_forwarded(as, KERR_UNKNOWN_SERVER_ERROR, "The controller's answer does not decode.");
+	}
+	ar_answer(r);
+}
+
+/* Decode every resource (BROKER_LOGGER ones applied here), then relay the
+ * rest. False: a malformed request (the connection closes). */
+static bool af_start(struct req *r, struct krd *rd, bool incremental)
+{
+	bool flex = r->flexible;
+	int32_t n = krd_array(rd, flex, 4);
+	if (rd->err || n > ALTER_CONFIGS_RESOURCES_MAX)
+		return false;
+	int32_t cnt = n > 0 ? n : 0;
+	struct ar_state *as = calloc(1, sizeof *as + (size_t)cnt * sizeof as->ars[0]);
+	if (!as)
+		return false;
+	r->api = as;
+	as->n = n;
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		struct ar *a = &as->ars[i];
+		a->type = krd_i8(rd);
+		a->name = krd_string(rd, flex);
+		a->change = -1;
+		a->logger = a->type == 8;
+		a->forward = !a->logger;
+		a->cfg_at = rd->p;
+		int32_t nc = krd_array(rd, flex, 3);
+		for (int32_t k = 0; k < nc && !rd->err; k++)
+			ar_decode_entry(r, rd, a, incremental);
+		if (flex)
+			krd_tags_skip(rd);
+	}
+	as->validate_only = krd_bool(rd);
+	if (flex)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		struct ar *a = &as->ars[i];
+		if (a->logger && !a->err && !as->validate_only && a->level[0])
+			a->err = logger_apply(a->level, a->msg, sizeof a->msg);
+	}
+	struct kwr w;
+	/* flexible lengths take at most twice the bytes; the margin covers the
+	 * reserve of the first 256 (kwr_init) */
+	size_t cap = 2 * (size_t)r->frame_len + 1024;
+	kwr_init(&w, 256, cap < SLUICE_META_FORWARD_BYTES_MAX ? cap : SLUICE_META_FORWARD_BYTES_MAX);
+	af_encode(r, as, incremental, &w);
+	bool sent = !w.err && sluice_proto_meta_forward_as(r, r->api_key,
+							   incremental ? AF_INCREMENTAL_VERSION : AF_ALTER_VERSION,
+							   w.buf, w.len, af_answered);
+	if (!sent)
+		af_fail_forwarded(as, w.err ? KERR_INVALID_REQUEST : KERR_REQUEST_TIMED_OUT,
+				  w.err ? "The request is too large to relay to the controller."
+					: "The controller cannot be reached now; retry later.");
+	kwr_free(&w);
+	if (!sent)
+		ar_answer(r);
+	return true;
+}
+
 bool sluice_api_alter_configs_start(struct req *r, struct krd *rd)
 {
 	bool flex = r->flexible, incremental = r->api_key == API_INCREMENTAL_ALTER_CONFIGS;
+	if (sluice_proto_cluster_mode(r) && ar_names_broker(r, *rd, incremental))
+		return af_start(r, rd, incremental);
 	int32_t n = krd_array(rd, flex, 4);
 	/* Each resource gets a working copy of up to 32 overrides (10 KB):
 	 * bound how many one request may name. */

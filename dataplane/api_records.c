@@ -133,7 +133,7 @@ static int64_t sat_add(int64_t a, int64_t b)
  * op keeps them in rdata for produce_finish. */
 static int16_t validate_records(struct req *r, struct partop *op, int64_t max_bytes, const uint8_t *p, int32_t len)
 {
-	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_config *cfg = sluice_proto_config(r);
 	const struct sluice_topic_limits *lim = &op->tinfo->limits;
 	struct sluice_batch b;
 	int16_t e = validate_header(r, max_bytes, p, len, &b, &op->error_message);
@@ -141,7 +141,7 @@ static int16_t validate_records(struct req *r, struct partop *op, int64_t max_by
 		return e;
 	struct sluice_batch_verify v;
 	bool create_time = !log_append_time(cfg, lim);
-	v.need_key = lim->cleanup_compact == 1;
+	v.need_key = sluice_topic_limits_compact(lim, cfg->log_cleanup_compact);
 	v.check_timestamps = create_time;
 	v.ts_min = INT64_MIN;
 	v.ts_max = INT64_MAX;
@@ -224,7 +224,7 @@ static void produce_decode(struct req *r, struct krd *rd, struct partop *op, voi
 static int16_t produce_check(struct req *r, struct partop *op, int16_t acks, const uint8_t *recs, int32_t len)
 {
 	assert(!op->local && op->tinfo);
-	const struct sluice_config *cfg = &r->nc->b->cfg;
+	const struct sluice_config *cfg = sluice_proto_config(r);
 	const struct sluice_topic_limits *lim = &op->tinfo->limits;
 	int64_t max_bytes = lim->max_message_bytes >= 0 ? lim->max_message_bytes : cfg->message_max_bytes;
 	int64_t min_isr = lim->min_insync_replicas > 0 ? lim->min_insync_replicas : cfg->min_insync_replicas;

@@ -82,6 +82,7 @@ struct partop {
 	struct req *req;
 	const char *topic;       /* NUL-terminated, lives in the request's metadata snapshot */
 	const struct sluice_topic *tinfo; /* likewise: the topic's overrides */
+	const struct sluice_config *cfg;  /* likewise: the broker configuration in effect (dynamic configs) */
 	int32_t partition;
 	/* APPEND */
 	const uint8_t *data;

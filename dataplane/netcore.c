@@ -750,15 +750,29 @@ void sluice_netcore_sweep(struct netcore *nc, int64_t now)
 
 /* ---- accepting -------------------------------------------------------- */
 
+/* max.connections as in effect now: a dynamic broker config (cluster
+ * mode) changes it at run time; connections over a lowered limit stay,
+ * new ones wait for room, as in Kafka. */
+static int32_t connections_max(struct netcore *nc)
+{
+	const struct sluice_meta *m = &nc->b->meta;
+	struct sluice_meta_snapshot *s = m->ops->acquire(m->self);
+	int32_t max = sluice_meta_config(s, &nc->b->cfg)->connections_max;
+	m->ops->release(m->self, s);
+	assert(max >= 1);
+	return max;
+}
+
 struct conn *sluice_netcore_accepted(struct netcore *nc, void *t, const char *host, int port)
 {
 	struct nstate *ns = nc->state;
 	assert(t);
 	if (__atomic_load_n(&nc->b->stopping, __ATOMIC_ACQUIRE))
 		return NULL; /* shutting down: accepted just before the listener closed */
-	if (__atomic_add_fetch(&conns_open, 1, __ATOMIC_RELAXED) > nc->b->cfg.connections_max) {
+	int32_t max = connections_max(nc);
+	if (__atomic_add_fetch(&conns_open, 1, __ATOMIC_RELAXED) > max) {
 		__atomic_sub_fetch(&conns_open, 1, __ATOMIC_RELAXED);
-		SLOG_WARN("net", "connection limit %d reached (max.connections); refusing", nc->b->cfg.connections_max);
+		SLOG_WARN("net", "connection limit %d reached (max.connections); refusing", max);
 		return NULL;
 	}
 	struct conn *c = calloc(1, sizeof *c);

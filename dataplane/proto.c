@@ -322,6 +322,11 @@ struct sluice_meta_snapshot *sluice_proto_snap(struct req *r)
 	return r->snap;
 }
 
+const struct sluice_config *sluice_proto_config(struct req *r)
+{
+	return sluice_meta_config(sluice_proto_snap(r), &r->nc->b->cfg);
+}
+
 void sluice_proto_snap_refresh(struct req *r)
 {
 	if (r->snap)
@@ -478,12 +483,12 @@ static void forward_backend_done(void *arg, int16_t error, const uint8_t *resp, 
 	sluice_rt_post(&pm->r->nc->rt, &pm->post);
 }
 
-bool sluice_proto_meta_forward(struct req *r, void (*done)(struct req *r, int16_t error, const uint8_t *resp,
-							  size_t len))
+bool sluice_proto_meta_forward_as(struct req *r, int16_t api_key, int16_t api_version, const uint8_t *body,
+				  size_t len, void (*done)(struct req *r, int16_t error, const uint8_t *resp, size_t len))
 {
 	const struct sluice_meta *m = &r->nc->b->meta;
 	assert(done && r->pending == 0 && !r->done);
-	assert(r->body_off <= r->frame_len);
+	assert(body || len == 0);
 	if (!m->ops->forward || !sluice_proto_meta_batch(r, 0, 0, NULL))
 		return false;
 	struct proto_meta *pm = r->meta;
@@ -496,14 +501,21 @@ bool sluice_proto_meta_forward(struct req *r, void (*done)(struct req *r, int16_
 	r->pending = 1;
 	struct proto_state *ps = r->nc->state;
 	ps->meta_out++;
-	if (m->ops->forward(m->self, r->api_key, r->api_version, r->frame + r->body_off, r->frame_len - r->body_off,
-			    forward_backend_done, pm) != 0) {
+	if (m->ops->forward(m->self, api_key, api_version, body, len, forward_backend_done, pm) != 0) {
 		pm->out = false;
 		r->pending = 0;
 		ps->meta_out--;
 		return false;
 	}
 	return true;
+}
+
+bool sluice_proto_meta_forward(struct req *r, void (*done)(struct req *r, int16_t error, const uint8_t *resp,
+							  size_t len))
+{
+	assert(r->body_off <= r->frame_len);
+	return sluice_proto_meta_forward_as(r, r->api_key, r->api_version, r->frame + r->body_off,
+					    r->frame_len - r->body_off, done);
 }
 
 bool sluice_proto_cluster_mode(const struct req *r)
@@ -740,6 +752,7 @@ void sluice_proto_op_resolve(struct req *r, struct partop *op, struct kstr name)
 	}
 	op->topic = t->name;
 	op->tinfo = t;
+	op->cfg = sluice_proto_config(r);
 	memcpy(op->topic_id, t->id, 16);
 }
 

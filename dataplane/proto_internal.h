@@ -103,6 +103,10 @@ void sluice_proto_resp_end(struct req *r);
  * the request is freed; refresh takes a newer one (after a change). */
 struct sluice_meta_snapshot *sluice_proto_snap(struct req *r);
 void sluice_proto_snap_refresh(struct req *r);
+/* The broker configuration in effect for r: its snapshot's dynamic one
+ * (cluster mode, control/broker_config.h), else server.properties. Topic
+ * overrides still come first where a topic has them. */
+const struct sluice_config *sluice_proto_config(struct req *r);
 const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_snapshot *s, const uint8_t id[16]);
 
 /* Metadata changes (control/meta.h's asynchronous interface). A handler
@@ -130,6 +134,10 @@ struct sluice_meta_batch *sluice_proto_meta_current(struct req *r, void **extra)
  * done will not run. */
 bool sluice_proto_meta_forward(struct req *r, void (*done)(struct req *r, int16_t error, const uint8_t *resp,
 							  size_t len));
+/* The same with a body of the handler's own (copied before this returns),
+ * sent as api_key/api_version: a request rewritten for the controller. */
+bool sluice_proto_meta_forward_as(struct req *r, int16_t api_key, int16_t api_version, const uint8_t *body,
+				  size_t len, void (*done)(struct req *r, int16_t error, const uint8_t *resp, size_t len));
 /* Whether this broker takes its metadata from controllers (cluster mode). */
 bool sluice_proto_cluster_mode(const struct req *r);
 

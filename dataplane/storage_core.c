@@ -74,6 +74,10 @@ static void service_written(struct storecore *sc, struct partop *op, bool ok)
  * budget, preallocation trims, flush and retention clocks) runs on turns. */
 #define STORE_SLEEP_MS_MAX 100
 _Static_assert(STORE_SLEEP_MS_MAX <= SLUICE_RT_SLEEP_MS_MAX, "the runtime caps every sleep");
+/* How stale the dynamic broker configuration a core applies outside
+ * requests (flush interval, retention, compaction) may get. */
+#define STORE_CONFIG_REFRESH_MS 1000
+_Static_assert(STORE_CONFIG_REFRESH_MS >= STORE_SLEEP_MS_MAX, "refreshed at most once a turn");
 /* Ops taken from one network core's ring per loop turn. */
 #define STORE_OPS_PER_RING_TURN 4096
 _Static_assert(STORE_OPS_PER_RING_TURN <= SLUICE_RING_SLOTS, "a turn takes at most a ring's worth");
@@ -189,6 +193,11 @@ struct sstate {
 	struct read_slot *slots, *slot_free;
 	int64_t pinned_extents, pinned_extents_max;
 	int64_t swept_offset; /* cluster mode: the metadata offset the last deleted-topic sweep saw */
+	/* The dynamic broker configuration in effect on this core (cluster
+	 * mode, a reference), taken from the newest snapshot at least every
+	 * STORE_CONFIG_REFRESH_MS; NULL: server.properties as it is. */
+	const struct sluice_broker_config *bcfg;
+	int64_t next_config_ms; /* monotonic */
 };
 
 struct offline_part {
@@ -913,6 +922,27 @@ static void op_list_offsets(struct storecore *sc, struct sluice_plog *l, struct 
 	op_done(sc, op);
 }
 
+/* The broker configuration in effect on this core: the dynamic one it
+ * holds, else the file's. An op carries its request's (op->cfg), newer or
+ * the same, and uses that. */
+static const struct sluice_config *core_cfg(const struct storecore *sc)
+{
+	const struct sstate *st = sc->state;
+	return st->bcfg ? &st->bcfg->effective : &sc->b->cfg;
+}
+
+/* Hold snap's dynamic configuration from now on. */
+static void core_cfg_take(struct storecore *sc, const struct sluice_meta_snapshot *snap)
+{
+	struct sstate *st = sc->state;
+	if (snap->broker_config == st->bcfg)
+		return;
+	if (snap->broker_config)
+		sluice_broker_config_ref(snap->broker_config);
+	sluice_broker_config_unref(st->bcfg);
+	st->bcfg = snap->broker_config;
+}
+
 /* The topic's own segment size, flush interval and roll time, else the
  * broker's. */
 static void append_limits(struct storecore *sc, struct sluice_plog *l, const struct partop *op)
@@ -920,7 +950,7 @@ static void append_limits(struct storecore *sc, struct sluice_plog *l, const str
 	if (!op->tinfo)
 		return;
 	const struct sluice_topic_limits *lim = &op->tinfo->limits;
-	const struct sluice_config *cfg = &sc->b->cfg;
+	const struct sluice_config *cfg = op->cfg ? op->cfg : core_cfg(sc);
 	sluice_plog_set_limits(l, lim->segment_bytes > 0 ? lim->segment_bytes : cfg->log_segment_bytes,
 			       lim->flush_messages > 0 ? lim->flush_messages : cfg->log_flush_interval_messages,
 			       lim->segment_ms > 0 ? lim->segment_ms : cfg->log_roll_ms);
@@ -934,7 +964,7 @@ static int append_write(struct storecore *sc, struct spart *p, struct partop *op
 	struct sluice_plog *l = p->log;
 	/* message.timestamp.type=LogAppendTime: the broker's clock, now */
 	int8_t lat = op->tinfo ? op->tinfo->limits.log_append_time : -1;
-	op->timestamp = (lat >= 0 ? lat : sc->b->cfg.log_append_time) ? wall_now_ms() : -1;
+	op->timestamp = (lat >= 0 ? lat : (op->cfg ? op->cfg : core_cfg(sc))->log_append_time) ? wall_now_ms() : -1;
 	int32_t epoch = p->part.leader_epoch;
 	int rc = sluice_plog_append(l, op->data, op->len, epoch, op->timestamp, &op->base_offset, &op->last_offset);
 	if (rc == -EMFILE || rc == -ENFILE) {
@@ -1211,7 +1241,7 @@ static void cleaner_submit(struct storecore *sc, struct spart *p, const struct s
 			   int64_t wall_ms)
 {
 	struct sstate *st = sc->state;
-	const struct sluice_config *cfg = &sc->b->cfg;
+	const struct sluice_config *cfg = core_cfg(sc);
 	int64_t drm = lim->delete_retention_ms != SLUICE_LIMIT_UNSET ? lim->delete_retention_ms
 								  : cfg->log_cleaner_delete_retention_ms;
 	int64_t lag = lim->min_compaction_lag_ms != SLUICE_LIMIT_UNSET ? lim->min_compaction_lag_ms
@@ -1381,7 +1411,13 @@ static void deleted_sweep(struct storecore *sc)
 static void housekeeping(struct storecore *sc, int64_t now)
 {
 	struct sstate *st = sc->state;
-	const struct sluice_config *cfg = &sc->b->cfg;
+	if (now >= st->next_config_ms) {
+		st->next_config_ms = now + STORE_CONFIG_REFRESH_MS;
+		struct sluice_meta_snapshot *snap = sc->b->meta.ops->acquire(sc->b->meta.self);
+		core_cfg_take(sc, snap);
+		sc->b->meta.ops->release(sc->b->meta.self, snap);
+	}
+	const struct sluice_config *cfg = core_cfg(sc);
 	if (now >= st->next_fd_check_ms) {
 		st->next_fd_check_ms = now + 200;
 		fd_budget(sc);
@@ -1418,6 +1454,8 @@ static void housekeeping(struct storecore *sc, int64_t now)
 	if (cleaner_due)
 		st->next_clean_ms = now + (cfg->log_cleaner_backoff_ms > 0 ? cfg->log_cleaner_backoff_ms : 1);
 	struct sluice_meta_snapshot *snap = sc->b->meta.ops->acquire(sc->b->meta.self);
+	core_cfg_take(sc, snap);
+	cfg = core_cfg(sc);
 	int64_t wall = wall_now_ms();
 	for (uint32_t i = 0; i < st->table_cap; i++) {
 		struct spart *p = st->table[i];
@@ -1426,11 +1464,11 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
 		if (!t)
 			continue;
-		if (cleaner_due && t->limits.cleanup_compact == 1) {
+		if (cleaner_due && sluice_topic_limits_compact(&t->limits, cfg->log_cleanup_compact)) {
 			if (!p->cleaning)
 				cleaner_submit(sc, p, &t->limits, wall);
 		}
-		if (!retention_due || !t->limits.cleanup_delete)
+		if (!retention_due || !sluice_topic_limits_delete(&t->limits, cfg->log_cleanup_delete))
 			continue;
 		int64_t rms = t->limits.retention_ms != SLUICE_LIMIT_UNSET ? t->limits.retention_ms : cfg->log_retention_ms;
 		int64_t rbytes = t->limits.retention_bytes != SLUICE_LIMIT_UNSET ? t->limits.retention_bytes : cfg->log_retention_bytes;
@@ -1673,6 +1711,8 @@ static void store_end(void *core)
 		store_services[i]->fini(sc);
 	sluice_pool_destroy(st->pool);
 	st->pool = NULL;
+	sluice_broker_config_unref(st->bcfg);
+	st->bcfg = NULL;
 }
 
 static const struct sluice_rt_hooks store_hooks = {

@@ -106,6 +106,7 @@ static struct {
 	int16_t fwd_key, fwd_version;
 	bool fwd_any;
 	int snaps_out;
+	const struct sluice_broker_config *bcfg; /* one reference */
 } CL;
 
 /* A snapshot of ours, on the list of those out, so that release can tell
@@ -161,6 +162,9 @@ static struct sluice_meta_snapshot *cluster_acquire(void *self)
 	cs->s.brokers = CL.broker_n ? CL.brokers : l->brokers;
 	cs->s.controller_id = CL.controller_set ? CL.controller : l->controller_id;
 	cs->s.metadata_offset = l->metadata_offset;
+	cs->s.broker_config = CL.bcfg;
+	if (CL.bcfg)
+		sluice_broker_config_ref(CL.bcfg);
 	CL.local_ops->release(self, l);
 	CL.snaps_out++;
 	return &cs->s;
@@ -181,6 +185,7 @@ static void cluster_release(void *self, struct sluice_meta_snapshot *s)
 	if (--cs->s.refs > 0)
 		return;
 	*pp = cs->next;
+	sluice_broker_config_unref(cs->s.broker_config);
 	for (uint32_t i = 0; i < cs->s.topic_n; i++) {
 		free((void *)cs->s.topics[i]->states);
 		free(cs->s.topics[i]);
@@ -251,6 +256,14 @@ void stub_cluster_forward(int16_t error, const uint8_t *resp, size_t len)
 	CL.ops.forward = cluster_forward;
 }
 
+void stub_cluster_broker_config(struct sluice_broker_config *bc)
+{
+	if (!CL.on)
+		abort();
+	sluice_broker_config_unref(CL.bcfg);
+	CL.bcfg = bc;
+}
+
 const uint8_t *stub_cluster_forwarded(size_t *len, int16_t *api_key, int16_t *api_version)
 {
 	*len = CL.fwd_seen_len;
@@ -268,6 +281,8 @@ static void stub_cluster_end(void)
 		return;
 	if (CL.snaps_out != 0)
 		fprintf(stderr, "stub cluster: %d snapshot(s) never released\n", CL.snaps_out);
+	sluice_broker_config_unref(CL.bcfg);
+	CL.bcfg = NULL;
 	B.meta.ops = CL.local_ops;
 	CL.on = false;
 }

@@ -97,6 +97,10 @@ void stub_cluster_partition(const char *topic, int32_t partition, const struct s
 void stub_cluster_brokers(const struct sluice_meta_broker *b, uint32_t n);
 void stub_cluster_controller(int32_t id);
 void stub_cluster_forward(int16_t error, const uint8_t *resp, size_t len);
+/* The dynamic broker configuration snapshots carry from now on (NULL:
+ * none); the stub takes the caller's reference. */
+struct sluice_broker_config;
+void stub_cluster_broker_config(struct sluice_broker_config *bc);
 /* What the last forward carried (NULL before any). */
 const uint8_t *stub_cluster_forwarded(size_t *len, int16_t *api_key, int16_t *api_version);
 /* Snapshots handed out and not released yet. */

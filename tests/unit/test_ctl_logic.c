@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include "common/kafka/errors.h"
+#include "control/broker_config.h"
 #include "control/ctl_logic.h"
 #include "control/image.h"
 
@@ -1418,6 +1419,55 @@ Test(ctl_configs, broker_configs_accept_only_the_keys_kafka_changes_dynamically)
 	cr_assert_eq(alter(&e, B, "", "log.retention.ms", NULL, SLUICE_CTL_DELETE), 0);
 	cr_assert_null(sluice_image_config(e.img, B, "", "log.retention.ms"));
 	cr_assert_eq(alter(&e, 3, "x", "a", "b", SLUICE_CTL_SET), KERR_INVALID_REQUEST);
+	env_fini(&e);
+}
+
+/* Proves that a broker value the quorum takes is one every broker can
+ * apply: Kafka's type first, then the broker's own range and checks
+ * (message.max.bytes an int, log.segment.bytes at least 1 MiB, the cleanup
+ * policy a list of delete/compact, compression.type a codec, the
+ * timestamp type), each refusal INVALID_CONFIG naming the key and value;
+ * and that one broker resource holds at most
+ * SLUICE_BROKER_DYNAMIC_CONFIGS_MAX overrides. */
+Test(ctl_configs, broker_values_are_checked_against_the_brokers_ranges)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	const int8_t B = SLUICE_MREC_RESOURCE_BROKER;
+	static const char *const bad[][2] = {
+		{"message.max.bytes", "abc"},          {"message.max.bytes", "4294967296"},
+		{"log.segment.bytes", "1000"},         {"log.cleanup.policy", "compact,forever"},
+		{"compression.type", "brotli"},        {"log.message.timestamp.type", "WallClock"},
+		{"log.cleaner.min.cleanable.ratio", "1.5"}, {"max.connections", "0"},
+		{"listener.name.external.max.connections", "0"}, {"log.roll.ms", "-1"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		cr_assert_eq(alter(&e, B, "", bad[i][0], bad[i][1], SLUICE_CTL_SET), KERR_INVALID_CONFIG, "%s=%s", bad[i][0],
+			     bad[i][1]);
+		cr_assert(strstr(e.msg, bad[i][0]) && strstr(e.msg, bad[i][1]), "%s", e.msg);
+	}
+	cr_assert_eq(alter(&e, B, "", "message.max.bytes", "2000", SLUICE_CTL_SET), 0, "%s", e.msg);
+	cr_assert_eq(alter(&e, B, "1", "log.cleanup.policy", "compact, delete", SLUICE_CTL_SET), 0, "%s", e.msg);
+	cr_assert_eq(alter(&e, B, "1", "compression.type", "zstd", SLUICE_CTL_SET), 0, "%s", e.msg);
+	cr_assert_eq(alter(&e, B, "1", "log.message.timestamp.difference.max.ms", "5", SLUICE_CTL_SET), 0,
+		     "not a broker property: Kafka's check only: %s", e.msg);
+	/* the overrides of one resource are bounded */
+	static struct sluice_ctl_config_change many[SLUICE_BROKER_DYNAMIC_CONFIGS_MAX];
+	static char names[SLUICE_BROKER_DYNAMIC_CONFIGS_MAX][64];
+	for (int i = 0; i < SLUICE_BROKER_DYNAMIC_CONFIGS_MAX; i++) {
+		snprintf(names[i], sizeof names[i], "listener.name.l%d.ssl.keystore.type", i);
+		many[i] = (struct sluice_ctl_config_change){names[i], "JKS", SLUICE_CTL_SET};
+	}
+	for (int half = 0; half < 2; half++) { /* a request changes at most 1,000 */
+		int n = SLUICE_BROKER_DYNAMIC_CONFIGS_MAX / 2;
+		cr_assert_eq(sluice_ctl_alter_configs(e.ctl, B, "2", many + half * n, n, false, false, &e.out, e.msg,
+						      sizeof e.msg), 0, "%s", e.msg);
+		apply_out(&e);
+	}
+	cr_assert_eq(alter(&e, B, "2", "ssl.keystore.type", "PKCS12", SLUICE_CTL_SET), KERR_INVALID_CONFIG);
+	cr_assert(strstr(e.msg, "More than"), "%s", e.msg);
+	cr_assert_eq(alter(&e, B, "2", "listener.name.l0.ssl.keystore.type", "PKCS12", SLUICE_CTL_SET), 0,
+		     "replacing one keeps the count: %s", e.msg);
 	env_fini(&e);
 }
 

@@ -29,6 +29,7 @@
 #include "batch_build.h"
 #include "batch_codecs.h"
 #include "common/kafka/batch.h"
+#include "common/kafka/errors.h"
 #include "common/log.h"
 #include "control/meta.h"
 #include "proto_stubs.h"
@@ -140,6 +141,7 @@ static bool flex_of(int16_t key, int16_t v)
 	case 22: return v >= 2;
 	case 32: return v >= 4;
 	case 33: return v >= 2;
+	case 44: return v >= 1;
 	case 37: return v >= 2;
 	case 8: return v >= 8;
 	case 9: return v >= 6;
@@ -1879,11 +1881,17 @@ Test(delete_topics, malformed_request_frees_everything, .init = setup, .fini = t
 
 /* ---- DescribeConfigs -------------------------------------------------------------------------- */
 
+#define DC_SYN_KEPT 8
 struct dc_entry {
 	char name[80], value[600];
 	bool value_null, read_only, sensitive;
 	int8_t source, type;
 	int nsyn;
+	struct {
+		char name[80], value[64];
+		bool value_null;
+		int8_t source;
+	} syn[DC_SYN_KEPT]; /* the first ones */
 };
 struct dc_res {
 	int16_t err;
@@ -1931,9 +1939,15 @@ static void describe_configs_roundtrip(int16_t v, int8_t type, const char *name,
 		e->sensitive = krd_bool(&s.r);
 		e->nsyn = rs_arr(&s, false);
 		for (int k = 0; k < e->nsyn && !s.r.err; k++) {
-			rs_str(&s, NULL, 0, false);
-			rs_str(&s, NULL, 0, true);
-			(void)krd_i8(&s.r);
+			if (k < DC_SYN_KEPT) {
+				rs_str(&s, e->syn[k].name, sizeof e->syn[k].name, false);
+				e->syn[k].value_null = !rs_str(&s, e->syn[k].value, sizeof e->syn[k].value, true);
+				e->syn[k].source = krd_i8(&s.r);
+			} else {
+				rs_str(&s, NULL, 0, false);
+				rs_str(&s, NULL, 0, true);
+				(void)krd_i8(&s.r);
+			}
 			rs_tags(&s);
 		}
 		if (v >= 3) {
@@ -3889,4 +3903,310 @@ Test(config, cluster_keys)
 	cr_expect(sluice_config_cluster_mode(&c));
 	const char *boot_bad[] = {"controller.quorum.bootstrap.servers", "1@h1:9093", "cluster.id", "x", NULL};
 	cr_expect_eq(cfg_try(boot_bad, &c, err, sizeof err), -1);
+}
+
+/* ---- dynamic broker configs (cluster mode) ---------------------------------------------------- */
+
+/* A dynamic configuration over this broker's file: the cluster-wide
+ * defaults d[0..nd) and this broker's own o[0..no). */
+static struct sluice_broker_config *dyn_config(const struct sluice_broker_dynamic *d, uint32_t nd,
+					       const struct sluice_broker_dynamic *o, uint32_t no)
+{
+	struct sluice_broker_config *bc = sluice_broker_config_build(&BR->cfg, BR->cfg.node_id, d, nd, o, no);
+	cr_assert_not_null(bc);
+	return bc;
+}
+
+static const struct sluice_broker_dynamic dyn_defaults[] = {
+	{"message.max.bytes", "3000"},
+	{"log.retention.ms", "5000"},
+	{"num.io.threads", "16"},
+};
+static const struct sluice_broker_dynamic dyn_own[] = {
+	{"message.max.bytes", "2000"},
+	{"ssl.keystore.password", "secret"},
+};
+
+/* This broker (node 1) in cluster mode, leading every partition of "dyn"
+ * and of "dyn-big" (max.message.bytes=100000); the dynamic configuration:
+ * the cluster-wide message.max.bytes=3000, log.retention.ms=5000 and
+ * num.io.threads=16, its own message.max.bytes=2000 and a keystore
+ * password. */
+static void dyn_setup(void)
+{
+	setup_with(cluster_overrides);
+	create_topic("dyn", 1);
+	struct sluice_topic_spec spec = {.name = "dyn-big", .name_len = 7, .partitions = 1, .replication_factor = -1,
+					 .config_n = 1};
+	snprintf(spec.configs[0].key, sizeof spec.configs[0].key, "max.message.bytes");
+	snprintf(spec.configs[0].value, sizeof spec.configs[0].value, "100000");
+	char msg[256];
+	cr_assert_eq(BR->meta.ops->create_topic(BR->meta.self, &spec, false, msg, sizeof msg, NULL), 0, "%s", msg);
+	stub_cluster_begin();
+	stub_cluster_brokers(cl_brokers, 3);
+	cl_partition("dyn", -1, 1, 0, 1);
+	cl_partition("dyn-big", -1, 1, 0, 1);
+	stub_cluster_broker_config(dyn_config(dyn_defaults, 3, dyn_own, 2));
+}
+
+static int dc_syn_find(const struct dc_entry *e, int8_t source, const char *name)
+{
+	for (int k = 0; k < e->nsyn && k < DC_SYN_KEPT; k++)
+		if (e->syn[k].source == source && !strcmp(e->syn[k].name, name))
+			return k;
+	return -1;
+}
+
+/* Proves DescribeConfigs BROKER in cluster mode, as Kafka's ConfigHelper
+ * answers it: for this broker's id every key of server.properties with the
+ * value in effect and its source (its own override DYNAMIC_BROKER_CONFIG 2,
+ * the cluster-wide one DYNAMIC_DEFAULT_BROKER_CONFIG 3, the file's
+ * STATIC_BROKER_CONFIG 4, else DEFAULT_CONFIG 5), the synonyms in that order
+ * when asked (log.retention.ms followed by .minutes and .hours), the keys
+ * Kafka changes at run time writable and the rest read-only, dynamic keys
+ * the broker has no property of listed too, a password null and sensitive;
+ * for the empty name only the cluster-wide overrides; another broker's id
+ * refused (42). */
+Test(dynamic_configs, describe_with_sources_and_synonyms, .init = dyn_setup, .fini = teardown)
+{
+	for (int16_t v = 1; v <= 4; v += 3) {
+		struct dc_res o;
+		describe_configs_roundtrip(v, 4, "1", NULL, -1, true, &o);
+		cr_assert_eq(o.err, 0, "v%d: %d", v, o.err);
+		const struct dc_entry *e = dc_find(&o, "message.max.bytes");
+		cr_assert_not_null(e);
+		cr_expect_str_eq(e->value, "2000");
+		cr_expect_eq(e->source, 2);
+		cr_expect(!e->read_only);
+		cr_assert_eq(e->nsyn, 3, "v%d: own, default, DEFAULT_CONFIG: %d", v, e->nsyn);
+		cr_expect(dc_syn_find(e, 2, "message.max.bytes") == 0 && !strcmp(e->syn[0].value, "2000"));
+		cr_expect(dc_syn_find(e, 3, "message.max.bytes") == 1 && !strcmp(e->syn[1].value, "3000"));
+		cr_expect(dc_syn_find(e, 5, "message.max.bytes") == 2 && !strcmp(e->syn[2].value, "1048588"));
+		e = dc_find(&o, "log.retention.ms");
+		cr_assert_not_null(e);
+		cr_expect_str_eq(e->value, "5000");
+		cr_expect_eq(e->source, 3);
+		cr_expect_eq(dc_syn_find(e, 3, "log.retention.ms"), 0);
+		cr_expect_gt(dc_syn_find(e, 5, "log.retention.hours"), dc_syn_find(e, 5, "log.retention.minutes"));
+		cr_expect_gt(dc_syn_find(e, 5, "log.retention.minutes"), 0);
+		e = dc_find(&o, "controller.quorum.voters");
+		cr_assert_not_null(e);
+		cr_expect_eq(e->source, 4, "set in the file");
+		cr_expect(e->read_only);
+		cr_expect(dc_syn_find(e, 4, "controller.quorum.voters") == 0 && !strcmp(e->syn[0].value, "9@127.0.0.1:1"));
+		e = dc_find(&o, "node.id");
+		cr_assert_not_null(e);
+		cr_expect(e->read_only && e->source == 5);
+		e = dc_find(&o, "num.io.threads");
+		cr_assert_not_null(e, "a dynamic key Sluice has no property of");
+		cr_expect(!strcmp(e->value, "16") && e->source == 3 && !e->read_only);
+		e = dc_find(&o, "ssl.keystore.password");
+		cr_assert_not_null(e);
+		cr_expect(e->value_null && e->sensitive && e->source == 2);
+		cr_expect(e->nsyn == 1 && e->syn[0].value_null, "a password's synonyms are null too");
+		if (v >= 3)
+			cr_expect_eq(e->type, 8, "PASSWORD");
+
+		const char *keys[] = {"message.max.bytes", "no.such.key"};
+		describe_configs_roundtrip(v, 4, "1", keys, 2, false, &o);
+		cr_expect(o.n == 1 && o.e[0].nsyn == 0, "v%d: a key filter, no synonyms unless asked", v);
+
+		describe_configs_roundtrip(v, 4, "", NULL, -1, true, &o);
+		cr_assert_eq(o.err, 0);
+		cr_assert_eq(o.n, 3, "v%d: the cluster-wide overrides only: %d", v, o.n);
+		e = dc_find(&o, "message.max.bytes");
+		cr_assert_not_null(e);
+		cr_expect(!strcmp(e->value, "3000") && e->source == 3 && e->nsyn == 1 && e->syn[0].source == 3);
+		cr_expect_not_null(dc_find(&o, "num.io.threads"));
+
+		describe_configs_roundtrip(v, 4, "2", NULL, -1, false, &o);
+		cr_expect_eq(o.err, 42);
+	}
+}
+
+static int16_t produce_one(const char *topic, size_t value_len)
+{
+	size_t len = 0;
+	uint8_t *b = tb_simple(1, wall_now_ms(), value_len, &len);
+	struct ptopic_req t = {topic, 1, {{0, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(9, 1, &t, 1, &o);
+	free(b);
+	cr_assert(o.ntopics == 1 && o.t[0].np == 1);
+	return o.t[0].p[0].err;
+}
+
+/* Proves that a produce is held to the message.max.bytes in effect: this
+ * broker's own override (2000) over the cluster-wide one, a topic's
+ * max.message.bytes above both, and a new dynamic configuration at once
+ * (the next request's snapshot), without a restart; back to the file's
+ * value when no override is left. */
+Test(dynamic_configs, produce_limit_follows_the_dynamic_value, .init = dyn_setup, .fini = teardown)
+{
+	cr_expect_eq(produce_one("dyn", 1000), 0);
+	cr_expect_eq(produce_one("dyn", 2500), 10, "MESSAGE_TOO_LARGE over this broker's 2000");
+	cr_expect_eq(produce_one("dyn-big", 2500), 0, "the topic's own limit comes first");
+	stub_cluster_broker_config(dyn_config(dyn_defaults, 3, NULL, 0));
+	cr_expect_eq(produce_one("dyn", 2500), 0, "the cluster-wide 3000 now");
+	cr_expect_eq(produce_one("dyn", 3500), 10);
+	stub_cluster_broker_config(NULL);
+	cr_expect_eq(produce_one("dyn", 3500), 0, "server.properties' 1048588");
+}
+
+/* An (Incremental)AlterConfigs request: resources (type, name, key, value). */
+struct ac_res {
+	int8_t type;
+	const char *name, *key, *value;
+};
+
+static void enc_alter(struct rq *q, int16_t key, int16_t v, const struct ac_res *res, int n)
+{
+	rq_start(q, key, v);
+	rq_arr(q, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i8(&q->w, res[i].type);
+		rq_str(q, res[i].name);
+		rq_arr(q, 1);
+		rq_str(q, res[i].key);
+		if (key == 44)
+			kwr_i8(&q->w, 0); /* SET */
+		rq_str(q, res[i].value);
+		rq_tags(q);
+		rq_tags(q);
+	}
+	kwr_bool(&q->w, false);
+	rq_tags(q);
+}
+
+struct ac_out {
+	int n;
+	int16_t err[4];
+	char msg[4][256];
+	int8_t type[4];
+	char name[4][64];
+};
+
+static void alter_roundtrip(int16_t key, int16_t v, const struct ac_res *res, int n, struct ac_out *o)
+{
+	struct rq q;
+	enc_alter(&q, key, v, res, n);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, key, v, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0);
+	memset(o, 0, sizeof *o);
+	o->n = rs_arr(&s, false);
+	cr_assert_leq(o->n, 4);
+	for (int i = 0; i < o->n; i++) {
+		o->err[i] = krd_i16(&s.r);
+		rs_str(&s, o->msg[i], sizeof o->msg[i], true);
+		o->type[i] = krd_i8(&s.r);
+		rs_str(&s, o->name[i], sizeof o->name[i], false);
+		rs_tags(&s);
+	}
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+/* The controller's answer to a relayed request: flexible, entries
+ * (error, message, type, name), then SluiceMetadataOffset. */
+static size_t controller_answer(uint8_t *out, size_t cap, const struct ac_res *res, const int16_t *errs, int n)
+{
+	struct kwr w;
+	kwr_init(&w, 128, cap);
+	kwr_i32(&w, 0);
+	kwr_array(&w, true, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i16(&w, errs[i]);
+		kwr_cstr(&w, true, errs[i] ? "refused by the controller" : NULL);
+		kwr_i8(&w, res[i].type);
+		kwr_cstr(&w, true, res[i].name);
+		kwr_tags_empty(&w);
+	}
+	kwr_uvarint(&w, 1); /* tag 1000: SluiceMetadataOffset, not the client's */
+	kwr_uvarint(&w, 1000);
+	kwr_uvarint(&w, 8);
+	kwr_i64(&w, 42);
+	cr_assert(!w.err && w.len <= cap);
+	size_t len = w.len;
+	memcpy(out, w.buf, len);
+	kwr_free(&w);
+	return len;
+}
+
+/* Proves that in cluster mode an (Incremental)AlterConfigs naming a BROKER
+ * resource is relayed to the controller, TOPIC resources with it, at the
+ * flexible version whatever the client's (v0 rewritten as v1, AlterConfigs
+ * v0 as v2), the BROKER_LOGGER resource applied here and left out; the
+ * answers merged in request order, the controller's message kept and its
+ * tag 1000 not passed on; no controller: the relayed resources get the
+ * error; an answer that does not match: UNKNOWN_SERVER_ERROR (-1). A
+ * request without a BROKER resource stays on the broker's own path. */
+Test(dynamic_configs, broker_resources_are_relayed_to_the_controller, .init = dyn_setup, .fini = teardown)
+{
+	const struct ac_res req[] = {
+		{4, "", "message.max.bytes", "3000"},
+		{8, "1", "root", "ERROR"},
+		{2, "dyn", "retention.ms", "-5"},
+	};
+	const struct ac_res fwd[] = {req[0], req[2]};
+	static const int16_t errs[] = {0, 40};
+	uint8_t answer[512];
+	size_t alen = controller_answer(answer, sizeof answer, fwd, errs, 2);
+	stub_cluster_forward(0, answer, alen);
+	for (int16_t key = 33; key <= 44; key += 11) {
+		for (int16_t v = 0; v <= (key == 44 ? 1 : 2); v++) {
+			struct ac_out o;
+			alter_roundtrip(key, v, req, 3, &o);
+			cr_assert_eq(o.n, 3);
+			cr_expect(o.err[0] == 0 && o.type[0] == 4 && !strcmp(o.name[0], ""), "key %d v%d: %d %s / %d %s / %d %s", key, v,
+				  o.err[0], o.msg[0], o.err[1], o.msg[1], o.err[2], o.msg[2]);
+			cr_expect(o.err[1] == 0 && o.type[1] == 8 && !strcmp(o.name[1], "1"));
+			cr_expect(o.err[2] == 40 && !strcmp(o.msg[2], "refused by the controller") && !strcmp(o.name[2], "dyn"));
+			size_t flen;
+			int16_t fk, fv;
+			const uint8_t *body = stub_cluster_forwarded(&flen, &fk, &fv);
+			cr_assert_not_null(body);
+			cr_expect(fk == key && fv == (key == 44 ? 1 : 2), "relayed as key %d v%d", fk, fv);
+			struct rq want;
+			enc_alter(&want, key, key == 44 ? 1 : 2, fwd, 2);
+			size_t header = 2 + 2 + 4 + 2 + strlen("sluice-unit") + 1;
+			cr_assert_eq(flen, want.w.len - header, "key %d v%d: %zu bytes relayed", key, v, flen);
+			cr_expect_eq(memcmp(body, want.w.buf + header, flen), 0, "the BROKER and TOPIC resources, flexible");
+			kwr_free(&want.w);
+		}
+	}
+	cr_expect_eq(sluice_log_level_current, SLUICE_LOG_ERROR, "the logger resource applied here");
+
+	stub_cluster_forward(KERR_REQUEST_TIMED_OUT, NULL, 0);
+	struct ac_out o;
+	alter_roundtrip(44, 1, req, 3, &o);
+	cr_expect(o.err[0] == KERR_REQUEST_TIMED_OUT && o.err[1] == 0 && o.err[2] == KERR_REQUEST_TIMED_OUT);
+	cr_expect(strlen(o.msg[0]) > 0);
+	const int16_t one[] = {0};
+	alen = controller_answer(answer, sizeof answer, fwd, one, 1); /* one entry for two */
+	stub_cluster_forward(0, answer, alen);
+	alter_roundtrip(44, 1, req, 3, &o);
+	cr_expect(o.err[0] == KERR_UNKNOWN_SERVER_ERROR && o.err[2] == KERR_UNKNOWN_SERVER_ERROR && o.err[1] == 0);
+
+	/* no BROKER resource: the topic's change goes through the broker's
+	 * metadata (a relay would fail: the forward answers an error now) */
+	const struct ac_res topic_only[] = {{2, "dyn", "retention.ms", "60000"}};
+	stub_cluster_forward(KERR_REQUEST_TIMED_OUT, NULL, 0);
+	alter_roundtrip(44, 1, topic_only, 1, &o);
+	cr_expect_eq(o.err[0], 0, "%s", o.msg[0]);
+}
+
+/* Proves that a single-node broker keeps its broker configs read-only:
+ * AlterConfigs and IncrementalAlterConfigs on BROKER answer INVALID_REQUEST
+ * and nothing is relayed. */
+Test(dynamic_configs, single_node_broker_configs_are_read_only, .init = setup, .fini = teardown)
+{
+	const struct ac_res req[] = {{4, "", "message.max.bytes", "3000"}};
+	struct ac_out o;
+	alter_roundtrip(44, 1, req, 1, &o);
+	cr_expect_eq(o.err[0], KERR_INVALID_REQUEST);
+	cr_expect(strstr(o.msg[0], "read-only"), "%s", o.msg[0]);
+	alter_roundtrip(33, 0, req, 1, &o);
+	cr_expect_eq(o.err[0], KERR_INVALID_REQUEST);
 }

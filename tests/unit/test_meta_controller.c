@@ -80,6 +80,7 @@ struct fake {
 	int32_t snapshot_page_max; /* bytes per FetchSnapshot page */
 	int32_t fetch_delay_ms;    /* metadata fetches are answered no sooner */
 	int32_t assign_node;       /* >= 0: the replica of every partition fake_create makes */
+	int alter_refusals;        /* the next IncrementalAlterConfigs answered NOT_CONTROLLER throughout */
 	int64_t pid_next;
 	/* what it saw */
 	int requests, registrations, heartbeats, fetches, snapshot_pages, creates, config_ops;
@@ -623,17 +624,20 @@ static void on_alter_configs(struct fake *f, struct fake_conn *c, int32_t corr, 
 	int32_t n = krd_array(r, true, 4);
 	kwr_array(&w, true, n);
 	int64_t last = sluice_image_offset(f->img);
+	bool refuse = f->alter_refusals > 0;
+	f->alter_refusals -= refuse;
 	for (int32_t i = 0; i < n && !r->err; i++) {
-		cr_assert_eq(krd_i8(r), SLUICE_MREC_RESOURCE_TOPIC);
+		int8_t type = krd_i8(r);
+		cr_assert(type == SLUICE_MREC_RESOURCE_TOPIC || type == SLUICE_MREC_RESOURCE_BROKER);
 		char nm[256];
 		name_of(krd_string(r, true), nm, sizeof nm);
 		int32_t ops = krd_array(r, true, 4);
-		f->config_ops += ops;
+		f->config_ops += refuse ? 0 : ops;
 		for (int32_t k = 0; k < ops && !r->err; k++) {
 			struct sluice_mrec rec;
 			memset(&rec, 0, sizeof rec);
 			rec.type = SLUICE_MREC_CONFIG;
-			rec.config.resource_type = SLUICE_MREC_RESOURCE_TOPIC;
+			rec.config.resource_type = type;
 			snprintf(rec.config.resource_name, sizeof rec.config.resource_name, "%.249s", nm);
 			name_of(krd_string(r, true), rec.config.name, sizeof rec.config.name);
 			int8_t op = krd_i8(r);
@@ -643,12 +647,13 @@ static void on_alter_configs(struct fake *f, struct fake_conn *c, int32_t corr, 
 			cr_assert_eq(op == 1, v.ptr == NULL, "DELETE has a null value");
 			rec.config.value_null = op == 1;
 			name_of(v, rec.config.value, sizeof rec.config.value);
-			last = fake_append(f, &rec);
+			if (!refuse)
+				last = fake_append(f, &rec);
 		}
 		krd_tags_skip(r);
-		kwr_i16(&w, 0);
-		kwr_cstr(&w, true, NULL);
-		kwr_i8(&w, SLUICE_MREC_RESOURCE_TOPIC);
+		kwr_i16(&w, refuse ? KERR_NOT_CONTROLLER : 0);
+		kwr_cstr(&w, true, refuse ? "not the fake's" : NULL);
+		kwr_i8(&w, type);
 		kwr_cstr(&w, true, nm);
 		kwr_tags_empty(&w);
 	}
@@ -705,6 +710,8 @@ static void fake_request(struct fake *f, struct fake_conn *c, const uint8_t *p, 
 		on_create_partitions(f, c, corr, &r);
 	else if (key == 44 && ver == 1)
 		on_alter_configs(f, c, corr, &r);
+	else if (key == 44)
+		on_echo(c, corr, &r); /* IncrementalAlterConfigs v0: only relayed, by forward() */
 	else if (key == 55)
 		on_echo(c, corr, &r);
 	else
@@ -824,8 +831,12 @@ static void fake_stop(struct fake *f)
 
 static char dir[64];
 
+/* The static configuration the next client_open gives (NULL: the defaults). */
+static const struct sluice_config *client_base;
+
 static void setup(void)
 {
+	client_base = NULL;
 	snprintf(dir, sizeof dir, "/tmp/sluice-meta-ctl-XXXXXX");
 	cr_assert_not_null(mkdtemp(dir));
 }
@@ -842,6 +853,7 @@ static void client_open(struct sluice_meta *m, const struct fake *a, const struc
 	struct sluice_meta_controller_config cc;
 	memset(&cc, 0, sizeof cc);
 	cc.node_id = NODE;
+	cc.base = client_base;
 	snprintf(cc.cluster_id, sizeof cc.cluster_id, "test-cluster");
 	int n = snprintf(cc.quorum_voters, sizeof cc.quorum_voters, "%d@127.0.0.1:%u", a->id, a->port);
 	if (b)
@@ -1413,6 +1425,135 @@ Test(meta_controller, forward_relays_to_controller)
 	cr_assert_eq(sem_timedwait(&r.done, &ts), 0);
 	cr_assert_eq(r.error, KERR_REQUEST_TIMED_OUT);
 	sem_destroy(&r.done);
+}
+
+/* One change of an IncrementalAlterConfigs v1 body: resource (type 4 =
+ * BROKER), name, key, value (NULL: DELETE). */
+struct iac_change {
+	const char *resource, *key, *value;
+};
+
+static void iac_encode(struct kwr *w, const struct iac_change *ch, int n)
+{
+	kwr_array(w, true, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i8(w, SLUICE_MREC_RESOURCE_BROKER);
+		kwr_cstr(w, true, ch[i].resource);
+		kwr_array(w, true, 1);
+		kwr_cstr(w, true, ch[i].key);
+		kwr_i8(w, ch[i].value ? 0 : 1);
+		kwr_cstr(w, true, ch[i].value);
+		kwr_tags_empty(w);
+		kwr_tags_empty(w);
+	}
+	kwr_bool(w, false);
+	kwr_tags_empty(w);
+}
+
+static void relay_iac(struct sluice_meta *m, const struct iac_change *ch, int n)
+{
+	struct relay r = {.error = -2};
+	sem_init(&r.done, 0, 0);
+	struct kwr w;
+	kwr_init(&w, 256, 1 << 20);
+	iac_encode(&w, ch, n);
+	cr_assert_eq(m->ops->forward(m->self, 44, 1, w.buf, w.len, relay_done, &r), 0);
+	kwr_free(&w);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	cr_assert_eq(sem_timedwait(&r.done, &ts), 0);
+	cr_assert_eq(r.error, 0);
+	struct krd rd;
+	krd_init(&rd, (const uint8_t *)r.body, r.len);
+	(void)krd_i32(&rd);
+	cr_assert_eq(krd_array(&rd, true, 6), n);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(krd_i16(&rd), 0, "resource %d answered", i);
+		(void)krd_string(&rd, true);
+		(void)krd_i8(&rd);
+		(void)krd_string(&rd, true);
+		krd_tags_skip(&rd);
+	}
+	sem_destroy(&r.done);
+}
+
+/* Proves that a relayed IncrementalAlterConfigs of BROKER resources is
+ * answered only once this broker's snapshot shows the change (the answer
+ * refused with NOT_CONTROLLER first is sent again), and that the snapshot's
+ * dynamic configuration is this broker's own override over the
+ * cluster-wide default over the static file, another broker's ignored; a
+ * deleted override gives the lower level back, and with none left the
+ * snapshot carries none. A non-flexible relay (v0) is answered too. */
+Test(meta_controller, relayed_broker_configs_reach_the_snapshot)
+{
+	static struct sluice_config base;
+	char err[256];
+	sluice_config_defaults(&base);
+	cr_assert_eq(sluice_config_set(&base, "message.max.bytes", "1500000", err, sizeof err), 0);
+	cr_assert_eq(sluice_config_derive(&base, err, sizeof err), 0, "%s", err);
+	client_base = &base;
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	pthread_mutex_lock(&f.lock);
+	f.alter_refusals = 1;
+	pthread_mutex_unlock(&f.lock);
+	const struct iac_change set[] = {
+		{"", "message.max.bytes", "3000"},
+		{"7", "message.max.bytes", "2000"},
+		{"7", "log.retention.bytes", "5555"},
+		{"8", "message.max.bytes", "100"},
+	};
+	relay_iac(&m, set, 4);
+	pthread_mutex_lock(&f.lock);
+	cr_assert_eq(f.alter_refusals, 0, "refused once, then sent again");
+	cr_assert_eq(f.config_ops, 4);
+	pthread_mutex_unlock(&f.lock);
+	struct sluice_meta_snapshot *s = m.ops->acquire(m.self);
+	const struct sluice_broker_config *bc = s->broker_config;
+	cr_assert_not_null(bc, "the answer came after the snapshot showed it");
+	cr_assert_eq(bc->effective.message_max_bytes, 2000);
+	cr_assert_eq(bc->effective.log_retention_bytes, 5555);
+	cr_assert_eq(bc->own_n, 2);
+	cr_assert_eq(bc->default_n, 1);
+	cr_assert_str_eq(sluice_broker_config_get(bc, false, "message.max.bytes"), "3000");
+	cr_assert_eq(sluice_meta_config(s, &base)->message_max_bytes, 2000);
+	m.ops->release(m.self, s);
+
+	const struct iac_change del_own[] = {{"7", "message.max.bytes", NULL}};
+	relay_iac(&m, del_own, 1);
+	s = m.ops->acquire(m.self);
+	cr_assert_eq(s->broker_config->effective.message_max_bytes, 3000, "the cluster-wide default again");
+	m.ops->release(m.self, s);
+	const struct iac_change del_default[] = {{"", "message.max.bytes", NULL}};
+	relay_iac(&m, del_default, 1);
+	s = m.ops->acquire(m.self);
+	cr_assert_eq(s->broker_config->effective.message_max_bytes, 1500000, "the static file's");
+	m.ops->release(m.self, s);
+	const struct iac_change del_last[] = {{"7", "log.retention.bytes", NULL}};
+	relay_iac(&m, del_last, 1);
+	s = m.ops->acquire(m.self);
+	cr_assert_null(s->broker_config, "no override left");
+	cr_assert_eq(sluice_meta_config(s, &base)->message_max_bytes, 1500000);
+	m.ops->release(m.self, s);
+
+	/* v0 (not flexible): no SluiceMetadataOffset; answered after a later fetch */
+	struct relay r = {.error = -2};
+	sem_init(&r.done, 0, 0);
+	/* the fake echoes it: as an answer, ThrottleTimeMs 0 and no resources */
+	static const uint8_t v0[] = {0, 0, 0, 0, 0, 0, 0, 0};
+	cr_assert_eq(m.ops->forward(m.self, 44, 0, v0, sizeof v0, relay_done, &r), 0);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	cr_assert_eq(sem_timedwait(&r.done, &ts), 0);
+	cr_assert_eq(r.error, 0);
+	sem_destroy(&r.done);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
 }
 
 /* Adoption's create: every partition's one replica named by the broker
