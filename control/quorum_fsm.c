@@ -49,6 +49,8 @@
 #define SNAPSHOT_MAGIC "SLQS"
 #define SNAPSHOT_HEADER_BYTES (4 + 1 + 8 + 8 + 4)
 #define RECORD_BYTES_MIN 5 /* a length and at least one byte */
+#define INSTALL_SNAPSHOT_TIMEOUT_MIN_MS 5000
+#define INSTALL_SNAPSHOT_TIMEOUT_MAX_MS 30000 /* libraft's default */
 #define THRESHOLD_DEFAULT 1024
 #define TRAILING_DEFAULT 128
 #define ERR_MAX 256
@@ -439,4 +441,17 @@ void sluice_quorum_tune(struct raft *r, const struct sluice_quorum_config *cfg)
 	raft_set_snapshot_trailing(r, cfg->snapshot_trailing ? cfg->snapshot_trailing : TRAILING_DEFAULT);
 	/* A voter cut off and back must not depose a healthy leader (4.2.3). */
 	raft_set_pre_vote(r, true);
+	/* libraft keeps a follower's match index across its restarts; one that
+	 * comes back with less log than it had (a controller replaced on an
+	 * empty metadata.log.dir) acknowledges the snapshot it is sent with an
+	 * index below that, which the leader ignores, so it waits for this
+	 * timeout before it probes again (30 s by default). A few election
+	 * timeouts bound that stall and still leave a snapshot of 100,000
+	 * partitions (tens of MB) seconds to cross a LAN. */
+	unsigned long install = 5ul * election;
+	if (install < INSTALL_SNAPSHOT_TIMEOUT_MIN_MS)
+		install = INSTALL_SNAPSHOT_TIMEOUT_MIN_MS;
+	if (install > INSTALL_SNAPSHOT_TIMEOUT_MAX_MS)
+		install = INSTALL_SNAPSHOT_TIMEOUT_MAX_MS;
+	raft_set_install_snapshot_timeout(r, (unsigned)install);
 }

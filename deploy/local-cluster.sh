@@ -554,6 +554,20 @@ cmd_kill() {
         kill -s "$sig" "$pid" || die "kill: cannot send SIG$sig to pid $pid"
         say "sent SIG$sig to $(node_role "$id") $id (pid $pid)"
     fi
+    # After SIGKILL, return once the process is gone (or a zombie without threads:
+    # its sockets are closed then), so that a `start` right after finds its ports free: the kernel
+    # empties /proc/PID/cmdline before it closes the process's sockets.
+    if [[ $sig == KILL || $sig == 9 ]]; then
+        local i
+        for ((i = 0; i < 100; i++)); do
+            [[ -e /proc/$pid ]] || return 0
+            # a zombie thread-group leader whose other threads are gone holds no sockets
+            [[ $(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null) == Z &&
+                $(ls "/proc/$pid/task" 2>/dev/null | wc -l) -le 1 ]] && return 0
+            sleep 0.1
+        done
+        die "kill: pid $pid still there 10 s after SIGKILL"
+    fi
 }
 
 cmd_start() {

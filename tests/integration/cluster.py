@@ -18,6 +18,9 @@ Proves, in order:
   its log end offset equal to the leader's) and its state equals the others'
   (DescribeCluster from each controller: same active controller, same controllers, same
   brokers);
+- a follower controller that lost its disk (killed, its metadata.log.dir replaced by an
+  empty one) started again under the same id catches up to the leader's high watermark
+  and answers DescribeCluster as the leader does (docs/cluster.md, replacing a controller);
 - kill -9 of a broker: it is fenced after broker.session.timeout.ms (it leaves every
   Metadata and DescribeCluster answer; `sluice cluster status --json` shows it fenced and
   its partitions offline, and nothing fenced or offline before and after), its RF=1 partitions are offline (Metadata leader -1 and
@@ -592,6 +595,39 @@ def step_controller_restart(cl, tools, killed):
         f"active {lead_id}, brokers {sorted(first[0]['brokers'])}")
 
 
+def step_controller_replace(cl):
+    """docs/cluster.md, "Replacing a controller": a follower that lost its disk comes
+    back under the same id and address with an empty metadata.log.dir and gets the
+    whole state from the leader (a snapshot and the log after it)."""
+    lead_id, _ = find_active(cl)
+    victim = [c for c in cl.controllers if c != lead_id][0]
+    cl.kill(victim)
+    d = os.path.join(cl.dir, f"controller-{victim}", "metadata")
+    shutil.move(d, d + ".lost")
+    os.mkdir(d)
+    create_topics_raw(cl.port(cl.brokers[0]), ["while-replaced"], 2)
+    t0 = time.monotonic()
+    cl.start(victim)
+    lead_port = cl.port(lead_id)
+    deadline = time.monotonic() + 60
+    while True:
+        v = quorum_view(lead_port)
+        mine = quorum_view(cl.port(victim))
+        if v and mine and v["error"] == NONE and v["voters"].get(victim) == v["hw"] and mine["hw"] == v["hw"]:
+            break
+        check(time.monotonic() < deadline, f"controller {victim} on an empty directory did not catch up: "
+              f"leader {v}, own {mine}")
+        time.sleep(0.1)
+    took = time.monotonic() - t0
+    lead_view = describe_cluster(lead_port, 1)
+    own_view = describe_cluster(cl.port(victim), 1)
+    check(own_view["brokers"] == lead_view["brokers"] and own_view["controller_id"] == lead_id
+          and own_view["cluster_id"] == cl.env["CLUSTER_ID"],
+          f"controller {victim} rebuilt from nothing: DescribeCluster {own_view}, the leader's {lead_view}")
+    log(f"REPLACE: controller {victim} started on an empty metadata.log.dir reached the leader's high "
+        f"watermark {v['hw']} in {took:.2f}s and answers DescribeCluster as the leader does")
+
+
 def cli_status(cl, bootstrap=None):
     """`sluice --bootstrap-server BOOTSTRAP cluster status --json`, parsed."""
     bootstrap = bootstrap or cl.env["BOOTSTRAP"]
@@ -741,6 +777,7 @@ def main():
         step_spread(cl, tools, kcat)
         killed = step_controller_failover(cl, tools, kcat)
         step_controller_restart(cl, tools, killed)
+        step_controller_replace(cl)
         step_broker_failover(cl, kcat)
         step_broker_away(cl, tools)
         step_down(cl)
