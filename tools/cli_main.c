@@ -3,7 +3,8 @@
  * (Kafka's tool conventions: --bootstrap-server for brokers,
  * --bootstrap-controller for controllers, comma-separated lists tried in
  * turn) and hands over to cli_status.c. Exit status: 0 success, 1 the
- * cluster could not be asked or answered wrongly, 2 usage (also --help). */
+ * cluster could not be asked or answered wrongly, 2 usage; --help prints the usage
+ * text to stdout and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "tools/cli.h"
 
 #define EXIT_USAGE 2
+#define HELP_SHOWN (-1)
 
 static const char usage_text[] =
 	"usage: sluice --bootstrap-server HOST:PORT[,HOST:PORT...] cluster status [--json]\n"
@@ -31,7 +33,7 @@ static const char usage_text[] =
 	"endpoints DescribeQuorum gives; the partitions from a broker (Metadata).\n"
 	"\n"
 	"Exit status: 0 success; 1 nothing could be reached or an answer was an error\n"
-	"or malformed; 2 usage (and --help).\n";
+	"or malformed; 2 usage.\n";
 
 static int usage(const char *why)
 {
@@ -80,15 +82,17 @@ static int parse_timeout(const char *text, int *out)
 	return 0;
 }
 
-/* 0 parsed, else the exit status to return. */
+/* 0 parsed, HELP_SHOWN (exit 0), else the exit status to return. */
 static int parse_args(int argc, char **argv, struct sluice_cli_options *o)
 {
 	const char *words[2] = {NULL, NULL};
 	int word_n = 0, lists = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-			return usage(NULL);
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			fputs(usage_text, stdout);
+			return HELP_SHOWN;
+		}
 		if (strcmp(a, "--json") == 0) {
 			o->json = true;
 		} else if ((v = option_value(argc, argv, &i, "--bootstrap-server")) ||
@@ -123,6 +127,8 @@ int main(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	o.timeout_ms = SLUICE_CLI_TIMEOUT_MS_DEFAULT;
 	int rc = parse_args(argc, argv, &o);
+	if (rc == HELP_SHOWN)
+		return 0;
 	if (rc != 0)
 		return rc;
 	return sluice_cli_cluster_status(&o, stdout, stderr);

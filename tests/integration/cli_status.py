@@ -13,8 +13,8 @@ Proves:
   number of partitions it led (an RF=1 topic spread over both brokers, and
   __consumer_offsets), and the table says so;
 - nothing reachable, a server that answers garbage, one that never answers:
-  exit 1 with a message naming the server; bad usage and --help: usage text,
-  exit 2.
+  exit 1 with a message naming the server; bad usage: usage text,
+  exit 2; --help: the usage text on stdout, exit 0.
 
 Python 3 standard library only. Ports 33000-33099 on 127.0.0.1.
 """
@@ -258,10 +258,12 @@ def failures():
                  ["--bootstrap-server", "nohostport", "cluster", "status"],
                  ["--bootstrap-server", "127.0.0.1:1", "--bootstrap-controller", "127.0.0.1:2", "cluster", "status"],
                  ["--bootstrap-server", "127.0.0.1:1", "cluster", "status", "--bogus"],
-                 ["--bootstrap-server", "127.0.0.1:1", "topics", "list"], ["--help"]):
+                 ["--bootstrap-server", "127.0.0.1:1", "topics", "list"]):
         r = cli(*args)
         check(r.returncode == 2 and "usage: sluice" in r.stderr, f"sluice {args}: exit {r.returncode}, {r.stderr!r}")
-    log("unreachable, garbage, silent: exit 1 with a message; bad usage and --help: exit 2")
+    r = cli("--help")
+    check(r.returncode == 0 and "usage: sluice" in r.stdout, f"sluice --help: exit {r.returncode}, {r.stdout!r}")
+    log("unreachable, garbage, silent: exit 1 with a message; bad usage: exit 2; --help: usage on stdout, exit 0")
 
 
 # ----------------------------------------------------------------- the test
