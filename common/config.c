@@ -31,7 +31,7 @@ static const struct cfg_key keys[] = {
 	{"num.partitions", CFG_INT, F(num_partitions), 1, 100000, "1"},
 	{"auto.create.topics.enable", CFG_BOOL, F(auto_create_topics_enable), 0, 1, "true"},
 	{"delete.topic.enable", CFG_BOOL, F(delete_topic_enable), 0, 1, "true"},
-	{"default.replication.factor", CFG_INT, F(default_replication_factor), 1, 1, "1"},
+	{"default.replication.factor", CFG_INT, F(default_replication_factor), 1, SLUICE_CONFIG_REPLICATION_FACTOR_MAX, "1"},
 	{"min.insync.replicas", CFG_INT, F(min_insync_replicas), 1, INT32_MAX, "1"},
 	{"log.segment.bytes", CFG_LONG, F(log_segment_bytes), 1048576, INT32_MAX, "1073741824"},
 	{"log.retention.hours", CFG_LONG, F(log_retention_hours), -1, INT32_MAX, "168"},
@@ -105,6 +105,13 @@ static const struct cfg_key keys[] = {
 	{"sluice.controller.raft.port.offset", CFG_INT, F(controller_raft_port_offset), 1, 65535, "1"},
 	{"sluice.controller.wait.ms", CFG_LONG, F(controller_wait_ms), 0, 86400000, "60000"},
 	{"sluice.controller.shutdown.wait.ms", CFG_LONG, F(controller_shutdown_wait_ms), 0, 86400000, "30000"},
+	{"replica.lag.time.max.ms", CFG_LONG, F(replica_lag_time_max_ms), 1, INT32_MAX, "30000"},
+	{"replica.fetch.wait.max.ms", CFG_INT, F(replica_fetch_wait_max_ms), 0, INT32_MAX, "500"},
+	{"replica.fetch.min.bytes", CFG_INT, F(replica_fetch_min_bytes), 1, INT32_MAX, "1"},
+	{"replica.fetch.max.bytes", CFG_INT, F(replica_fetch_max_bytes), 0, INT32_MAX, "1048576"},
+	{"replica.fetch.response.max.bytes", CFG_INT, F(replica_fetch_response_max_bytes), 0, 1 << 30, "10485760"},
+	{"replica.fetch.backoff.ms", CFG_INT, F(replica_fetch_backoff_ms), 0, INT32_MAX, "1000"},
+	{"replica.socket.timeout.ms", CFG_INT, F(replica_socket_timeout_ms), 1, INT32_MAX, "30000"},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 

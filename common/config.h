@@ -22,6 +22,8 @@
  * request header, client id, transactional id, topic names, and the other
  * partitions' (smaller) batches of a request that names several. */
 #define SLUICE_CONFIG_FRAME_OVERHEAD_BYTES (64 << 10)
+/* The largest default.replication.factor (control/meta.h's SLUICE_REPLICAS_MAX). */
+#define SLUICE_CONFIG_REPLICATION_FACTOR_MAX 16
 
 struct sluice_config {
 	int32_t node_id;
@@ -127,6 +129,16 @@ struct sluice_config {
 	int32_t controller_raft_port_offset; /* the controllers' setting; accepted, unused by brokers */
 	int64_t controller_wait_ms;          /* sluice.controller.wait.ms: start-up wait for the metadata */
 	int64_t controller_shutdown_wait_ms; /* sluice.controller.shutdown.wait.ms: controlled shutdown */
+	/* Replication (cluster mode), Kafka's keys: a follower out of the ISR
+	 * after lagging this long; its fetches to the leader (wait, sizes,
+	 * backoff after an error, the longest an answer may take). */
+	int64_t replica_lag_time_max_ms;
+	int32_t replica_fetch_wait_max_ms;
+	int32_t replica_fetch_min_bytes;
+	int32_t replica_fetch_max_bytes;
+	int32_t replica_fetch_response_max_bytes;
+	int32_t replica_fetch_backoff_ms;
+	int32_t replica_socket_timeout_ms;
 	/* parsed from listeners / advertised.listeners / log.dirs */
 	char listen_host[256];
 	int listen_port;

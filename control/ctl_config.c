@@ -387,7 +387,6 @@ int sluice_controller_config_finish(struct sluice_controller_config *cfg, char *
 	l->session_timeout_ms = cfg->session_timeout_ms;
 	l->default_partitions = cfg->num_partitions;
 	l->default_replication_factor = (int16_t)cfg->default_replication_factor;
-	l->replication_factor_max = SLUICE_CTL_REPLICATION_FACTOR_MAX;
 	l->auto_leader_rebalance = cfg->auto_leader_rebalance;
 	assert(q->heartbeat_timeout_ms > 0 && l->default_partitions > 0);
 	return 0;

@@ -23,9 +23,6 @@
 #define SLUICE_CTL_CONFIG_PATH_MAX 4096
 #define SLUICE_CTL_CONFIG_NAME_MAX 64 /* listener names, process.roles, log.level */
 #define SLUICE_CTL_CLUSTER_ID_MAX 64
-/* Replication of partition data is the next issue: until then CreateTopics
- * with a larger factor is refused (INVALID_REPLICATION_FACTOR). */
-#define SLUICE_CTL_REPLICATION_FACTOR_MAX 1
 
 struct sluice_controller_config {
 	/* As given (or defaulted). */

@@ -895,7 +895,7 @@ static bool leads_any(const struct sluice_ctl *c, int32_t id)
 struct sluice_ctl *sluice_ctl_new(const struct sluice_ctl_config *cfg, const struct sluice_image *img)
 {
 	assert(cfg && img);
-	assert(cfg->session_timeout_ms > 0 && cfg->replication_factor_max >= 1);
+	assert(cfg->session_timeout_ms > 0 && cfg->default_replication_factor >= 1);
 	struct sluice_ctl *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
@@ -1398,16 +1398,10 @@ static int16_t check_partition_count(int32_t parts, char *msg, size_t msglen)
 }
 
 /* The replication factor asked for against the rules, the brokers aside. */
-static int16_t check_replication_factor(const struct sluice_ctl *c, int32_t rf, bool creating, char *msg,
-					size_t msglen)
+static int16_t check_replication_factor(int32_t rf, char *msg, size_t msglen)
 {
 	if (rf <= 0) {
 		snprintf(msg, msglen, "Replication factor must be larger than 0, or -1 to use the default value.");
-		return KERR_INVALID_REPLICATION_FACTOR;
-	}
-	if (creating && rf > c->cfg.replication_factor_max) {
-		snprintf(msg, msglen, "replication is not implemented yet: the replication factor can be at most %d, not %d",
-			 c->cfg.replication_factor_max, rf);
 		return KERR_INVALID_REPLICATION_FACTOR;
 	}
 	if (rf > SLUICE_REPLICAS_MAX) {
@@ -1418,9 +1412,9 @@ static int16_t check_replication_factor(const struct sluice_ctl *c, int32_t rf, 
 }
 
 /* The same, and enough active brokers to place it (the placer loaded). */
-static int16_t check_replication(const struct sluice_ctl *c, int32_t rf, bool creating, char *msg, size_t msglen)
+static int16_t check_replication(const struct sluice_ctl *c, int32_t rf, char *msg, size_t msglen)
 {
-	int16_t e = check_replication_factor(c, rf, creating, msg, msglen);
+	int16_t e = check_replication_factor(rf, msg, msglen);
 	if (e)
 		return e;
 	if (rf > c->pl.broker_n) {
@@ -1578,13 +1572,13 @@ static int16_t create_check(struct sluice_ctl *c, const struct sluice_ctl_out *o
 		if (!e)
 			e = check_assignment(c, a, -1, 0, msg, msglen);
 		if (!e)
-			e = check_replication_factor(c, *rf, true, msg, msglen);
+			e = check_replication_factor(*rf, msg, msglen);
 	} else {
 		*parts = t->partitions == -1 ? c->cfg.default_partitions : t->partitions;
 		*rf = t->replication_factor == -1 ? c->cfg.default_replication_factor : t->replication_factor;
 		e = check_partition_count(*parts, msg, msglen);
 		if (!e)
-			e = check_replication(c, *rf, true, msg, msglen);
+			e = check_replication(c, *rf, msg, msglen);
 	}
 	if (!e)
 		e = check_configs(t->configs, t->config_n, msg, msglen);
@@ -1726,7 +1720,7 @@ static int16_t grow_check(struct sluice_ctl *c, const struct sluice_ctl_out *out
 	assert(t->partition_n > 0);
 	int32_t rf = t->partitions[0].replicas.n;
 	if (!manual(a))
-		return check_replication(c, rf, false, msg, msglen);
+		return check_replication(c, rf, msg, msglen);
 	int32_t additional = count - t->partition_n;
 	if (a->n != additional) {
 		snprintf(msg, msglen, "Attempted to add %d additional partition(s), but only %d assignment(s) were specified.",

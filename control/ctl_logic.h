@@ -33,7 +33,6 @@ struct sluice_ctl_config {
 	int64_t session_timeout_ms;  /* broker.session.timeout.ms (Kafka: 9000) */
 	int32_t default_partitions;  /* num.partitions */
 	int16_t default_replication_factor; /* default.replication.factor */
-	int16_t replication_factor_max; /* above it CreateTopics answers INVALID_REPLICATION_FACTOR (1 until replication lands) */
 	bool auto_leader_rebalance;  /* auto.leader.rebalance.enable */
 };
 
@@ -123,7 +122,7 @@ struct sluice_ctl_new_topic {
 /* Placement spreads replicas and leaders over unfenced brokers and racks
  * (Kafka's rack-aware assignment); fewer unfenced brokers than the factor
  * answers INVALID_REPLICATION_FACTOR, as does a factor above
- * replication_factor_max (message saying why; for a manual assignment,
+ * SLUICE_REPLICAS_MAX (message saying why; for a manual assignment,
  * lists longer than that). Config names and values are checked with
  * control/topic_config.h. validate_only appends nothing. */
 int16_t sluice_ctl_create_topic_spec(struct sluice_ctl *c, const struct sluice_ctl_new_topic *t, bool validate_only,

@@ -26,6 +26,7 @@
 #define SLUICE_PARTITIONS_PER_TOPIC_MAX 100000
 /* Replicas of one partition: the largest replication factor a backend may report. */
 #define SLUICE_REPLICAS_MAX 16
+_Static_assert(SLUICE_REPLICAS_MAX == SLUICE_CONFIG_REPLICATION_FACTOR_MAX, "default.replication.factor's range");
 #define SLUICE_BROKER_HOST_MAX 255
 #define SLUICE_BROKER_RACK_MAX 255
 

@@ -232,6 +232,9 @@ static void md_answer(struct req *r);
 static bool md_auto_create(struct req *r, const struct md_state *ms)
 {
 	const struct sluice_meta_snapshot *s = sluice_proto_snap(r);
+	/* As Kafka's auto-creation: this broker's default.replication.factor
+	 * (single-node mode: the local backend's one replica). */
+	int32_t rf = sluice_proto_cluster_mode(r) ? sluice_proto_config(r)->default_replication_factor : -1;
 	uint32_t k = 0;
 	for (int32_t pass = 0; pass < 2; pass++) {
 		struct sluice_meta_batch *b = pass ? sluice_proto_meta_batch(r, k, 0, NULL) : NULL;
@@ -248,7 +251,7 @@ static bool md_auto_create(struct req *r, const struct md_state *ms)
 									    .name = mt->name.ptr,
 									    .name_len = (size_t)mt->name.len,
 									    .partitions = -1,
-									    .replication_factor = -1};
+									    .replication_factor = rf};
 			j++;
 		}
 		k = j;

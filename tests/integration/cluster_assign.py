@@ -16,7 +16,7 @@ Proves:
   partitions on broker 1;
 - CreateTopics through a broker with PartitionIndex out of order places by index;
   Kafka's refusals come back with Kafka's errors and messages: an unregistered broker
-  (INVALID_REPLICA_ASSIGNMENT), a list longer than the replication Sluice has
+  (INVALID_REPLICA_ASSIGNMENT), a replication factor above the brokers registered
   (INVALID_REPLICATION_FACTOR), NumPartitions set beside an assignment (INVALID_REQUEST).
 
 Ports 32000-32099 on 127.0.0.1.
@@ -218,10 +218,10 @@ def assignments(tools, b1, b2):
     text = r.stdout + r.stderr
     check(r.returncode != 0 and "InvalidReplicaAssignmentException" in text
           and "no such broker is registered" in text, f"--replica-assignment 1,9: exit {r.returncode}\n{text[-2000:]}")
-    r = tools.run("--create", "--topic", "twice", "--replica-assignment", "1:2", ok=False)
+    r = tools.run("--create", "--topic", "thrice", "--partitions", "1", "--replication-factor", "3", ok=False)
     text = r.stdout + r.stderr
     check(r.returncode != 0 and "InvalidReplicationFactorException" in text
-          and "replication is not implemented yet" in text, f"--replica-assignment 1:2: exit {r.returncode}\n"
+          and "only 2 broker(s) are registered" in text, f"--replication-factor 3: exit {r.returncode}\n"
           f"{text[-2000:]}")
 
     res = create_topics(b2.port, [("indexed", -1, -1, [(1, [1]), (0, [2])]),

@@ -30,7 +30,7 @@ struct env {
 static struct sluice_ctl_config cfg_default(void)
 {
 	return (struct sluice_ctl_config){.session_timeout_ms = TIMEOUT_MS, .default_partitions = 1,
-					  .default_replication_factor = 1, .replication_factor_max = 1,
+					  .default_replication_factor = 1,
 					  .auto_leader_rebalance = true};
 }
 
@@ -752,7 +752,6 @@ static void create_ok(struct env *e, const char *name, int32_t parts, int32_t rf
 Test(ctl_place, replicas_and_leaders_spread_over_three_brokers_and_two_racks)
 {
 	struct sluice_ctl_config cfg = cfg_default();
-	cfg.replication_factor_max = 3;
 	struct env e;
 	env_init(&e, cfg);
 	start_broker(&e, 1, 1, "a", 0);
@@ -793,7 +792,6 @@ Test(ctl_place, replicas_and_leaders_spread_over_three_brokers_and_two_racks)
 Test(ctl_place, fenced_brokers_get_no_replicas_and_too_few_brokers_is_refused)
 {
 	struct sluice_ctl_config cfg = cfg_default();
-	cfg.replication_factor_max = 3;
 	struct env e;
 	env_init(&e, cfg);
 	start_broker(&e, 1, 1, NULL, 0);
@@ -1003,7 +1001,7 @@ Test(ctl_topics, create_validates_and_carries_ids_and_configs)
 		{"z", 0, 1, KERR_INVALID_PARTITIONS, "non-positive"},
 		{"z", SLUICE_PARTITIONS_PER_TOPIC_MAX + 1, 1, KERR_INVALID_PARTITIONS, "limit"},
 		{"z", 1, 0, KERR_INVALID_REPLICATION_FACTOR, "larger than 0"},
-		{"z", 1, 3, KERR_INVALID_REPLICATION_FACTOR, "replication is not implemented yet"},
+		{"z", 1, 3, KERR_INVALID_REPLICATION_FACTOR, "only 1 broker(s) are registered"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		int16_t err = sluice_ctl_create_topic(e.ctl, bad[i].name, strlen(bad[i].name), bad[i].parts, bad[i].rf,
@@ -1214,7 +1212,7 @@ Test(ctl_assign, partitions_are_placed_as_assigned_with_the_wanted_id)
 Test(ctl_assign, invalid_assignments_are_refused_as_kafka_refuses_them)
 {
 	struct env e;
-	env_init(&e, cfg_default()); /* replication_factor_max 1 */
+	env_init(&e, cfg_default());
 	start_broker(&e, 1, 1, NULL, 0);
 	start_broker(&e, 2, 2, NULL, 0);
 	put_broker(&e, 4, NULL, true);
@@ -1237,7 +1235,6 @@ Test(ctl_assign, invalid_assignments_are_refused_as_kafka_refuses_them)
 		{"1,2", negative, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "consecutive 0-based"},
 		{"1,2", twice, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "multiple manual partition assignments for partition 0"},
 		{"1,4", NULL, -1, -1, KERR_INVALID_REPLICA_ASSIGNMENT, "for partition 1 are fenced or in controlled shutdown"},
-		{"1:2", NULL, -1, -1, KERR_INVALID_REPLICATION_FACTOR, "replication is not implemented yet"},
 		{"1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:17", NULL, -1, -1, KERR_INVALID_REPLICATION_FACTOR, "above the limit"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -1273,7 +1270,6 @@ Test(ctl_assign, invalid_assignments_are_refused_as_kafka_refuses_them)
 Test(ctl_assign, the_leader_is_the_first_active_replica)
 {
 	struct sluice_ctl_config cfg = cfg_default();
-	cfg.replication_factor_max = 3;
 	struct env e;
 	env_init(&e, cfg);
 	start_broker(&e, 1, 1, NULL, 0);
