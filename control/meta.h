@@ -34,6 +34,7 @@ _Static_assert(SLUICE_REPLICAS_MAX == SLUICE_CONFIG_REPLICATION_FACTOR_MAX, "def
 struct sluice_partition_state {
 	int32_t leader;
 	int32_t leader_epoch;
+	int32_t partition_epoch; /* bumped by every change of leader, ISR or replicas (AlterPartition checks it) */
 	int32_t replica_n, isr_n, offline_n;
 	int32_t replicas[SLUICE_REPLICAS_MAX]; /* the assignment, preferred leader first */
 	int32_t isr[SLUICE_REPLICAS_MAX];

@@ -370,6 +370,7 @@ static void partition_state_from(struct sluice_partition_state *st, const struct
 	assert(ip->isr.n >= 0 && ip->isr.n <= SLUICE_REPLICAS_MAX);
 	st->leader = ip->leader;
 	st->leader_epoch = ip->leader_epoch;
+	st->partition_epoch = ip->partition_epoch;
 	st->replica_n = ip->replicas.n;
 	st->isr_n = ip->isr.n;
 	st->offline_n = 0;

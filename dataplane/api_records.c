@@ -404,6 +404,7 @@ static void fetch_op_clear(struct partop *op)
 
 struct fetch_state {
 	int32_t max_wait_ms, min_bytes, max_bytes;
+	int32_t replica_id; /* ReplicaId: a follower broker's id, or -1 (a consumer) */
 	bool final;
 	/* What the request's reads may still take, shared by its ops on every
 	 * storage core (atomic): a Fetch naming many partitions, or one
@@ -453,10 +454,12 @@ static void fetch_decode(struct req *r, struct krd *rd, struct partop *op, void 
 	if (v >= 9)
 		op->leader_epoch = krd_i32(rd); /* CurrentLeaderEpoch */
 	op->offset = krd_i64(rd);
-	if (v >= 12)
-		(void)krd_i32(rd);
+	op->last_fetched_epoch = v >= 12 ? krd_i32(rd) : -1;
 	if (v >= 5)
-		(void)krd_i64(rd);
+		(void)krd_i64(rd); /* LogStartOffset: the follower's (moving its own up is not done) */
+	op->from_replica = fs->replica_id >= 0;
+	op->replica_id = fs->replica_id;
+	op->diverging_epoch = -1;
 	int32_t pmax = krd_i32(rd);
 	op->max_bytes = pmax < fs->max_bytes ? pmax : fs->max_bytes;
 	if (op->max_bytes < 0)
@@ -498,7 +501,7 @@ bool sluice_api_fetch_start(struct req *r, struct krd *rd)
 {
 	struct fetch_state *fs = sluice_proto_api_state(r, sizeof *fs); /* inside the request */
 	assert(fs == (void *)r->api_inline);
-	(void)krd_i32(rd); /* ReplicaId */
+	fs->replica_id = krd_i32(rd); /* >= 0: a follower fetching (v15+'s ReplicaState is not served) */
 	fs->max_wait_ms = krd_i32(rd);
 	fs->min_bytes = krd_i32(rd);
 	fs->max_bytes = krd_i32(rd);
@@ -674,6 +677,21 @@ static void fetch_write_partition(struct req *r, struct kwr *w, const struct par
 		fetch_write_pinned(r, w, mop, n, ff);
 	else
 		kwr_bytes(w, flex, n > 0 ? op->rdata : (const uint8_t *)"", n > 0 ? n : 0);
+	if (!flex)
+		return;
+	/* Tagged fields: DivergingEpoch (tag 0) for a follower whose log
+	 * diverged: Epoch, EndOffset, its own (empty) tags. */
+	bool diverged = op->from_replica && !op->local && !op->error && op->diverging_epoch >= 0;
+	if (!diverged) {
+		kwr_tags_empty(w);
+		return;
+	}
+	kwr_uvarint(w, 1);
+	kwr_uvarint(w, 0);
+	kwr_uvarint(w, 4 + 8 + 1);
+	kwr_i32(w, op->diverging_epoch);
+	kwr_i64(w, op->diverging_end);
+	kwr_tags_empty(w);
 }
 
 /* Whether the fetch should wait for more data rather than answer now. */
@@ -685,7 +703,8 @@ static bool fetch_should_park(const struct req *r, const struct fetch_state *fs,
 	for (int32_t i = 0; i < r->nops; i++) {
 		*bytes += r->ops[i].rlen;
 		*copied += r->ops[i].pins ? 0 : r->ops[i].rlen;
-		errors |= r->ops[i].error != 0;
+		/* A follower told where its log diverged learns it at once. */
+		errors |= r->ops[i].error != 0 || (r->ops[i].from_replica && r->ops[i].diverging_epoch >= 0);
 	}
 	return !fs->final && !errors && *bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms;
 }
@@ -724,7 +743,7 @@ void sluice_api_fetch_finish(struct req *r)
 	}
 	struct fetch_fill ff = {.budget = fs->max_bytes};
 	assert(r->nsplice == 0 && r->splice_bytes == 0);
-	sluice_proto_partitions_encode(r, fetch_write_partition, &ff);
+	sluice_proto_partitions_encode_tagged(r, fetch_write_partition, &ff);
 	if (r->flexible)
 		kwr_tags_empty(w);
 	if (!fetch_splice_table(r))

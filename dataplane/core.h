@@ -95,12 +95,24 @@ struct partop {
 	/* READ: bytes the whole request may still read, shared by its ops on
 	 * every storage core (atomic; NULL: only max_bytes limits). */
 	int64_t *read_budget;
+	/* READ from a follower (a Fetch with ReplicaId >= 0): its broker id and
+	 * LastFetchedEpoch (-1: none); it reads to the written end, not the
+	 * high watermark, and its FetchOffset is its position. */
+	bool from_replica;
+	int32_t replica_id;
+	int32_t last_fetched_epoch;
 	/* outputs */
 	int64_t base_offset;     /* APPEND base offset, LIST_OFFSETS offset */
 	int64_t last_offset;
 	int64_t timestamp;       /* LIST_OFFSETS */
 	int64_t high_watermark;
 	int64_t log_start;
+	/* READ from a follower whose log diverges from the leader's
+	 * (LastFetchedEpoch and FetchOffset against the epoch cache): the
+	 * leader's largest epoch <= LastFetchedEpoch and its end offset, the
+	 * Fetch response's DivergingEpoch (epoch -1: none). */
+	int32_t diverging_epoch;
+	int64_t diverging_end;
 	uint8_t *rdata;          /* READ result, malloc'ed by storage, freed by net */
 	int32_t rlen;            /* READ: bytes in rdata, or in pins */
 	struct sluice_read_pins *pins; /* READ answered by reference (rdata NULL), or NULL */
@@ -143,6 +155,7 @@ struct storecore {
 	struct sluice_ring *out; /* [net core] this storage core -> net */
 	void *state;             /* storage_core.c private */
 	void *groups;            /* group.c private */
+	void *fetcher;           /* fetcher.c private: the follower fetcher */
 };
 
 struct sluice_transport_ops;

@@ -12,18 +12,21 @@
 
 _Static_assert(SLUICE_PARTITION_EPOCHS_MAX <= UINT8_MAX, "epoch_n is uint8_t");
 
-void sluice_partition_init(struct sluice_partition *p, int32_t self_id)
+void sluice_partition_init(struct sluice_partition *p, int32_t self_id, bool replicated)
 {
 	assert(self_id >= 0);
 	memset(p, 0, sizeof *p);
 	p->self_id = self_id;
-	p->replicas[0] = (struct sluice_replica){self_id, true, 0};
+	p->is_leader = true;
+	p->leader_id = self_id;
+	p->replicas[0] = (struct sluice_replica){.id = self_id, .in_isr = true};
 	p->replica_n = 1;
+	p->replicated = replicated;
 }
 
 void sluice_partition_fini(struct sluice_partition *p)
 {
-	assert(!p->wait_head);
+	assert(!p->wait_head && !p->local_head);
 	free(p->prods);
 	p->prods = NULL;
 	p->prod_cap = p->prod_n = 0;
@@ -46,13 +49,14 @@ void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log
 	assert(log && !p->log);
 	p->log = log;
 	/* The written end on open is what recovery kept: a single node served
-	 * it before the stop. TODO(replication): restore the high watermark
-	 * from Kafka's replication-offset-checkpoint instead. */
+	 * it before the stop. A replica cannot know which of it was committed
+	 * (TODO(h-epochs): Kafka's replication-offset-checkpoint says), so it
+	 * serves nothing until its leader (or, leading, its ISR) says. */
 	int64_t written = sluice_plog_written_end(log);
 	for (uint8_t i = 0; i < p->replica_n; i++)
 		if (p->replicas[i].id == p->self_id)
 			p->replicas[i].log_end = written;
-	p->high_watermark = p->replica_n == 1 ? written : sluice_plog_log_start(log);
+	p->high_watermark = !p->replicated && p->replica_n == 1 ? written : sluice_plog_log_start(log);
 	/* Idempotent-producer state and epochs from the newest two segments. */
 	(void)sluice_plog_visit_tail(log, 2, rebuild_visit, p);
 	assert(p->high_watermark <= written);
@@ -65,23 +69,8 @@ int64_t sluice_partition_high_watermark(const struct sluice_partition *p) { retu
 
 /* ---- high watermark ------------------------------------------------------ */
 
-/* The least log end over the ISR, capped by what is written here (a
- * consumer is served from this log). Kafka's leader never moves it back. */
-static bool hw_update(struct sluice_partition *p, int64_t written)
-{
-	int64_t hw = written;
-	for (uint8_t i = 0; i < p->replica_n; i++)
-		if (p->replicas[i].in_isr && p->replicas[i].log_end < hw)
-			hw = p->replicas[i].log_end;
-	if (hw <= p->high_watermark)
-		return false;
-	p->high_watermark = hw;
-	assert(p->high_watermark <= written);
-	return true;
-}
-
-/* This replica's position: the log's written end, or (without a log: unit
- * tests, the controller's stubs) the last one reported for self. */
+/* The position of self (the log's written end; without a log, in unit
+ * tests, the last one reported). */
 static int64_t local_end(const struct sluice_partition *p)
 {
 	if (p->log)
@@ -92,23 +81,74 @@ static int64_t local_end(const struct sluice_partition *p)
 	return 0;
 }
 
-bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset)
+/* Leader: the least log end over the ISR; follower: the leader's high
+ * watermark; either capped by what is written here (a consumer is served
+ * from this log). Kafka never moves it back (but for a truncation). */
+static bool hw_update(struct sluice_partition *p)
+{
+	int64_t written = local_end(p), hw = written;
+	if (!p->is_leader) {
+		hw = p->leader_hw < written ? p->leader_hw : written;
+	} else {
+		for (uint8_t i = 0; i < p->replica_n; i++)
+			if (p->replicas[i].in_isr && p->replicas[i].log_end < hw)
+				hw = p->replicas[i].log_end;
+	}
+	if (hw <= p->high_watermark)
+		return false;
+	p->high_watermark = hw;
+	assert(p->high_watermark <= written);
+	return true;
+}
+
+static struct sluice_replica *replica_find(struct sluice_partition *p, int32_t id)
+{
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].id == id)
+			return &p->replicas[i];
+	return NULL;
+}
+
+bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset,
+				       int64_t now_ms)
 {
 	assert(log_end_offset >= 0);
-	for (uint8_t i = 0; i < p->replica_n; i++)
-		if (p->replicas[i].id == replica_id) {
-			p->replicas[i].log_end = log_end_offset;
-			return hw_update(p, local_end(p));
-		}
-	return false;
+	struct sluice_replica *r = replica_find(p, replica_id);
+	if (!r || (!p->is_leader && replica_id != p->self_id))
+		return false;
+	if (replica_id != p->self_id) {
+		/* Kafka's updateFetchState: caught up when the fetch reaches the
+		 * leader's end now, or the end the leader had at its last fetch. */
+		int64_t leader_end = local_end(p);
+		if (log_end_offset >= leader_end)
+			r->caught_up_ms = now_ms > r->caught_up_ms ? now_ms : r->caught_up_ms;
+		else if (log_end_offset >= r->last_fetch_leader_end && r->last_fetch_ms > r->caught_up_ms)
+			r->caught_up_ms = r->last_fetch_ms;
+		r->last_fetch_ms = now_ms;
+		r->last_fetch_leader_end = leader_end;
+	}
+	r->log_end = log_end_offset;
+	return hw_update(p);
 }
 
 bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end)
 {
 	assert(!p->log || written_end == sluice_plog_written_end(p->log));
-	bool moved = sluice_partition_replica_position(p, p->self_id, written_end);
+	struct sluice_replica *self = replica_find(p, p->self_id);
+	assert(self);
+	self->log_end = written_end;
+	bool moved = hw_update(p);
 	assert(p->high_watermark <= written_end);
 	return moved;
+}
+
+bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
+{
+	if (p->is_leader || leader_hw < 0)
+		return false;
+	if (leader_hw > p->leader_hw)
+		p->leader_hw = leader_hw;
+	return hw_update(p);
 }
 
 static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
@@ -119,30 +159,84 @@ static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
 	return false;
 }
 
-int sluice_partition_set_leader(struct sluice_partition *p, int32_t epoch, const int32_t *replicas, uint8_t replica_n,
-				const int32_t *isr, uint8_t isr_n)
+uint8_t sluice_partition_isr_n(const struct sluice_partition *p)
 {
-	assert(epoch >= 0);
-	if (replica_n > SLUICE_PARTITION_REPLICAS_MAX || isr_n > replica_n || !id_in(p->self_id, replicas, replica_n) ||
-	    !id_in(p->self_id, isr, isr_n))
-		return -1;
+	uint8_t n = 0;
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		n += p->replicas[i].in_isr;
+	return n;
+}
+
+/* Whether l is news: the first word, a higher leader epoch, or the same
+ * leader epoch with a higher partition epoch. */
+static bool leadership_newer(const struct sluice_partition *p, const struct sluice_partition_leadership *l)
+{
+	if (!p->leadership_known || l->leader_epoch > p->leader_epoch)
+		return true;
+	return l->leader_epoch == p->leader_epoch && l->partition_epoch > p->partition_epoch;
+}
+
+/* The replica list becomes l's: a replica kept keeps what its leader knows
+ * of it unless the leadership is new (then it is unknown again, as in
+ * Kafka's makeLeader: positions from before are another leader's). */
+static void replicas_take(struct sluice_partition *p, const struct sluice_partition_leadership *l, bool new_term,
+			  int64_t now_ms)
+{
 	struct sluice_replica next[SLUICE_PARTITION_REPLICAS_MAX];
-	for (uint8_t i = 0; i < replica_n; i++) {
-		next[i] = (struct sluice_replica){replicas[i], id_in(replicas[i], isr, isr_n), 0};
-		/* A replica kept keeps its position; a new one starts unknown (0). */
-		for (uint8_t k = 0; k < p->replica_n; k++)
-			if (p->replicas[k].id == replicas[i])
-				next[i].log_end = p->replicas[k].log_end;
+	int64_t written = local_end(p);
+	for (uint8_t i = 0; i < l->replica_n; i++) {
+		const struct sluice_replica *old = replica_find(p, l->replicas[i]);
+		next[i] = (struct sluice_replica){.id = l->replicas[i], .in_isr = id_in(l->replicas[i], l->isr, l->isr_n),
+						  .caught_up_ms = now_ms, .last_fetch_ms = now_ms};
+		if (l->replicas[i] == p->self_id)
+			next[i].log_end = written;
+		else if (old && !new_term)
+			next[i] = (struct sluice_replica){old->id, next[i].in_isr, old->log_end, old->caught_up_ms,
+							  old->last_fetch_ms, old->last_fetch_leader_end};
 	}
-	memcpy(p->replicas, next, replica_n * sizeof *next);
-	p->replica_n = replica_n;
-	if (epoch > p->leader_epoch)
-		p->leader_epoch = epoch;
-	/* TODO(replication): a new leader epoch truncates to the epoch cache's
-	 * answer, starts or stops the follower fetcher, and persists the epoch. */
-	(void)hw_update(p, local_end(p));
+	memcpy(p->replicas, next, l->replica_n * sizeof *next);
+	p->replica_n = l->replica_n;
+}
+
+enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition *p,
+							 const struct sluice_partition_leadership *l, int64_t now_ms)
+{
+	assert(l->leader_epoch >= 0 && l->partition_epoch >= 0);
+	if (l->replica_n > SLUICE_PARTITION_REPLICAS_MAX || l->isr_n > l->replica_n ||
+	    !id_in(p->self_id, l->replicas, l->replica_n))
+		return SLUICE_PARTITION_REFUSED;
+	if (!leadership_newer(p, l))
+		return SLUICE_PARTITION_SAME;
+	bool new_term = !p->leadership_known || l->leader_epoch > p->leader_epoch;
+	bool was_leader = p->is_leader;
+	p->leadership_known = true;
+	p->leader_epoch = l->leader_epoch;
+	p->partition_epoch = l->partition_epoch;
+	p->leader_id = l->leader;
+	p->is_leader = l->leader == p->self_id;
+	replicas_take(p, l, new_term, now_ms);
+	if (p->is_leader && new_term && p->log)
+		sluice_partition_epoch_assign(p, p->leader_epoch, sluice_plog_log_end(p->log));
+	if (!p->is_leader && (new_term || was_leader))
+		p->leader_hw = p->high_watermark; /* until the new leader's first answer */
+	(void)hw_update(p);
 	assert(p->replica_n >= 1);
-	return 0;
+	if (!new_term && was_leader == p->is_leader)
+		return SLUICE_PARTITION_UPDATED;
+	return p->is_leader ? SLUICE_PARTITION_LEADER : SLUICE_PARTITION_FOLLOWER;
+}
+
+void sluice_partition_truncated(struct sluice_partition *p, int64_t offset)
+{
+	assert(offset >= 0);
+	sluice_partition_epoch_truncate_from_end(p, offset);
+	if (p->high_watermark > offset)
+		p->high_watermark = offset;
+	if (p->leader_hw > offset)
+		p->leader_hw = offset;
+	struct sluice_replica *self = replica_find(p, p->self_id);
+	if (self && self->log_end > offset)
+		self->log_end = offset;
 }
 
 /* ---- leader-epoch cache -------------------------------------------------- */
@@ -220,6 +314,27 @@ void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int6
 void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset)
 {
 	sluice_partition_epoch_assign(p, p->leader_epoch, base_offset);
+}
+
+int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int32_t epoch, int64_t end_offset,
+					   int64_t log_end)
+{
+	assert(log_end >= 0);
+	int32_t mine;
+	int64_t my_end = sluice_partition_epoch_end_offset(p, epoch, log_end, &mine);
+	int64_t to;
+	if (mine == SLUICE_EPOCH_UNDEFINED || my_end == SLUICE_EPOCH_OFFSET_UNDEFINED)
+		to = end_offset; /* no epoch here at or below it: the leader's end (Kafka: safe, the leader's is older) */
+	else if (mine != epoch)
+		to = my_end; /* an epoch the leader does not have: cut to where ours below it ends, then ask again */
+	else
+		to = my_end < end_offset ? my_end : end_offset;
+	if (to > log_end)
+		to = log_end;
+	if (to < 0)
+		to = 0;
+	assert(to >= 0 && to <= log_end);
+	return to;
 }
 
 /* ---- idempotent producers ------------------------------------------------ */
@@ -334,34 +449,53 @@ enum sluice_producer_verdict sluice_partition_producer_check(struct sluice_parti
 
 /* ---- waiters ------------------------------------------------------------- */
 
-void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op)
+void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op, bool all)
 {
-	assert(op && op != p->wait_tail);
+	struct partop **head = all ? &p->wait_head : &p->local_head, **tail = all ? &p->wait_tail : &p->local_tail;
+	assert(op && op != *tail);
 	op->next = NULL;
-	if (p->wait_tail)
-		p->wait_tail->next = op;
+	if (*tail)
+		(*tail)->next = op;
 	else
-		p->wait_head = op;
-	p->wait_tail = op;
+		*head = op;
+	*tail = op;
+}
+
+static struct partop *list_pop(struct partop **head, struct partop **tail)
+{
+	struct partop *op = *head;
+	if (!op)
+		return NULL;
+	*head = op->next;
+	if (!*head)
+		*tail = NULL;
+	op->next = NULL;
+	return op;
 }
 
 struct partop *sluice_partition_wait_pop(struct sluice_partition *p)
 {
-	struct partop *op = p->wait_head;
-	if (!op)
-		return NULL;
-	p->wait_head = op->next;
-	if (!p->wait_head)
-		p->wait_tail = NULL;
-	op->next = NULL;
-	return op;
+	struct partop *op = list_pop(&p->wait_head, &p->wait_tail);
+	return op ? op : list_pop(&p->local_head, &p->local_tail);
 }
 
 struct partop *sluice_partition_wait_pop_visible(struct sluice_partition *p, bool failed)
 {
 	if (!p->wait_head || (!failed && p->wait_head->last_offset >= p->high_watermark))
 		return NULL;
-	return sluice_partition_wait_pop(p);
+	return list_pop(&p->wait_head, &p->wait_tail);
+}
+
+struct partop *sluice_partition_wait_pop_written(struct sluice_partition *p, bool failed)
+{
+	if (!p->local_head || (!failed && p->local_head->last_offset >= local_end(p)))
+		return NULL;
+	return list_pop(&p->local_head, &p->local_tail);
+}
+
+bool sluice_partition_waiting(const struct sluice_partition *p)
+{
+	return p->wait_head || p->local_head;
 }
 
 void sluice_partition_watch(struct sluice_partition *p, int core)

@@ -1,13 +1,17 @@
 /* A partition's state above its log, in one place: what consumers may read
  * (the high watermark) as opposed to what is written here (the log's written
- * end) and what is assigned (the log end offset), the leader epoch and its
- * epoch -> start offset cache, the idempotent-producer table, the appends
- * waiting for their data to become visible and the network cores whose
- * fetches wait for new data. It is the seam replication fills: a follower's
- * fetch position reaches sluice_partition_replica_position, which moves the
- * high watermark to the slowest in-sync replica, and the controller names
- * leader, epoch and ISR through sluice_partition_set_leader. On a single node
- * the ISR is {self} and the high watermark follows the written end exactly.
+ * end) and what is assigned (the log end offset), this replica's role
+ * (leader or follower, as the controller last said), the leader epoch and
+ * its epoch -> start offset cache, the replicas' positions and the ISR, the
+ * idempotent-producer table, the appends waiting for their data to become
+ * visible (acks=all) or written (acks=0/1), and the network cores whose
+ * fetches wait for new data. It is where replication's rules live as pure
+ * functions: a leader's high watermark is the least position over the ISR
+ * (each follower's position comes with its fetch,
+ * sluice_partition_replica_position), a follower's the leader's high
+ * watermark capped by what it has written, and the controller's word
+ * arrives through sluice_partition_set_leader. On a single node the ISR is
+ * {self} and the high watermark follows the written end exactly.
  *
  * Ownership: a partition belongs to the storage core that owns its log and
  * is touched only by it. The log (storage/plog.h) is the storage core's: it
@@ -62,17 +66,58 @@ struct sluice_epoch_entry {
 	int64_t start_offset; /* first offset appended under this epoch */
 };
 
+/* A replica as its leader tracks it (Kafka's ReplicaState). */
 struct sluice_replica {
 	int32_t id;       /* broker id */
 	bool in_isr;
-	int64_t log_end;  /* its last known log end offset (for self: the written end) */
+	/* Its last known log end offset: for self the written end, for a
+	 * follower the FetchOffset of its last fetch; 0 until it fetches from
+	 * this leader (a position nobody is below: the high watermark waits). */
+	int64_t log_end;
+	/* When it was last caught up: its fetch reached the leader's written
+	 * end, or the end the leader had at its previous fetch (Kafka's
+	 * lastCaughtUpTimeMs). Set to the leadership's start for every
+	 * replica, so a follower is judged lagging only after
+	 * replica.lag.time.max.ms under this leader. */
+	int64_t caught_up_ms;
+	int64_t last_fetch_ms;       /* its previous fetch */
+	int64_t last_fetch_leader_end; /* the leader's written end at that fetch */
+};
+
+/* The controller's word on a partition (a snapshot's partition state). */
+struct sluice_partition_leadership {
+	int32_t leader;          /* broker id; -1: none (offline) */
+	int32_t leader_epoch;
+	int32_t partition_epoch; /* bumped by every change of leader, ISR or replicas */
+	const int32_t *replicas; /* the assignment; must name this replica */
+	uint8_t replica_n;
+	const int32_t *isr;      /* a subset of replicas */
+	uint8_t isr_n;
+};
+
+/* What sluice_partition_set_leader made of the controller's word. */
+enum sluice_partition_change {
+	SLUICE_PARTITION_REFUSED = -1, /* lists too long, or this replica not among them: nothing changed */
+	SLUICE_PARTITION_SAME = 0,     /* not newer than what it has (epochs): nothing changed */
+	SLUICE_PARTITION_UPDATED,      /* same leader epoch: the ISR or the replicas changed */
+	SLUICE_PARTITION_LEADER,       /* leads from now on, at a new leader epoch */
+	SLUICE_PARTITION_FOLLOWER,     /* follows (leader_id, -1: nobody yet) at a new leader epoch */
 };
 
 struct sluice_partition {
 	struct sluice_plog *log; /* borrowed from the storage core; NULL while not open */
 	int32_t self_id;         /* this broker's replica id */
+	/* The role, as the controller last said (single node: leader, epoch 0,
+	 * until told otherwise). A follower takes no produce and serves no
+	 * consumer; its log grows only by what it fetches from the leader. */
+	bool is_leader;
+	bool leadership_known;   /* the controller's word arrived (else any word is newer) */
+	bool replicated;         /* cluster mode: other replicas may exist (sluice_partition_init) */
+	int32_t leader_id;       /* -1: none */
 	int32_t leader_epoch;
+	int32_t partition_epoch;
 	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
+	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -84,18 +129,23 @@ struct sluice_partition {
 	bool epochs_dropped;     /* the oldest entries were dropped for room */
 	struct sluice_producer *prods; /* open addressing by pid, owned */
 	uint32_t prod_cap, prod_n;
-	struct partop *wait_head, *wait_tail; /* appends waiting to become visible */
+	struct partop *wait_head, *wait_tail;   /* acks=all appends waiting to become visible */
+	struct partop *local_head, *local_tail; /* acks=0/1 appends waiting to be written here */
 	uint64_t fetch_waiters[SLUICE_PARTITION_WAITER_WORDS]; /* bit per network core */
 };
 
-/* Set up p (zeroed or not) for replica self_id: no log, epoch 0, the ISR
- * {self}. fini frees what p owns (not the log, nor waiting ops, which the
+/* Set up p (zeroed or not) for replica self_id: no log, epoch 0, leader,
+ * the ISR {self}. replicated: the partition may have other replicas
+ * (cluster mode), so what its log holds is not known to be committed (see
+ * attach). fini frees what p owns (not the log, nor waiting ops, which the
  * caller must have answered). */
-void sluice_partition_init(struct sluice_partition *p, int32_t self_id);
+void sluice_partition_init(struct sluice_partition *p, int32_t self_id, bool replicated);
 void sluice_partition_fini(struct sluice_partition *p);
-/* The log is open: the high watermark starts at its written end (a single
- * node serves what recovery kept), and the producer table and epoch cache are
- * rebuilt from its newest segments. */
+/* The log is open: the high watermark starts at its written end on a single
+ * node (it serves what recovery kept), at the log start when replicated (a
+ * follower learns it from its leader, a leader from its ISR's positions;
+ * TODO(h-epochs): from Kafka's replication-offset-checkpoint), and the
+ * producer table and epoch cache are rebuilt from its newest segments. */
 void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log);
 
 /* Offsets. log_end: the next offset to assign; written_end: the end of
@@ -112,18 +162,34 @@ int64_t sluice_partition_high_watermark(const struct sluice_partition *p);
  * the one function through which a single node's high watermark follows
  * its written end. */
 bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end);
-/* A replica's log end offset is known (the leader's own, or a follower's
- * fetch position): the high watermark becomes the least position over the
- * ISR, never moving back and never past the local written end. Returns true
- * when it moved; unknown replica ids are ignored. */
-bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset);
-/* The controller's word: leader epoch, replicas and ISR (ids; isr a subset
- * of replicas, at most SLUICE_PARTITION_REPLICAS_MAX). A stub for now: it
- * records them and recomputes the high watermark; leadership moves
- * (truncation, follower fetching) come with the replication issue. Returns
- * 0, or -1 when the lists are refused (too long, self not a replica). */
-int sluice_partition_set_leader(struct sluice_partition *p, int32_t epoch, const int32_t *replicas, uint8_t replica_n,
-				const int32_t *isr, uint8_t isr_n);
+/* Leader: a replica's log end offset is known (the leader's own, or a
+ * follower's fetch position, at now_ms): the high watermark becomes the
+ * least position over the ISR, never moving back and never past the local
+ * written end; the replica's caught-up time advances as Kafka's does.
+ * Returns true when the high watermark moved; unknown replica ids, and a
+ * follower's position on a partition that does not lead, change nothing. */
+bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset,
+				       int64_t now_ms);
+/* Follower: the leader's high watermark, from a fetch answer. Its own
+ * becomes the least of that and its written end (never moving back).
+ * Returns true when it moved. */
+bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw);
+/* The controller's word (a snapshot's partition state, or an AlterPartition
+ * answer) at now_ms. Applied only when newer: a higher leader epoch, or
+ * the same one with a higher partition epoch (the first word always).
+ * Becoming leader: every follower's position is unknown again (the high
+ * watermark waits for the ISR to fetch; it never moves back) and the new
+ * epoch starts at the log end in the epoch cache. Becoming follower: the
+ * leader's high watermark is taken as its own until the first fetch
+ * answer. The caller does the rest (see enum sluice_partition_change). */
+enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition *p,
+							 const struct sluice_partition_leadership *l, int64_t now_ms);
+/* Members of the ISR. */
+uint8_t sluice_partition_isr_n(const struct sluice_partition *p);
+/* The log was cut to end at offset (a follower's truncation): the epoch
+ * cache forgets what started there or later, and the high watermark, which
+ * only here may move back, is at most offset. */
+void sluice_partition_truncated(struct sluice_partition *p, int64_t offset);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). assign:
  * epoch's first batch starts at start_offset (no change when epoch is the
@@ -142,6 +208,15 @@ void sluice_partition_epoch_truncate_from_end(struct sluice_partition *p, int64_
 void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int64_t start_offset);
 /* A batch was appended at base_offset under the current leader epoch. */
 void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset);
+/* Follower: after a fetch answer carried DivergingEpoch {epoch, end_offset}
+ * (the leader's largest epoch <= the one the follower asked about, and
+ * where it ends), the offset to truncate this log to (Kafka's
+ * getOffsetTruncationState): the end of that epoch here, capped by the
+ * leader's end and by log_end; when this log does not know that epoch, the
+ * end of its largest epoch below it (another round follows). Never the high
+ * watermark (KIP-101). */
+int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int32_t epoch, int64_t end_offset,
+					   int64_t log_end);
 
 /* Kafka's idempotence rules for batch b. */
 enum sluice_producer_verdict {
@@ -158,13 +233,17 @@ void sluice_partition_producer_record(struct sluice_partition *p, const struct s
 /* The producer's entry, or NULL (create: added when absent). */
 struct sluice_producer *sluice_partition_producer(struct sluice_partition *p, int64_t pid, bool create);
 
-/* Appends waiting for the high watermark to pass their last offset, in
- * offset order (linked through op->next). pop_visible: the first one the
- * high watermark passed (all of them when failed), else NULL; pop: the first
- * whatever its offset. */
-void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op);
+/* Appends waiting to be answered, in offset order (linked through
+ * op->next): acks=all (all) until the high watermark passes their last
+ * offset, acks=0/1 until the local written end does. pop_visible: the first
+ * acks=all one the high watermark passed (all of them when failed), else
+ * NULL; pop_written: the same for the others against the written end;
+ * pop: the first of either list, whatever its offset. */
+void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op, bool all);
 struct partop *sluice_partition_wait_pop_visible(struct sluice_partition *p, bool failed);
+struct partop *sluice_partition_wait_pop_written(struct sluice_partition *p, bool failed);
 struct partop *sluice_partition_wait_pop(struct sluice_partition *p);
+bool sluice_partition_waiting(const struct sluice_partition *p);
 
 /* Fetch waiters: network core `core` has a fetch waiting for data here.
  * take: the next waiting core at or after *from (cleared), or -1. */

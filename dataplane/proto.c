@@ -845,7 +845,19 @@ static int32_t topic_runs(const struct req *r)
 	return n;
 }
 
+static void partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx, bool own_tags);
+
 void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx)
+{
+	partitions_encode(r, write, ctx, false);
+}
+
+void sluice_proto_partitions_encode_tagged(struct req *r, sluice_proto_partition_write_fn write, void *ctx)
+{
+	partitions_encode(r, write, ctx, true);
+}
+
+static void partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx, bool own_tags)
 {
 	assert(!r->done && r->out.len >= RESP_HEADER_BYTES);
 	struct kwr *w = &r->out;
@@ -859,7 +871,7 @@ void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_
 		for (int32_t i = k; i < end; i++) {
 			kwr_i32(w, r->ops[i].partition);
 			write(r, w, &r->ops[i], ctx);
-			if (flex)
+			if (flex && !own_tags)
 				kwr_tags_empty(w);
 		}
 		if (flex)

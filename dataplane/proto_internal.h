@@ -214,5 +214,7 @@ typedef void (*sluice_proto_partition_write_fn)(struct req *r, struct kwr *w, co
  * in bad_input.py), each with its name, its partitions through write, and
  * tagged fields where flexible. */
 void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx);
+/* The same where write also writes each partition's tagged fields (Fetch's DivergingEpoch). */
+void sluice_proto_partitions_encode_tagged(struct req *r, sluice_proto_partition_write_fn write, void *ctx);
 
 #endif

@@ -2,7 +2,8 @@
  * beside its partition logs, driven by the core through one small ops
  * table, and using the core only through the few storage calls declared
  * here. The group coordinator is the first such service; the follower
- * fetcher and the transaction coordinator are meant to be the next. A
+ * fetcher (fetcher.c) is the second, the transaction coordinator is meant to
+ * be the next. A
  * service owns the partops of its kind (routed to it by partop kind) from
  * handle() until it answers them with sluice_store_done(), or hands one to
  * sluice_store_append() to be answered once its records are written (the
@@ -36,6 +37,7 @@ struct sluice_store_service_ops {
 
 /* The services a storage core runs, in the order it ticks them. */
 extern const struct sluice_store_service_ops sluice_group_service;
+extern const struct sluice_store_service_ops sluice_fetcher_service; /* dataplane/fetcher.c */
 
 /* ---- storage calls a service may make (storage_core.c) ---------------------- */
 
@@ -50,5 +52,29 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 /* Hand op back to its network core: the answer is complete. */
 void sluice_store_done(struct storecore *sc, struct partop *op);
 int64_t sluice_now_ms(void);
+
+/* ---- storage calls of the follower fetcher (a partition this replica follows) --------- */
+
+/* Where p's next fetch starts: its log end (FetchOffset), the epoch of its
+ * last batch (LastFetchedEpoch, -1: none) and its log start; false when p
+ * cannot fetch now (no log, failed, or it leads). */
+bool sluice_store_follower_position(struct spart *p, int64_t *log_end, int32_t *last_epoch, int64_t *log_start);
+/* Whether p still follows leader at epoch (an answer to an older request
+ * is dropped otherwise). */
+bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch);
+/* The leader's answer for p: its records appended as they are (same
+ * offsets, bytes and CRCs; a partial last batch left for the next fetch),
+ * each batch's epoch into the epoch cache and its producer into the
+ * idempotence table, and the leader's high watermark learned (p's own is
+ * the least of it and p's written end). Returns KERR_NONE, or the Kafka
+ * error that stopped it (CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR) after
+ * appending what came before. */
+int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
+				     int64_t leader_hw);
+/* The leader's answer said p's log diverged (DivergingEpoch epoch,
+ * end_offset): p is truncated to the point that rule gives
+ * (sluice_partition_truncation_offset). Returns 0 (fetch on), or -1 (it
+ * could not be cut: the fetcher backs off). */
+int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_t epoch, int64_t end_offset);
 
 #endif

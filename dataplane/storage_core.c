@@ -10,6 +10,7 @@
 #include "dataplane/core.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/errors.h"
+#include "dataplane/fetcher.h"
 #include "dataplane/group.h"
 #include "dataplane/partition.h"
 #include "dataplane/service.h"
@@ -32,7 +33,8 @@
 
 /* The services this core runs beside its logs (dataplane/service.h), each
  * handed the partops of its kind. */
-static const struct sluice_store_service_ops *const store_services[] = {&sluice_group_service};
+static const struct sluice_store_service_ops *const store_services[] = {&sluice_group_service,
+									 &sluice_fetcher_service};
 #define STORE_SERVICES_N (sizeof store_services / sizeof store_services[0])
 
 static const struct sluice_store_service_ops *service_for(uint8_t kind)
@@ -120,6 +122,7 @@ struct spart {
 	/* READs waiting for cold extents to load (linked through op->next):
 	 * the loaded hook moves them to the parked queue, to run again. */
 	struct partop *load_head, *load_tail;
+	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -193,6 +196,11 @@ struct sstate {
 	struct read_slot *slots, *slot_free;
 	int64_t pinned_extents, pinned_extents_max;
 	int64_t swept_offset; /* cluster mode: the metadata offset the last deleted-topic sweep saw */
+	/* Cluster mode: the metadata offset whose partition states this core
+	 * has applied to every replica it holds (leadership_sweep), and
+	 * whether the last pass was cut short (opens left for later turns). */
+	int64_t led_offset;
+	bool led_partial;
 	/* The dynamic broker configuration in effect on this core (cluster
 	 * mode, a reference), taken from the newest snapshot at least every
 	 * STORE_CONFIG_REFRESH_MS; NULL: server.properties as it is. */
@@ -246,26 +254,111 @@ static void wake_fetch_watchers(struct spart *p)
 	}
 }
 
+static const struct sluice_config *core_cfg(const struct storecore *sc);
+
+/* The min.insync.replicas an acks=all append is held to: its topic's,
+ * else the broker's in effect for its request (group records: 1). */
+static int64_t op_min_isr(const struct storecore *sc, const struct partop *op)
+{
+	if (op->kind != PARTOP_APPEND)
+		return 1;
+	if (op->tinfo && op->tinfo->limits.min_insync_replicas > 0)
+		return op->tinfo->limits.min_insync_replicas;
+	return (op->cfg ? op->cfg : core_cfg(sc))->min_insync_replicas;
+}
+
+static void append_answer(struct spart *p, struct partop *op, int64_t hw)
+{
+	service_written(p->sc, op, op->error == 0);
+	op->high_watermark = hw;
+	op->log_start = sluice_plog_log_start(p->log);
+	op_done(p->sc, op);
+}
+
+/* Appends whose condition now holds are answered: acks=0/1 once written
+ * here, acks=all once the high watermark passed them, with
+ * NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR has shrunk below
+ * min.insync.replicas meanwhile (Kafka's check at completion); with the
+ * log failed, all of them (those not written with KAFKA_STORAGE_ERROR).
+ * Then the fetches waiting here are woken: new data (followers read to the
+ * written end) or a higher high watermark (consumers read below it). */
+static void answer_waiting(struct spart *p, bool failed)
+{
+	int64_t hw = sluice_partition_high_watermark(&p->part), written = sluice_plog_written_end(p->log);
+	uint8_t isr_n = sluice_partition_isr_n(&p->part);
+	for (struct partop *op; (op = sluice_partition_wait_pop_written(&p->part, failed));) {
+		if (failed && op->last_offset >= written)
+			op->error = KERR_KAFKA_STORAGE_ERROR;
+		append_answer(p, op, hw);
+	}
+	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, failed));) {
+		if (failed && op->last_offset >= hw)
+			op->error = KERR_KAFKA_STORAGE_ERROR;
+		else if (!op->error && isr_n < op_min_isr(p->sc, op)) {
+			op->error = KERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+			op->error_message = "The size of the current ISR is less than min.insync.replicas";
+		}
+		append_answer(p, op, hw);
+	}
+	wake_fetch_watchers(p);
+}
+
 /* Hook from the plog: its written end moved (or it failed). The high
- * watermark follows (on a single node, exactly); appends below it are
- * answered and waiting fetches woken. */
+ * watermark follows (on a single node, exactly; replicated, as far as the
+ * ISR's positions allow); appends are answered and waiting fetches woken. */
 static void on_written(struct sluice_plog *l, void *arg)
 {
 	struct spart *p = arg;
 	bool failed = sluice_plog_failed(l);
 	(void)sluice_partition_on_written(&p->part, sluice_plog_written_end(l));
-	int64_t hw = sluice_partition_high_watermark(&p->part);
 	if (failed)
 		sluice_dir_failed(p->sc->b, p->dir, "write failed");
-	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, failed));) {
-		if (failed && op->last_offset >= hw)
-			op->error = KERR_KAFKA_STORAGE_ERROR;
-		service_written(p->sc, op, op->error == 0);
-		op->high_watermark = hw;
-		op->log_start = sluice_plog_log_start(l);
-		op_done(p->sc, op);
+	answer_waiting(p, failed);
+}
+
+/* ---- replication: the controller's word, and the follower's log ---------------------- */
+
+/* Apply the controller's word st on p (cluster mode: a snapshot's, the
+ * newest this core or the op carrying it has seen) and act on what it
+ * changed. Leading: the fetcher stops following. Following: acks=all
+ * appends still waiting are refused with NOT_LEADER_OR_FOLLOWER (the new
+ * leader may not have them; the producer retries there) and the fetcher
+ * follows the new leader, from whose first answer a log that diverged
+ * learns where to truncate. Either way the high watermark may have moved
+ * (an ISR that shrank lets it advance). */
+static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+{
+	if (!st || !p->log)
+		return;
+	assert(st->replica_n >= 0 && st->replica_n <= SLUICE_REPLICAS_MAX && st->isr_n <= st->replica_n);
+	_Static_assert(SLUICE_REPLICAS_MAX <= SLUICE_PARTITION_REPLICAS_MAX, "a snapshot's replicas fit a partition");
+	struct sluice_partition_leadership l = {st->leader, st->leader_epoch, st->partition_epoch, st->replicas,
+						(uint8_t)st->replica_n, st->isr, (uint8_t)st->isr_n};
+	enum sluice_partition_change c = sluice_partition_set_leader(&p->part, &l, sluice_now_ms());
+	if (c == SLUICE_PARTITION_SAME)
+		return;
+	if (c == SLUICE_PARTITION_REFUSED) {
+		/* No longer a replica here (reassigned away): nothing to follow. */
+		sluice_fetcher_unfollow(sc, &p->follow);
+		return;
 	}
-	wake_fetch_watchers(p);
+	if (c == SLUICE_PARTITION_LEADER) {
+		SLOG_INFO("replication", "%s-%d: leader at epoch %d (log end %" PRId64 ", high watermark %" PRId64 ")",
+			  p->topic, p->partition, st->leader_epoch, sluice_plog_log_end(p->log),
+			  sluice_partition_high_watermark(&p->part));
+		sluice_fetcher_unfollow(sc, &p->follow);
+	}
+	answer_waiting(p, false);
+	if (p->part.is_leader)
+		return;
+	if (c == SLUICE_PARTITION_FOLLOWER)
+		SLOG_INFO("replication", "%s-%d: follower of broker %d at epoch %d (log end %" PRId64 ")", p->topic,
+			  p->partition, st->leader, st->leader_epoch, sluice_plog_log_end(p->log));
+	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, true));) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		append_answer(p, op, sluice_partition_high_watermark(&p->part));
+	}
+	sluice_fetcher_follow(sc, &p->follow, p, p->topic, p->partition, st->leader, st->leader_epoch);
 }
 
 static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe);
@@ -379,6 +472,8 @@ static bool dir_offline(const struct broker *b, int dir)
 }
 
 static struct spart *part_get(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
+static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
+static int16_t part_open(struct storecore *sc, struct spart *p);
 static void fd_budget(struct storecore *sc);
 static int64_t wall_now_ms(void);
 
@@ -399,6 +494,8 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	int64_t base, last;
 	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
 		return -EIO; /* as for clients: the directory's partitions are offline */
+	if (!p->part.is_leader)
+		return -EPERM; /* a follower's log grows only by what it fetches */
 	int rc = sluice_plog_append(p->log, batch, len, p->part.leader_epoch, -1, &base, &last);
 	if (rc < 0)
 		return rc;
@@ -410,9 +507,169 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	}
 	if (wait_op) {
 		wait_op->last_offset = last;
-		sluice_partition_wait_append(&p->part, wait_op);
+		sluice_partition_wait_append(&p->part, wait_op, true);
 	}
 	return 0;
+}
+
+bool sluice_store_follower_position(struct spart *p, int64_t *log_end, int32_t *last_epoch, int64_t *log_start)
+{
+	const struct sluice_partition *pt = &p->part;
+	if (!p->log || pt->is_leader || sluice_plog_failed(p->log) || dir_offline(p->sc->b, p->dir))
+		return false;
+	*log_end = sluice_plog_log_end(p->log);
+	*last_epoch = pt->epoch_n ? pt->epochs[pt->epoch_n - 1].epoch : SLUICE_EPOCH_UNDEFINED;
+	*log_start = sluice_plog_log_start(p->log);
+	assert(*log_start <= *log_end);
+	return true;
+}
+
+bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)
+{
+	return p->log && !p->part.is_leader && p->part.leader_id == leader && p->part.leader_epoch == epoch;
+}
+
+static void mark_dirty(struct sstate *st, struct spart *p)
+{
+	if (p->dirty)
+		return;
+	p->dirty = true;
+	p->dirty_next = st->dirty_head;
+	st->dirty_head = p;
+}
+
+/* One batch of the leader's at the log end, as it is: its offsets and its
+ * leader epoch rewritten to themselves leave every byte unchanged (both lie
+ * outside the CRC). TODO(h-epochs): the plog's verbatim append for
+ * followers, which also keeps the offset gaps compaction leaves between
+ * batches (here a batch must start at the log end). */
+static int follower_append_one(struct storecore *sc, struct spart *p, const uint8_t *batch, const struct sluice_batch *b)
+{
+	struct sstate *st = sc->state;
+	struct sluice_plog *l = p->log;
+	size_t len = (size_t)sluice_batch_total_bytes(b);
+	int fds_before = sluice_plog_open_fds(l);
+	int64_t base, last;
+	int rc = sluice_plog_append(l, batch, len, b->leader_epoch, -1, &base, &last);
+	if (rc == -EMFILE || rc == -ENFILE) {
+		fd_budget(sc);
+		rc = sluice_plog_append(l, batch, len, b->leader_epoch, -1, &base, &last);
+	}
+	st->fds_est += sluice_plog_open_fds(l) - fds_before;
+	if (rc < 0)
+		return rc;
+	assert(base == b->base_offset && last == b->base_offset + b->last_offset_delta);
+	sluice_partition_epoch_assign(&p->part, b->leader_epoch, base);
+	if (b->producer_id >= 0 && !(b->attributes & SLUICE_BATCH_ATTR_CONTROL))
+		sluice_partition_producer_record(&p->part, b, base, last); /* for its turn as leader */
+	return 0;
+}
+
+int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
+				     int64_t leader_hw)
+{
+	struct sluice_plog *l = p->log;
+	if (!l || sluice_plog_failed(l) || dir_offline(sc->b, p->dir))
+		return KERR_KAFKA_STORAGE_ERROR;
+	if (p->part.is_leader)
+		return KERR_NOT_LEADER_OR_FOLLOWER;
+	int16_t e = KERR_NONE;
+	bool appended = false;
+	for (size_t off = 0; off < len;) {
+		struct sluice_batch b;
+		enum sluice_batch_result r = sluice_batch_check_crc(records + off, len - off, &b);
+		if (r == SLUICE_BATCH_SHORT)
+			break; /* a partial batch ends the answer (Kafka's leaders cut one there): fetched whole next */
+		if (r != SLUICE_BATCH_OK || b.last_offset_delta < 0) {
+			e = KERR_CORRUPT_MESSAGE;
+			break;
+		}
+		int64_t leo = sluice_plog_log_end(l);
+		size_t blen = (size_t)sluice_batch_total_bytes(&b);
+		if (b.base_offset + b.last_offset_delta < leo) { /* held already */
+			off += blen;
+			continue;
+		}
+		if (b.base_offset != leo) {
+			SLOG_WARN("replication", "%s-%d: the leader's batch at %" PRId64 " does not start at the log end %" PRId64
+				  " (a compacted gap, not followed yet)", p->topic, p->partition, b.base_offset, leo);
+			e = KERR_CORRUPT_MESSAGE;
+			break;
+		}
+		if (follower_append_one(sc, p, records + off, &b) < 0) {
+			e = KERR_KAFKA_STORAGE_ERROR;
+			break;
+		}
+		appended = true;
+		off += blen;
+	}
+	if (appended) {
+		p->last_used_ms = sluice_now_ms();
+		mark_dirty(sc->state, p);
+	}
+	(void)sluice_partition_follower_hw(&p->part, leader_hw);
+	return e;
+}
+
+int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_t epoch, int64_t end_offset)
+{
+	(void)sc;
+	int64_t leo = sluice_plog_log_end(p->log);
+	int64_t to = sluice_partition_truncation_offset(&p->part, epoch, end_offset, leo);
+	if (to >= leo)
+		return 0; /* nothing here past the point the leader named */
+	/* TODO(h-epochs): sluice_plog_truncate_to(p->log, to, err, errlen), then
+	 * sluice_partition_truncated(&p->part, to) and the producer table
+	 * rebuilt; until the plog can cut its log the partition waits. */
+	SLOG_WARN("replication", "%s-%d: diverged from the leader at offset %" PRId64 " (epoch %d ends at %" PRId64
+		  " there, log end %" PRId64 "): truncation is not available yet; not following", p->topic,
+		  p->partition, to, epoch, end_offset, leo);
+	return -1;
+}
+
+/* Cluster mode, once per metadata change: every partition the snapshot
+ * places a replica of on this broker and that this core owns is opened
+ * (a follower's log exists before any client names it) and takes the
+ * snapshot's word (part_leadership). At most STORE_OPENS_PER_TURN logs
+ * are opened in a turn; the pass is then repeated on the next turns. */
+static void leadership_sweep(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	if (snap->metadata_offset == st->led_offset && !st->led_partial) {
+		b->meta.ops->release(b->meta.self, snap);
+		return;
+	}
+	int32_t self = b->cfg.node_id;
+	bool partial = false;
+	for (uint32_t i = 0; i < snap->topic_n; i++) {
+		const struct sluice_topic *t = snap->topics[i];
+		for (int32_t pi = 0; pi < t->partitions; pi++) {
+			const struct sluice_partition_state *ps = sluice_topic_partition(t, pi);
+			bool replica = false;
+			for (int32_t k = 0; ps && k < ps->replica_n; k++)
+				replica |= ps->replicas[k] == self;
+			if (!replica || sluice_store_core_for(b, t->name, pi) != sc->id)
+				continue;
+			int16_t err = 0;
+			struct spart *p = part_entry(sc, t->name, pi, &err);
+			if (p && !p->log) {
+				if (st->opens_turn >= STORE_OPENS_PER_TURN) {
+					partial = true;
+					continue;
+				}
+				st->opens_turn++;
+				if (part_open(sc, p) != 0)
+					continue; /* logged; its next op tries again */
+			}
+			if (p)
+				part_leadership(sc, p, ps);
+		}
+	}
+	st->led_offset = snap->metadata_offset;
+	st->led_partial = partial;
+	b->meta.ops->release(b->meta.self, snap);
 }
 
 /* Kafka's partition.metadata: the directory names the topic id it belongs
@@ -505,7 +762,7 @@ static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t
 	p->partition = partition;
 	p->sc = sc;
 	p->dir = -1;
-	sluice_partition_init(&p->part, sc->b->cfg.node_id);
+	sluice_partition_init(&p->part, sc->b->cfg.node_id, sluice_config_cluster_mode(&sc->b->cfg));
 	st->table[slot] = p;
 	st->count++;
 	return p;
@@ -609,6 +866,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			op_done(sc, op);
 		}
 		p->load_head = p->load_tail = NULL;
+		sluice_fetcher_unfollow(sc, &p->follow);
 		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)
 			if (*d == p) {
 				*d = p->dirty_next;
@@ -849,11 +1107,66 @@ static void read_slots_reclaim(struct storecore *sc)
 	st->slots = st->slot_free = NULL;
 }
 
+/* A follower's fetch on this replica (Kafka's Partition.fetchRecords for a
+ * follower): refused unless this replica leads at the epoch the follower
+ * names (FENCED_LEADER_EPOCH older, UNKNOWN_LEADER_EPOCH newer) and the
+ * follower is one of its replicas; then its LastFetchedEpoch and
+ * FetchOffset are checked against the epoch cache (a log that diverged
+ * gets DivergingEpoch and no records: it truncates and asks again), and its
+ * FetchOffset is its position, which may advance the high watermark (and
+ * so answer acks=all appends and wake consumers). Returns true when op was
+ * answered here. */
+static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *op)
+{
+	struct sluice_partition *pt = &p->part;
+	bool member = false;
+	for (uint8_t i = 0; i < pt->replica_n; i++)
+		member |= pt->replicas[i].id == op->replica_id && op->replica_id != pt->self_id;
+	int16_t e = !pt->is_leader ? KERR_NOT_LEADER_OR_FOLLOWER
+		  : op->leader_epoch >= 0 && op->leader_epoch < pt->leader_epoch ? KERR_FENCED_LEADER_EPOCH
+		  : op->leader_epoch > pt->leader_epoch ? KERR_UNKNOWN_LEADER_EPOCH
+		  : !member ? KERR_NOT_LEADER_OR_FOLLOWER : KERR_NONE;
+	int64_t leo = sluice_plog_log_end(p->log);
+	if (!e && op->last_fetched_epoch >= 0) {
+		int32_t epoch;
+		int64_t end = sluice_partition_epoch_end_offset(pt, op->last_fetched_epoch, leo, &epoch);
+		if (epoch == SLUICE_EPOCH_UNDEFINED || end == SLUICE_EPOCH_OFFSET_UNDEFINED)
+			e = KERR_OFFSET_OUT_OF_RANGE; /* Kafka: the end of the last fetched epoch cannot be known */
+		else if (epoch < op->last_fetched_epoch || end < op->offset) {
+			op->diverging_epoch = epoch;
+			op->diverging_end = end;
+			op->high_watermark = sluice_partition_high_watermark(pt);
+			op_done(sc, op);
+			return true;
+		}
+	}
+	if (e) {
+		op->error = e;
+		op_done(sc, op);
+		return true;
+	}
+	if (op->offset >= 0 && op->offset <= leo &&
+	    sluice_partition_replica_position(pt, op->replica_id, op->offset, sluice_now_ms()))
+		answer_waiting(p, false);
+	op->high_watermark = sluice_partition_high_watermark(pt);
+	return false;
+}
+
 /* PARTOP_READ: by reference when it can (read_pinned), else copied; a read
  * waiting for cold extents waits on p's load list (on_loaded) with its
  * budget claim given back. */
 static void op_read(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
 {
+	op->diverging_epoch = SLUICE_EPOCH_UNDEFINED;
+	if (op->from_replica) {
+		if (replica_fetch(sc, p, op))
+			return;
+		hw = sluice_plog_written_end(p->log); /* a follower reads all that is written */
+	} else if (!p->part.is_leader) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER; /* consumers read from the leader (no KIP-392) */
+		op_done(sc, op);
+		return;
+	}
 	int32_t claim = read_budget_claim(op);
 	/* Past the request's budget a partition reads nothing, not even
 	 * one oversized batch (Kafka's min-one is for a request's first). */
@@ -990,12 +1303,28 @@ static void op_append(struct storecore *sc, struct spart *p, struct partop *op, 
 	assert(br == SLUICE_BATCH_OK); /* validated by the network core */
 	(void)br;
 	bool idempotent = b.producer_id >= 0;
+	/* Only the leader appends (the network core checked its snapshot,
+	 * which may be ahead of or behind this partition's word); acks=all
+	 * only while the ISR holds min.insync.replicas (Kafka checks before
+	 * the append, and again when answering). */
+	if (!p->part.is_leader) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		op_done(sc, op);
+		return;
+	}
+	if (op->acks == -1 && sluice_partition_isr_n(&p->part) < op_min_isr(sc, op)) {
+		op->error = KERR_NOT_ENOUGH_REPLICAS;
+		op->error_message = "The size of the current ISR is less than min.insync.replicas";
+		op_done(sc, op);
+		return;
+	}
 	enum sluice_producer_verdict pv = SLUICE_PRODUCER_APPEND;
 	if (idempotent)
 		pv = sluice_partition_producer_check(&p->part, &b, &op->base_offset, &op->last_offset, &op->error,
 						     &op->error_message);
-	if (pv == SLUICE_PRODUCER_DUPLICATE && op->last_offset < hw) {
-		op_done(sc, op); /* answered with the original offsets, visible already */
+	if (pv == SLUICE_PRODUCER_DUPLICATE &&
+	    op->last_offset < (op->acks == -1 ? hw : sluice_plog_written_end(p->log))) {
+		op_done(sc, op); /* answered with the original offsets, visible (or written) already */
 		return;
 	}
 	if (pv == SLUICE_PRODUCER_REFUSED) {
@@ -1017,7 +1346,7 @@ static void op_append(struct storecore *sc, struct spart *p, struct partop *op, 
 			st->dirty_head = p;
 		}
 	}
-	sluice_partition_wait_append(&p->part, op); /* answered once visible */
+	sluice_partition_wait_append(&p->part, op, op->acks == -1); /* answered once visible, or written */
 }
 
 static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
@@ -1034,6 +1363,10 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 	}
 	struct sluice_plog *l = p->log;
 	assert(l && op->kind != PARTOP_GROUP); /* group ops go to their service before partition lookup */
+	/* The op's snapshot may be newer than what this core applied: its
+	 * word on the partition counts before the op runs. */
+	if (op->tinfo && sluice_config_cluster_mode(&sc->b->cfg))
+		part_leadership(sc, p, sluice_topic_partition(op->tinfo, op->partition));
 	p->last_used_ms = sluice_now_ms();
 	/* This op may reopen descriptors the partition gave back (op_can_run
 	 * made room): count what it opens. */
@@ -1075,6 +1408,10 @@ static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe)
 		return;
 	if (ud == 8) { /* eventfd read */
 		st->efd_armed = false;
+		return;
+	}
+	if (ud >= SLUICE_FETCHER_UD_MIN && ud < SLUICE_FETCHER_UD_END) { /* the follower fetcher's sockets */
+		sluice_fetcher_complete(sc, ud, res);
 		return;
 	}
 	struct sluice_plog *l = (struct sluice_plog *)(ud & ~(uintptr_t)7);
@@ -1126,7 +1463,7 @@ static void submit_writes(struct storecore *sc)
 			}
 		}
 		/* keep it listed while its write is in flight; it may need another */
-		if (!sluice_plog_write_pending(p->log) && !p->part.wait_head) {
+		if (!sluice_plog_write_pending(p->log) && !sluice_partition_waiting(&p->part)) {
 			p->dirty = false;
 			*pp = p->dirty_next;
 			continue;
@@ -1179,7 +1516,7 @@ static void fd_budget(struct storecore *sc)
 	 * wait for descriptors made a wide Fetch quadratic (50 s). */
 	for (uint32_t i = 0; i < st->table_cap; i++) {
 		struct spart *p = st->table[i];
-		if (p && p->log && !p->dirty && !p->part.wait_head &&
+		if (p && p->log && !p->dirty && !sluice_partition_waiting(&p->part) &&
 		    (sluice_plog_open_fds(p->log) > 0 || sluice_plog_cache_bytes(p->log) > 0))
 			idle[n++] = p;
 	}
@@ -1344,7 +1681,7 @@ static void trim_idle(struct storecore *sc, int64_t now)
 	uint32_t trims = 0, mask = st->table_cap - 1;
 	for (uint32_t k = 0; k < st->table_cap && trims < PREALLOC_TRIMS_PER_PASS; k++) {
 		struct spart *p = st->table[(st->trim_cursor + k) & mask];
-		if (p && p->log && !p->dirty && !p->part.wait_head && sluice_plog_trim_prealloc(p->log, now, PREALLOC_IDLE_MS) > 0)
+		if (p && p->log && !p->dirty && !sluice_partition_waiting(&p->part) && sluice_plog_trim_prealloc(p->log, now, PREALLOC_IDLE_MS) > 0)
 			trims++;
 		if (trims == PREALLOC_TRIMS_PER_PASS)
 			st->trim_cursor = (st->trim_cursor + k + 1) & mask;
@@ -1600,6 +1937,8 @@ static void store_work(void *core, int64_t now_ms)
 {
 	struct storecore *sc = core;
 	cleaner_collect(sc);
+	if (sluice_config_cluster_mode(&sc->b->cfg))
+		leadership_sweep(sc);
 	for (size_t i = 0; i < STORE_SERVICES_N; i++)
 		store_services[i]->tick(sc, now_ms);
 	housekeeping(sc, now_ms);

@@ -24,7 +24,15 @@
 
 static struct sluice_partition P;
 
-static void part_setup(void) { sluice_partition_init(&P, SELF); }
+static void part_setup(void) { sluice_partition_init(&P, SELF, false); }
+
+/* The controller's word: leader, epochs, replicas and ISR. */
+static enum sluice_partition_change lead(int32_t leader, int32_t epoch, int32_t partition_epoch, const int32_t *reps,
+					 uint8_t rn, const int32_t *isr, uint8_t in, int64_t now)
+{
+	struct sluice_partition_leadership l = {leader, epoch, partition_epoch, reps, rn, isr, in};
+	return sluice_partition_set_leader(&P, &l, now);
+}
 static void part_teardown(void) { sluice_partition_fini(&P); }
 
 TestSuite(partition, .init = part_setup, .fini = part_teardown);
@@ -49,36 +57,138 @@ Test(partition, hw_single_node_follows_written_end)
 Test(partition, hw_is_min_over_isr)
 {
 	int32_t all[] = {SELF, 2, 3};
-	cr_assert_eq(sluice_partition_set_leader(&P, 1, all, 3, all, 3), 0);
+	cr_assert_eq(lead(SELF, 1, 1, all, 3, all, 3, 0), SLUICE_PARTITION_LEADER);
 	cr_expect_eq(P.leader_epoch, 1);
 	cr_expect_not(sluice_partition_on_written(&P, 100), "followers at 0 hold it");
 	cr_expect_eq(sluice_partition_high_watermark(&P), 0);
-	cr_expect_not(sluice_partition_replica_position(&P, 2, 50));
-	cr_expect(sluice_partition_replica_position(&P, 3, 70));
+	cr_expect_not(sluice_partition_replica_position(&P, 2, 50, 0));
+	cr_expect(sluice_partition_replica_position(&P, 3, 70, 0));
 	cr_expect_eq(sluice_partition_high_watermark(&P), 50);
-	cr_expect(sluice_partition_replica_position(&P, 2, 120));
+	cr_expect(sluice_partition_replica_position(&P, 2, 120, 0));
 	cr_expect_eq(sluice_partition_high_watermark(&P), 70);
-	cr_expect(sluice_partition_replica_position(&P, 3, 200));
+	cr_expect(sluice_partition_replica_position(&P, 3, 200, 0));
 	cr_expect_eq(sluice_partition_high_watermark(&P), 100, "capped by the local written end");
-	cr_expect_not(sluice_partition_replica_position(&P, 3, 60));
+	cr_expect_not(sluice_partition_replica_position(&P, 3, 60, 0));
 	cr_expect_eq(sluice_partition_high_watermark(&P), 100, "never moves back");
-	cr_expect_not(sluice_partition_replica_position(&P, 9, 500), "unknown replica");
+	cr_expect_not(sluice_partition_replica_position(&P, 9, 500, 0), "unknown replica");
 
-	/* Replica 3 leaves the ISR: only self (130) and 2 (120) count. */
+	/* Replica 3 leaves the ISR (same leader epoch, next partition epoch):
+	 * only self (130) and 2 (120) count. */
 	int32_t isr[] = {SELF, 2};
-	cr_assert_eq(sluice_partition_set_leader(&P, 2, all, 3, isr, 2), 0);
+	cr_assert_eq(lead(SELF, 1, 2, all, 3, isr, 2, 0), SLUICE_PARTITION_UPDATED);
+	cr_expect_eq(sluice_partition_isr_n(&P), 2);
 	cr_expect(sluice_partition_on_written(&P, 130));
 	cr_expect_eq(sluice_partition_high_watermark(&P), 120);
-	cr_expect_not(sluice_partition_replica_position(&P, 3, 0), "outside the ISR");
+	cr_expect_not(sluice_partition_replica_position(&P, 3, 0, 0), "outside the ISR");
 
 	int32_t others[] = {2, 3};
-	cr_expect_eq(sluice_partition_set_leader(&P, 3, others, 2, others, 2), -1, "self not a replica");
+	cr_expect_eq(lead(2, 3, 3, others, 2, others, 2, 0), SLUICE_PARTITION_REFUSED, "self not a replica");
 	int32_t many[SLUICE_PARTITION_REPLICAS_MAX + 1] = {SELF};
 	for (int i = 1; i <= SLUICE_PARTITION_REPLICAS_MAX; i++)
 		many[i] = i + 1;
-	cr_expect_eq(sluice_partition_set_leader(&P, 3, many, SLUICE_PARTITION_REPLICAS_MAX + 1, many, 1), -1);
-	cr_expect_eq(P.leader_epoch, 2);
+	cr_expect_eq(lead(SELF, 3, 3, many, SLUICE_PARTITION_REPLICAS_MAX + 1, many, 1, 0), SLUICE_PARTITION_REFUSED);
+	cr_expect_eq(P.leader_epoch, 1);
+	cr_expect_eq(P.partition_epoch, 2);
 	cr_expect_eq(P.replica_n, 3);
+}
+
+/* Proves the controller's word is applied only when newer (a higher
+ * leader epoch, or the same one with a higher partition epoch: a snapshot
+ * older than an AlterPartition answer changes nothing), and what each
+ * change is: leading, following (a follower outside the ISR too), or an
+ * update of the same leadership. */
+Test(partition, leadership_only_moves_forward)
+{
+	int32_t all[] = {SELF, 2, 3}, two[] = {2, 3};
+	cr_expect(P.is_leader && !P.leadership_known, "single node: leads until told");
+	cr_assert_eq(lead(2, 0, 0, all, 3, two, 2, 0), SLUICE_PARTITION_FOLLOWER, "the first word always counts");
+	cr_expect(!P.is_leader && P.leader_id == 2);
+	cr_expect_eq(lead(2, 0, 0, all, 3, all, 3, 0), SLUICE_PARTITION_SAME, "same epochs: nothing new");
+	cr_expect_eq(sluice_partition_isr_n(&P), 2);
+	cr_expect_eq(lead(2, 0, 1, all, 3, all, 3, 0), SLUICE_PARTITION_UPDATED, "rejoined the ISR");
+	cr_expect_eq(sluice_partition_isr_n(&P), 3);
+	cr_expect_eq(lead(2, 0, 0, all, 3, two, 2, 0), SLUICE_PARTITION_SAME, "an older partition epoch");
+	cr_expect_eq(sluice_partition_isr_n(&P), 3);
+	cr_expect_eq(lead(3, 1, 2, all, 3, two, 2, 0), SLUICE_PARTITION_FOLLOWER, "a new leader");
+	cr_expect_eq(P.leader_id, 3);
+	cr_expect_eq(lead(2, 0, 9, all, 3, all, 3, 0), SLUICE_PARTITION_SAME, "an older leader epoch");
+	cr_expect_eq(lead(SELF, 2, 3, all, 3, all, 3, 0), SLUICE_PARTITION_LEADER);
+	cr_expect(P.is_leader && P.leader_epoch == 2 && P.partition_epoch == 3);
+	cr_expect_eq(lead(-1, 3, 4, all, 3, all, 3, 0), SLUICE_PARTITION_FOLLOWER, "no leader: not leading");
+	cr_expect(!P.is_leader && P.leader_id == -1);
+}
+
+/* Proves a follower's high watermark is the leader's capped by what it has
+ * written, never moving back; that a leader's position reports are
+ * ignored while following; and that a replica becoming leader keeps its
+ * high watermark until every ISR member has fetched past it (positions
+ * from before are another leader's). */
+Test(partition, follower_hw_and_new_leader)
+{
+	int32_t all[] = {SELF, 2, 3};
+	cr_assert_eq(lead(2, 4, 0, all, 3, all, 3, 0), SLUICE_PARTITION_FOLLOWER);
+	cr_expect_not(sluice_partition_on_written(&P, 40));
+	cr_expect(sluice_partition_follower_hw(&P, 25));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 25);
+	cr_expect(sluice_partition_follower_hw(&P, 90));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 40, "capped by the written end");
+	cr_expect(sluice_partition_on_written(&P, 60));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 60, "the write lets it follow the leader's");
+	cr_expect_not(sluice_partition_follower_hw(&P, 30), "never back");
+	cr_expect_not(sluice_partition_replica_position(&P, 3, 80, 0), "a follower tracks nobody");
+
+	cr_assert_eq(lead(SELF, 5, 1, all, 3, all, 3, 0), SLUICE_PARTITION_LEADER);
+	cr_expect(sluice_partition_on_written(&P, 100) == false, "the ISR has not fetched from this leader");
+	cr_expect_not(sluice_partition_replica_position(&P, 2, 100, 0));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 60);
+	cr_expect(sluice_partition_replica_position(&P, 3, 90, 0));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 90);
+	cr_expect_not(sluice_partition_follower_hw(&P, 100), "a leader takes no leader's word");
+}
+
+/* Proves Kafka's caught-up rule: a follower fetching at the leader's end
+ * is caught up now; one fetching at least the end the leader had at its
+ * previous fetch was caught up then; one behind both keeps its old time. */
+Test(partition, caught_up_time)
+{
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(lead(SELF, 1, 0, all, 2, all, 2, 1000), SLUICE_PARTITION_LEADER);
+	cr_expect_eq(P.replicas[1].caught_up_ms, 1000, "a new leadership starts every clock");
+	(void)sluice_partition_on_written(&P, 50);
+	(void)sluice_partition_replica_position(&P, 2, 50, 2000);
+	cr_expect_eq(P.replicas[1].caught_up_ms, 2000, "at the end");
+	(void)sluice_partition_on_written(&P, 80);
+	(void)sluice_partition_replica_position(&P, 2, 60, 3000); /* the end was 50 at its last fetch */
+	cr_expect_eq(P.replicas[1].caught_up_ms, 2000, "its previous fetch: 2000");
+	(void)sluice_partition_on_written(&P, 120);
+	(void)sluice_partition_replica_position(&P, 2, 90, 4000); /* >= 80, the end at its fetch at 3000 */
+	cr_expect_eq(P.replicas[1].caught_up_ms, 3000);
+	(void)sluice_partition_replica_position(&P, 2, 95, 5000); /* < 120 */
+	cr_expect_eq(P.replicas[1].caught_up_ms, 3000, "behind both: unchanged");
+}
+
+/* Proves Kafka's truncation rule for a follower told where its log
+ * diverged: the end of that epoch here capped by the leader's end; an
+ * epoch the leader named that this log lacks cuts to the end of its largest
+ * epoch below; no epoch at or below it: the leader's end; never past the
+ * log end. */
+Test(partition, truncation_offset)
+{
+	sluice_partition_epoch_assign(&P, 1, 0);
+	sluice_partition_epoch_assign(&P, 3, 40);
+	sluice_partition_epoch_assign(&P, 5, 70);
+	cr_expect_eq(sluice_partition_truncation_offset(&P, 3, 55, 100), 55, "the leader's end is lower");
+	cr_expect_eq(sluice_partition_truncation_offset(&P, 3, 65, 100), 65);
+	cr_expect_eq(sluice_partition_truncation_offset(&P, 3, 90, 100), 70, "ours ends at 70");
+	cr_expect_eq(sluice_partition_truncation_offset(&P, 4, 80, 100), 70, "epoch 4 unknown: where 3 ends");
+	cr_expect_eq(sluice_partition_truncation_offset(&P, 5, 500, 100), 100, "never past the log end");
+	struct sluice_partition q;
+	sluice_partition_init(&q, SELF, true);
+	cr_expect_eq(sluice_partition_truncation_offset(&q, 2, 30, 10), 10, "no epochs: the leader's end, capped");
+	cr_expect_eq(sluice_partition_truncation_offset(&q, 2, 3, 10), 3);
+	sluice_partition_fini(&q);
+	sluice_partition_truncated(&P, 55);
+	cr_expect_eq(P.epoch_n, 2, "epoch 5 started past the cut");
 }
 
 /* ---- over a real log -------------------------------------------------------- */
@@ -180,13 +290,15 @@ Test(partition, offsets_over_a_log)
 	cr_expect_eq(sluice_partition_high_watermark(&P), 3, "single node: follows the written end");
 
 	int32_t all[] = {SELF, 2};
-	cr_assert_eq(sluice_partition_set_leader(&P, 1, all, 2, all, 2), 0);
+	cr_assert_eq(lead(SELF, 1, 0, all, 2, all, 2, 0), SLUICE_PARTITION_LEADER);
+	cr_expect_eq(P.epochs[P.epoch_n - 1].epoch, 1, "the new epoch starts at the log end");
+	cr_expect_eq(P.epochs[P.epoch_n - 1].start_offset, 3);
 	append(l, 2); /* offsets 3..4, epoch 1 */
 	append(l, 4); /* offsets 5..8 */
 	flush(l);
 	cr_expect_eq(sluice_partition_written_end(&P), 9);
 	cr_expect_eq(sluice_partition_high_watermark(&P), 3, "the follower has not fetched");
-	cr_expect(sluice_partition_replica_position(&P, 2, 5));
+	cr_expect(sluice_partition_replica_position(&P, 2, 5, 0));
 	int64_t hw = sluice_partition_high_watermark(&P);
 	cr_expect_eq(hw, 5);
 	uint8_t *out = NULL;
@@ -374,20 +486,29 @@ Test(partition, producer_table_bounded)
 
 /* ---- waiters ------------------------------------------------------------------ */
 
-/* Proves appends are answered in order once the high watermark passes their
- * last offset, all of them when the log failed. */
+/* Proves acks=all appends are answered in order once the high watermark
+ * passes their last offset, acks=0/1 ones once the written end does, all
+ * of them when the log failed. */
 Test(partition, append_waiters)
 {
-	struct partop a = {.last_offset = 4}, b = {.last_offset = 9};
-	sluice_partition_wait_append(&P, &a);
-	sluice_partition_wait_append(&P, &b);
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(lead(SELF, 1, 0, all, 2, all, 2, 0), SLUICE_PARTITION_LEADER);
+	struct partop a = {.last_offset = 4}, b = {.last_offset = 9}, one = {.last_offset = 6};
+	sluice_partition_wait_append(&P, &a, true);
+	sluice_partition_wait_append(&P, &one, false);
+	sluice_partition_wait_append(&P, &b, true);
+	cr_expect(sluice_partition_waiting(&P));
 	cr_expect_null(sluice_partition_wait_pop_visible(&P, false));
-	(void)sluice_partition_on_written(&P, 5);
+	(void)sluice_partition_on_written(&P, 7);
+	cr_expect_null(sluice_partition_wait_pop_visible(&P, false), "written, not replicated");
+	cr_expect_eq(sluice_partition_wait_pop_written(&P, false), &one, "acks=1: written here");
+	(void)sluice_partition_replica_position(&P, 2, 5, 0);
 	cr_expect_eq(sluice_partition_wait_pop_visible(&P, false), &a);
 	cr_expect_null(sluice_partition_wait_pop_visible(&P, false));
 	cr_expect_eq(sluice_partition_wait_pop_visible(&P, true), &b, "a failed log answers everything");
 	cr_expect_null(P.wait_head);
 	cr_expect_null(P.wait_tail);
+	cr_expect_not(sluice_partition_waiting(&P));
 }
 
 /* Proves every core id from 0 to SLUICE_CORES_MAX - 1 has its own waiter
