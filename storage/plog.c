@@ -4368,7 +4368,7 @@ static bool clean_swap(struct sluice_plog *l, uint32_t k, uint32_t cnt, struct s
 int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean_job *j)
 {
 	int64_t removed = 0;
-	bool merged = false;
+	bool merged = false, refused = false;
 	for (uint32_t g = 0; g < j->ngroups; g++) {
 		if (!j->written[g])
 			continue;
@@ -4382,6 +4382,7 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 			same = l->segs[k + i].base_offset == j->shadow.segs[i0 + i].base_offset &&
 			       l->segs[k + i].size == j->shadow.segs[i0 + i].size;
 		if (!same || !clean_swap(l, k, cnt, j, g)) {
+			refused = true;
 			clean_unlink(j, g);
 			j->written[g] = false;
 			continue;
@@ -4393,8 +4394,10 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 	check_offsets(l);
 	l->compact_sig = closed_signature(l);
 	/* A pass that changed segments goes again soon: shrunk neighbours may now
-	 * merge (the passes converge: each merges or removes something, or ends). */
-	l->compact_due_ms = j->failed || removed > 0 || merged ? 0 : j->tombstone_due_ms;
+	 * merge (the passes converge: each merges or removes something, or ends).
+	 * So does one refused because its segments changed meanwhile (retention,
+	 * a truncation): the next is prepared from what is there now. */
+	l->compact_due_ms = j->failed || removed > 0 || merged || refused ? 0 : j->tombstone_due_ms;
 	l->compact_next_base = j->next_base;
 	if (j->next_base == 0 && !j->failed)
 		l->compact_clean_end = j->end_base; /* everything before it has been cleaned */
