@@ -170,7 +170,7 @@ static void append(struct sluice_plog *l, int n)
 Test(partition, offsets_over_a_log)
 {
 	struct sluice_plog *l = open_log();
-	sluice_partition_attach(&P, l);
+	sluice_partition_attach(&P, l, -1);
 	append(l, 3);
 	cr_expect_eq(sluice_partition_log_end(&P), 3);
 	cr_expect_eq(sluice_partition_written_end(&P), 0);
