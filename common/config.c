@@ -80,6 +80,7 @@ static const struct cfg_key keys[] = {
 	{"offsets.retention.check.interval.ms", CFG_LONG, F(offsets_retention_check_interval_ms), 1, INT64_MAX, "600000"},
 	{"group.max.size", CFG_INT, F(group_max_size), 1, 100000, "10000"},
 	{"log.retention.check.interval.ms", CFG_LONG, F(log_retention_check_interval_ms), 1, INT64_MAX, "300000"},
+	{"replica.high.watermark.checkpoint.interval.ms", CFG_LONG, F(replica_hw_checkpoint_interval_ms), 1, INT64_MAX, "5000"},
 	{"log.roll.ms", CFG_LONG, F(log_roll_ms), -1, INT64_MAX, "-1"},
 	{"log.preallocate", CFG_BOOL, F(log_preallocate), 0, 1, "false"},
 	{"log.cleaner.backoff.ms", CFG_LONG, F(log_cleaner_backoff_ms), 0, INT64_MAX, "15000"},

@@ -100,6 +100,7 @@ struct sluice_config {
 	int32_t offsets_retention_minutes;
 	int64_t offsets_retention_check_interval_ms;
 	int64_t log_retention_check_interval_ms;
+	int64_t replica_hw_checkpoint_interval_ms; /* replication-offset-checkpoint written this often */
 	int64_t log_roll_ms; /* -1: from log.roll.hours */
 	bool log_preallocate;
 	int64_t log_cleaner_backoff_ms;

@@ -42,8 +42,11 @@ enum {
 	MSG_READ_RELEASE,    /* net -> storage: a READ's pinned extents are no longer read (ptr: its pins) */
 };
 
+/* PARTOP_EPOCH_END (OffsetForLeaderEpoch): offset holds the LeaderEpoch
+ * asked about; the answer is base_offset (EndOffset) and last_offset (the
+ * LeaderEpoch found), both -1 when unknown. */
 enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE, PARTOP_DELETE_RECORDS,
-		   PARTOP_GROUP };
+		   PARTOP_GROUP, PARTOP_EPOCH_END };
 
 struct req;
 
@@ -184,6 +187,11 @@ struct broker {
 	uint32_t offline_dirs;
 	bool clean_start;
 	int ncpu;
+	/* replication-offset-checkpoint (storage_core.c): each storage core's
+	 * latest share of every data directory's file, merged into the file by
+	 * whichever core writes it, under hw_ckpt_mu (set up by storage core 0). */
+	pthread_mutex_t hw_ckpt_mu;
+	struct sluice_hw_share *hw_share[SLUICE_CORES_MAX];
 };
 
 _Static_assert(offsetof(struct storecore, rt) == 0 && offsetof(struct netcore, rt) == 0,

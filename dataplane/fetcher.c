@@ -517,6 +517,7 @@ struct fetch_answer {
 	int32_t partition;
 	int16_t error;
 	int64_t high_watermark;
+	int64_t log_start;
 	const uint8_t *records;
 	int32_t records_len; /* -1: null */
 	int32_t diverging_epoch; /* -1: none */
@@ -560,7 +561,7 @@ static bool answer_partition(struct krd *rd, struct fetch_answer *a)
 	a->error = krd_i16(rd);
 	a->high_watermark = krd_i64(rd);
 	(void)krd_i64(rd); /* LastStableOffset */
-	(void)krd_i64(rd); /* LogStartOffset */
+	a->log_start = krd_i64(rd);
 	int32_t aborted = krd_array(rd, true, 17); /* ProducerId, FirstOffset, tags */
 	for (int32_t i = 0; i < aborted && !rd->err; i++) {
 		krd_skip(rd, 16);
@@ -607,6 +608,11 @@ static void answer_apply(struct storecore *sc, struct fconn *c, uint32_t i, cons
 	if (!e)
 		e = sluice_store_follower_append(sc, f->p, a->records, a->records_len > 0 ? (size_t)a->records_len : 0,
 						 a->high_watermark);
+	/* Out of range below the leader's log start (retention went past this
+	 * replica): start over there, as Kafka's truncateFullyAndStartAt. */
+	if (e == KERR_OFFSET_OUT_OF_RANGE && a->log_start > c->req_offset[i] &&
+	    sluice_store_follower_restart_at(sc, f->p, a->log_start) == 0)
+		return;
 	if (!e)
 		return;
 	f->retry_ms = now + backoff;
@@ -615,8 +621,6 @@ static void answer_apply(struct storecore *sc, struct fconn *c, uint32_t i, cons
 		SLOG_DEBUG("replication", "%s-%d: broker %d answered %s (metadata to follow)", f->topic, f->partition,
 			   c->leader, sluice_kafka_error_name(e));
 	else
-		/* TODO(h-epochs): OFFSET_OUT_OF_RANGE (this log is past the leader's
-		 * end, or below its start) is repaired by truncation. */
 		SLOG_WARN("replication", "%s-%d: fetch at %" PRId64 " from broker %d: %s; retrying in %d ms", f->topic,
 			  f->partition, c->req_offset[i], c->leader, sluice_kafka_error_name(e), backoff);
 }

@@ -12,7 +12,7 @@
 
 _Static_assert(SLUICE_PARTITION_EPOCHS_MAX <= UINT8_MAX, "epoch_n is uint8_t");
 
-void sluice_partition_init(struct sluice_partition *p, int32_t self_id, bool replicated)
+void sluice_partition_init(struct sluice_partition *p, int32_t self_id)
 {
 	assert(self_id >= 0);
 	memset(p, 0, sizeof *p);
@@ -21,7 +21,6 @@ void sluice_partition_init(struct sluice_partition *p, int32_t self_id, bool rep
 	p->leader_id = self_id;
 	p->replicas[0] = (struct sluice_replica){.id = self_id, .in_isr = true};
 	p->replica_n = 1;
-	p->replicated = replicated;
 }
 
 void sluice_partition_fini(struct sluice_partition *p)
@@ -44,22 +43,86 @@ static void rebuild_visit(const struct sluice_batch *b, void *arg)
 		sluice_partition_producer_record(p, b, b->base_offset, b->base_offset + b->last_offset_delta);
 }
 
-void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log)
+/* The producer table forgotten, then rebuilt (with the epochs) from the
+ * newest two segments. */
+static void rebuild_from_tail(struct sluice_partition *p)
+{
+	for (uint32_t i = 0; i < p->prod_cap; i++)
+		p->prods[i].pid = -1;
+	p->prod_n = 0;
+	(void)sluice_plog_visit_tail(p->log, 2, rebuild_visit, p);
+}
+
+static int64_t hw_clamp(int64_t hw, int64_t log_start, int64_t written)
+{
+	return hw < log_start ? log_start : hw > written ? written : hw;
+}
+
+void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log, int64_t high_watermark)
 {
 	assert(log && !p->log);
 	p->log = log;
-	/* The written end on open is what recovery kept: a single node served
-	 * it before the stop. A replica cannot know which of it was committed
-	 * (TODO(h-epochs): Kafka's replication-offset-checkpoint says), so it
-	 * serves nothing until its leader (or, leading, its ISR) says. */
-	int64_t written = sluice_plog_written_end(log);
+	/* The written end on open is what recovery kept: a single replica
+	 * served it before the stop; a replicated one restarts from its
+	 * checkpointed high watermark (Kafka's), never past what it holds. */
+	int64_t written = sluice_plog_written_end(log), start = sluice_plog_log_start(log);
 	for (uint8_t i = 0; i < p->replica_n; i++)
 		if (p->replicas[i].id == p->self_id)
 			p->replicas[i].log_end = written;
-	p->high_watermark = !p->replicated && p->replica_n == 1 ? written : sluice_plog_log_start(log);
-	/* Idempotent-producer state and epochs from the newest two segments. */
-	(void)sluice_plog_visit_tail(log, 2, rebuild_visit, p);
-	assert(p->high_watermark <= written);
+	p->high_watermark = high_watermark < 0 ? written : hw_clamp(high_watermark, start, written);
+	/* The checkpointed epochs may run past what recovery kept (a crash lost
+	 * the end of the log) or start below the log start; the newest
+	 * segments' batches add what the checkpoint missed. */
+	sluice_partition_epoch_truncate_from_end(p, sluice_plog_log_end(log));
+	rebuild_from_tail(p);
+	sluice_partition_epoch_truncate_from_start(p, start);
+	p->epochs_durable = false; /* checked again at the next open: no sync needed */
+	assert(p->high_watermark >= start && p->high_watermark <= written);
+}
+
+/* Take the ops of a wait list whose last offset is at or past end (a
+ * suffix: the list is in offset order), in order. */
+static struct partop *list_cut(struct partop **head, struct partop **tail, int64_t end)
+{
+	struct partop **q = head, *prev = NULL;
+	while (*q && (*q)->last_offset < end) {
+		prev = *q;
+		q = &(*q)->next;
+	}
+	struct partop *gone = *q;
+	*q = NULL;
+	*tail = prev;
+	assert(!*head == !*tail);
+	return gone;
+}
+
+struct partop *sluice_partition_on_truncate(struct sluice_partition *p, bool fully)
+{
+	assert(p->log);
+	int64_t end = sluice_plog_log_end(p->log), written = sluice_plog_written_end(p->log);
+	int64_t start = sluice_plog_log_start(p->log);
+	assert(written == end); /* a truncation leaves nothing unwritten */
+	p->high_watermark = hw_clamp(p->high_watermark, start, written);
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].id == p->self_id)
+			p->replicas[i].log_end = written;
+	if (fully && p->epoch_n) {
+		p->epoch_n = 0;
+		p->epochs_dropped = false;
+		p->epochs_dirty = p->epochs_durable = true;
+	}
+	sluice_partition_epoch_truncate_from_end(p, end);
+	bool durable = p->epochs_durable;
+	rebuild_from_tail(p);
+	p->epochs_durable = durable; /* what the newest segments add is in the log already */
+	/* The waiters are in offset order: those past the end are a suffix of
+	 * each list. */
+	struct partop *gone = list_cut(&p->wait_head, &p->wait_tail, end);
+	struct partop *gone_local = list_cut(&p->local_head, &p->local_tail, end), **tail = &gone;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = gone_local;
+	return gone;
 }
 
 int64_t sluice_partition_log_start(const struct sluice_partition *p) { return sluice_plog_log_start(p->log); }
@@ -226,20 +289,20 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 	return p->is_leader ? SLUICE_PARTITION_LEADER : SLUICE_PARTITION_FOLLOWER;
 }
 
-void sluice_partition_truncated(struct sluice_partition *p, int64_t offset)
-{
-	assert(offset >= 0);
-	sluice_partition_epoch_truncate_from_end(p, offset);
-	if (p->high_watermark > offset)
-		p->high_watermark = offset;
-	if (p->leader_hw > offset)
-		p->leader_hw = offset;
-	struct sluice_replica *self = replica_find(p, p->self_id);
-	if (self && self->log_end > offset)
-		self->log_end = offset;
-}
-
 /* ---- leader-epoch cache -------------------------------------------------- */
+
+void sluice_partition_epoch_load(struct sluice_partition *p, const struct sluice_epoch_entry *e, uint8_t n,
+				 bool dropped)
+{
+	assert(n <= SLUICE_PARTITION_EPOCHS_MAX && !p->log);
+	for (uint8_t i = 0; i < n; i++)
+		assert(e[i].epoch >= 0 && (i == 0 || (e[i].epoch > e[i - 1].epoch &&
+						       e[i].start_offset > e[i - 1].start_offset)));
+	memcpy(p->epochs, e, n * sizeof *e);
+	p->epoch_n = n;
+	p->epochs_dropped = dropped;
+	p->epochs_dirty = p->epochs_durable = false;
+}
 
 void sluice_partition_epoch_assign(struct sluice_partition *p, int32_t epoch, int64_t start_offset)
 {
@@ -250,6 +313,9 @@ void sluice_partition_epoch_assign(struct sluice_partition *p, int32_t epoch, in
 		if (last->epoch == epoch && last->start_offset <= start_offset)
 			return;
 	}
+	/* Past here the cache changes. */
+	p->epochs_dirty = true;
+	p->epochs_durable |= p->epoch_n > 0;
 	/* Entries that would no longer increase in both go (Kafka's
 	 * maybeTruncateNonMonotonicEntries). */
 	while (p->epoch_n && (p->epochs[p->epoch_n - 1].epoch >= epoch ||
@@ -292,8 +358,11 @@ int64_t sluice_partition_epoch_end_offset(const struct sluice_partition *p, int3
 
 void sluice_partition_epoch_truncate_from_end(struct sluice_partition *p, int64_t end_offset)
 {
+	uint8_t n = p->epoch_n;
 	while (p->epoch_n && p->epochs[p->epoch_n - 1].start_offset >= end_offset)
 		p->epoch_n--;
+	if (p->epoch_n != n)
+		p->epochs_dirty = p->epochs_durable = true;
 }
 
 void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int64_t start_offset)
@@ -301,8 +370,9 @@ void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int6
 	uint8_t below = 0;
 	while (below < p->epoch_n && p->epochs[below].start_offset <= start_offset)
 		below++;
-	if (below == 0)
+	if (below == 0 || (below == 1 && p->epochs[0].start_offset == start_offset))
 		return;
+	p->epochs_dirty = true;
 	/* The last entry starting at or below start_offset holds it: keep it,
 	 * moved up to start there; those before it go. */
 	p->epochs[below - 1].start_offset = start_offset;

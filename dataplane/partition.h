@@ -112,7 +112,6 @@ struct sluice_partition {
 	 * consumer; its log grows only by what it fetches from the leader. */
 	bool is_leader;
 	bool leadership_known;   /* the controller's word arrived (else any word is newer) */
-	bool replicated;         /* cluster mode: other replicas may exist (sluice_partition_init) */
 	int32_t leader_id;       /* -1: none */
 	int32_t leader_epoch;
 	int32_t partition_epoch;
@@ -121,12 +120,15 @@ struct sluice_partition {
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
-	 * increasing. TODO(replication): persist it as Kafka's
-	 * leader-epoch-checkpoint in the partition directory; it is rebuilt
-	 * from the newest segments at open until then. */
+	 * increasing. The storage core keeps it in the partition directory as
+	 * Kafka's leader-epoch-checkpoint: loaded before attach, checked there
+	 * against the log, and written whenever epochs_dirty says it changed
+	 * (synced first when epochs_durable: see sluice_partition_epoch_assign). */
 	struct sluice_epoch_entry epochs[SLUICE_PARTITION_EPOCHS_MAX];
 	uint8_t epoch_n;
 	bool epochs_dropped;     /* the oldest entries were dropped for room */
+	bool epochs_dirty;       /* changed since the checkpoint was last written */
+	bool epochs_durable;     /* ... in a way a crash must not undo (write it synced) */
 	struct sluice_producer *prods; /* open addressing by pid, owned */
 	uint32_t prod_cap, prod_n;
 	struct partop *wait_head, *wait_tail;   /* acks=all appends waiting to become visible */
@@ -135,18 +137,19 @@ struct sluice_partition {
 };
 
 /* Set up p (zeroed or not) for replica self_id: no log, epoch 0, leader,
- * the ISR {self}. replicated: the partition may have other replicas
- * (cluster mode), so what its log holds is not known to be committed (see
- * attach). fini frees what p owns (not the log, nor waiting ops, which the
- * caller must have answered). */
-void sluice_partition_init(struct sluice_partition *p, int32_t self_id, bool replicated);
+ * the ISR {self}. fini frees what p owns (not the log, nor waiting ops,
+ * which the caller must have answered). */
+void sluice_partition_init(struct sluice_partition *p, int32_t self_id);
 void sluice_partition_fini(struct sluice_partition *p);
-/* The log is open: the high watermark starts at its written end on a single
- * node (it serves what recovery kept), at the log start when replicated (a
- * follower learns it from its leader, a leader from its ISR's positions;
- * TODO(h-epochs): from Kafka's replication-offset-checkpoint), and the
- * producer table and epoch cache are rebuilt from its newest segments. */
-void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log);
+/* The log is open. The high watermark starts at high_watermark (a
+ * replicated partition's checkpointed one: Kafka's
+ * replication-offset-checkpoint), kept within [log start, written end]; with
+ * high_watermark < 0 at the written end (a single replica serves what
+ * recovery kept). The epoch cache (loaded from the checkpoint beforehand
+ * with sluice_partition_epoch_load, or empty) loses entries past the log
+ * end and below its start, and learns the epochs of the newest segments'
+ * batches; the producer table is rebuilt from them. */
+void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log, int64_t high_watermark);
 
 /* Offsets. log_end: the next offset to assign; written_end: the end of
  * what is written here; high_watermark: what consumers may read. Always
@@ -186,12 +189,18 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 							 const struct sluice_partition_leadership *l, int64_t now_ms);
 /* Members of the ISR. */
 uint8_t sluice_partition_isr_n(const struct sluice_partition *p);
-/* The log was cut to end at offset (a follower's truncation): the epoch
- * cache forgets what started there or later, and the high watermark, which
- * only here may move back, is at most offset. */
-void sluice_partition_truncated(struct sluice_partition *p, int64_t offset);
 
-/* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). assign:
+/* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
+ * the checkpointed entries (before attach; at most
+ * SLUICE_PARTITION_EPOCHS_MAX, increasing; dropped: older ones were left
+ * out), not marked dirty. Every change below marks the cache dirty; those
+ * a crash must not undo mark it durable too: a truncation from the end,
+ * and an epoch assigned after others (a leader change: the log holds
+ * batches of it from then on, and a checkpoint that lost the entry would
+ * place the epoch's start wrongly when rebuilt from the newest segments).
+ * The first epoch of an empty cache and a truncation from the start are
+ * rebuilt correctly from the log after a crash, so they are written
+ * without a sync (a new partition costs no fsync). assign:
  * epoch's first batch starts at start_offset (no change when epoch is the
  * latest already and starts no later; entries that would no longer
  * increase are dropped). end_offset: where requested_epoch ends: the log
@@ -201,6 +210,8 @@ void sluice_partition_truncated(struct sluice_partition *p, int64_t offset);
  * were dropped). truncate_from_end: remove entries starting at or past
  * end_offset (the log was cut there). truncate_from_start: entries wholly
  * below start_offset go, the one holding it starts there. */
+void sluice_partition_epoch_load(struct sluice_partition *p, const struct sluice_epoch_entry *e, uint8_t n,
+				 bool dropped);
 void sluice_partition_epoch_assign(struct sluice_partition *p, int32_t epoch, int64_t start_offset);
 int64_t sluice_partition_epoch_end_offset(const struct sluice_partition *p, int32_t requested_epoch,
 					  int64_t log_end_offset, int32_t *epoch_out);
@@ -217,6 +228,16 @@ void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset)
  * watermark (KIP-101). */
 int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int32_t epoch, int64_t end_offset,
 					   int64_t log_end);
+/* The log was truncated (sluice_plog_truncate_to; fully: sluice_plog_truncate_fully),
+ * as Kafka's Log.truncateTo and truncateFullyAndStartAt: the high watermark
+ * within [log start, written end] (it may move up after a full truncation,
+ * to the new start), this replica's position the written end, the epoch
+ * cache cut at the log end (emptied when fully; durable), the producer
+ * table rebuilt from the newest segments. The appends waiting beyond the
+ * new end can never be answered with the records they wrote: they are
+ * taken off the wait list and returned (linked through op->next, in offset
+ * order; acks=all ones first, then acks=0/1 ones) for the caller to fail. */
+struct partop *sluice_partition_on_truncate(struct sluice_partition *p, bool fully);
 
 /* Kafka's idempotence rules for batch b. */
 enum sluice_producer_verdict {

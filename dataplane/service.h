@@ -51,6 +51,39 @@ struct sluice_plog *sluice_store_log(struct spart *p);
 int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op);
 /* Hand op back to its network core: the answer is complete. */
 void sluice_store_done(struct storecore *sc, struct partop *op);
+/* The partition's state (dataplane/partition.h): offsets, high watermark,
+ * leader epoch and its cache, replicas. */
+struct sluice_partition *sluice_store_part(struct spart *p);
+
+/* ---- what a follower does to its partition (issue 13: replication) -------------- */
+
+/* Append the leader's batches as they are (sluice_plog_append_verbatim:
+ * offsets, PartitionLeaderEpoch, bytes kept; the caller has checked each
+ * batch's CRC): the epoch cache learns each batch's PartitionLeaderEpoch at
+ * its base offset (its checkpoint written), the producer table each
+ * idempotent batch, and the partition's write goes out with this turn's
+ * group commits (its written end, and so what this replica reports, moves
+ * when it completes). Returns 0, or -errno: -EINVAL when the offsets do not
+ * follow the log end (nothing appended, the log fine), -EIO when the log or
+ * its directory failed. */
+int sluice_store_append_verbatim(struct storecore *sc, struct spart *p, const uint8_t *batches, size_t len,
+				 int64_t *last_offset);
+/* Truncate the partition's log at a divergence point (sluice_plog_truncate_to:
+ * batches whose last offset is at or past offset go, a batch holding it
+ * whole), then sluice_partition_on_truncate: high watermark at most the new
+ * end, the epoch cache cut there (its checkpoint written and synced),
+ * producers rebuilt; appends waiting past the end are answered
+ * NOT_LEADER_OR_FOLLOWER. Blocks the core for the write in flight and the
+ * syncs (milliseconds: a leader change, not the data path). Returns the new
+ * log end (at most offset; the log end unchanged when offset is at or past
+ * it), or -errno: -EINVAL offset below the log start, -EIO the log could
+ * not be truncated (failed, or failed now: its directory goes offline). */
+int64_t sluice_store_truncate_to(struct storecore *sc, struct spart *p, int64_t offset);
+/* Kafka's truncateFullyAndStartAt (sluice_plog_truncate_fully): the log
+ * restarted empty at offset (its leader's log start offset, past this
+ * replica's end), the epoch cache emptied, the high watermark there.
+ * Returns offset or -errno as above. */
+int64_t sluice_store_truncate_fully(struct storecore *sc, struct spart *p, int64_t offset);
 int64_t sluice_now_ms(void);
 
 /* ---- storage calls of the follower fetcher (a partition this replica follows) --------- */
@@ -76,5 +109,10 @@ int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, cons
  * (sluice_partition_truncation_offset). Returns 0 (fetch on), or -1 (it
  * could not be cut: the fetcher backs off). */
 int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_t epoch, int64_t end_offset);
+/* The leader answered OFFSET_OUT_OF_RANGE and its log starts past p's end
+ * (retention removed what p lacks): p starts over, empty, at
+ * leader_log_start (sluice_store_truncate_fully). Returns 0, or -1 (not
+ * that case, or it failed: the fetcher backs off). */
+int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int64_t leader_log_start);
 
 #endif

@@ -14,6 +14,7 @@
 #include "dataplane/group.h"
 #include "dataplane/partition.h"
 #include "dataplane/service.h"
+#include "storage/checkpoint.h"
 #include "storage/extent.h"
 #include "storage/plog.h"
 #include <assert.h>
@@ -206,6 +207,30 @@ struct sstate {
 	 * STORE_CONFIG_REFRESH_MS; NULL: server.properties as it is. */
 	const struct sluice_broker_config *bcfg;
 	int64_t next_config_ms; /* monotonic */
+	/* replication-offset-checkpoint: the high watermarks read at start for
+	 * this core's partitions (sorted by topic, then partition), and when
+	 * this core writes its share next (monotonic). */
+	struct hw_entry *hw_ck;
+	uint32_t hw_ck_n, hw_ck_cap; /* at most SLUICE_STORE_PARTITIONS_MAX */
+	int64_t next_hw_ckpt_ms;
+	uint32_t epochs_rebuilt; /* partitions opened with no usable leader-epoch-checkpoint */
+};
+
+struct hw_entry {
+	char *topic;
+	int32_t partition;
+	int dir; /* the data directory whose file named it */
+	int64_t hw;
+};
+
+/* One storage core's lines of each data directory's
+ * replication-offset-checkpoint (struct broker's hw_share). */
+struct sluice_hw_share {
+	struct {
+		char *body;
+		size_t len, cap;
+		uint32_t count;
+	} dir[SLUICE_LOG_DIRS_MAX];
 };
 
 struct offline_part {
@@ -255,6 +280,7 @@ static void wake_fetch_watchers(struct spart *p)
 }
 
 static const struct sluice_config *core_cfg(const struct storecore *sc);
+static void epochs_persist(struct storecore *sc, struct spart *p);
 
 /* The min.insync.replicas an acks=all append is held to: its topic's,
  * else the broker's in effect for its request (group records: 1). */
@@ -342,6 +368,7 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 		sluice_fetcher_unfollow(sc, &p->follow);
 		return;
 	}
+	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
 	if (c == SLUICE_PARTITION_LEADER) {
 		SLOG_INFO("replication", "%s-%d: leader at epoch %d (log end %" PRId64 ", high watermark %" PRId64 ")",
 			  p->topic, p->partition, st->leader_epoch, sluice_plog_log_end(p->log),
@@ -476,6 +503,7 @@ static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t
 static int16_t part_open(struct storecore *sc, struct spart *p);
 static void fd_budget(struct storecore *sc);
 static int64_t wall_now_ms(void);
+static void epochs_persist(struct storecore *sc, struct spart *p);
 
 struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error)
 {
@@ -500,6 +528,7 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 	if (rc < 0)
 		return rc;
 	sluice_partition_on_append(&p->part, base);
+	epochs_persist(sc, p);
 	if (!p->dirty) {
 		p->dirty = true;
 		p->dirty_next = st->dirty_head;
@@ -510,6 +539,95 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 		sluice_partition_wait_append(&p->part, wait_op, true);
 	}
 	return 0;
+}
+
+struct sluice_partition *sluice_store_part(struct spart *p) { return &p->part; }
+
+static void mark_dirty(struct sstate *st, struct spart *p)
+{
+	if (!p->dirty) {
+		p->dirty = true;
+		p->dirty_next = st->dirty_head;
+		st->dirty_head = p;
+	}
+}
+
+int sluice_store_append_verbatim(struct storecore *sc, struct spart *p, const uint8_t *batches, size_t len,
+				 int64_t *last_offset)
+{
+	struct sstate *st = sc->state;
+	if (!p->log || sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
+		return -EIO;
+	int fds_before = sluice_plog_open_fds(p->log);
+	int rc = sluice_plog_append_verbatim(p->log, batches, len, last_offset);
+	if (rc == -EMFILE || rc == -ENFILE) {
+		fd_budget(sc);
+		rc = sluice_plog_append_verbatim(p->log, batches, len, last_offset);
+	}
+	st->fds_est += sluice_plog_open_fds(p->log) - fds_before;
+	if (rc < 0)
+		return rc == -EINVAL || rc == -ERANGE ? rc : -EIO;
+	/* What the batches say about epochs and producers, as Kafka's follower
+	 * learns it from the records it appends. */
+	for (size_t off = 0; off < len;) {
+		struct sluice_batch b;
+		enum sluice_batch_result br = sluice_batch_parse(batches + off, len - off, &b);
+		assert(br == SLUICE_BATCH_OK); /* the plog walked the same batches */
+		(void)br;
+		sluice_partition_epoch_assign(&p->part, b.leader_epoch, b.base_offset);
+		if (b.producer_id >= 0 && !(b.attributes & SLUICE_BATCH_ATTR_CONTROL))
+			sluice_partition_producer_record(&p->part, &b, b.base_offset, b.base_offset + b.last_offset_delta);
+		off += (size_t)sluice_batch_total_bytes(&b);
+	}
+	epochs_persist(sc, p);
+	mark_dirty(st, p);
+	p->last_used_ms = sluice_now_ms();
+	return 0;
+}
+
+/* After the log was cut: the partition's state follows, the appends that
+ * waited past the end are answered, the epoch checkpoint written (synced). */
+static void after_truncate(struct storecore *sc, struct spart *p, bool fully)
+{
+	for (struct partop *op = sluice_partition_on_truncate(&p->part, fully), *next; op; op = next) {
+		next = op->next;
+		op->next = NULL;
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		service_written(sc, op, false);
+		op->high_watermark = sluice_partition_high_watermark(&p->part);
+		op->log_start = sluice_plog_log_start(p->log);
+		op_done(sc, op);
+	}
+	epochs_persist(sc, p);
+	p->last_used_ms = sluice_now_ms();
+}
+
+static int64_t store_truncate(struct storecore *sc, struct spart *p, int64_t offset, bool fully)
+{
+	if (!p->log || sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
+		return -EIO;
+	char err[512] = "";
+	int rc = fully ? sluice_plog_truncate_fully(p->log, offset, err, sizeof err)
+		       : sluice_plog_truncate_to(p->log, offset, err, sizeof err);
+	if (rc < 0) {
+		SLOG_ERR("storage", "%s-%d: truncation to offset %" PRId64 " failed: %s", p->topic, p->partition, offset,
+			 err);
+		if (sluice_plog_failed(p->log))
+			sluice_dir_failed(sc->b, p->dir, "a truncation failed");
+		return rc == -EINVAL ? rc : -EIO;
+	}
+	after_truncate(sc, p, fully);
+	return sluice_plog_log_end(p->log);
+}
+
+int64_t sluice_store_truncate_to(struct storecore *sc, struct spart *p, int64_t offset)
+{
+	return store_truncate(sc, p, offset, false);
+}
+
+int64_t sluice_store_truncate_fully(struct storecore *sc, struct spart *p, int64_t offset)
+{
+	return store_truncate(sc, p, offset, true);
 }
 
 bool sluice_store_follower_position(struct spart *p, int64_t *log_end, int32_t *last_epoch, int64_t *log_start)
@@ -529,41 +647,8 @@ bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)
 	return p->log && !p->part.is_leader && p->part.leader_id == leader && p->part.leader_epoch == epoch;
 }
 
-static void mark_dirty(struct sstate *st, struct spart *p)
-{
-	if (p->dirty)
-		return;
-	p->dirty = true;
-	p->dirty_next = st->dirty_head;
-	st->dirty_head = p;
-}
 
-/* One batch of the leader's at the log end, as it is: its offsets and its
- * leader epoch rewritten to themselves leave every byte unchanged (both lie
- * outside the CRC). TODO(h-epochs): the plog's verbatim append for
- * followers, which also keeps the offset gaps compaction leaves between
- * batches (here a batch must start at the log end). */
-static int follower_append_one(struct storecore *sc, struct spart *p, const uint8_t *batch, const struct sluice_batch *b)
-{
-	struct sstate *st = sc->state;
-	struct sluice_plog *l = p->log;
-	size_t len = (size_t)sluice_batch_total_bytes(b);
-	int fds_before = sluice_plog_open_fds(l);
-	int64_t base, last;
-	int rc = sluice_plog_append(l, batch, len, b->leader_epoch, -1, &base, &last);
-	if (rc == -EMFILE || rc == -ENFILE) {
-		fd_budget(sc);
-		rc = sluice_plog_append(l, batch, len, b->leader_epoch, -1, &base, &last);
-	}
-	st->fds_est += sluice_plog_open_fds(l) - fds_before;
-	if (rc < 0)
-		return rc;
-	assert(base == b->base_offset && last == b->base_offset + b->last_offset_delta);
-	sluice_partition_epoch_assign(&p->part, b->leader_epoch, base);
-	if (b->producer_id >= 0 && !(b->attributes & SLUICE_BATCH_ATTR_CONTROL))
-		sluice_partition_producer_record(&p->part, b, base, last); /* for its turn as leader */
-	return 0;
-}
+/* ---- the follower's side (the fetcher's storage calls, service.h) ------------------ */
 
 int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
 				     int64_t leader_hw)
@@ -573,39 +658,37 @@ int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, cons
 		return KERR_KAFKA_STORAGE_ERROR;
 	if (p->part.is_leader)
 		return KERR_NOT_LEADER_OR_FOLLOWER;
+	/* The whole batches from the log end on, each CRC checked (Kafka's
+	 * follower checks them too): one held already is skipped, a partial
+	 * one ends the answer (a leader may cut the last batch; it comes whole
+	 * with the next fetch). */
 	int16_t e = KERR_NONE;
-	bool appended = false;
-	for (size_t off = 0; off < len;) {
+	size_t from = 0, to = 0;
+	int64_t leo = sluice_plog_log_end(l);
+	while (to < len) {
 		struct sluice_batch b;
-		enum sluice_batch_result r = sluice_batch_check_crc(records + off, len - off, &b);
+		enum sluice_batch_result r = sluice_batch_check_crc(records + to, len - to, &b);
 		if (r == SLUICE_BATCH_SHORT)
-			break; /* a partial batch ends the answer (Kafka's leaders cut one there): fetched whole next */
+			break;
 		if (r != SLUICE_BATCH_OK || b.last_offset_delta < 0) {
 			e = KERR_CORRUPT_MESSAGE;
 			break;
 		}
-		int64_t leo = sluice_plog_log_end(l);
 		size_t blen = (size_t)sluice_batch_total_bytes(&b);
-		if (b.base_offset + b.last_offset_delta < leo) { /* held already */
-			off += blen;
-			continue;
-		}
-		if (b.base_offset != leo) {
-			SLOG_WARN("replication", "%s-%d: the leader's batch at %" PRId64 " does not start at the log end %" PRId64
-				  " (a compacted gap, not followed yet)", p->topic, p->partition, b.base_offset, leo);
-			e = KERR_CORRUPT_MESSAGE;
-			break;
-		}
-		if (follower_append_one(sc, p, records + off, &b) < 0) {
-			e = KERR_KAFKA_STORAGE_ERROR;
-			break;
-		}
-		appended = true;
-		off += blen;
+		if (to == from && b.base_offset + b.last_offset_delta < leo)
+			from += blen; /* held already */
+		to += blen;
 	}
-	if (appended) {
-		p->last_used_ms = sluice_now_ms();
-		mark_dirty(sc->state, p);
+	if (to > from) {
+		int64_t last;
+		int rc = sluice_store_append_verbatim(sc, p, records + from, to - from, &last);
+		if (rc == -EINVAL) {
+			SLOG_WARN("replication", "%s-%d: the leader's batches do not follow the log end %" PRId64,
+				  p->topic, p->partition, leo);
+			e = KERR_CORRUPT_MESSAGE;
+		} else if (rc < 0) {
+			e = KERR_KAFKA_STORAGE_ERROR;
+		}
 	}
 	(void)sluice_partition_follower_hw(&p->part, leader_hw);
 	return e;
@@ -613,18 +696,23 @@ int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, cons
 
 int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_t epoch, int64_t end_offset)
 {
-	(void)sc;
 	int64_t leo = sluice_plog_log_end(p->log);
 	int64_t to = sluice_partition_truncation_offset(&p->part, epoch, end_offset, leo);
 	if (to >= leo)
 		return 0; /* nothing here past the point the leader named */
-	/* TODO(h-epochs): sluice_plog_truncate_to(p->log, to, err, errlen), then
-	 * sluice_partition_truncated(&p->part, to) and the producer table
-	 * rebuilt; until the plog can cut its log the partition waits. */
-	SLOG_WARN("replication", "%s-%d: diverged from the leader at offset %" PRId64 " (epoch %d ends at %" PRId64
-		  " there, log end %" PRId64 "): truncation is not available yet; not following", p->topic,
-		  p->partition, to, epoch, end_offset, leo);
-	return -1;
+	SLOG_INFO("replication", "%s-%d: diverged from the leader (its epoch %d ends at %" PRId64 "): truncating "
+		  "from %" PRId64 " to %" PRId64, p->topic, p->partition, epoch, end_offset, leo, to);
+	return sluice_store_truncate_to(sc, p, to) < 0 ? -1 : 0;
+}
+
+int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int64_t leader_log_start)
+{
+	int64_t leo = sluice_plog_log_end(p->log);
+	if (leader_log_start <= leo)
+		return -1;
+	SLOG_INFO("replication", "%s-%d: the leader's log starts at %" PRId64 ", past this log's end %" PRId64
+		  ": starting over there", p->topic, p->partition, leader_log_start, leo);
+	return sluice_store_truncate_fully(sc, p, leader_log_start) < 0 ? -1 : 0;
 }
 
 /* Cluster mode, once per metadata change: every partition the snapshot
@@ -762,10 +850,97 @@ static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t
 	p->partition = partition;
 	p->sc = sc;
 	p->dir = -1;
-	sluice_partition_init(&p->part, sc->b->cfg.node_id, sluice_config_cluster_mode(&sc->b->cfg));
+	sluice_partition_init(&p->part, sc->b->cfg.node_id);
 	st->table[slot] = p;
 	st->count++;
 	return p;
+}
+
+static void part_path(const struct storecore *sc, const struct spart *p, char *out, size_t len)
+{
+	assert(p->dir >= 0 && p->dir < sc->b->cfg.log_dir_count);
+	snprintf(out, len, "%s/%s-%d", sc->b->cfg.log_dir[p->dir], p->topic, p->partition);
+}
+
+/* The leader-epoch-checkpoint into p's epoch cache, before attach checks
+ * it against the log. Absent (a new partition, or one written before the
+ * file existed) or unreadable, the cache is rebuilt from the newest
+ * segments (attach) and the file written afresh. */
+static void epochs_load(struct storecore *sc, struct spart *p, const char *dir)
+{
+	struct sstate *st = sc->state;
+	struct sluice_ckpt_epoch e[SLUICE_PARTITION_EPOCHS_MAX];
+	struct sluice_epoch_entry c[SLUICE_PARTITION_EPOCHS_MAX];
+	uint32_t n = 0;
+	bool dropped = false;
+	char err[200] = "";
+	int rc = sluice_ckpt_epochs_read(dir, e, SLUICE_PARTITION_EPOCHS_MAX, &n, &dropped, err, sizeof err);
+	if (rc < 0)
+		SLOG_WARN("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": %s; the leader-epoch cache is rebuilt from the "
+			  "newest segments", dir, err);
+	assert(n <= SLUICE_PARTITION_EPOCHS_MAX);
+	for (uint32_t i = 0; i < n; i++)
+		c[i] = (struct sluice_epoch_entry){e[i].epoch, e[i].start_offset};
+	sluice_partition_epoch_load(&p->part, c, (uint8_t)n, dropped);
+	bool data = sluice_plog_log_end(p->log) > sluice_plog_log_start(p->log);
+	if (rc < 0 || (rc == 0 && data)) {
+		st->epochs_rebuilt += data;
+		p->part.epochs_dirty = true; /* written once attach rebuilt it */
+	}
+}
+
+/* Write p's leader-epoch-checkpoint when its cache changed (synced when
+ * the change must survive a crash: partition.h). A failed write takes the
+ * directory offline, as Kafka does for a checkpoint it cannot write. */
+static void epochs_persist(struct storecore *sc, struct spart *p)
+{
+	struct sluice_partition *pt = &p->part;
+	if (!pt->epochs_dirty || p->dir < 0)
+		return;
+	bool durable = pt->epochs_durable;
+	pt->epochs_dirty = pt->epochs_durable = false;
+	struct sluice_ckpt_epoch e[SLUICE_PARTITION_EPOCHS_MAX];
+	assert(pt->epoch_n <= SLUICE_PARTITION_EPOCHS_MAX);
+	for (uint8_t i = 0; i < pt->epoch_n; i++)
+		e[i] = (struct sluice_ckpt_epoch){pt->epochs[i].epoch, pt->epochs[i].start_offset};
+	char dir[900];
+	part_path(sc, p, dir, sizeof dir);
+	int rc = sluice_ckpt_epochs_write(dir, e, pt->epoch_n, durable);
+	if (rc < 0) {
+		SLOG_ERR("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": write failed: %s", dir, strerror(-rc));
+		sluice_dir_failed(sc->b, p->dir, SLUICE_CKPT_EPOCHS_FILE " write failed");
+	}
+}
+
+static int hw_entry_cmp(const void *a, const void *b)
+{
+	const struct hw_entry *x = a, *y = b;
+	int c = strcmp(x->topic, y->topic);
+	return c ? c : (x->partition > y->partition) - (x->partition < y->partition);
+}
+
+static const struct hw_entry *hw_ck_find(const struct sstate *st, const char *topic, int32_t partition)
+{
+	struct hw_entry key = {(char *)topic, partition, 0, 0};
+	return st->hw_ck_n ? bsearch(&key, st->hw_ck, st->hw_ck_n, sizeof key, hw_entry_cmp) : NULL;
+}
+
+/* Where p's high watermark starts (sluice_partition_attach): a replicated
+ * partition (the metadata names other replicas) at its checkpointed one
+ * (0 when none: attach keeps it at least the log start), as Kafka; a single
+ * replica at its written end (-1), as before replication. */
+static int64_t part_hw_start(struct storecore *sc, const struct spart *p)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+	const struct sluice_partition_state *ps = t ? sluice_topic_partition(t, p->partition) : NULL;
+	bool replicated = ps && ps->replica_n > 1;
+	b->meta.ops->release(b->meta.self, snap);
+	if (!replicated)
+		return -1;
+	const struct hw_entry *e = hw_ck_find(sc->state, p->topic, p->partition);
+	return e ? e->hw : 0;
 }
 
 /* Open (and so recover) p's log. Returns 0 or the error for the op: the
@@ -817,7 +992,9 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 	(void)part_metadata_check(sc->b, p->topic, dir, true);
 	p->has_topic_id = sluice_partition_metadata_read(dir, p->topic_id) == 1;
 	/* The high watermark, idempotent-producer state and leader epochs. */
-	sluice_partition_attach(&p->part, p->log);
+	epochs_load(sc, p, dir);
+	sluice_partition_attach(&p->part, p->log, part_hw_start(sc, p));
+	epochs_persist(sc, p);
 	st->fds_est += sluice_plog_open_fds(p->log);
 	return 0;
 }
@@ -1206,14 +1383,30 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 /* Run op on p (its earlier ops all ran): open the log first when needed. */
 /* DeleteRecords: up to the high watermark (-1: to it), never into what
  * consumers cannot see yet. */
-static void op_delete_records(struct storecore *sc, struct sluice_plog *l, struct partop *op, int64_t hw)
+static void op_delete_records(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
 {
 	assert(op->kind == PARTOP_DELETE_RECORDS);
 	int64_t to = op->offset == -1 ? hw : op->offset;
-	int64_t ls = to > hw ? -1 : sluice_plog_delete_records(l, to);
+	int64_t ls = to > hw ? -1 : sluice_plog_delete_records(p->log, to);
 	if (ls < 0)
 		op->error = KERR_OFFSET_OUT_OF_RANGE;
+	else
+		sluice_partition_epoch_truncate_from_start(&p->part, ls); /* as Kafka's log start moves */
 	op->log_start = ls;
+	op_done(sc, op);
+}
+
+/* OffsetForLeaderEpoch: where the epoch asked about ends, from the epoch
+ * cache: the log end offset for the latest epoch, else the start of the
+ * next higher one (Kafka's LeaderEpochFileCache.endOffsetFor). Leadership
+ * and CurrentLeaderEpoch were checked by the network core. */
+static void op_epoch_end(struct storecore *sc, struct spart *p, struct partop *op)
+{
+	assert(op->kind == PARTOP_EPOCH_END);
+	int32_t requested = op->offset < INT32_MIN || op->offset > INT32_MAX ? -1 : (int32_t)op->offset, epoch;
+	op->base_offset = sluice_partition_epoch_end_offset(&p->part, requested, sluice_plog_log_end(p->log), &epoch);
+	op->last_offset = epoch;
+	assert(op->base_offset >= -1 && op->last_offset <= requested);
 	op_done(sc, op);
 }
 
@@ -1381,21 +1574,26 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 	}
 	switch (op->kind) {
 	case PARTOP_DELETE_RECORDS:
-		op_delete_records(sc, l, op, hw);
-		return;
+		op_delete_records(sc, p, op, hw);
+		break;
 	case PARTOP_APPEND:
 		op_append(sc, p, op, hw, fds_before);
-		return;
+		break;
 	case PARTOP_READ:
 		op_read(sc, p, op, hw);
 		st->fds_est += sluice_plog_open_fds(l) - fds_before;
-		return;
+		break;
 	case PARTOP_LIST_OFFSETS:
 		op_list_offsets(sc, l, op, hw);
-		return;
+		break;
+	case PARTOP_EPOCH_END:
+		op_epoch_end(sc, p, op);
+		break;
 	default:
 		assert(!"unknown partop kind");
 	}
+	/* op is answered (or waiting) by now: not touched again here. */
+	epochs_persist(sc, p);
 }
 
 static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe)
@@ -1673,6 +1871,160 @@ static void cleaner_stop(struct storecore *sc)
 	pthread_cond_destroy(&c->cv);
 }
 
+/* ---- replication-offset-checkpoint ----------------------------------------------- */
+
+struct hw_load {
+	struct storecore *sc;
+	int dir;
+};
+
+/* An entry of a data directory's file: kept when this core owns the partition. */
+static void hw_ck_add(const char *topic, size_t tlen, int32_t partition, int64_t offset, void *arg)
+{
+	const struct hw_load *hl = arg;
+	struct sstate *st = hl->sc->state;
+	char t[SLUICE_TOPIC_NAME_MAX + 1];
+	if (tlen > SLUICE_TOPIC_NAME_MAX || !sluice_topic_name_valid(topic, tlen))
+		return;
+	memcpy(t, topic, tlen);
+	t[tlen] = '\0';
+	if (sluice_store_core_for(hl->sc->b, t, partition) != hl->sc->id)
+		return;
+	if (st->hw_ck_n == st->hw_ck_cap) {
+		uint32_t cap = st->hw_ck_cap ? 2 * st->hw_ck_cap : 256;
+		struct hw_entry *n = cap <= SLUICE_STORE_PARTITIONS_MAX ? realloc(st->hw_ck, cap * sizeof *n) : NULL;
+		if (!n)
+			return; /* its partition starts at its log start, as with no file */
+		st->hw_ck = n;
+		st->hw_ck_cap = cap;
+	}
+	char *copy = strdup(t);
+	if (copy)
+		st->hw_ck[st->hw_ck_n++] = (struct hw_entry){copy, partition, hl->dir, offset};
+	assert(st->hw_ck_n <= st->hw_ck_cap);
+}
+
+/* At start: the high watermarks every data directory's file holds for
+ * this core's partitions. A file that cannot be read is reported (by core
+ * 0) and ignored: its replicated partitions start at their log start and
+ * learn the high watermark from their leader, as with no file. */
+static void hw_ckpt_load(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	const struct sluice_config *cfg = &sc->b->cfg;
+	for (int d = 0; d < cfg->log_dir_count; d++) {
+		if (dir_offline(sc->b, d))
+			continue;
+		char path[SLUICE_CONFIG_STRING_MAX + 64], err[200] = "";
+		snprintf(path, sizeof path, "%s/" SLUICE_CKPT_HW_FILE, cfg->log_dir[d]);
+		struct hw_load hl = {sc, d};
+		if (sluice_ckpt_offsets_read(path, hw_ck_add, &hl, err, sizeof err) < 0 && sc->id == 0)
+			SLOG_WARN("storage", "%s: %s; it is ignored (replicated partitions there start from their log start "
+				  "offset and learn the high watermark from their leaders)", path, err);
+	}
+	if (st->hw_ck_n)
+		qsort(st->hw_ck, st->hw_ck_n, sizeof *st->hw_ck, hw_entry_cmp);
+}
+
+static void hw_share_free(struct sluice_hw_share *s)
+{
+	if (!s)
+		return;
+	for (int d = 0; d < SLUICE_LOG_DIRS_MAX; d++)
+		free(s->dir[d].body);
+	free(s);
+}
+
+/* This core's lines of every data directory's file: its open partitions'
+ * high watermarks, and those read at start for partitions not open here
+ * (kept, not lost). NULL when out of memory. */
+static struct sluice_hw_share *hw_share_build(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	struct sluice_hw_share *s = calloc(1, sizeof *s);
+	bool ok = s != NULL;
+	for (uint32_t i = 0; ok && i < st->table_cap; i++) {
+		const struct spart *p = st->table[i];
+		if (!p || !p->log || p->dir < 0)
+			continue;
+		__typeof__(s->dir[0]) *d = &s->dir[p->dir];
+		ok = sluice_ckpt_offsets_line(&d->body, &d->len, &d->cap, p->topic, p->partition,
+					      sluice_partition_high_watermark(&p->part)) == 0;
+		d->count++;
+	}
+	for (uint32_t i = 0; ok && i < st->hw_ck_n; i++) {
+		const struct hw_entry *e = &st->hw_ck[i];
+		uint32_t slot;
+		const struct spart *p = part_lookup(st, e->topic, e->partition, &slot);
+		if (p && p->log)
+			continue;
+		__typeof__(s->dir[0]) *d = &s->dir[e->dir];
+		ok = sluice_ckpt_offsets_line(&d->body, &d->len, &d->cap, e->topic, e->partition, e->hw) == 0;
+		d->count++;
+	}
+	if (!ok) {
+		hw_share_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Write every data directory's replication-offset-checkpoint whose share
+ * from this core changed since its last write: this core's new share
+ * merged with every other core's latest (under the broker's lock, so two
+ * cores never write one file at once and each write holds every core's
+ * latest lines). A write that fails takes the directory offline, as Kafka
+ * does for a checkpoint it cannot write. */
+static void hw_ckpt_write(struct storecore *sc)
+{
+	struct broker *b = sc->b;
+	struct sluice_hw_share *mine = hw_share_build(sc), *old = b->hw_share[sc->id];
+	if (!mine)
+		return; /* out of memory: the next turn tries again */
+	bool changed[SLUICE_LOG_DIRS_MAX] = {false}, any = false;
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		changed[d] = !old || old->dir[d].len != mine->dir[d].len ||
+			     (mine->dir[d].len && memcmp(old->dir[d].body, mine->dir[d].body, mine->dir[d].len) != 0);
+		any |= changed[d];
+	}
+	if (!any) {
+		hw_share_free(mine);
+		return;
+	}
+	pthread_mutex_lock(&b->hw_ckpt_mu);
+	b->hw_share[sc->id] = mine;
+	for (int d = 0; d < b->cfg.log_dir_count; d++) {
+		if (!changed[d] || dir_offline(b, d))
+			continue;
+		size_t len = 0;
+		uint32_t count = 0;
+		for (int c = 0; c < b->store_n; c++)
+			if (b->hw_share[c]) {
+				len += b->hw_share[c]->dir[d].len;
+				count += b->hw_share[c]->dir[d].count;
+			}
+		char *body = malloc(len + 1), path[SLUICE_CONFIG_STRING_MAX + 64];
+		if (!body)
+			continue;
+		size_t at = 0;
+		for (int c = 0; c < b->store_n; c++)
+			if (b->hw_share[c] && b->hw_share[c]->dir[d].len) {
+				memcpy(body + at, b->hw_share[c]->dir[d].body, b->hw_share[c]->dir[d].len);
+				at += b->hw_share[c]->dir[d].len;
+			}
+		assert(at == len);
+		snprintf(path, sizeof path, "%s/" SLUICE_CKPT_HW_FILE, b->cfg.log_dir[d]);
+		int rc = sluice_ckpt_offsets_write(path, body, len, count);
+		free(body);
+		if (rc < 0) {
+			SLOG_ERR("storage", "%s: write failed: %s", path, strerror(-rc));
+			sluice_dir_failed(b, d, SLUICE_CKPT_HW_FILE " write failed");
+		}
+	}
+	pthread_mutex_unlock(&b->hw_ckpt_mu);
+	hw_share_free(old); /* no other core reads it: the lock was held while it was replaced */
+}
+
 /* Give back the preallocation of partitions idle for PREALLOC_IDLE_MS, a
  * bounded number per pass, resuming where the last pass stopped. */
 static void trim_idle(struct storecore *sc, int64_t now)
@@ -1765,6 +2117,10 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		if (sluice_config_cluster_mode(cfg))
 			deleted_sweep(sc);
 	}
+	if (now >= st->next_hw_ckpt_ms) {
+		st->next_hw_ckpt_ms = now + cfg->replica_hw_checkpoint_interval_ms;
+		hw_ckpt_write(sc);
+	}
 	if (now >= st->next_stats_ms) {
 		st->next_stats_ms = now + 60000;
 		struct sluice_pool_stats ps;
@@ -1810,9 +2166,12 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		int64_t rms = t->limits.retention_ms != SLUICE_LIMIT_UNSET ? t->limits.retention_ms : cfg->log_retention_ms;
 		int64_t rbytes = t->limits.retention_bytes != SLUICE_LIMIT_UNSET ? t->limits.retention_bytes : cfg->log_retention_bytes;
 		int n = sluice_plog_enforce_retention(p->log, wall, rms, rbytes);
-		if (n > 0)
+		if (n > 0) {
 			SLOG_INFO("storage", "%s-%d: retention deleted %d segment(s); log start offset now %" PRId64,
 				  p->topic, p->partition, n, sluice_plog_log_start(p->log));
+			sluice_partition_epoch_truncate_from_start(&p->part, sluice_plog_log_start(p->log));
+			epochs_persist(sc, p);
+		}
 	}
 	sc->b->meta.ops->release(sc->b->meta.self, snap);
 }
@@ -1871,6 +2230,10 @@ static void startup_open_all(struct storecore *sc)
 	if (opened || skipped)
 		SLOG_INFO("storage", "storage core %d: %d partition(s) opened at start, %d unknown left alone", sc->id,
 			  opened, skipped);
+	struct sstate *st = sc->state;
+	if (st->epochs_rebuilt)
+		SLOG_INFO("storage", "storage core %d: %u partition(s) had no usable " SLUICE_CKPT_EPOCHS_FILE
+			  ": their leader-epoch caches were rebuilt from their newest segments", sc->id, st->epochs_rebuilt);
 }
 
 /* Threads a shutdown closes logs' files with: each close waits on the
@@ -1922,6 +2285,7 @@ static void close_files_parallel(struct storecore *sc)
 
 static void store_begin(void *core)
 {
+	hw_ckpt_load(core);
 	startup_open_all(core);
 }
 
@@ -2023,6 +2387,7 @@ static void store_end(void *core)
 	int64_t t0 = sluice_rt_now_ms();
 	uint32_t closed = 0;
 	close_files_parallel(sc);
+	hw_ckpt_write(sc); /* the high watermarks as the clean stop leaves them */
 	for (uint32_t i = 0; i < st->table_cap; i++) {
 		struct spart *p = st->table[i];
 		if (!p || !p->log)
@@ -2031,6 +2396,11 @@ static void store_end(void *core)
 		p->log = NULL;
 		closed++;
 	}
+	for (uint32_t i = 0; i < st->hw_ck_n; i++)
+		free(st->hw_ck[i].topic);
+	free(st->hw_ck);
+	st->hw_ck = NULL;
+	st->hw_ck_n = st->hw_ck_cap = 0;
 	for (uint32_t i = 0; i < st->offline_n; i++)
 		free(st->offline[i].topic);
 	free(st->offline);
@@ -2081,6 +2451,12 @@ int sluice_storage_core_start(struct storecore *sc)
 	sc->state = st;
 	table_grow(st);
 	st->next_retention_ms = sluice_now_ms() + cfg->log_retention_check_interval_ms;
+	st->next_hw_ckpt_ms = sluice_now_ms() + cfg->replica_hw_checkpoint_interval_ms;
+	/* Storage cores start one after another on main's thread: core 0 sets
+	 * up what they share before the others exist. Each core's last share
+	 * stays until the process exits (a core stopping later merges it). */
+	if (sc->id == 0 && pthread_mutex_init(&sc->b->hw_ckpt_mu, NULL) != 0)
+		return -1;
 	st->fds_max = cfg->open_files_max;
 	if (st->fds_max <= 0) {
 		/* Half of what the process may open, shared by the storage cores;

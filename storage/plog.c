@@ -97,6 +97,9 @@ struct segment {
 	 * the batches before them, and a fetch of an offset from next_offset up
 	 * to the next segment's base answers CORRUPT_MESSAGE. */
 	bool damaged;
+	/* Its time index in memory is not whole: a trusted closed segment
+	 * whose .timeindex was not loaded (lookups scan it instead). */
+	bool tidx_partial;
 };
 
 struct sluice_plog {
@@ -160,6 +163,10 @@ struct sluice_plog {
 	bool load_err;
 	int64_t load_err_seg, load_err_off;
 	struct io_uring *load_ring;
+	/* Bumped by every truncation: a compaction pass prepared before one
+	 * never swaps in (segments of the same names and sizes may since hold
+	 * other batches). */
+	uint64_t trunc_gen;
 	bool failed;
 	bool opened;   /* sluice_plog_open completed */
 	bool modified; /* appended to (or recovered) since open: close must sync */
@@ -529,6 +536,7 @@ struct scan_bounds {
 static void seg_scan_reset(struct segment *s)
 {
 	s->idx_n = s->tidx_n = 0;
+	s->tidx_partial = false;
 	s->bytes_since_index = 0;
 	s->max_ts = -1;
 	s->first_ts = -1;
@@ -794,6 +802,7 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 static void swaps_recover(const char *dir);
+static int truncate_recover(struct sluice_plog *l, char *err, size_t errlen);
 
 /* Files a compaction pass left behind unfinished (stopped before its swap). */
 static void remove_stray_cleaned(const char *dir)
@@ -1225,8 +1234,10 @@ static int recover_segments(struct sluice_plog *l, const int64_t *bases, uint32_
 		/* a trusted closed segment: offset index from disk; lookups by
 		 * time scan its batch headers (see sluice_plog_offset_for_time) */
 		if (!need_crc && !last && seg_load_index(l, s, st.st_size) && seg_load_max_ts(l, s) &&
-		    seg_tail_scan(l, s, fd, st.st_size, hi) == st.st_size)
+		    seg_tail_scan(l, s, fd, st.st_size, hi) == st.st_size) {
+			s->tidx_partial = true;
 			continue;
+		}
 		struct scan_result res;
 		int64_t valid = seg_scan_range(l, s, fd, need_crc, bases[i], hi, rec, &res);
 		if (valid < 0) {
@@ -1341,6 +1352,8 @@ static int plog_recover(struct sluice_plog *l, bool clean, struct sluice_plog_re
 	uint32_t nbase = 0;
 	swaps_recover(l->dir);
 	remove_stray_cleaned(l->dir);
+	if (truncate_recover(l, err, errlen) < 0)
+		return SLUICE_PLOG_OPEN_UNUSABLE;
 	if (list_segments(l->dir, &bases, &nbase) < 0) {
 		int e = errno;
 		snprintf(err, errlen, "list %s: %s", l->dir,
@@ -1625,11 +1638,45 @@ static bool roll_due(const struct sluice_plog *l, const struct segment *s, size_
 	       max_ts - s->first_ts > l->cfg.segment_ms;
 }
 
-int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
+/* Offsets a follower's batches must have (sluice_plog_append_verbatim):
+ * increasing from the log end on, within SLUICE_PLOG_OFFSET_MAX. Checked
+ * before anything is appended. Returns 0, -EINVAL or -ERANGE. */
+static int verbatim_check(const struct sluice_plog *l, const uint8_t *data, size_t len)
+{
+	int64_t next = l->leo;
+	size_t off = 0;
+	while (off < len) {
+		struct sluice_batch b;
+		enum sluice_batch_result r = sluice_batch_parse(data + off, len - off, &b);
+		assert(r == SLUICE_BATCH_OK && b.last_offset_delta >= 0); /* the caller checked every batch */
+		(void)r;
+		if (b.base_offset < next) {
+			SLOG_WARN("storage", "%s: a replicated batch at offset %" PRId64 " does not follow offset %" PRId64
+				  "; nothing appended", l->dir, b.base_offset, next - 1);
+			return -EINVAL;
+		}
+		if (b.base_offset > SLUICE_PLOG_OFFSET_MAX - b.last_offset_delta)
+			return -ERANGE;
+		next = b.base_offset + b.last_offset_delta + 1;
+		off += (size_t)sluice_batch_total_bytes(&b);
+	}
+	assert(off == len && next > l->leo);
+	return 0;
+}
+
+/* sluice_plog_append and sluice_plog_append_verbatim: the leader's append
+ * assigns offsets (and the epoch, and LogAppendTime) in the log's copy; a
+ * follower's keeps every byte. */
+static int plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, bool verbatim, int32_t leader_epoch,
 		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset)
 {
 	if (l->failed)
 		return -EIO;
+	if (verbatim) {
+		int rc = verbatim_check(l, data, len);
+		if (rc < 0)
+			return rc;
+	}
 	if (fd_write_open(l) < 0) {
 		int e = errno;
 		if (e == EMFILE || e == ENFILE)
@@ -1648,6 +1695,11 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 		assert(r == SLUICE_BATCH_OK && b.last_offset_delta >= 0); /* the caller validated every batch */
 		(void)r;
 		size_t blen = (size_t)sluice_batch_total_bytes(&b);
+		if (verbatim && b.base_offset > l->leo) {
+			/* A gap in the leader's offsets (compaction): the log end
+			 * moves over it, so a roll names the new segment by this batch. */
+			l->leo = s->next_offset = b.base_offset;
+		}
 		if (l->leo > SLUICE_PLOG_OFFSET_MAX - b.last_offset_delta) {
 			SLOG_ERR("storage", "%s: offsets exhausted (log end %" PRId64 ")", l->dir, l->leo);
 			return -ERANGE;
@@ -1659,19 +1711,24 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 				return rc;
 			s = active(l);
 		}
-		assert(s->size > 0 || s->base_offset == l->leo); /* a new segment is named by its first batch */
+		/* A new segment is named by its first batch (a follower's empty
+		 * segment may be named below it, across a gap). */
+		assert(s->size > 0 || s->base_offset == l->leo || (verbatim && s->base_offset < l->leo));
 		if (tail_copy(l, s, s->size, data + off, blen, true) < 0) {
 			SLOG_ERR("storage", "%s: no memory for the tail or its partial block unreadable", l->dir);
 			l->failed = true;
 			return -EIO;
 		}
-		uint8_t hdr[SLUICE_BATCH_OFF_MAX_TS + 8];
-		batch_header_patch(data + off, &b, l->leo, leader_epoch, log_append_time, hdr);
-		int rc = tail_copy(l, s, s->size, hdr, sizeof hdr, false);
-		assert(rc == 0); /* those bytes are in the tail already */
-		(void)rc;
-		b.base_offset = l->leo;
-		b.max_timestamp = max_ts;
+		if (!verbatim) {
+			uint8_t hdr[SLUICE_BATCH_OFF_MAX_TS + 8];
+			batch_header_patch(data + off, &b, l->leo, leader_epoch, log_append_time, hdr);
+			int rc = tail_copy(l, s, s->size, hdr, sizeof hdr, false);
+			assert(rc == 0); /* those bytes are in the tail already */
+			(void)rc;
+			b.base_offset = l->leo;
+			b.max_timestamp = max_ts;
+		}
+		assert(b.base_offset == l->leo);
 		seg_note_batch(l, s, &b, s->size);
 		assert(s->next_offset - 1 - s->base_offset <= INT32_MAX);
 		l->leo += (int64_t)b.last_offset_delta + 1;
@@ -1687,6 +1744,18 @@ int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, i
 	if (!l->unflushed_since_ms)
 		l->unflushed_since_ms = l->last_append_ms;
 	return 0;
+}
+
+int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
+		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset)
+{
+	return plog_append(l, data, len, false, leader_epoch, log_append_time, base_offset, last_offset);
+}
+
+int sluice_plog_append_verbatim(struct sluice_plog *l, const uint8_t *data, size_t len, int64_t *last_offset)
+{
+	int64_t base;
+	return plog_append(l, data, len, true, -1, -1, &base, last_offset);
 }
 
 bool sluice_plog_write_pending(const struct sluice_plog *l)
@@ -2456,20 +2525,12 @@ void sluice_plog_set_limits(struct sluice_plog *l, int64_t segment_bytes, int64_
 		l->cfg.flush_interval_messages = flush_messages;
 }
 
+static void write_log_start_file(const char *dir, int64_t offset);
+
 static void write_log_start(struct sluice_plog *l)
 {
-	char p[PATH_BYTES], tmp[PATH_BYTES];
-	snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
-	snprintf(tmp, sizeof tmp, "%s/sluice-log-start-offset.tmp", l->dir);
 	assert(l->log_start >= 0 && l->log_start <= l->written_end);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return;
-	fprintf(f, "%" PRId64 "\n", l->log_start);
-	fflush(f);
-	fdatasync(fileno(f));
-	fclose(f);
-	(void)rename(tmp, p);
+	write_log_start_file(l->dir, l->log_start);
 }
 
 int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
@@ -2499,6 +2560,437 @@ int64_t sluice_plog_delete_records(struct sluice_plog *l, int64_t offset)
 	assert(l->segs[0].base_offset <= l->log_start);
 	check_offsets(l);
 	return l->log_start;
+}
+
+/* ---- truncation (a follower's log meeting its leader's) ------------------ */
+
+#define TRUNCATE_MARKER "sluice-truncate"
+
+/* fsync a directory: the entries changed in it (renames, unlinks, new
+ * files) are durable. */
+static int dir_sync(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -1;
+	int rc = fsync(dfd);
+	close(dfd);
+	return rc;
+}
+
+/* The truncation marker, durable before a truncation removes anything:
+ * "<new log end> <segment cut> <byte position>", or "<offset> -1 0" for
+ * sluice_plog_truncate_fully (every segment goes, an empty one named offset
+ * follows). Returns 0 or -1 (nothing was changed). */
+static int marker_write(const char *dir, int64_t end, int64_t base, int64_t pos)
+{
+	char p[PATH_BYTES], tmp[PATH_BYTES];
+	snprintf(p, sizeof p, "%.*s/" TRUNCATE_MARKER, PATH_BYTES - 64, dir);
+	snprintf(tmp, sizeof tmp, "%.*s/" TRUNCATE_MARKER ".tmp", PATH_BYTES - 64, dir);
+	char buf[96];
+	int n = snprintf(buf, sizeof buf, "%" PRId64 " %" PRId64 " %" PRId64 "\n", end, base, pos);
+	assert(n > 0 && (size_t)n < sizeof buf);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	bool ok = write(fd, buf, (size_t)n) == n && fdatasync(fd) == 0;
+	ok = close(fd) == 0 && ok && rename(tmp, p) == 0 && dir_sync(dir) == 0;
+	if (!ok)
+		(void)unlink(tmp);
+	return ok ? 0 : -1;
+}
+
+/* The truncation is complete on disk: the marker goes, durably (a marker
+ * left behind would cut what is appended after it at the next open). */
+static int marker_remove(const char *dir)
+{
+	char p[PATH_BYTES];
+	snprintf(p, sizeof p, "%.*s/" TRUNCATE_MARKER, PATH_BYTES - 64, dir);
+	if (dir_sync(dir) < 0 || (unlink(p) < 0 && errno != ENOENT))
+		return -1;
+	return dir_sync(dir);
+}
+
+static void write_log_start_file(const char *dir, int64_t offset)
+{
+	char p[PATH_BYTES], tmp[PATH_BYTES];
+	snprintf(p, sizeof p, "%.*s/sluice-log-start-offset", PATH_BYTES - 64, dir);
+	snprintf(tmp, sizeof tmp, "%.*s/sluice-log-start-offset.tmp", PATH_BYTES - 64, dir);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "%" PRId64 "\n", offset);
+	fflush(f);
+	fdatasync(fileno(f));
+	fclose(f);
+	(void)rename(tmp, p);
+}
+
+/* At open, before recovery: finish a truncation a stop interrupted (its
+ * marker is there). The segments named above the one cut go, that one is
+ * cut to its position and loses its indexes (recovery scans it: it is the
+ * last), the recovery point and the log start offset come down to the new
+ * end; then the marker goes. Returns 0, or -1 with err filled (a marker
+ * that cannot be read or files that cannot be changed: the partition is
+ * unusable as it is). */
+static int truncate_recover(struct sluice_plog *l, char *err, size_t errlen)
+{
+	char p[PATH_BYTES];
+	snprintf(p, sizeof p, "%s/" TRUNCATE_MARKER, l->dir);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return 0;
+	long long end = -1, base = -2, pos = -1;
+	int got = fscanf(f, "%lld %lld %lld", &end, &base, &pos);
+	fclose(f);
+	if (got != 3 || end < 0 || base < -1 || pos < 0 || (base >= 0 && end < base)) {
+		snprintf(err, errlen, "the truncation marker %s cannot be read: a truncation may be unfinished; nothing "
+			 "was changed on disk", TRUNCATE_MARKER);
+		errno = EUCLEAN;
+		return -1;
+	}
+	SLOG_WARN("storage", "%s: finishing a truncation to offset %lld interrupted by a stop", l->dir, end);
+	int64_t *bases = NULL;
+	uint32_t n = 0;
+	if (list_segments(l->dir, &bases, &n) < 0) {
+		snprintf(err, errlen, "list %s: %s", l->dir, strerror(errno));
+		return -1;
+	}
+	for (uint32_t i = n; i-- > 0;)
+		if (bases[i] > base)
+			segment_delete_files(l, bases[i]);
+	free(bases);
+	static const char *const idx_exts[] = {".index", ".timeindex"};
+	if (base >= 0) {
+		char q[PATH_BYTES];
+		seg_path(l, base, ".log", q);
+		struct stat st;
+		if (stat(q, &st) == 0 && st.st_size > pos && truncate(q, pos) < 0) {
+			snprintf(err, errlen, "truncate %s: %s", q, strerror(errno));
+			return -1;
+		}
+		for (size_t i = 0; i < 2; i++) {
+			seg_path(l, base, idx_exts[i], q);
+			(void)unlink(q);
+		}
+	} else {
+		seg_path(l, end, ".log", p);
+		int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0 || fdatasync(fd) < 0) {
+			snprintf(err, errlen, "create %s: %s", p, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return -1;
+		}
+		close(fd);
+	}
+	/* Below the new end only what was durable before stays trusted. */
+	if (l->recovery_point > end || base < 0)
+		write_recovery_point(l, end);
+	snprintf(p, sizeof p, "%s/sluice-log-start-offset", l->dir);
+	f = fopen(p, "r");
+	long long ls = -1;
+	if (f && fscanf(f, "%lld", &ls) != 1)
+		ls = -1;
+	if (f)
+		fclose(f);
+	if (ls > end || base < 0)
+		write_log_start_file(l->dir, end);
+	if (marker_remove(l->dir) < 0) {
+		snprintf(err, errlen, "remove %s: %s", TRUNCATE_MARKER, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Wait for every I/O of the log in flight, then write out what was
+ * appended but not submitted, so the files hold everything the log does.
+ * Returns 0, or a negative errno with err filled. */
+static int truncate_quiesce(struct sluice_plog *l, bool write_pending, char *err, size_t errlen)
+{
+	if (sluice_plog_write_inflight(l) && l->hooks.wait_write)
+		l->hooks.wait_write(l, l->hooks.arg);
+	if (sluice_plog_write_inflight(l)) {
+		snprintf(err, errlen, "I/O still in flight");
+		return -EAGAIN;
+	}
+	if (l->failed) {
+		snprintf(err, errlen, "the log has failed");
+		return -EIO;
+	}
+	if (fd_write_open(l) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open the active segment: %s", strerror(e));
+		return e == EMFILE || e == ENFILE ? -e : -EIO;
+	}
+	if (write_pending && write_sync(l) < 0) {
+		snprintf(err, errlen, "writing the appended data failed");
+		return -EIO;
+	}
+	assert(!l->write_inflight && !l->fsync_inflight && !l->ra_inflight && !l->loads_inflight);
+	return 0;
+}
+
+/* The new state of a segment cut at byte position cut: its offsets,
+ * largest timestamp and index counts, derived from its batch headers from
+ * the last index entry before the cut (or, when its time index in memory
+ * is not whole or no entry lies before the cut, rebuilt from its start
+ * into fresh). Nothing of s changes here. */
+struct seg_cut {
+	int64_t pos, end;
+	int64_t max_ts, max_ts_offset, first_ts, since;
+	uint32_t idx_n;
+	bool rebuilt;          /* fresh holds the whole new state */
+	struct segment fresh;  /* when rebuilt: arrays owned until applied */
+};
+
+static int seg_cut_walk(struct sluice_plog *l, struct segment *s, int64_t from, int64_t cut, struct seg_cut *c)
+{
+	uint8_t hdr[SLUICE_BATCH_HEADER_BYTES];
+	for (int64_t pos = from; pos < cut;) {
+		if (pos + (int64_t)sizeof hdr > cut || seg_read_bytes(l, s, pos, sizeof hdr, hdr) < 0)
+			return -1;
+		struct hdr_view v = hdr_read(hdr);
+		if (!v.ok || pos + v.len > cut || v.base < c->end)
+			return -1;
+		if (c->rebuilt) {
+			struct sluice_batch b = {.base_offset = v.base, .length = (int32_t)(v.len - 12),
+						 .last_offset_delta = (int32_t)(v.last - v.base), .max_timestamp = v.max_ts};
+			seg_note_batch(l, &c->fresh, &b, pos);
+			c->fresh.size = pos + v.len;
+		} else if (v.max_ts > c->max_ts || c->max_ts_offset < 0) {
+			c->max_ts = v.max_ts > c->max_ts ? v.max_ts : c->max_ts;
+			c->max_ts_offset = v.last;
+		}
+		c->end = v.last + 1;
+		pos += v.len;
+	}
+	return 0;
+}
+
+static int seg_cut_plan(struct sluice_plog *l, struct segment *s, int64_t cut, struct seg_cut *c)
+{
+	memset(c, 0, sizeof *c);
+	c->pos = cut;
+	c->end = s->base_offset;
+	uint32_t keep = 0;
+	while (keep < s->idx_n && s->idx[keep].position < cut)
+		keep++;
+	c->idx_n = keep;
+	c->rebuilt = keep == 0 || s->tidx_partial;
+	if (c->rebuilt) {
+		c->fresh.base_offset = s->base_offset;
+		c->fresh.fd_read = c->fresh.fd_direct = -1;
+		seg_scan_reset(&c->fresh);
+		if (seg_cut_walk(l, s, 0, cut, c) < 0) {
+			seg_free(&c->fresh);
+			return -1;
+		}
+		assert(c->fresh.next_offset == c->end && c->fresh.size == cut);
+		return 0;
+	}
+	/* Kept: the batches up to index entry keep - 1, whose largest
+	 * timestamp is the last time index entry naming one of them (an entry
+	 * is added at each index point where the largest timestamp grew). */
+	const struct idx_entry *q = &s->idx[keep - 1];
+	int64_t q_last = s->base_offset + q->rel_offset;
+	c->max_ts = -1;
+	c->max_ts_offset = -1;
+	for (uint32_t t = s->tidx_n; t-- > 0;)
+		if (s->base_offset + s->tidx[t].rel_offset <= q_last) {
+			c->max_ts = s->tidx[t].timestamp;
+			c->max_ts_offset = s->base_offset + s->tidx[t].rel_offset;
+			break;
+		}
+	c->first_ts = s->first_ts;
+	c->since = cut - q->position;
+	if (seg_cut_walk(l, s, q->position, cut, c) < 0)
+		return -1;
+	assert(c->end > q_last);
+	return 0;
+}
+
+/* Apply a plan to s: its indexes trimmed (time index entries naming
+ * removed batches go) or replaced by the rebuilt ones. */
+static void seg_cut_apply(struct segment *s, struct seg_cut *c)
+{
+	if (c->rebuilt) {
+		free(s->idx);
+		free(s->tidx);
+		s->idx = c->fresh.idx;
+		s->idx_n = c->fresh.idx_n;
+		s->idx_cap = c->fresh.idx_cap;
+		s->tidx = c->fresh.tidx;
+		s->tidx_n = c->fresh.tidx_n;
+		s->tidx_cap = c->fresh.tidx_cap;
+		s->bytes_since_index = c->fresh.bytes_since_index;
+		s->max_ts = c->fresh.max_ts;
+		s->max_ts_offset = c->fresh.max_ts_offset;
+		s->first_ts = c->fresh.first_ts;
+		s->tidx_partial = false;
+		c->fresh.idx = NULL;
+		c->fresh.tidx = NULL;
+	} else {
+		s->idx_n = c->idx_n;
+		while (s->tidx_n && s->base_offset + s->tidx[s->tidx_n - 1].rel_offset >= c->end)
+			s->tidx_n--;
+		s->bytes_since_index = c->since;
+		s->max_ts = c->max_ts;
+		s->max_ts_offset = c->max_ts_offset;
+		s->first_ts = c->first_ts;
+	}
+	s->size = c->pos;
+	s->next_offset = c->end;
+	s->damaged = false; /* bytes past its batches are cut off with the rest */
+	assert(s->idx_n == 0 || s->idx[s->idx_n - 1].position < s->size);
+	assert(s->max_ts_offset < s->next_offset);
+}
+
+/* Drop segments [from, seg_n) from memory and disk, newest first (the
+ * active one's tail and descriptor with it). */
+static void segments_drop_from(struct sluice_plog *l, uint32_t from)
+{
+	while (l->seg_n > from) {
+		struct segment *s = active(l);
+		int64_t base = s->base_offset;
+		tail_release(l, base, false);
+		if (l->fd_write >= 0)
+			fd_write_close(l);
+		seg_free(s);
+		cache_forget(l, base);
+		segment_delete_files(l, base);
+		l->seg_n--;
+	}
+}
+
+/* After the files changed: the log's positions for an active segment of
+ * size bytes (synced) ending at offset end, nothing pending. cut: its file
+ * was just cut to size, so its preallocation is made again as open_active
+ * makes it (log.preallocate), or follows the writes from there. */
+static void truncate_settle(struct sluice_plog *l, int64_t end, bool cut)
+{
+	struct segment *s = active(l);
+	l->leo = l->written_end = end;
+	l->committed_pos = l->submitted_end = s->size;
+	if (cut) {
+		l->prealloc_end = s->size;
+		l->prealloc_step = 0;
+		l->prealloc_ms = 0;
+		if (l->cfg.preallocate && l->cfg.segment_bytes > s->size &&
+		    fallocate(l->fd_write, 0, s->size, l->cfg.segment_bytes - s->size) == 0)
+			l->prealloc_end = l->cfg.segment_bytes;
+	}
+	l->unflushed_messages = 0;
+	l->unflushed_since_ms = 0;
+	l->load_err = false;
+	free(l->tl_plain);
+	l->tl_plain = NULL;
+	l->tl_plain_len = 0;
+	l->trunc_gen++;
+	l->modified = true;
+	if (l->log_start > end) {
+		l->log_start = end;
+		write_log_start(l);
+	}
+	write_recovery_point(l, end);
+}
+
+int sluice_plog_truncate_to(struct sluice_plog *l, int64_t offset, char *err, size_t errlen)
+{
+	if (offset < l->log_start) {
+		snprintf(err, errlen, "offset %" PRId64 " is below the log start offset %" PRId64, offset, l->log_start);
+		return -EINVAL;
+	}
+	if (offset >= l->leo)
+		return 0;
+	int rc = truncate_quiesce(l, true, err, errlen);
+	if (rc < 0)
+		return rc;
+	uint32_t k = find_segment(l, offset);
+	struct segment *s = &l->segs[k];
+	int64_t pos = offset <= s->base_offset ? 0 : seg_find_position(l, s, offset, s->size);
+	if (pos == -1)
+		pos = s->size; /* every batch of the segment lies below offset */
+	struct seg_cut c;
+	if (pos < 0 || seg_cut_plan(l, s, pos, &c) < 0) {
+		snprintf(err, errlen, "segment %020" PRId64 ".log cannot be read before offset %" PRId64
+			 " (an I/O error or bytes that are not batches); nothing was changed", s->base_offset, offset);
+		return -EIO;
+	}
+	assert(c.end <= offset && c.end >= s->base_offset);
+	if (marker_write(l->dir, c.end, s->base_offset, pos) < 0) {
+		snprintf(err, errlen, "writing the truncation marker failed: %s; nothing was changed", strerror(errno));
+		if (c.rebuilt)
+			seg_free(&c.fresh);
+		return -EIO;
+	}
+	/* From here a failure fails the log: the marker makes the next open
+	 * finish the truncation. */
+	segments_drop_from(l, k + 1);
+	tail_release(l, s->base_offset, false);
+	cache_forget(l, s->base_offset);
+	seg_cut_apply(s, &c);
+	static const char *const idx_exts[] = {".index", ".timeindex"};
+	for (size_t i = 0; i < 2; i++) {
+		char q[PATH_BYTES];
+		seg_path(l, s->base_offset, idx_exts[i], q);
+		(void)unlink(q); /* an active segment's indexes are written when it closes */
+	}
+	if (fd_write_open(l) < 0 || ftruncate(l->fd_write, pos) < 0 || fdatasync(l->fd_write) < 0) {
+		snprintf(err, errlen, "cutting segment %020" PRId64 ".log failed: %s", s->base_offset, strerror(errno));
+		goto fail;
+	}
+	truncate_settle(l, c.end, true);
+	if (marker_remove(l->dir) < 0) {
+		snprintf(err, errlen, "removing the truncation marker failed: %s", strerror(errno));
+		goto fail;
+	}
+	check_offsets(l);
+	SLOG_INFO("storage", "%s: truncated to offset %" PRId64 " (asked %" PRId64 ")", l->dir, l->leo, offset);
+	return 0;
+fail:
+	l->failed = true;
+	SLOG_ERR("storage", "%s: truncation to offset %" PRId64 " failed: %s", l->dir, offset, err);
+	return -EIO;
+}
+
+int sluice_plog_truncate_fully(struct sluice_plog *l, int64_t offset, char *err, size_t errlen)
+{
+	if (offset < 0 || offset > SLUICE_PLOG_OFFSET_MAX) {
+		snprintf(err, errlen, "offset %" PRId64 " out of range", offset);
+		return -EINVAL;
+	}
+	int rc = truncate_quiesce(l, false, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (marker_write(l->dir, offset, -1, 0) < 0) {
+		snprintf(err, errlen, "writing the truncation marker failed: %s; nothing was changed", strerror(errno));
+		return -EIO;
+	}
+	segments_drop_from(l, 0);
+	assert(l->seg_n == 0 && l->fd_write < 0 && l->tail_n == 0);
+	if (create_segment(l, offset) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	l->log_start = l->written_end = l->leo = offset;
+	if (open_active(l, err, errlen) < 0)
+		goto fail;
+	write_log_start(l);
+	truncate_settle(l, offset, false);
+	if (marker_remove(l->dir) < 0) {
+		snprintf(err, errlen, "removing the truncation marker failed: %s", strerror(errno));
+		goto fail;
+	}
+	check_offsets(l);
+	SLOG_INFO("storage", "%s: truncated fully, restarting at offset %" PRId64, l->dir, offset);
+	return 0;
+fail:
+	l->failed = true;
+	if (l->seg_n == 0 && create_segment(l, offset) == 0)
+		l->leo = l->written_end = l->log_start = offset; /* the structure stays whole for close */
+	SLOG_ERR("storage", "%s: full truncation to offset %" PRId64 " failed: %s", l->dir, offset, err);
+	return -EIO;
 }
 
 int sluice_plog_visit_tail(struct sluice_plog *l, uint32_t nsegs,
@@ -3530,6 +4022,7 @@ static void clean_shadow_fill(const struct sluice_plog *l, struct sluice_plog_cl
 {
 	memcpy(j->shadow.dir, l->dir, sizeof j->shadow.dir);
 	j->shadow.cfg = l->cfg;
+	j->shadow.trunc_gen = l->trunc_gen;
 	j->shadow.cfg.pool = NULL;
 	j->shadow.fd_write = j->shadow.fd_slot = -1;
 	for (uint32_t i = 0; i < n; i++) {
@@ -3875,7 +4368,7 @@ static bool clean_swap(struct sluice_plog *l, uint32_t k, uint32_t cnt, struct s
 int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean_job *j)
 {
 	int64_t removed = 0;
-	bool merged = false;
+	bool merged = false, refused = false;
 	for (uint32_t g = 0; g < j->ngroups; g++) {
 		if (!j->written[g])
 			continue;
@@ -3884,11 +4377,12 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 		assert(cnt >= 1 && cnt <= SWAP_GROUP_MAX);
 		while (k < l->seg_n && l->segs[k].base_offset != j->shadow.segs[i0].base_offset)
 			k++;
-		bool same = k + cnt < l->seg_n && !l->failed;
+		bool same = k + cnt < l->seg_n && !l->failed && l->trunc_gen == j->shadow.trunc_gen;
 		for (uint32_t i = 0; same && i < cnt; i++)
 			same = l->segs[k + i].base_offset == j->shadow.segs[i0 + i].base_offset &&
 			       l->segs[k + i].size == j->shadow.segs[i0 + i].size;
 		if (!same || !clean_swap(l, k, cnt, j, g)) {
+			refused = true;
 			clean_unlink(j, g);
 			j->written[g] = false;
 			continue;
@@ -3900,8 +4394,10 @@ int64_t sluice_plog_clean_finish(struct sluice_plog *l, struct sluice_plog_clean
 	check_offsets(l);
 	l->compact_sig = closed_signature(l);
 	/* A pass that changed segments goes again soon: shrunk neighbours may now
-	 * merge (the passes converge: each merges or removes something, or ends). */
-	l->compact_due_ms = j->failed || removed > 0 || merged ? 0 : j->tombstone_due_ms;
+	 * merge (the passes converge: each merges or removes something, or ends).
+	 * So does one refused because its segments changed meanwhile (retention,
+	 * a truncation): the next is prepared from what is there now. */
+	l->compact_due_ms = j->failed || removed > 0 || merged || refused ? 0 : j->tombstone_due_ms;
 	l->compact_next_base = j->next_base;
 	if (j->next_base == 0 && !j->failed)
 		l->compact_clean_end = j->end_base; /* everything before it has been cleaned */

@@ -114,6 +114,59 @@ int sluice_plog_close_io(struct sluice_plog *l);
 int sluice_plog_append(struct sluice_plog *l, const uint8_t *data, size_t len, int32_t leader_epoch,
 		       int64_t log_append_time, int64_t *base_offset, int64_t *last_offset);
 
+/* A follower's append: the leader's batches copied as they are (BaseOffset,
+ * PartitionLeaderEpoch, every byte and so the CRC unchanged), as Kafka's
+ * replica appends without assigning offsets. The caller has checked each
+ * batch (sluice_batch_check_crc at least). Offsets must increase: the first
+ * batch's BaseOffset at or past the log end, each next one past the previous
+ * one's last offset. A BaseOffset past the log end leaves a gap, as a
+ * compacted leader's log has (the log end moves to it first; a segment a
+ * batch rolls is named by that batch's BaseOffset). Segments roll as for
+ * sluice_plog_append. *last_offset: the last batch's last offset. Returns 0;
+ * -EINVAL when the offsets do not follow (nothing appended, the log is
+ * fine); -ERANGE past SLUICE_PLOG_OFFSET_MAX (nothing appended); another
+ * negative errno as sluice_plog_append (the log failed). */
+int sluice_plog_append_verbatim(struct sluice_plog *l, const uint8_t *data, size_t len, int64_t *last_offset);
+
+/* Kafka's Log.truncateTo, for a follower whose log diverged from its
+ * leader's: remove every batch whose last offset is at or past offset. A
+ * batch holding offset is removed whole (the cut is at its start), so the
+ * new log end is the next offset after the last batch kept (the segment's
+ * base offset when it keeps none), which may lie below offset when a batch
+ * spans it or when offset lies in a gap; read it with sluice_plog_log_end.
+ * The written end becomes the log end (the bytes kept are written and
+ * synced before this returns); the log start offset moves down to the new
+ * end if it lay above it (persisted). Segments named above offset are
+ * deleted; the one holding offset becomes the active segment, its file cut
+ * at the batch boundary (its preallocated space given back or, with
+ * log.preallocate, made again), its indexes trimmed.
+ *
+ * offset must be at least the log start offset (else -EINVAL, nothing
+ * changed); at or past the log end nothing is removed (returns 0, as Kafka).
+ * Any write in flight is waited for (the wait_write hook) and data appended
+ * but not yet written is written out first. The written hook is NOT called:
+ * the caller moves what sits above the log (high watermark at most the new
+ * end, epoch cache, producer state, appends waiting beyond the end).
+ *
+ * Crash safety: a marker file (sluice-truncate: the new end, the segment cut
+ * and the byte position) is made durable before anything is removed, and
+ * removed (durably) only once the cut segment is synced and the later ones
+ * are gone; sluice_plog_open finishes a truncation whose marker it finds
+ * before recovering, so truncated batches never come back, and lowers the
+ * recovery point to the new end (recovery never mistakes the cut for lost
+ * data). Returns 0, or a negative errno with err filled: -EINVAL (offset
+ * below the log start), -EIO before the marker was written (nothing
+ * changed, the log still works: a read of the segment failed or the marker
+ * could not be written), or -EIO after it (the log is failed; the next open
+ * finishes the truncation). */
+int sluice_plog_truncate_to(struct sluice_plog *l, int64_t offset, char *err, size_t errlen);
+/* Kafka's Log.truncateFullyAndStartAt: every segment removed, the log
+ * restarted empty at offset (log start = log end = written end = offset):
+ * a follower whose log end lies below its leader's log start offset. Same
+ * waits, marker and errors as sluice_plog_truncate_to; offset in
+ * [0, SLUICE_PLOG_OFFSET_MAX]. */
+int sluice_plog_truncate_fully(struct sluice_plog *l, int64_t offset, char *err, size_t errlen);
+
 bool sluice_plog_write_pending(const struct sluice_plog *l);
 bool sluice_plog_write_inflight(const struct sluice_plog *l);
 /* Queue the group-commit write (and fsync where the flush policy asks) on
