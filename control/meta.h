@@ -205,6 +205,27 @@ enum sluice_meta_submit_result {
  * seconds for a large batch): they are for start-up code only. Outside batch_begin/batch_commit each is a
  * one-change batch submitted and waited for; between the two, changes are
  * staged on the calling thread, which holds the writer lock meanwhile. */
+/* An ISR change a partition's leader asks the controller for (Kafka's
+ * AlterPartition), and the controller's answer. The caller owns it until
+ * done. */
+struct sluice_meta_isr_change {
+	/* Inputs. */
+	uint8_t topic_id[16];
+	int32_t partition;
+	int32_t leader_epoch, partition_epoch; /* what the leader holds: the controller checks both */
+	int32_t isr_n;
+	int32_t isr[SLUICE_REPLICAS_MAX];
+	void (*done)(struct sluice_meta_isr_change *c); /* once, on the backend's thread */
+	void *arg;
+	/* Outputs, set before done: error 0 and the partition as the controller
+	 * now has it (leader, leader_epoch, partition_epoch, isr; replicas
+	 * are not in the answer), or a Kafka error (INVALID_UPDATE_VERSION,
+	 * FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, INELIGIBLE_REPLICA,
+	 * REQUEST_TIMED_OUT when no controller answered, ...). */
+	int16_t error;
+	struct sluice_partition_state result;
+};
+
 struct sluice_meta_ops {
 	struct sluice_meta_snapshot *(*acquire)(void *self);
 	void (*release)(void *self, struct sluice_meta_snapshot *snap);
@@ -242,6 +263,12 @@ struct sluice_meta_ops {
 	 * most SLUICE_META_FORWARD_BYTES_MAX (else -1). */
 	int (*forward)(void *self, int16_t api_key, int16_t api_version, const uint8_t *body, size_t len,
 		       void (*done)(void *arg, int16_t error, const uint8_t *resp, size_t resp_len), void *arg);
+	/* Optional (NULL in the local backend, whose ISR is this node alone):
+	 * send c to the active controller as AlterPartition from this broker
+	 * (its id and broker epoch) and call c->done with the answer. Returns
+	 * 0, or -1 (not registered, the queue full: nothing sent, done will
+	 * not be called). */
+	int (*alter_partition)(void *self, struct sluice_meta_isr_change *c);
 };
 
 struct sluice_meta {

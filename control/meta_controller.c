@@ -112,6 +112,7 @@ enum {
 	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
+	API_ALTER_PARTITION = 56,
 	API_FETCH_SNAPSHOT = 59,
 	API_BROKER_REGISTRATION = 62,
 	API_BROKER_HEARTBEAT = 63,
@@ -2428,6 +2429,10 @@ static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 		if (cr != CALL_OK)
 			break;
 		bool garbage = false;
+		if (f->api_key == API_ALTER_PARTITION && krd_left(&r) >= 6 && (int16_t)kbe16(r.p + 4) == KERR_NOT_CONTROLLER) {
+			conn_not_controller(m, c); /* ThrottleTimeMs, then the top-level ErrorCode */
+			continue;
+		}
 		if (write && !forward_write_settle(m, c, f, &r, deadline, &garbage)) {
 			if (garbage)
 				break;
@@ -2477,6 +2482,84 @@ static int mc_forward(void *self, int16_t api_key, int16_t api_version, const ui
 		return -1;
 	}
 	return 0;
+}
+
+/* ---- alter_partition(): a leader's ISR change -------------------------------------- */
+
+/* The answer to an AlterPartition v2 naming one partition: its error, or
+ * the partition as the controller has it now. */
+static int16_t alter_partition_parse(const uint8_t *resp, size_t len, struct sluice_meta_isr_change *c)
+{
+	struct krd r;
+	krd_init(&r, resp, len);
+	(void)krd_i32(&r); /* ThrottleTimeMs */
+	int16_t top = krd_i16(&r);
+	int32_t topics = krd_array(&r, true, 18);
+	int16_t e = top ? top : KERR_UNKNOWN_SERVER_ERROR; /* no entry for our partition: the controller is broken */
+	for (int32_t t = 0; t < topics && !r.err; t++) {
+		uint8_t id[16];
+		krd_uuid(&r, id);
+		int32_t parts = krd_array(&r, true, 16);
+		for (int32_t k = 0; k < parts && !r.err; k++) {
+			struct sluice_partition_state st = {0};
+			int32_t index = krd_i32(&r);
+			int16_t pe = krd_i16(&r);
+			st.leader = krd_i32(&r);
+			st.leader_epoch = krd_i32(&r);
+			int32_t n = krd_array(&r, true, 4);
+			for (int32_t i = 0; i < n && !r.err; i++) {
+				int32_t id32 = krd_i32(&r);
+				if (st.isr_n < SLUICE_REPLICAS_MAX)
+					st.isr[st.isr_n++] = id32;
+			}
+			(void)krd_i8(&r); /* LeaderRecoveryState */
+			st.partition_epoch = krd_i32(&r);
+			krd_tags_skip(&r);
+			if (r.err || index != c->partition || memcmp(id, c->topic_id, 16) != 0 || n > SLUICE_REPLICAS_MAX)
+				continue;
+			e = pe;
+			c->result = st;
+		}
+		krd_tags_skip(&r);
+	}
+	return r.err ? KERR_UNKNOWN_SERVER_ERROR : e;
+}
+
+static void alter_partition_done(void *arg, int16_t error, const uint8_t *resp, size_t len)
+{
+	struct sluice_meta_isr_change *c = arg;
+	c->error = error ? error : alter_partition_parse(resp, len, c);
+	c->done(c);
+}
+
+static int mc_alter_partition(void *self, struct sluice_meta_isr_change *c)
+{
+	struct mc *m = self;
+	assert(c->done && c->isr_n >= 0 && c->isr_n <= SLUICE_REPLICAS_MAX);
+	pthread_mutex_lock(&m->lock);
+	int64_t epoch = m->broker_epoch;
+	pthread_mutex_unlock(&m->lock);
+	if (epoch < 0)
+		return -1;
+	uint8_t buf[128 + 4 * SLUICE_REPLICAS_MAX];
+	struct kwr w = {.buf = buf, .cap = sizeof buf, .cap_max = sizeof buf};
+	kwr_i32(&w, m->cfg.node_id); /* BrokerId */
+	kwr_i64(&w, epoch);          /* BrokerEpoch */
+	kwr_array(&w, true, 1);
+	kwr_uuid(&w, c->topic_id);
+	kwr_array(&w, true, 1);
+	kwr_i32(&w, c->partition);
+	kwr_i32(&w, c->leader_epoch);
+	kwr_array(&w, true, c->isr_n); /* NewIsr (v2) */
+	for (int32_t i = 0; i < c->isr_n; i++)
+		kwr_i32(&w, c->isr[i]);
+	kwr_i8(&w, 0); /* LeaderRecoveryState: RECOVERED */
+	kwr_i32(&w, c->partition_epoch);
+	kwr_tags_empty(&w);
+	kwr_tags_empty(&w);
+	kwr_tags_empty(&w);
+	assert(!w.err && w.buf == buf); /* sized for the largest ISR */
+	return mc_forward(self, API_ALTER_PARTITION, 2, w.buf, w.len, alter_partition_done, c);
 }
 
 /* ---- the admin thread and its queue ---------------------------------------------------- */
@@ -2749,6 +2832,7 @@ static const struct sluice_meta_ops controller_ops = {
 	.batch_commit = mc_batch_commit,
 	.forget_deleted = mc_forget_deleted,
 	.forward = mc_forward,
+	.alter_partition = mc_alter_partition,
 };
 
 /* ---- open, readiness, controlled shutdown, close ------------------------------------------ */

@@ -154,7 +154,7 @@ static bool hw_update(struct sluice_partition *p)
 		hw = p->leader_hw < written ? p->leader_hw : written;
 	} else {
 		for (uint8_t i = 0; i < p->replica_n; i++)
-			if (p->replicas[i].in_isr && p->replicas[i].log_end < hw)
+			if ((p->replicas[i].in_isr || p->replicas[i].isr_adding) && p->replicas[i].log_end < hw)
 				hw = p->replicas[i].log_end;
 	}
 	if (hw <= p->high_watermark)
@@ -189,6 +189,7 @@ bool sluice_partition_replica_position(struct sluice_partition *p, int32_t repli
 			r->caught_up_ms = r->last_fetch_ms;
 		r->last_fetch_ms = now_ms;
 		r->last_fetch_leader_end = leader_end;
+		r->fetched = true;
 	}
 	r->log_end = log_end_offset;
 	return hw_update(p);
@@ -255,7 +256,8 @@ static void replicas_take(struct sluice_partition *p, const struct sluice_partit
 			next[i].log_end = written;
 		else if (old && !new_term)
 			next[i] = (struct sluice_replica){old->id, next[i].in_isr, old->log_end, old->caught_up_ms,
-							  old->last_fetch_ms, old->last_fetch_leader_end};
+							  old->last_fetch_ms, old->last_fetch_leader_end, old->fetched,
+							  old->isr_adding && !next[i].in_isr};
 	}
 	memcpy(p->replicas, next, l->replica_n * sizeof *next);
 	p->replica_n = l->replica_n;
@@ -287,6 +289,50 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 	if (!new_term && was_leader == p->is_leader)
 		return SLUICE_PARTITION_UPDATED;
 	return p->is_leader ? SLUICE_PARTITION_LEADER : SLUICE_PARTITION_FOLLOWER;
+}
+
+uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t now_ms, int64_t lag_ms,
+				    int32_t isr[SLUICE_PARTITION_REPLICAS_MAX])
+{
+	if (!p->is_leader || p->isr_pending || !p->leadership_known)
+		return 0;
+	/* Where this leader's epoch starts: a follower below it may still hold
+	 * another leader's records there (Kafka's leaderEpochStartOffset). */
+	int64_t epoch_start = p->epoch_n && p->epochs[p->epoch_n - 1].epoch == p->leader_epoch
+				      ? p->epochs[p->epoch_n - 1].start_offset
+				      : local_end(p);
+	uint8_t n = 0;
+	bool changed = false;
+	for (uint8_t i = 0; i < p->replica_n; i++) {
+		const struct sluice_replica *r = &p->replicas[i];
+		bool keep;
+		if (r->id == p->self_id)
+			keep = true;
+		else if (r->in_isr)
+			keep = now_ms - r->caught_up_ms <= lag_ms;
+		else
+			keep = r->fetched && r->log_end >= p->high_watermark && r->log_end >= epoch_start;
+		changed |= keep != r->in_isr;
+		if (keep)
+			isr[n++] = r->id;
+	}
+	assert(n >= 1 && n <= p->replica_n);
+	return changed ? n : 0;
+}
+
+void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *isr, uint8_t n)
+{
+	assert(p->is_leader && !p->isr_pending);
+	p->isr_pending = true;
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		p->replicas[i].isr_adding = !p->replicas[i].in_isr && id_in(p->replicas[i].id, isr, n);
+}
+
+void sluice_partition_isr_settled(struct sluice_partition *p)
+{
+	p->isr_pending = false;
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		p->replicas[i].isr_adding = false;
 }
 
 /* ---- leader-epoch cache -------------------------------------------------- */

@@ -82,6 +82,8 @@ struct sluice_replica {
 	int64_t caught_up_ms;
 	int64_t last_fetch_ms;       /* its previous fetch */
 	int64_t last_fetch_leader_end; /* the leader's written end at that fetch */
+	bool fetched;                /* it fetched from this leadership (its position is its own) */
+	bool isr_adding;             /* an ISR change adding it is in flight (counts as in the ISR: KIP-497) */
 };
 
 /* The controller's word on a partition (a snapshot's partition state). */
@@ -117,6 +119,7 @@ struct sluice_partition {
 	int32_t partition_epoch;
 	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
 	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
+	bool isr_pending;        /* leader: an ISR change is out to the controller */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -189,6 +192,20 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 							 const struct sluice_partition_leadership *l, int64_t now_ms);
 /* Members of the ISR. */
 uint8_t sluice_partition_isr_n(const struct sluice_partition *p);
+/* Leader: the ISR to ask the controller for at now_ms (AlterPartition), in
+ * isr[] in replica order, or 0 when none is wanted (no change, one in
+ * flight, or not leading). As Kafka's maybeShrinkIsr and maybeExpandIsr: a
+ * follower not caught up for lag_ms leaves; one outside that has fetched
+ * from this leader up to its high watermark and to the start of its epoch
+ * joins; the leader stays. */
+uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t now_ms, int64_t lag_ms,
+				    int32_t isr[SLUICE_PARTITION_REPLICAS_MAX]);
+/* The ISR change isr[0..n) went out: until it settles, the replicas it adds
+ * count for the high watermark (the maximal ISR: current and joining, as
+ * Kafka's KIP-497) and no other change is asked for. settled: its answer
+ * came (applied through set_leader or refused) or it failed. */
+void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *isr, uint8_t n);
+void sluice_partition_isr_settled(struct sluice_partition *p);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
  * the checkpointed entries (before attach; at most

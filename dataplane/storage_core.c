@@ -96,6 +96,12 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
  * load, at most STORE_READ_LOAD_RETRIES_MAX times (each round loads up to
  * SLUICE_PLOG_LOADS_MAX extents; extents evicted again before the retry
  * could make it chase them), then copies. */
+/* ISR changes (AlterPartition) one storage core has out at once; the
+ * controller backend queues at most 256 requests of all kinds. */
+#define STORE_ISR_CHANGES_INFLIGHT_MAX 64
+/* How often led partitions are checked for followers to drop from the ISR:
+ * half of replica.lag.time.max.ms (Kafka's isr-expiration task), at least this. */
+#define STORE_ISR_CHECK_MS_MIN 100
 #define STORE_READ_PINS_MAX 1024
 #define STORE_READ_LOAD_RETRIES_MAX 32
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
@@ -202,6 +208,11 @@ struct sstate {
 	 * whether the last pass was cut short (opens left for later turns). */
 	int64_t led_offset;
 	bool led_partial;
+	/* ISR changes this core's leaders asked the controller for and whose
+	 * answers have not come (at most STORE_ISR_CHANGES_INFLIGHT_MAX), and
+	 * when the led partitions are next checked for lagging followers. */
+	uint32_t isr_inflight;
+	int64_t next_isr_ms; /* monotonic */
 	/* The dynamic broker configuration in effect on this core (cluster
 	 * mode, a reference), taken from the newest snapshot at least every
 	 * STORE_CONFIG_REFRESH_MS; NULL: server.properties as it is. */
@@ -281,6 +292,7 @@ static void wake_fetch_watchers(struct spart *p)
 
 static const struct sluice_config *core_cfg(const struct storecore *sc);
 static void epochs_persist(struct storecore *sc, struct spart *p);
+static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot);
 
 /* The min.insync.replicas an acks=all append is held to: its topic's,
  * else the broker's in effect for its request (group records: 1). */
@@ -386,6 +398,126 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 		append_answer(p, op, sluice_partition_high_watermark(&p->part));
 	}
 	sluice_fetcher_follow(sc, &p->follow, p, p->topic, p->partition, st->leader, st->leader_epoch);
+}
+
+/* ---- ISR changes (a leader's AlterPartition) --------------------------------------------- */
+
+/* An ISR change out to the controller: the request (first) and how its
+ * answer comes back to this core. Allocated per change: a rare event. */
+struct isr_req {
+	struct sluice_meta_isr_change c;
+	struct sluice_rt_post post;
+	struct storecore *sc;
+	int32_t partition;
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+};
+
+static void ids_text(char *buf, size_t cap, const int32_t *ids, int32_t n)
+{
+	size_t at = 0;
+	buf[0] = '\0';
+	for (int32_t i = 0; i < n && at < cap; i++)
+		at += (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", ids[i]);
+}
+
+/* On the core: the controller's answer. Accepted, the partition takes the
+ * ISR and partition epoch it answered (the snapshot that shows them may
+ * come later); refused (another change came first, a fenced replica), the
+ * next check asks again from what the partition holds then. */
+static void isr_answered(void *arg)
+{
+	struct isr_req *q = arg;
+	struct storecore *sc = q->sc;
+	struct sstate *st = sc->state;
+	assert(st->isr_inflight > 0);
+	st->isr_inflight--;
+	uint32_t slot;
+	struct spart *p = st->table_cap ? part_lookup(st, q->topic, q->partition, &slot) : NULL;
+	if (p && p->log) {
+		sluice_partition_isr_settled(&p->part);
+		char text[SLUICE_REPLICAS_MAX * 12];
+		if (!q->c.error) {
+			struct sluice_partition_state ps = q->c.result;
+			ps.replica_n = p->part.replica_n;
+			for (uint8_t i = 0; i < p->part.replica_n; i++)
+				ps.replicas[i] = p->part.replicas[i].id;
+			ids_text(text, sizeof text, ps.isr, ps.isr_n);
+			SLOG_INFO("replication", "%s-%d: ISR now [%s] (partition epoch %d)", p->topic, p->partition, text,
+				  ps.partition_epoch);
+			part_leadership(sc, p, &ps);
+		} else {
+			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
+			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s", p->topic, p->partition, text,
+				  sluice_kafka_error_name(q->c.error));
+		}
+		answer_waiting(p, false); /* the replicas that were joining count no more */
+	}
+	free(q);
+}
+
+/* On the backend's thread: hand the answer to the core. */
+static void isr_done(struct sluice_meta_isr_change *c)
+{
+	struct isr_req *q = (struct isr_req *)(void *)c; /* c is its first member */
+	sluice_rt_post(&q->sc->rt, &q->post);
+}
+
+/* Leader p: ask the controller for the ISR its followers' positions call
+ * for, if any (sluice_partition_isr_wanted). */
+static void isr_check(struct storecore *sc, struct spart *p, int64_t now)
+{
+	struct sstate *st = sc->state;
+	const struct sluice_meta *m = &sc->b->meta;
+	if (!m->ops->alter_partition || st->isr_inflight >= STORE_ISR_CHANGES_INFLIGHT_MAX || !p->log ||
+	    !p->has_topic_id)
+		return;
+	int32_t isr[SLUICE_PARTITION_REPLICAS_MAX];
+	uint8_t n = sluice_partition_isr_wanted(&p->part, now, core_cfg(sc)->replica_lag_time_max_ms, isr);
+	if (!n)
+		return;
+	struct isr_req *q = calloc(1, sizeof *q);
+	if (!q)
+		return; /* the next check asks again */
+	_Static_assert(offsetof(struct isr_req, c) == 0, "the change leads its request");
+	memcpy(q->c.topic_id, p->topic_id, 16);
+	q->c.partition = p->partition;
+	q->c.leader_epoch = p->part.leader_epoch;
+	q->c.partition_epoch = p->part.partition_epoch;
+	q->c.isr_n = n;
+	memcpy(q->c.isr, isr, n * sizeof isr[0]);
+	q->c.done = isr_done;
+	q->post = (struct sluice_rt_post){.fn = isr_answered, .arg = q};
+	q->sc = sc;
+	q->partition = p->partition;
+	snprintf(q->topic, sizeof q->topic, "%s", p->topic);
+	sluice_partition_isr_inflight(&p->part, isr, n);
+	if (m->ops->alter_partition(m->self, &q->c) != 0) {
+		sluice_partition_isr_settled(&p->part);
+		free(q);
+		return;
+	}
+	st->isr_inflight++;
+	char text[SLUICE_REPLICAS_MAX * 12];
+	ids_text(text, sizeof text, isr, n);
+	SLOG_INFO("replication", "%s-%d: asking the controller for ISR [%s] (%u in it now)", p->topic, p->partition,
+		  text, sluice_partition_isr_n(&p->part));
+}
+
+/* Every half replica.lag.time.max.ms: each partition this core leads with
+ * followers is checked for ISR members that fell behind (and followers
+ * caught up, whose fetches usually found them first). */
+static void isr_sweep(struct storecore *sc, int64_t now)
+{
+	struct sstate *st = sc->state;
+	if (now < st->next_isr_ms)
+		return;
+	int64_t every = core_cfg(sc)->replica_lag_time_max_ms / 2;
+	st->next_isr_ms = now + (every > STORE_ISR_CHECK_MS_MIN ? every : STORE_ISR_CHECK_MS_MIN);
+	for (uint32_t i = 0; i < st->table_cap; i++) {
+		struct spart *p = st->table[i];
+		if (p && p->log && p->part.is_leader && p->part.replica_n > 1)
+			isr_check(sc, p, now);
+	}
 }
 
 static void dispatch_cqe(struct storecore *sc, struct io_uring_cqe *cqe);
@@ -1322,9 +1454,10 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 		op_done(sc, op);
 		return true;
 	}
-	if (op->offset >= 0 && op->offset <= leo &&
-	    sluice_partition_replica_position(pt, op->replica_id, op->offset, sluice_now_ms()))
+	int64_t now = sluice_now_ms();
+	if (op->offset >= 0 && op->offset <= leo && sluice_partition_replica_position(pt, op->replica_id, op->offset, now))
 		answer_waiting(p, false);
+	isr_check(sc, p, now); /* a follower caught up rejoins the ISR at once */
 	op->high_watermark = sluice_partition_high_watermark(pt);
 	return false;
 }
@@ -2301,8 +2434,10 @@ static void store_work(void *core, int64_t now_ms)
 {
 	struct storecore *sc = core;
 	cleaner_collect(sc);
-	if (sluice_config_cluster_mode(&sc->b->cfg))
+	if (sluice_config_cluster_mode(&sc->b->cfg)) {
 		leadership_sweep(sc);
+		isr_sweep(sc, now_ms);
+	}
 	for (size_t i = 0; i < STORE_SERVICES_N; i++)
 		store_services[i]->tick(sc, now_ms);
 	housekeeping(sc, now_ms);

@@ -167,6 +167,49 @@ Test(partition, caught_up_time)
 	cr_expect_eq(P.replicas[1].caught_up_ms, 3000, "behind both: unchanged");
 }
 
+/* Proves the ISR a leader asks for: a follower not caught up for the lag
+ * leaves, one out of it that fetched from this leader up to the high
+ * watermark and its epoch's start joins, nothing is asked while a change
+ * is in flight, and while it is the joining replica counts for the high
+ * watermark (the maximal ISR). */
+Test(partition, isr_wanted)
+{
+	int32_t all[] = {SELF, 2, 3}, two[] = {SELF, 2}, isr[SLUICE_PARTITION_REPLICAS_MAX];
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, two, 2, 1000), SLUICE_PARTITION_LEADER);
+	sluice_partition_epoch_assign(&P, 1, 10); /* this leader's epoch starts at 10 */
+	(void)sluice_partition_on_written(&P, 20);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1500, 1000, isr), 0, "all well");
+	(void)sluice_partition_replica_position(&P, 2, 20, 1600);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 20);
+	(void)sluice_partition_replica_position(&P, 3, 15, 1700);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1700, 1000, isr), 0, "3 is below the high watermark");
+	(void)sluice_partition_replica_position(&P, 3, 20, 1800);
+	uint8_t n = sluice_partition_isr_wanted(&P, 1800, 1000, isr);
+	cr_assert_eq(n, 3, "3 caught up: it joins");
+	cr_expect(isr[0] == SELF && isr[1] == 2 && isr[2] == 3);
+	sluice_partition_isr_inflight(&P, isr, n);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 9000, 1000, isr), 0, "one change at a time");
+	(void)sluice_partition_on_written(&P, 30);
+	(void)sluice_partition_replica_position(&P, 2, 30, 1900);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 20, "joining 3 holds it (maximal ISR)");
+	sluice_partition_isr_settled(&P);
+	cr_assert_eq(lead(SELF, 1, 1, all, 3, all, 3, 2000), SLUICE_PARTITION_UPDATED, "the controller's answer");
+	(void)sluice_partition_replica_position(&P, 3, 30, 2100);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 30);
+	/* 2 stops fetching at 2100 (caught up at 1900; 3 keeps up). */
+	(void)sluice_partition_on_written(&P, 40);
+	(void)sluice_partition_replica_position(&P, 3, 40, 2500);
+	(void)sluice_partition_replica_position(&P, 3, 40, 3000);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 2800, 1000, isr), 0, "2 lags 900 ms: stays");
+	n = sluice_partition_isr_wanted(&P, 3000, 1000, isr);
+	cr_assert_eq(n, 2, "2 lags 1100 ms: leaves");
+	cr_expect(isr[0] == SELF && isr[1] == 3);
+	struct sluice_partition q;
+	sluice_partition_init(&q, SELF);
+	cr_expect_eq(sluice_partition_isr_wanted(&q, 5000, 1000, isr), 0, "single node: never");
+	sluice_partition_fini(&q);
+}
+
 /* Proves Kafka's truncation rule for a follower told where its log
  * diverged: the end of that epoch here capped by the leader's end; an
  * epoch the leader named that this log lacks cuts to the end of its largest
