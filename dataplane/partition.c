@@ -310,8 +310,9 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
 			keep = true;
 		else if (r->in_isr)
 			keep = now_ms - r->caught_up_ms <= lag_ms;
-		else
-			keep = r->fetched && r->log_end >= p->high_watermark && r->log_end >= epoch_start;
+		else /* and caught up lately, by the rule that keeps it in: it stays once in */
+			keep = r->fetched && r->log_end >= p->high_watermark && r->log_end >= epoch_start &&
+			       now_ms - r->caught_up_ms <= lag_ms;
 		changed |= keep != r->in_isr;
 		if (keep)
 			isr[n++] = r->id;

@@ -196,8 +196,9 @@ uint8_t sluice_partition_isr_n(const struct sluice_partition *p);
  * isr[] in replica order, or 0 when none is wanted (no change, one in
  * flight, or not leading). As Kafka's maybeShrinkIsr and maybeExpandIsr: a
  * follower not caught up for lag_ms leaves; one outside that has fetched
- * from this leader up to its high watermark and to the start of its epoch
- * joins; the leader stays. */
+ * from this leader up to its high watermark and to the start of its epoch,
+ * and was caught up within lag_ms (a replica that stopped fetching at the
+ * end of an idle log is not), joins; the leader stays. */
 uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t now_ms, int64_t lag_ms,
 				    int32_t isr[SLUICE_PARTITION_REPLICAS_MAX]);
 /* The ISR change isr[0..n) went out: until it settles, the replicas it adds

@@ -204,6 +204,28 @@ Test(partition, isr_wanted)
 	n = sluice_partition_isr_wanted(&P, 3000, 1000, isr);
 	cr_assert_eq(n, 2, "2 lags 1100 ms: leaves");
 	cr_expect(isr[0] == SELF && isr[1] == 3);
+	sluice_partition_isr_inflight(&P, isr, n);
+	sluice_partition_isr_settled(&P);
+	cr_assert_eq(lead(SELF, 1, 2, all, 3, isr, 2, 3000), SLUICE_PARTITION_UPDATED);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 3100, 1000, isr), 0, "2 is behind: stays out");
+
+	/* An idle log: a follower that stopped fetching sits at the high
+	 * watermark; dropped for its silence, it must not come straight back
+	 * (it would flap in and out). */
+	sluice_partition_fini(&P);
+	sluice_partition_init(&P, SELF);
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, all, 3, 0), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_replica_position(&P, 2, 0, 100);
+	(void)sluice_partition_replica_position(&P, 3, 0, 100);
+	(void)sluice_partition_replica_position(&P, 2, 0, 1500); /* 3 went silent at 100 */
+	n = sluice_partition_isr_wanted(&P, 1500, 1000, isr);
+	cr_assert_eq(n, 2, "3 silent for 1400 ms: leaves");
+	sluice_partition_isr_inflight(&P, isr, n);
+	sluice_partition_isr_settled(&P);
+	cr_assert_eq(lead(SELF, 1, 1, all, 3, isr, 2, 1500), SLUICE_PARTITION_UPDATED);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1600, 1000, isr), 0, "at the high watermark, but silent: stays out");
+	(void)sluice_partition_replica_position(&P, 3, 0, 1700);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1700, 1000, isr), 3, "it fetches again: it joins");
 	struct sluice_partition q;
 	sluice_partition_init(&q, SELF);
 	cr_expect_eq(sluice_partition_isr_wanted(&q, 5000, 1000, isr), 0, "single node: never");
