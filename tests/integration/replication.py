@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Replication (issue 13): three controllers and three brokers through
+deploy/local-cluster.sh, a topic with replication factor 3, and the leader of a
+partition killed with SIGKILL.
+
+Proves, in order:
+- kafka-topics --create --replication-factor 3 makes a topic whose every partition has
+  three replicas, and kafka-topics --describe shows its ISR as all three;
+- acks=all produce (raw Produce v3, so every answer's error and offset is seen) of N
+  records to partition 0 is acknowledged, while a consumer fetching from the leader the
+  whole time never gets a record at or past the high watermark its answer names;
+- the followers' logs are the leader's, byte for byte (same offsets, bytes and CRCs);
+- kill -9 of partition 0's leader: another replica from the ISR leads it (within the
+  session timeout and a little), kafka-topics --describe shows the ISR without the dead
+  broker, and the new leader serves every acknowledged record at its offset, and every
+  record the consumer saw before the kill (nothing it read is lost);
+- producing works again (acks=all, as long as the ISR holds min.insync.replicas=2);
+  a topic with min.insync.replicas=3 refuses acks=all with NOT_ENOUGH_REPLICAS (before
+  appending anything) while acks=1 still works;
+- the killed broker restarted catches up as a follower and rejoins the ISR of every
+  partition (kafka-topics --describe), its log again byte for byte the leader's.
+
+Short timeouts through local-cluster.sh's --set: broker.session.timeout.ms=4000,
+broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
+replica.lag.time.max.ms=3000. Ports 40500-40605 on 127.0.0.1 (brokers 40500-40502,
+controllers 40600/40602/40604 and their Raft ports + 1).
+"""
+import glob
+import hashlib
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clients  # noqa: E402
+import cluster as clu  # noqa: E402
+import lib  # noqa: E402
+from lib import check, log  # noqa: E402
+
+BASE_PORT = 40500
+SESSION_MS, HEARTBEAT_MS, ELECTION_MS, LAG_MS = 4000, 500, 1000, 3000
+SETS = ["--set", f"broker.session.timeout.ms={SESSION_MS}",
+        "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",
+        "--set-controller", f"controller.quorum.election.timeout.ms={ELECTION_MS}",
+        "--set-broker", f"replica.lag.time.max.ms={LAG_MS}"]
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+TOPIC, STRICT = "replicated", "strict"
+N, PER_BATCH = 3000, 50
+NONE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS = 0, 6, 19
+times = {}
+
+
+class Cluster(clu.Cluster):
+    def up(self):
+        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, timeout=240)
+
+
+def ids(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+class Tools(clu.Tools):
+    def describe(self, bootstrap, topic):
+        """{partition: (leader, [replicas], [isr])} from kafka-topics --describe."""
+        out = self.run("topics", TOPICS, "--bootstrap-server", bootstrap, "--describe", "--topic", topic)
+        parts = {}
+        for m in re.finditer(r"Partition:\s*(\d+)\s+Leader:\s*(-?\d+)\s+Replicas:\s*([\d,]*)\s+Isr:\s*([\d,]*)", out):
+            parts[int(m.group(1))] = (int(m.group(2)), ids(m.group(3)), ids(m.group(4)))
+        check(parts, f"kafka-topics --describe {topic}: no partitions in {out!r}")
+        return parts
+
+    def create_rf3(self, bootstrap, topic, partitions, *configs):
+        args = ["--bootstrap-server", bootstrap, "--create", "--topic", topic, "--partitions", str(partitions),
+                "--replication-factor", "3"]
+        for c in configs:
+            args += ["--config", c]
+        out = self.run("topics", TOPICS, *args)
+        check(f"Created topic {topic}." in out, f"kafka-topics --create {topic}: {out!r}")
+
+
+def wait_for(what, cond, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
+        time.sleep(0.1)
+
+
+def md_partition(port, topic, p):
+    """(error, leader, epoch, replicas, isr) of topic-p from the broker at port."""
+    try:
+        _b, _c, _ctl, topics = clu.metadata(port)
+    except (OSError, lib.ProtocolError):
+        return None
+    t = topics.get(topic)
+    if not t or p not in t[3]:
+        return None
+    return t[3][p][:5]
+
+
+def produce(port, topic, p, values, acks=-1):
+    """(error, base offset, message) of one Produce v3 of values to topic-p at port."""
+    blob = lib.record_batch([(None, v.encode(), []) for v in values])
+    return clu.call(port, lambda c: c.produce(topic, p, blob, version=3, acks=acks))
+
+
+def read_all(port, topic, p):
+    """{offset: value} of every record of topic-p, read from port (its leader)."""
+    got, offset = {}, 0
+    with lib.Conn(port, timeout=10) as c:
+        while True:
+            err, hw, blob = c.fetch(topic, p, offset, max_wait_ms=0)
+            check(err == NONE, f"fetch {topic}-{p} at {offset} from port {port}: error {err}")
+            for b in lib.parse_batches(blob):
+                check(b["crc_ok"], f"{topic}-{p}: batch at {b['base_offset']} has a bad CRC")
+                for off, _k, v, _h in lib.decode_records(b["raw"]):
+                    got[off] = v.decode()
+                    offset = off + 1
+            if offset >= hw:
+                return got
+
+
+class Consumer(threading.Thread):
+    """Fetches topic-0 from its leader's port over and over (v4, long polls of 100 ms),
+    keeping every record it gets, and checking each against the high watermark of the
+    answer that carried it: a consumer never reads at or past it."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port, self.seen, self.stop, self.violations, self.errors = port, {}, threading.Event(), [], 0
+
+    def run(self):
+        offset = 0
+        try:
+            c = lib.Conn(self.port, timeout=5)
+        except OSError:
+            self.errors += 1
+            return
+        with c:
+            while not self.stop.is_set():
+                try:
+                    err, hw, blob = c.fetch(TOPIC, 0, offset, max_wait_ms=100)
+                except (OSError, lib.ProtocolError):
+                    self.errors += 1
+                    return
+                if err != NONE:
+                    self.errors += 1
+                    continue
+                for b in lib.parse_batches(blob):
+                    for off, _k, v, _h in lib.decode_records(b["raw"]):
+                        if off >= hw:
+                            self.violations.append((off, hw))
+                        self.seen[off] = v.decode()
+                        offset = off + 1
+
+
+def segments_digest(cl, broker, topic, p):
+    """sha256 over partition topic-p's .log files on broker (in offset order)."""
+    h = hashlib.sha256()
+    files = sorted(glob.glob(os.path.join(cl.dir, f"broker-{broker}", "data", f"{topic}-{p}", "*.log")))
+    check(files, f"broker {broker} holds no segment of {topic}-{p}")
+    for f in files:
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+def wait_same_logs(cl, brokers, topic, p, timeout=20):
+    def same():
+        d = {b: segments_digest(cl, b, topic, p) for b in brokers}
+        return d if len(set(d.values())) == 1 else None
+    return wait_for(f"{topic}-{p}'s segments identical on brokers {brokers}", same, timeout)
+
+
+# ----------------------------------------------------------------- steps
+
+def step_create(cl, tools):
+    bootstrap = cl.env["BOOTSTRAP"]
+    tools.create_rf3(bootstrap, TOPIC, 3, "min.insync.replicas=2")
+    tools.create_rf3(bootstrap, STRICT, 1, "min.insync.replicas=3")
+    ports = [cl.port(b) for b in cl.brokers]
+    clu.wait_identical(cl, ports)
+    for topic in (TOPIC, STRICT):
+        parts = wait_for(f"{topic}: ISR of all three in kafka-topics --describe",
+                         lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
+                                  else None)(tools.describe(bootstrap, topic)), 20)
+        for p, (leader, replicas, isr) in parts.items():
+            check(sorted(replicas) == cl.brokers and leader == replicas[0] and leader in isr,
+                  f"{topic}-{p}: leader {leader}, replicas {replicas}, isr {isr}")
+    log(f"{TOPIC} and {STRICT}: 3 replicas each, ISR all three (kafka-topics --describe)")
+
+
+def step_produce(cl):
+    _e, leader, epoch, _r, _i = md_partition(cl.port(1), TOPIC, 0)
+    port = cl.port(leader)
+    consumer = Consumer(port)
+    consumer.start()
+    acked = {}
+    t0 = time.monotonic()
+    for i in range(0, N, PER_BATCH):
+        values = [f"r-{j}" for j in range(i, i + PER_BATCH)]
+        err, base, msg = produce(port, TOPIC, 0, values)
+        check(err == NONE, f"acks=all produce of records {i}..: error {err} {msg}")
+        for k, v in enumerate(values):
+            acked[base + k] = v
+    times["produce acks=all"] = time.monotonic() - t0
+    check(sorted(acked) == list(range(N)), f"acknowledged offsets are not 0..{N - 1}")
+    wait_for("the consumer to read every acknowledged record", lambda: len(consumer.seen) >= N, 20)
+    consumer.stop.set()
+    consumer.join(10)
+    check(not consumer.violations, f"records at or past the high watermark were served: {consumer.violations[:5]}")
+    check(consumer.seen == acked, "the consumer read other records than those acknowledged")
+    digests = wait_same_logs(cl, cl.brokers, TOPIC, 0)
+    log(f"{N} records acknowledged with acks=all in {times['produce acks=all']:.2f}s by leader {leader} "
+        f"(epoch {epoch}); the consumer read them all, none past the high watermark; the three logs are "
+        f"identical ({next(iter(digests.values()))[:12]})")
+    return leader, acked, consumer.seen
+
+
+def step_kill_leader(cl, tools, old_leader, acked, seen):
+    survivors = [b for b in cl.brokers if b != old_leader]
+    port = cl.port(survivors[0])
+    t0 = time.monotonic()
+    cl.kill(old_leader)
+
+    def moved():
+        st = md_partition(port, TOPIC, 0)
+        return st if st and st[0] == NONE and st[1] in survivors and old_leader not in st[4] else None
+    err, leader, epoch, replicas, isr = wait_for("a new leader from the ISR for partition 0", moved,
+                                                 SESSION_MS / 1000 + 15)
+    times["new leader"] = time.monotonic() - t0
+    check(leader in survivors and sorted(isr) == survivors, f"after the kill: leader {leader}, isr {isr}")
+    got = read_all(cl.port(leader), TOPIC, 0)
+    lost = [o for o in acked if got.get(o) != acked[o]]
+    check(not lost, f"{len(lost)} acknowledged records lost or changed after the failover (first {lost[:5]})")
+    lost = [o for o in seen if got.get(o) != seen[o]]
+    check(not lost, f"{len(lost)} records a consumer read before the kill are gone (first {lost[:5]})")
+    check(len(got) == N, f"the new leader holds {len(got)} records, {N} were produced")
+
+    def produced():
+        r = produce(cl.port(leader), TOPIC, 0, [f"after-{i}" for i in range(PER_BATCH)])
+        return r if r[0] == NONE else None
+    err, base, _msg = wait_for("acks=all produce to the new leader", produced, 15)
+    times["writes again"] = time.monotonic() - t0
+    check(base == N, f"the first record after the failover went to offset {base}, not {N}")
+    log(f"broker {old_leader} killed: broker {leader} leads {TOPIC}-0 at epoch {epoch} after "
+        f"{times['new leader']:.2f}s, ISR {isr}; all {N} acknowledged records there at their offsets; "
+        f"acks=all works again after {times['writes again']:.2f}s")
+    parts = wait_for("kafka-topics --describe: the ISR without the dead broker",
+                     lambda: (lambda d: d if all(old_leader not in isr for _l, _r, isr in d.values()) else None)(
+                         tools.describe(cl.env["BOOTSTRAP"], TOPIC)), 20)
+    log(f"kafka-topics --describe {TOPIC}: {parts}")
+
+    _e, sleader, _ep, _r, sisr = wait_for(f"{STRICT}: ISR of two", lambda: (
+        lambda st: st if st and st[1] in survivors and len(st[4]) == 2 else None)(md_partition(port, STRICT, 0)), 20)
+    err, _b, msg = produce(cl.port(sleader), STRICT, 0, ["strict-all"], acks=-1)
+    check(err == NOT_ENOUGH_REPLICAS, f"acks=all with ISR {sisr} < min.insync.replicas=3: error {err} {msg}")
+    err, base, msg = produce(cl.port(sleader), STRICT, 0, ["strict-one"], acks=1)
+    check(err == NONE and base == 0, f"acks=1 to {STRICT}: error {err} base {base} {msg}: the acks=all one was appended?")
+    log(f"{STRICT} (min.insync.replicas=3, ISR {sisr}): acks=all refused with NOT_ENOUGH_REPLICAS, nothing "
+        f"appended; acks=1 accepted at offset 0")
+    return leader
+
+
+def step_rejoin(cl, tools, old_leader, leader):
+    t0 = time.monotonic()
+    cl.start(old_leader)
+    bootstrap = cl.env["BOOTSTRAP"]
+    for topic in (TOPIC, STRICT):
+        parts = wait_for(f"{topic}: broker {old_leader} back in every ISR (kafka-topics --describe)",
+                         lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
+                                  else None)(tools.describe(bootstrap, topic)), 40)
+    times["rejoined"] = time.monotonic() - t0
+    log(f"broker {old_leader} restarted: back in the ISR of every partition after {times['rejoined']:.2f}s: "
+        f"{parts}")
+    wait_same_logs(cl, cl.brokers, TOPIC, 0)
+    st = md_partition(cl.port(1), TOPIC, 0)
+    got = read_all(cl.port(st[1]), TOPIC, 0)
+    check(len(got) == N + PER_BATCH, f"{TOPIC}-0 holds {len(got)} records after the return, "
+          f"{N + PER_BATCH} were acknowledged")
+    log(f"its log of {TOPIC}-0 is the leader's byte for byte again ({N + PER_BATCH} records, leader {st[1]})")
+
+
+def main():
+    java = clients.Java()
+    tools = Tools(java)
+    root = tempfile.mkdtemp(prefix="sluice-replication-")
+    cl = Cluster(root)
+
+    def on_signal(sig, _frame):
+        cl.cleanup()
+        sys.exit(128 + sig)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ok = False
+    try:
+        t0 = time.monotonic()
+        cl.up()
+        times["up"] = time.monotonic() - t0
+        check(cl.brokers == [1, 2, 3], f"cluster.env: brokers {cl.brokers}")
+        step_create(cl, tools)
+        old_leader, acked, seen = step_produce(cl)
+        leader = step_kill_leader(cl, tools, old_leader, acked, seen)
+        step_rejoin(cl, tools, old_leader, leader)
+        cl.sh("down", cl.dir, timeout=120)
+        ok = True
+        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
+    finally:
+        clu.close_all()
+        if not ok and cl.env:
+            cl.dump()
+        cl.cleanup()
+        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
+            log(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    lib.main(main)
