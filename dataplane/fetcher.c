@@ -462,6 +462,13 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 	int64_t *offsets = c->req_offset, *log_starts = c->req_log_start;
 	int32_t *last_epochs = c->req_last_epoch;
 	assert(c->state == C_READY && c->req_n == 0);
+	/* The FetchOffsets are this replica's positions, which the leader
+	 * counts as replicated (acks=all): the previous answer's records must
+	 * be written first (their writes went out with this turn's group
+	 * commits; the completions bring the core back here). */
+	for (struct sluice_follow *g = c->head; g; g = g->next)
+		if (g->p && sluice_store_follower_unwritten(g->p))
+			return;
 	struct sluice_follow *f = c->head, *last = NULL;
 	for (; f && c->req_n < FETCH_REQUEST_PARTITIONS_MAX; f = f->next) {
 		uint32_t k = c->req_n;

@@ -231,6 +231,15 @@ uint8_t sluice_partition_isr_n(const struct sluice_partition *p)
 	return n;
 }
 
+uint8_t sluice_partition_max_isr_n(const struct sluice_partition *p)
+{
+	uint8_t n = 0;
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		n += p->replicas[i].in_isr || p->replicas[i].isr_adding;
+	assert(n <= p->replica_n);
+	return n;
+}
+
 /* Whether l is news: the first word, a higher leader epoch, or the same
  * leader epoch with a higher partition epoch. */
 static bool leadership_newer(const struct sluice_partition *p, const struct sluice_partition_leadership *l)

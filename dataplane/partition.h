@@ -190,8 +190,10 @@ bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
  * answer. The caller does the rest (see enum sluice_partition_change). */
 enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition *p,
 							 const struct sluice_partition_leadership *l, int64_t now_ms);
-/* Members of the ISR. */
+/* Members of the ISR; max: with the replicas an ISR change in flight adds
+ * (Kafka's maximal ISR, which an acks=all answer is checked against). */
 uint8_t sluice_partition_isr_n(const struct sluice_partition *p);
+uint8_t sluice_partition_max_isr_n(const struct sluice_partition *p);
 /* Leader: the ISR to ask the controller for at now_ms (AlterPartition), in
  * isr[] in replica order, or 0 when none is wanted (no change, one in
  * flight, or not leading). As Kafka's maybeShrinkIsr and maybeExpandIsr: a

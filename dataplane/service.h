@@ -92,6 +92,11 @@ int64_t sluice_now_ms(void);
  * last batch (LastFetchedEpoch, -1: none) and its log start; false when p
  * cannot fetch now (no log, failed, or it leads). */
 bool sluice_store_follower_position(struct spart *p, int64_t *log_end, int32_t *last_epoch, int64_t *log_start);
+/* Whether p holds records appended and not yet written (its write is in
+ * flight): a follower reports a position only once its records are
+ * written, so that what the leader counts as replicated survives this
+ * process's crash, as a write to Kafka's page cache does. */
+bool sluice_store_follower_unwritten(const struct spart *p);
 /* Whether p still follows leader at epoch (an answer to an older request
  * is dropped otherwise). */
 bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch);

@@ -323,7 +323,7 @@ static void append_answer(struct spart *p, struct partop *op, int64_t hw)
 static void answer_waiting(struct spart *p, bool failed)
 {
 	int64_t hw = sluice_partition_high_watermark(&p->part), written = sluice_plog_written_end(p->log);
-	uint8_t isr_n = sluice_partition_isr_n(&p->part);
+	uint8_t isr_n = sluice_partition_max_isr_n(&p->part);
 	for (struct partop *op; (op = sluice_partition_wait_pop_written(&p->part, failed));) {
 		if (failed && op->last_offset >= written)
 			op->error = KERR_KAFKA_STORAGE_ERROR;
@@ -772,6 +772,11 @@ bool sluice_store_follower_position(struct spart *p, int64_t *log_end, int32_t *
 	*log_start = sluice_plog_log_start(p->log);
 	assert(*log_start <= *log_end);
 	return true;
+}
+
+bool sluice_store_follower_unwritten(const struct spart *p)
+{
+	return p->log && !sluice_plog_failed(p->log) && sluice_plog_written_end(p->log) < sluice_plog_log_end(p->log);
 }
 
 bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)

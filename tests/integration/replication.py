@@ -111,6 +111,16 @@ def produce(port, topic, p, values, acks=-1):
     return clu.call(port, lambda c: c.produce(topic, p, blob, version=3, acks=acks))
 
 
+def high_watermark(port):
+    """topic-0's high watermark as its leader at port answers a Fetch, or -1."""
+    try:
+        with lib.Conn(port, timeout=5) as c:
+            err, hw, _blob = c.fetch(TOPIC, 0, 0, max_bytes=1, max_wait_ms=0)
+    except (OSError, lib.ProtocolError):
+        return -1
+    return hw if err == NONE else -1
+
+
 def read_all(port, topic, p):
     """{offset: value} of every record of topic-p, read from port (its leader)."""
     got, offset = {}, 0
@@ -237,6 +247,10 @@ def step_kill_leader(cl, tools, old_leader, acked, seen):
                                                  SESSION_MS / 1000 + 15)
     times["new leader"] = time.monotonic() - t0
     check(leader in survivors and sorted(isr) == survivors, f"after the kill: leader {leader}, isr {isr}")
+    # A new leader's high watermark is the one it had as a follower (its last answer
+    # from the old leader) until its ISR has fetched from it, as in Kafka: the
+    # acknowledged records become visible then.
+    wait_for(f"the new leader's high watermark to reach {N}", lambda: high_watermark(cl.port(leader)) >= N, 15)
     got = read_all(cl.port(leader), TOPIC, 0)
     lost = [o for o in acked if got.get(o) != acked[o]]
     check(not lost, f"{len(lost)} acknowledged records lost or changed after the failover (first {lost[:5]})")

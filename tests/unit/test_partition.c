@@ -188,6 +188,8 @@ Test(partition, isr_wanted)
 	cr_assert_eq(n, 3, "3 caught up: it joins");
 	cr_expect(isr[0] == SELF && isr[1] == 2 && isr[2] == 3);
 	sluice_partition_isr_inflight(&P, isr, n);
+	cr_expect_eq(sluice_partition_isr_n(&P), 2);
+	cr_expect_eq(sluice_partition_max_isr_n(&P), 3, "the maximal ISR has the joining replica");
 	cr_expect_eq(sluice_partition_isr_wanted(&P, 9000, 1000, isr), 0, "one change at a time");
 	(void)sluice_partition_on_written(&P, 30);
 	(void)sluice_partition_replica_position(&P, 2, 30, 1900);
