@@ -10,6 +10,8 @@ Proves, in order:
   records to partition 0 is acknowledged, while a consumer fetching from the leader the
   whole time never gets a record at or past the high watermark its answer names;
 - the followers' logs are the leader's, byte for byte (same offsets, bytes and CRCs);
+- records the leader takes alone (acks=1 while its followers are stopped) never become
+  visible (the high watermark stays);
 - kill -9 of partition 0's leader: another replica from the ISR leads it (within the
   session timeout and a little), kafka-topics --describe shows the ISR without the dead
   broker, and the new leader serves every acknowledged record at its offset, and every
@@ -17,8 +19,10 @@ Proves, in order:
 - producing works again (acks=all, as long as the ISR holds min.insync.replicas=2);
   a topic with min.insync.replicas=3 refuses acks=all with NOT_ENOUGH_REPLICAS (before
   appending anything) while acks=1 still works;
-- the killed broker restarted catches up as a follower and rejoins the ISR of every
-  partition (kafka-topics --describe), its log again byte for byte the leader's.
+- the killed broker restarted truncates its unreplicated records at the divergence
+  point the new leader's epochs give (Fetch's DivergingEpoch), catches up as a follower
+  and rejoins the ISR of every partition (kafka-topics --describe), its log again byte
+  for byte the leader's.
 
 Short timeouts through local-cluster.sh's --set: broker.session.timeout.ms=4000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
@@ -235,10 +239,31 @@ def step_produce(cl):
 
 
 def step_kill_leader(cl, tools, old_leader, acked, seen):
+    """The leader gets records its followers never fetch (they are stopped while it
+    takes them with acks=1), then dies: those records are not acknowledged by acks=all,
+    never visible, and the new leader writes over their offsets."""
     survivors = [b for b in cl.brokers if b != old_leader]
     port = cl.port(survivors[0])
-    t0 = time.monotonic()
-    cl.kill(old_leader)
+    for b in survivors:
+        os.kill(cl.pid(b), signal.SIGSTOP)
+    # The followers' fetches parked at the leader end (replica.fetch.wait.max.ms: their
+    # empty answers wait in their sockets) and no new one comes: nothing carries the
+    # records below to them.
+    time.sleep(0.8)
+    try:
+        err, base, msg = produce(cl.port(old_leader), TOPIC, 0, [f"unreplicated-{i}" for i in range(20)], acks=1)
+        check(err == NONE and base == N, f"acks=1 to the leader alone: error {err} base {base} {msg}")
+        check(high_watermark(cl.port(old_leader)) == N, "records no follower has are visible (high watermark moved)")
+        # kill -9 of the leader before the followers run again (else they fetch those).
+        pid = cl.pid(old_leader)
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        wait_for(f"broker {old_leader} gone after SIGKILL", lambda: not cl.ours(pid), 30)
+    finally:
+        for b in survivors:
+            os.kill(cl.pid(b), signal.SIGCONT)
+    log(f"20 records taken by leader {old_leader} alone (acks=1, followers stopped): high watermark stayed {N}; "
+        f"leader killed (kill -9)")
 
     def moved():
         st = md_partition(port, TOPIC, 0)
@@ -297,9 +322,13 @@ def step_rejoin(cl, tools, old_leader, leader):
     wait_same_logs(cl, cl.brokers, TOPIC, 0)
     st = md_partition(cl.port(1), TOPIC, 0)
     got = read_all(cl.port(st[1]), TOPIC, 0)
-    check(len(got) == N + PER_BATCH, f"{TOPIC}-0 holds {len(got)} records after the return, "
-          f"{N + PER_BATCH} were acknowledged")
-    log(f"its log of {TOPIC}-0 is the leader's byte for byte again ({N + PER_BATCH} records, leader {st[1]})")
+    check(len(got) == N + PER_BATCH and not any(v.startswith("unreplicated") for v in got.values()),
+          f"{TOPIC}-0 holds {len(got)} records after the return, {N + PER_BATCH} were acknowledged")
+    with open(cl.out_log(old_leader), errors="replace") as f:
+        check(re.search(rf"{TOPIC}-0: diverged from the leader .* truncating from {N + 20} to {N}\b", f.read()),
+              f"broker {old_leader} did not log its truncation of {TOPIC}-0 from {N + 20} to {N}")
+    log(f"its log of {TOPIC}-0 dropped its 20 unreplicated records (truncated at the divergence point {N}, "
+        f"DivergingEpoch) and is the leader's byte for byte again ({N + PER_BATCH} records, leader {st[1]})")
 
 
 def main():
