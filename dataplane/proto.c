@@ -55,6 +55,8 @@ static const struct api apis[API_KEY_MAX] = {
 	[API_DELETE_RECORDS] = {0, 2, 0, 2, sluice_api_delete_records_start, sluice_api_delete_records_finish,
 				"DeleteRecords"},
 	[API_INIT_PRODUCER_ID] = {0, 4, 0, 2, sluice_api_init_producer_id_start, NULL, "InitProducerId"},
+	[API_OFFSET_FOR_LEADER_EPOCH] = {2, 4, 2, 4, sluice_api_offset_for_leader_epoch_start,
+					 sluice_api_offset_for_leader_epoch_finish, "OffsetForLeaderEpoch"},
 	[API_DESCRIBE_CONFIGS] = {1, 4, 1, 4, sluice_api_describe_configs_start, NULL, "DescribeConfigs"},
 	[API_ALTER_CONFIGS] = {0, 2, 0, 2, sluice_api_alter_configs_start, NULL, "AlterConfigs"},
 	[API_CREATE_PARTITIONS] = {0, 3, 0, 2, sluice_api_create_partitions_start, NULL, "CreatePartitions"},
@@ -847,6 +849,12 @@ static int32_t topic_runs(const struct req *r)
 
 void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx)
 {
+	sluice_proto_partitions_encode_as(r, write, ctx, true);
+}
+
+void sluice_proto_partitions_encode_as(struct req *r, sluice_proto_partition_write_fn write, void *ctx,
+				       bool index_first)
+{
 	assert(!r->done && r->out.len >= RESP_HEADER_BYTES);
 	struct kwr *w = &r->out;
 	bool flex = r->flexible;
@@ -857,7 +865,8 @@ void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_
 		kwr_string(w, flex, r->ops[k].name_ptr, r->ops[k].name_len);
 		kwr_array(w, flex, end - k);
 		for (int32_t i = k; i < end; i++) {
-			kwr_i32(w, r->ops[i].partition);
+			if (index_first)
+				kwr_i32(w, r->ops[i].partition);
 			write(r, w, &r->ops[i], ctx);
 			if (flex)
 				kwr_tags_empty(w);

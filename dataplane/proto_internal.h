@@ -32,6 +32,7 @@ enum sluice_api_key {
 	API_DELETE_TOPICS = 20,
 	API_DELETE_RECORDS = 21,
 	API_INIT_PRODUCER_ID = 22,
+	API_OFFSET_FOR_LEADER_EPOCH = 23,
 	API_DESCRIBE_CONFIGS = 32,
 	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
@@ -60,6 +61,8 @@ bool sluice_api_list_offsets_start(struct req *r, struct krd *rd);
 void sluice_api_list_offsets_finish(struct req *r);
 bool sluice_api_delete_records_start(struct req *r, struct krd *rd);
 void sluice_api_delete_records_finish(struct req *r);
+bool sluice_api_offset_for_leader_epoch_start(struct req *r, struct krd *rd);
+void sluice_api_offset_for_leader_epoch_finish(struct req *r);
 
 /* api_admin.c */
 bool sluice_api_metadata_start(struct req *r, struct krd *rd);
@@ -214,5 +217,9 @@ typedef void (*sluice_proto_partition_write_fn)(struct req *r, struct kwr *w, co
  * in bad_input.py), each with its name, its partitions through write, and
  * tagged fields where flexible. */
 void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx);
+/* The same; index_first false: write puts the partition index itself
+ * (OffsetForLeaderEpoch answers ErrorCode before it). */
+void sluice_proto_partitions_encode_as(struct req *r, sluice_proto_partition_write_fn write, void *ctx,
+				       bool index_first);
 
 #endif
