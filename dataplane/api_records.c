@@ -924,26 +924,43 @@ bool sluice_api_offset_for_leader_epoch_start(struct req *r, struct krd *rd)
 	return true;
 }
 
-/* EpochEndOffset: ErrorCode, Partition, LeaderEpoch, EndOffset (the error
- * comes before the partition index here, unlike the other record APIs). */
-static void offset_for_epoch_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
+/* EpochEndOffset: ErrorCode, Partition, LeaderEpoch, EndOffset. The error
+ * comes before the partition index here, unlike the other record APIs, so
+ * the topics are written here rather than by sluice_proto_partitions_encode
+ * (the same layout otherwise: the topics with partitions to answer, in
+ * request order). */
+static void offset_for_epoch_write_partition(struct kwr *w, const struct partop *op, bool flex)
 {
-	(void)r;
-	(void)ctx;
 	bool known = !op->error && op->base_offset >= 0;
 	kwr_i16(w, op->error);
 	kwr_i32(w, op->partition);
 	kwr_i32(w, known ? (int32_t)op->last_offset : -1);
 	kwr_i64(w, known ? op->base_offset : -1);
+	if (flex)
+		kwr_tags_empty(w);
 }
 
 void sluice_api_offset_for_leader_epoch_finish(struct req *r)
 {
 	assert(r->pending == 0 && !r->done);
+	bool flex = r->flexible;
+	struct kwr *w = &r->out;
 	sluice_proto_resp_begin(r);
-	kwr_i32(&r->out, 0); /* ThrottleTimeMs */
-	sluice_proto_partitions_encode_as(r, offset_for_epoch_write_partition, NULL, false);
-	if (r->flexible)
-		kwr_tags_empty(&r->out);
+	kwr_i32(w, 0); /* ThrottleTimeMs */
+	int32_t topics = 0;
+	for (int32_t k = 0; k < r->nops; k = sluice_proto_topic_run_end(r, k))
+		topics++;
+	kwr_array(w, flex, topics);
+	for (int32_t k = 0, end; k < r->nops; k = end) {
+		end = sluice_proto_topic_run_end(r, k);
+		kwr_string(w, flex, r->ops[k].name_ptr, r->ops[k].name_len);
+		kwr_array(w, flex, end - k);
+		for (int32_t i = k; i < end; i++)
+			offset_for_epoch_write_partition(w, &r->ops[i], flex);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
 	sluice_proto_resp_end(r);
 }

@@ -105,6 +105,11 @@ void sluice_partition_fini(struct sluice_partition *p);
  * end and below its start, and learns the epochs of the newest segments'
  * batches; the producer table is rebuilt from them. */
 void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log, int64_t high_watermark);
+/* This replica leads at epoch (Kafka's Partition.makeLeader): the leader
+ * epoch becomes at least epoch and starts at the log end in the epoch
+ * cache, so OffsetForLeaderEpoch knows it before anything is appended in
+ * it (the latest epoch again changes nothing). The log is attached. */
+void sluice_partition_become_leader(struct sluice_partition *p, int32_t epoch);
 
 /* Offsets. log_end: the next offset to assign; written_end: the end of
  * what is written here; high_watermark: what consumers may read. Always
@@ -162,11 +167,6 @@ void sluice_partition_epoch_truncate_from_end(struct sluice_partition *p, int64_
 void sluice_partition_epoch_truncate_from_start(struct sluice_partition *p, int64_t start_offset);
 /* A batch was appended at base_offset under the current leader epoch. */
 void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset);
-/* This replica leads at epoch (Kafka's Partition.makeLeader): the leader
- * epoch becomes at least epoch and starts at the log end in the epoch
- * cache, so OffsetForLeaderEpoch knows it before anything is appended in
- * it (the latest epoch again changes nothing). The log is attached. */
-void sluice_partition_become_leader(struct sluice_partition *p, int32_t epoch);
 /* The log was truncated (sluice_plog_truncate_to; fully: sluice_plog_truncate_fully),
  * as Kafka's Log.truncateTo and truncateFullyAndStartAt: the high watermark
  * within [log start, written end] (it may move up after a full truncation,

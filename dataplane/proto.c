@@ -849,12 +849,6 @@ static int32_t topic_runs(const struct req *r)
 
 void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx)
 {
-	sluice_proto_partitions_encode_as(r, write, ctx, true);
-}
-
-void sluice_proto_partitions_encode_as(struct req *r, sluice_proto_partition_write_fn write, void *ctx,
-				       bool index_first)
-{
 	assert(!r->done && r->out.len >= RESP_HEADER_BYTES);
 	struct kwr *w = &r->out;
 	bool flex = r->flexible;
@@ -865,8 +859,7 @@ void sluice_proto_partitions_encode_as(struct req *r, sluice_proto_partition_wri
 		kwr_string(w, flex, r->ops[k].name_ptr, r->ops[k].name_len);
 		kwr_array(w, flex, end - k);
 		for (int32_t i = k; i < end; i++) {
-			if (index_first)
-				kwr_i32(w, r->ops[i].partition);
+			kwr_i32(w, r->ops[i].partition);
 			write(r, w, &r->ops[i], ctx);
 			if (flex)
 				kwr_tags_empty(w);

@@ -217,9 +217,5 @@ typedef void (*sluice_proto_partition_write_fn)(struct req *r, struct kwr *w, co
  * in bad_input.py), each with its name, its partitions through write, and
  * tagged fields where flexible. */
 void sluice_proto_partitions_encode(struct req *r, sluice_proto_partition_write_fn write, void *ctx);
-/* The same; index_first false: write puts the partition index itself
- * (OffsetForLeaderEpoch answers ErrorCode before it). */
-void sluice_proto_partitions_encode_as(struct req *r, sluice_proto_partition_write_fn write, void *ctx,
-				       bool index_first);
 
 #endif
