@@ -1,7 +1,7 @@
 /* The record APIs: Produce (with the validation Kafka does before a batch
  * is appended), Fetch (with long polling: a fetch that finds too little
  * parks until data arrives or its wait ends), ListOffsets and
- * DeleteRecords. Each names topics and partitions; the shared iterator of
+ * DeleteRecords, OffsetForLeaderEpoch. Each names topics and partitions; the shared iterator of
  * proto.c decodes them into one op per partition, which storage cores
  * answer, and writes the per-topic answer back. What is here is only what
  * differs: how a partition entry is laid out, what is refused before
@@ -886,5 +886,100 @@ void sluice_api_delete_records_finish(struct req *r)
 	sluice_proto_partitions_encode(r, delete_records_write_partition, NULL);
 	if (r->flexible)
 		kwr_tags_empty(&r->out);
+	sluice_proto_resp_end(r);
+}
+
+/* ---- OffsetForLeaderEpoch (23) ------------------------------------------------------- */
+
+/* KIP-101/KIP-320: where a leader epoch ends in the leader's log, so a
+ * follower (or a consumer validating its position after a leader change)
+ * can find where its log diverged. Versions 2-4: every partition entry
+ * names CurrentLeaderEpoch (the iterator's leader check answers
+ * FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER, -1
+ * skipping the epoch check) and LeaderEpoch; ReplicaId (v3+) is -1 for a
+ * consumer, -2 for a debugging tool, a broker id for a follower: everyone
+ * gets the same answer, from the leader only, as Kafka's
+ * ReplicaManager.lastOffsetForLeaderEpoch (fetchOnlyFromLeader). The
+ * storage core owning the partition answers from its epoch cache
+ * (PARTOP_EPOCH_END). */
+
+/* Partition entry: Partition, CurrentLeaderEpoch, LeaderEpoch. */
+#define EPOCH_PARTITION_BYTES 12
+
+static void offset_for_epoch_skip(struct req *r, struct krd *rd, void *ctx)
+{
+	(void)r;
+	(void)ctx;
+	krd_skip(rd, EPOCH_PARTITION_BYTES);
+}
+
+static void offset_for_epoch_decode(struct req *r, struct krd *rd, struct partop *op, void *ctx)
+{
+	(void)r;
+	(void)ctx;
+	op->partition = krd_i32(rd);
+	op->leader_epoch = krd_i32(rd); /* CurrentLeaderEpoch */
+	op->offset = krd_i32(rd);       /* LeaderEpoch: the one asked about */
+}
+
+static const struct sluice_proto_partitions offset_for_epoch_partitions = {
+	.kind = PARTOP_EPOCH_END,
+	.partition_bytes_min = EPOCH_PARTITION_BYTES,
+	.skip = offset_for_epoch_skip,
+	.decode = offset_for_epoch_decode,
+};
+
+bool sluice_api_offset_for_leader_epoch_start(struct req *r, struct krd *rd)
+{
+	if (r->api_version >= 3)
+		(void)krd_i32(rd); /* ReplicaId: the same answer for all */
+	if (!sluice_proto_partitions_decode(r, rd, &offset_for_epoch_partitions, NULL))
+		return false;
+	if (r->flexible)
+		krd_tags_skip(rd);
+	if (rd->err)
+		return false;
+	sluice_proto_dispatch(r);
+	return true;
+}
+
+/* EpochEndOffset: ErrorCode, Partition, LeaderEpoch, EndOffset. The error
+ * comes before the partition index here, unlike the other record APIs, so
+ * the topics are written here rather than by sluice_proto_partitions_encode
+ * (the same layout otherwise: the topics with partitions to answer, in
+ * request order). */
+static void offset_for_epoch_write_partition(struct kwr *w, const struct partop *op, bool flex)
+{
+	bool known = !op->error && op->base_offset >= 0;
+	kwr_i16(w, op->error);
+	kwr_i32(w, op->partition);
+	kwr_i32(w, known ? (int32_t)op->last_offset : -1);
+	kwr_i64(w, known ? op->base_offset : -1);
+	if (flex)
+		kwr_tags_empty(w);
+}
+
+void sluice_api_offset_for_leader_epoch_finish(struct req *r)
+{
+	assert(r->pending == 0 && !r->done);
+	bool flex = r->flexible;
+	struct kwr *w = &r->out;
+	sluice_proto_resp_begin(r);
+	kwr_i32(w, 0); /* ThrottleTimeMs */
+	int32_t topics = 0;
+	for (int32_t k = 0; k < r->nops; k = sluice_proto_topic_run_end(r, k))
+		topics++;
+	kwr_array(w, flex, topics);
+	for (int32_t k = 0, end; k < r->nops; k = end) {
+		end = sluice_proto_topic_run_end(r, k);
+		kwr_string(w, flex, r->ops[k].name_ptr, r->ops[k].name_len);
+		kwr_array(w, flex, end - k);
+		for (int32_t i = k; i < end; i++)
+			offset_for_epoch_write_partition(w, &r->ops[i], flex);
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
 	sluice_proto_resp_end(r);
 }

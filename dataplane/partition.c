@@ -360,6 +360,15 @@ void sluice_partition_epoch_load(struct sluice_partition *p, const struct sluice
 	p->epochs_dirty = p->epochs_durable = false;
 }
 
+void sluice_partition_become_leader(struct sluice_partition *p, int32_t epoch)
+{
+	assert(p->log && epoch >= 0);
+	if (epoch > p->leader_epoch)
+		p->leader_epoch = epoch;
+	sluice_partition_epoch_assign(p, p->leader_epoch, sluice_plog_log_end(p->log));
+	assert(p->epoch_n > 0 && p->epochs[p->epoch_n - 1].epoch == p->leader_epoch);
+}
+
 void sluice_partition_epoch_assign(struct sluice_partition *p, int32_t epoch, int64_t start_offset)
 {
 	if (epoch < 0 || start_offset < 0)

@@ -153,6 +153,11 @@ void sluice_partition_fini(struct sluice_partition *p);
  * end and below its start, and learns the epochs of the newest segments'
  * batches; the producer table is rebuilt from them. */
 void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log, int64_t high_watermark);
+/* This replica leads at epoch (Kafka's Partition.makeLeader): the leader
+ * epoch becomes at least epoch and starts at the log end in the epoch
+ * cache, so OffsetForLeaderEpoch knows it before anything is appended in
+ * it (the latest epoch again changes nothing). The log is attached. */
+void sluice_partition_become_leader(struct sluice_partition *p, int32_t epoch);
 
 /* Offsets. log_end: the next offset to assign; written_end: the end of
  * what is written here; high_watermark: what consumers may read. Always

@@ -55,6 +55,8 @@ static const struct api apis[API_KEY_MAX] = {
 	[API_DELETE_RECORDS] = {0, 2, 0, 2, sluice_api_delete_records_start, sluice_api_delete_records_finish,
 				"DeleteRecords"},
 	[API_INIT_PRODUCER_ID] = {0, 4, 0, 2, sluice_api_init_producer_id_start, NULL, "InitProducerId"},
+	[API_OFFSET_FOR_LEADER_EPOCH] = {2, 4, 2, 4, sluice_api_offset_for_leader_epoch_start,
+					 sluice_api_offset_for_leader_epoch_finish, "OffsetForLeaderEpoch"},
 	[API_DESCRIBE_CONFIGS] = {1, 4, 1, 4, sluice_api_describe_configs_start, NULL, "DescribeConfigs"},
 	[API_ALTER_CONFIGS] = {0, 2, 0, 2, sluice_api_alter_configs_start, NULL, "AlterConfigs"},
 	[API_CREATE_PARTITIONS] = {0, 3, 0, 2, sluice_api_create_partitions_start, NULL, "CreatePartitions"},

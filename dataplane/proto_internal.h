@@ -32,6 +32,7 @@ enum sluice_api_key {
 	API_DELETE_TOPICS = 20,
 	API_DELETE_RECORDS = 21,
 	API_INIT_PRODUCER_ID = 22,
+	API_OFFSET_FOR_LEADER_EPOCH = 23,
 	API_DESCRIBE_CONFIGS = 32,
 	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
@@ -60,6 +61,8 @@ bool sluice_api_list_offsets_start(struct req *r, struct krd *rd);
 void sluice_api_list_offsets_finish(struct req *r);
 bool sluice_api_delete_records_start(struct req *r, struct krd *rd);
 void sluice_api_delete_records_finish(struct req *r);
+bool sluice_api_offset_for_leader_epoch_start(struct req *r, struct krd *rd);
+void sluice_api_offset_for_leader_epoch_finish(struct req *r);
 
 /* api_admin.c */
 bool sluice_api_metadata_start(struct req *r, struct krd *rd);

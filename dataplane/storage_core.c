@@ -1062,18 +1062,25 @@ static const struct hw_entry *hw_ck_find(const struct sstate *st, const char *to
 	return st->hw_ck_n ? bsearch(&key, st->hw_ck, st->hw_ck_n, sizeof key, hw_entry_cmp) : NULL;
 }
 
-/* Where p's high watermark starts (sluice_partition_attach): a replicated
- * partition (the metadata names other replicas) at its checkpointed one
- * (0 when none: attach keeps it at least the log start), as Kafka; a single
- * replica at its written end (-1), as before replication. */
-static int64_t part_hw_start(struct storecore *sc, const struct spart *p)
+/* What the metadata says of p at its open: whether it has other replicas,
+ * and the leader epoch when this broker leads it (-1 otherwise). */
+static void part_meta_state(struct storecore *sc, const struct spart *p, bool *replicated, int32_t *lead_epoch)
 {
 	struct broker *b = sc->b;
 	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
 	const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
 	const struct sluice_partition_state *ps = t ? sluice_topic_partition(t, p->partition) : NULL;
-	bool replicated = ps && ps->replica_n > 1;
+	*replicated = ps && ps->replica_n > 1;
+	*lead_epoch = ps && ps->leader == b->cfg.node_id && ps->leader_epoch >= 0 ? ps->leader_epoch : -1;
 	b->meta.ops->release(b->meta.self, snap);
+}
+
+/* Where p's high watermark starts (sluice_partition_attach): a replicated
+ * partition at its checkpointed one (0 when none: attach keeps it at least
+ * the log start), as Kafka; a single replica at its written end (-1), as
+ * before replication. */
+static int64_t part_hw_start(struct storecore *sc, const struct spart *p, bool replicated)
+{
 	if (!replicated)
 		return -1;
 	const struct hw_entry *e = hw_ck_find(sc->state, p->topic, p->partition);
@@ -1129,8 +1136,15 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 	(void)part_metadata_check(sc->b, p->topic, dir, true);
 	p->has_topic_id = sluice_partition_metadata_read(dir, p->topic_id) == 1;
 	/* The high watermark, idempotent-producer state and leader epochs. */
+	bool replicated;
+	int32_t lead_epoch;
+	part_meta_state(sc, p, &replicated, &lead_epoch);
 	epochs_load(sc, p, dir);
-	sluice_partition_attach(&p->part, p->log, part_hw_start(sc, p));
+	sluice_partition_attach(&p->part, p->log, part_hw_start(sc, p, replicated));
+	/* Led here (a single node leads every partition): Kafka's makeLeader
+	 * starts the leader epoch at the log end. */
+	if (lead_epoch >= 0)
+		sluice_partition_become_leader(&p->part, lead_epoch);
 	epochs_persist(sc, p);
 	st->fds_est += sluice_plog_open_fds(p->log);
 	return 0;

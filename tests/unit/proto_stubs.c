@@ -431,6 +431,10 @@ struct fpart {
 	int64_t log_start, hw;
 	uint8_t *data; /* stored batches, offsets assigned */
 	size_t len, cap;
+	int32_t ep[STUB_EPOCHS_MAX]; /* stub_store_epochs */
+	int64_t ep_start[STUB_EPOCHS_MAX];
+	int ep_n;
+	bool ep_set;
 };
 
 /* Ops wait here until stub_drain, as they would sit in a storage core's ring:
@@ -544,6 +548,44 @@ static struct fpart *part_find(const char *topic, int32_t partition, bool create
 	snprintf(free_slot->topic, sizeof free_slot->topic, "%s", topic);
 	free_slot->partition = partition;
 	return free_slot;
+}
+
+void stub_store_epochs(const char *topic, int32_t partition, const int32_t *epochs, const int64_t *starts, int n)
+{
+	struct fpart *p = part_find(topic, partition, true);
+	if (!p || n < 0 || n > STUB_EPOCHS_MAX)
+		abort(); /* test double: a test's mistake */
+	memcpy(p->ep, epochs, (size_t)n * sizeof *epochs);
+	memcpy(p->ep_start, starts, (size_t)n * sizeof *starts);
+	p->ep_n = n;
+	p->ep_set = true;
+}
+
+/* OffsetForLeaderEpoch as Kafka's LeaderEpochFileCache.endOffsetFor
+ * answers it, the log end being the high watermark here. */
+static void fake_epoch_end(const struct fpart *p, struct partop *op)
+{
+	int32_t def_ep = 0;
+	int64_t def_start = 0;
+	const int32_t *ep = p->ep_set ? p->ep : &def_ep;
+	const int64_t *start = p->ep_set ? p->ep_start : &def_start;
+	int n = p->ep_set ? p->ep_n : p->hw > 0;
+	int64_t want = op->offset;
+	op->base_offset = op->last_offset = -1;
+	if (want < 0 || n == 0)
+		return;
+	if (ep[n - 1] == want) {
+		op->base_offset = p->hw;
+		op->last_offset = want;
+		return;
+	}
+	int higher = 0;
+	while (higher < n && ep[higher] <= want)
+		higher++;
+	if (higher == n)
+		return;
+	op->base_offset = start[higher];
+	op->last_offset = higher == 0 ? want : ep[higher - 1];
 }
 
 int64_t stub_store_hw(const char *topic, int32_t partition)
@@ -691,6 +733,7 @@ static void fake_storage(struct netcore *nc, struct partop *op)
 	case PARTOP_APPEND:
 	case PARTOP_READ:
 	case PARTOP_LIST_OFFSETS:
+	case PARTOP_EPOCH_END:
 	case PARTOP_DELETE_RECORDS: {
 		struct fpart *p = part_find(op->topic, op->partition, true);
 		if (!p) {
@@ -703,6 +746,8 @@ static void fake_storage(struct netcore *nc, struct partop *op)
 			fake_read(p, op);
 		else if (op->kind == PARTOP_LIST_OFFSETS)
 			fake_list_offsets(p, op);
+		else if (op->kind == PARTOP_EPOCH_END)
+			fake_epoch_end(p, op);
 		else {
 			int64_t to = op->offset == -1 ? p->hw : op->offset;
 			if (to > p->hw || to < 0)

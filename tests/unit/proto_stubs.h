@@ -115,6 +115,12 @@ int64_t stub_store_hw(const char *topic, int32_t partition);
 int64_t stub_store_log_start(const char *topic, int32_t partition);
 /* Appends (and partops of any kind) seen since the last reset. */
 int64_t stub_store_ops(void);
+/* A partition's leader-epoch cache (epochs and start offsets increasing,
+ * at most STUB_EPOCHS_MAX), which OffsetForLeaderEpoch's partops answer
+ * from as a storage core's does; by default a partition holding data has
+ * epoch 0 from offset 0, as a single node's. */
+#define STUB_EPOCHS_MAX 8
+void stub_store_epochs(const char *topic, int32_t partition, const int32_t *epochs, const int64_t *starts, int n);
 /* READs answered by reference, as a storage core answers them: the
  * records in a pinned copy of their own (STUB_PINS_MAX at once; past that
  * a read is copied, as past the storage core's pool), cut into ranges of

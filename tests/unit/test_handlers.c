@@ -139,6 +139,7 @@ static bool flex_of(int16_t key, int16_t v)
 	case 19: return v >= 5;
 	case 20: return v >= 4;
 	case 22: return v >= 2;
+	case 23: return v >= 4;
 	case 32: return v >= 4;
 	case 33: return v >= 2;
 	case 44: return v >= 1;
@@ -338,7 +339,7 @@ static const struct { int16_t key, min, max; } compat_advertise[] = {
 /* The APIs this suite encodes, with the versions to exercise. */
 static const struct { int16_t key, min, max; } covered[] = {
 	{18, 0, 4}, {3, 0, 12}, {0, 3, 11}, {1, 4, 12}, {2, 1, 7}, {19, 2, 7}, {20, 1, 6}, {32, 1, 4},
-	{10, 0, 4}, {22, 0, 4},
+	{10, 0, 4}, {22, 0, 4}, {23, 2, 4},
 };
 
 /* Proves ApiVersions v0-v4 answer error 0 with header v0, the v3+ flexible
@@ -1361,14 +1362,139 @@ Test(fetch_zero_copy, copied_past_the_connection_budget, .init = setup_small_bud
 	free(ref);
 }
 
-/* ---- ListOffsets -------------------------------------------------------------------------------- */
+/* ---- OffsetForLeaderEpoch -------------------------------------------------------------------------- */
 
+/* A partition's answer to ListOffsets or OffsetForLeaderEpoch. */
 struct lo_part {
 	int32_t index;
 	int16_t err;
 	int64_t ts, offset;
 	int32_t epoch;
 };
+
+/* One OffsetForLeaderEpoch request: topic, ReplicaId (v3+), then
+ * (partition, CurrentLeaderEpoch, LeaderEpoch) triples; the answers in out
+ * (index, err, epoch: LeaderEpoch, offset: EndOffset). */
+static void epoch_end_roundtrip(int16_t v, const char *topic, int32_t replica, const int32_t (*parts)[3], int n,
+				char *echo, struct lo_part *out)
+{
+	struct rq q;
+	rq_start(&q, 23, v);
+	if (v >= 3)
+		kwr_i32(&q.w, replica);
+	rq_arr(&q, 1);
+	rq_str(&q, topic);
+	rq_arr(&q, n);
+	for (int i = 0; i < n; i++) {
+		kwr_i32(&q.w, parts[i][0]);
+		kwr_i32(&q.w, parts[i][1]);
+		kwr_i32(&q.w, parts[i][2]);
+		rq_tags(&q);
+	}
+	rq_tags(&q);
+	rq_tags(&q);
+	cr_assert(rq_send(&q), "OffsetForLeaderEpoch v%d refused", v);
+	struct rs s;
+	rs_take(&s, 23, v, q.corr);
+	cr_expect_eq(krd_i32(&s.r), 0, "ThrottleTimeMs");
+	cr_assert_eq(rs_arr(&s, false), 1);
+	rs_str(&s, echo, echo ? 256 : 0, false);
+	cr_assert_eq(rs_arr(&s, false), n);
+	for (int i = 0; i < n; i++) {
+		out[i].err = krd_i16(&s.r);
+		out[i].index = krd_i32(&s.r);
+		out[i].epoch = krd_i32(&s.r);
+		out[i].offset = krd_i64(&s.r);
+		out[i].ts = -1;
+		rs_tags(&s);
+		cr_expect_eq(out[i].index, parts[i][0], "partition %d answered in order", i);
+	}
+	rs_tags(&s);
+	rs_tags(&s);
+	rs_end(&s);
+}
+
+/* The same on topic "cl" from follower 2 (the cluster tests' broker). */
+static void cl_epoch_end(int16_t v, const int32_t (*parts)[3], int n, struct lo_part *out)
+{
+	epoch_end_roundtrip(v, "cl", 2, parts, n, NULL, out);
+}
+
+/* Proves OffsetForLeaderEpoch v2-v4 (ReplicaId -1, -2 and a broker id:
+ * the same answers) answers from the storage core's epoch cache as Kafka's
+ * LeaderEpochFileCache.endOffsetFor: the latest epoch ends at the log end;
+ * an older one where the next higher starts, with the largest epoch at or
+ * below it (4 -> 3); one below the oldest with itself and the oldest's
+ * start; one above every epoch, or -1, UNDEFINED (-1, -1) without error; an
+ * empty partition UNDEFINED; a partition or topic that does not exist
+ * UNKNOWN_TOPIC_OR_PARTITION (3); and, on a single node (leader epoch 0),
+ * CurrentLeaderEpoch 0 or -1 passes while 1 is UNKNOWN_LEADER_EPOCH (75). */
+Test(offset_for_leader_epoch, every_version, .init = setup, .fini = teardown)
+{
+	create_topic("oe", 2);
+	for (int i = 0; i < 6; i++)
+		produce_simple("oe", 0, 5);
+	const int32_t e[] = {1, 3, 5};
+	const int64_t s[] = {0, 10, 20};
+	stub_store_epochs("oe", 0, e, s, 3);
+	const int32_t replicas[] = {-1, -2, 7};
+	for (int16_t v = 2; v <= 4; v++)
+		for (int r = 0; r < 3; r++) {
+			const int32_t parts[][3] = {{0, -1, 5}, {0, 0, 3}, {0, -1, 4}, {0, -1, 0}, {0, -1, 6},
+						    {0, -1, -1}, {1, -1, 0}, {7, -1, 0}, {0, 1, 5}};
+			const int32_t want_epoch[] = {5, 3, 3, 0, -1, -1, -1, -1, -1};
+			const int64_t want_end[] = {30, 20, 20, 0, -1, -1, -1, -1, -1};
+			const int16_t want_err[] = {0, 0, 0, 0, 0, 0, 0, 3, 75};
+			struct lo_part o[9];
+			char echo[256];
+			epoch_end_roundtrip(v, "oe", replicas[r], parts, 9, echo, o);
+			cr_expect_str_eq(echo, "oe");
+			for (int i = 0; i < 9; i++) {
+				cr_expect_eq(o[i].err, want_err[i], "v%d replica %d entry %d: error %d", v, replicas[r], i,
+					     o[i].err);
+				cr_expect_eq(o[i].epoch, want_epoch[i], "v%d entry %d: epoch %d", v, i, o[i].epoch);
+				cr_expect_eq(o[i].offset, want_end[i], "v%d entry %d: end %" PRId64, v, i, o[i].offset);
+			}
+		}
+	const int32_t one[][3] = {{0, -1, 0}};
+	struct lo_part o[1];
+	epoch_end_roundtrip(4, "nope", -1, one, 1, NULL, o);
+	cr_expect_eq(o[0].err, 3, "unknown topic: %d", o[0].err);
+}
+
+/* Proves a malformed OffsetForLeaderEpoch closes the connection with
+ * nothing lent to storage: a partition count past the bytes left, a
+ * partition entry cut short, a v4 topic name whose length runs past the
+ * frame. */
+Test(offset_for_leader_epoch, malformed_closes, .init = setup, .fini = teardown)
+{
+	create_topic("oe", 1);
+	int64_t ops = stub_store_ops();
+	for (int k = 0; k < 3; k++) {
+		struct rq q;
+		rq_start(&q, 23, k == 2 ? 4 : 3);
+		kwr_i32(&q.w, -1);
+		rq_arr(&q, 1);
+		if (k == 2) {
+			kwr_uvarint(&q.w, 1000); /* compact string length 999 */
+			kwr_raw(&q.w, "oe", 2);
+		} else {
+			rq_str(&q, "oe");
+			rq_arr(&q, k == 0 ? 100000 : 2);
+			kwr_i32(&q.w, 0);
+			kwr_i32(&q.w, -1);
+			kwr_i32(&q.w, 0);
+			if (k == 1)
+				kwr_i32(&q.w, 0); /* the second entry: 4 of its 12 bytes */
+		}
+		reconnect();
+		cr_expect(!rq_send(&q), "malformed request %d answered", k);
+	}
+	cr_expect_eq(stub_store_ops(), ops, "nothing reached storage");
+	reconnect();
+}
+
+/* ---- ListOffsets -------------------------------------------------------------------------------- */
 
 static void list_offsets_roundtrip(int16_t v, const char *topic, const int64_t *ts, const int32_t *parts, int n,
 				   char *echo, struct lo_part *out)
@@ -3152,6 +3278,34 @@ Test(cluster, list_offsets_leader_and_epoch, .init = cl_setup, .fini = teardown)
 			cr_expect_eq(o[3].err, 74, "v%d older epoch: %d", v, o[3].err);
 			cr_expect_eq(o[4].err, 75, "v%d newer epoch: %d", v, o[4].err);
 		}
+	}
+}
+
+/* Proves OffsetForLeaderEpoch v2-v4 checks leadership and CurrentLeaderEpoch
+ * per partition as Kafka: on the partition led here at epoch 5, -1 and 5
+ * answer, 4 (older) is FENCED_LEADER_EPOCH (74), 6 (newer) is
+ * UNKNOWN_LEADER_EPOCH (75), each with LeaderEpoch and EndOffset -1; the
+ * partitions led by broker 2 and by nobody answer NOT_LEADER_OR_FOLLOWER (6),
+ * whatever the ReplicaId (a follower gets a consumer's answer). */
+Test(cluster, offset_for_leader_epoch_leader_and_epoch, .init = cl_setup, .fini = teardown)
+{
+	produce_simple("cl", 0, 4);
+	const int32_t e[] = {2, 5};
+	const int64_t s[] = {0, 3};
+	stub_store_epochs("cl", 0, e, s, 2);
+	for (int16_t v = 2; v <= 4; v++) {
+		const int32_t parts[][3] = {{0, -1, 5}, {0, 5, 2}, {0, 4, 5}, {0, 6, 5}, {1, -1, 0}, {2, -1, 0}};
+		struct lo_part o[6];
+		cl_epoch_end(v, parts, 6, o);
+		cr_expect_eq(o[0].err, 0, "v%d: %d", v, o[0].err);
+		cr_expect(o[0].epoch == 5 && o[0].offset == 4, "v%d latest epoch: %d %" PRId64, v, o[0].epoch, o[0].offset);
+		cr_expect(o[1].err == 0 && o[1].epoch == 2 && o[1].offset == 3, "v%d epoch 2 ends where 5 starts", v);
+		cr_expect_eq(o[2].err, 74, "v%d older CurrentLeaderEpoch: %d", v, o[2].err);
+		cr_expect_eq(o[3].err, 75, "v%d newer CurrentLeaderEpoch: %d", v, o[3].err);
+		cr_expect(o[2].epoch == -1 && o[2].offset == -1);
+		cr_expect_eq(o[4].err, 6, "v%d broker 2's: %d", v, o[4].err);
+		cr_expect_eq(o[5].err, 6, "v%d leaderless: %d", v, o[5].err);
+		cr_expect(o[4].epoch == -1 && o[4].offset == -1);
 	}
 }
 

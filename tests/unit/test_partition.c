@@ -4,7 +4,11 @@
  * written end (on a single node it follows the written end exactly); that a
  * read clamped to the high watermark serves nothing past it while the log
  * has more written; the leader-epoch cache's append, end-offset lookup and
- * truncations (Kafka's LeaderEpochFileCache semantics) and its bound; the
+ * truncations (Kafka's LeaderEpochFileCache semantics), its bound and which
+ * changes its checkpoint must write (synced or not); a follower's log
+ * appended verbatim, truncated and truncated fully, with the high
+ * watermark, epochs, producers and waiters following; a checkpointed high
+ * watermark and epoch cache checked against the log at attach; the
  * idempotent-producer rules (duplicates, order, epoch fencing) and the
  * producer table's bound; the append wait list; and a fetch-waiter bit for
  * every core id up to SLUICE_CORES_MAX - 1. */
@@ -455,6 +459,154 @@ Test(partition, epoch_cache_bounded)
 	sluice_partition_on_append(&P, 1001);
 	cr_expect_eq(P.epochs[P.epoch_n - 1].epoch, 100);
 	cr_expect_eq(P.epochs[P.epoch_n - 1].start_offset, 1000);
+}
+
+/* Proves which cache changes mark the checkpoint for writing, and which
+ * need it synced: the first epoch of an empty cache and a cut from the
+ * start are rebuilt from the log after a crash (no sync), a later epoch and
+ * a cut from the end are not; nothing that changes nothing marks it; a load
+ * leaves it clean. */
+Test(partition, epoch_checkpoint_flags)
+{
+	sluice_partition_epoch_assign(&P, 0, 0);
+	cr_expect(P.epochs_dirty && !P.epochs_durable, "first epoch: written, not synced");
+	P.epochs_dirty = false;
+	sluice_partition_epoch_assign(&P, 0, 7);
+	sluice_partition_epoch_truncate_from_end(&P, 50);
+	sluice_partition_epoch_truncate_from_start(&P, 0);
+	cr_expect(!P.epochs_dirty, "no change, nothing to write");
+	sluice_partition_epoch_assign(&P, 2, 10);
+	cr_expect(P.epochs_dirty && P.epochs_durable, "a new epoch after others: synced");
+	P.epochs_dirty = P.epochs_durable = false;
+	sluice_partition_epoch_truncate_from_start(&P, 4);
+	cr_expect(P.epochs_dirty && !P.epochs_durable, "the log start moved: written, not synced");
+	P.epochs_dirty = false;
+	sluice_partition_epoch_truncate_from_end(&P, 10);
+	cr_expect(P.epochs_dirty && P.epochs_durable, "a truncation: synced");
+	cr_expect_eq(P.epoch_n, 1);
+	struct sluice_epoch_entry e[2] = {{3, 0}, {4, 9}};
+	sluice_partition_epoch_load(&P, e, 2, true);
+	cr_expect(!P.epochs_dirty && !P.epochs_durable && P.epochs_dropped && P.epoch_n == 2);
+}
+
+static struct sluice_batch pbatch(int64_t pid, int16_t epoch, int32_t first_seq, int32_t count);
+
+/* A batch as a leader wrote it: base offset, epoch, n records, an
+ * idempotent producer's pid (-1: none) and first sequence. */
+static uint8_t *leader_batch(int64_t base, int32_t epoch, int n, int64_t pid, int32_t seq, size_t *len)
+{
+	uint8_t *b = tb_simple(n, 1000, 10, len);
+	kput64(b, (uint64_t)base);
+	kput32(b + SLUICE_BATCH_OFF_EPOCH, (uint32_t)epoch);
+	kput64(b + SLUICE_BATCH_OFF_PRODUCER_ID, (uint64_t)pid);
+	b[SLUICE_BATCH_OFF_PRODUCER_EPOCH] = b[SLUICE_BATCH_OFF_PRODUCER_EPOCH + 1] = pid >= 0 ? 0 : 0xff;
+	kput32(b + SLUICE_BATCH_OFF_BASE_SEQ, (uint32_t)(pid >= 0 ? seq : -1));
+	tb_fix_crc(b, *len);
+	return b;
+}
+
+/* Append the leader's batch verbatim, as sluice_store_append_verbatim does:
+ * the epoch cache and producer table learn from it. */
+static void follow(struct sluice_plog *l, int64_t base, int32_t epoch, int n, int64_t pid, int32_t seq)
+{
+	size_t len;
+	uint8_t *b = leader_batch(base, epoch, n, pid, seq, &len);
+	int64_t last;
+	cr_assert_eq(sluice_plog_append_verbatim(l, b, len, &last), 0);
+	struct sluice_batch h;
+	cr_assert_eq(sluice_batch_parse(b, len, &h), SLUICE_BATCH_OK);
+	sluice_partition_epoch_assign(&P, h.leader_epoch, h.base_offset);
+	if (h.producer_id >= 0)
+		sluice_partition_producer_record(&P, &h, base, last);
+	free(b);
+}
+
+/* Proves a follower's truncation as the storage core runs it: after the
+ * log is cut inside epoch 3's batches, the high watermark comes down to
+ * the new end, epoch 3 leaves the cache (synced), the producer table no
+ * longer knows the truncated batches (a retry of one is no duplicate), and
+ * the appends waiting past the end are handed back in order while those
+ * below stay; a full truncation then empties the cache and puts the high
+ * watermark at the new start. */
+Test(partition, follower_truncation)
+{
+	struct sluice_plog *l = open_log();
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(lead(SELF, 3, 0, all, 2, all, 2, 0), SLUICE_PARTITION_LEADER); /* for the high watermark's sake */
+	sluice_partition_attach(&P, l, 0);
+	follow(l, 0, 1, 4, 77, 0);  /* 0..3, epoch 1 */
+	follow(l, 4, 3, 4, 77, 4);  /* 4..7, epoch 3 */
+	follow(l, 8, 3, 4, 77, 8);  /* 8..11 */
+	flush(l);
+	cr_expect(sluice_partition_replica_position(&P, 2, 12, 0));
+	cr_expect_eq(sluice_partition_high_watermark(&P), 12);
+	struct partop a = {.last_offset = 3}, b = {.last_offset = 7}, c = {.last_offset = 11};
+	sluice_partition_wait_append(&P, &a, true);
+	sluice_partition_wait_append(&P, &b, true);
+	sluice_partition_wait_append(&P, &c, true);
+	char err[256];
+	cr_assert_eq(sluice_plog_truncate_to(l, 6, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sluice_plog_log_end(l), 4, "the batch holding 6 went whole");
+	P.epochs_dirty = P.epochs_durable = false;
+	struct partop *gone = sluice_partition_on_truncate(&P, false);
+	cr_expect_eq(gone, &b);
+	cr_expect_eq(b.next, &c);
+	cr_expect_null(c.next);
+	cr_expect_eq(P.wait_head, &a);
+	cr_expect_eq(P.wait_tail, &a);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 4);
+	cr_expect(P.epoch_n == 1 && P.epochs[0].epoch == 1);
+	cr_expect(P.epochs_dirty && P.epochs_durable, "the cut is written synced");
+	int32_t e;
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 1, sluice_partition_log_end(&P), &e), 4);
+	struct sluice_batch retry = pbatch(77, 0, 4, 4);
+	int64_t base, last;
+	int16_t error;
+	const char *why = NULL;
+	cr_expect_eq(sluice_partition_producer_check(&P, &retry, &base, &last, &error, &why), SLUICE_PRODUCER_APPEND,
+		     "the truncated batch is no longer a duplicate");
+	/* The leader's epoch 2 batches follow. */
+	follow(l, 4, 2, 2, -1, 0);
+	flush(l);
+	cr_expect_eq(P.epochs[P.epoch_n - 1].epoch, 2);
+	cr_expect_eq(P.epochs[P.epoch_n - 1].start_offset, 4);
+	(void)sluice_partition_wait_pop(&P);
+	cr_assert_eq(sluice_plog_truncate_fully(l, 40, err, sizeof err), 0, "%s", err);
+	cr_expect_null(sluice_partition_on_truncate(&P, true));
+	cr_expect_eq(P.epoch_n, 0);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 40);
+	cr_expect_eq(sluice_partition_log_start(&P), 40);
+	close_log(l);
+}
+
+/* Proves attach checks a checkpointed cache against the log: an entry past
+ * the log end (the checkpoint outlived a crash's lost data) goes, the
+ * newest segments' epochs are added, the cut ones marked for writing; and
+ * a replicated partition's checkpointed high watermark is kept within
+ * [log start, written end]. */
+Test(partition, attach_checks_checkpoints)
+{
+	struct sluice_plog *l = open_log();
+	follow(l, 0, 1, 5, -1, 0);
+	follow(l, 5, 2, 5, -1, 0);
+	flush(l);
+	sluice_plog_close(l);
+	struct sluice_plog_cfg cfg = {.segment_bytes = 1 << 30, .index_interval_bytes = 4096,
+				      .flush_interval_messages = INT64_MAX, .direct_io = true};
+	struct sluice_plog_hooks hooks = {wait_write, on_written, &P};
+	char err[256] = "";
+	sluice_partition_fini(&P);
+	sluice_partition_init(&P, SELF);
+	cr_assert_eq(sluice_plog_open(L.dir, &cfg, true, &hooks, &l, NULL, err, sizeof err), 0, "%s", err);
+	struct sluice_epoch_entry ck[2] = {{1, 0}, {7, 100}};
+	sluice_partition_epoch_load(&P, ck, 2, false);
+	sluice_partition_attach(&P, l, 500);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 10, "at most the written end");
+	cr_expect_eq(P.epoch_n, 2);
+	cr_expect(P.epochs[0].epoch == 1 && P.epochs[0].start_offset == 0);
+	cr_expect(P.epochs[1].epoch == 2 && P.epochs[1].start_offset == 5, "epoch 7 past the end went, 2 was added");
+	cr_expect(P.epochs_dirty && !P.epochs_durable);
+	close_log(l);
 }
 
 /* ---- idempotent producers ---------------------------------------------------- */

@@ -12,6 +12,9 @@
 //   produce-one  B TOPIC SIZE                          one record of SIZE random bytes
 //   fetch-at     B TOPIC PARTITION OFFSET RESET        assign+seek, first record or error
 //   describe     B TOPIC                               Admin.describeTopics
+//   seek-epoch   B TOPIC PARTITION OFFSET EPOCH RESET  assign+seek to OFFSET as read under leader
+//                                                     EPOCH (the consumer validates it with
+//                                                     OffsetForLeaderEpoch), first record or error
 //
 // Output lines are "key value ..." facts; errors a user would see are printed as
 // "ERROR <exception class>: <message>" (with the cause chain) and exit 1.
@@ -77,6 +80,9 @@ public class SluiceJavaClient {
             case "produce-one": produceOne(bootstrap, topic, Integer.parseInt(a[3])); break;
             case "fetch-at": fetchAt(bootstrap, topic, Integer.parseInt(a[3]), Long.parseLong(a[4]), a[5]); break;
             case "describe": describeTopic(bootstrap, topic); break;
+            case "seek-epoch":
+                seekEpoch(bootstrap, topic, Integer.parseInt(a[3]), Long.parseLong(a[4]), Integer.parseInt(a[5]), a[6]);
+                break;
             default: System.err.println("unknown mode " + mode); System.exit(2);
         }
         System.out.flush();
@@ -227,6 +233,26 @@ public class SluiceJavaClient {
                 }
                 if (c.position(tp) >= end)
                     break; // reset to the end: nothing to read
+            }
+            System.out.println("OK no record position " + c.position(tp));
+        } catch (Exception e) {
+            fail(e);
+        }
+    }
+
+    static void seekEpoch(String bootstrap, String topic, int partition, long offset, int epoch, String reset) {
+        Properties props = consumerProps(bootstrap);
+        props.put("auto.offset.reset", reset);
+        try (KafkaConsumer<String, byte[]> c = new KafkaConsumer<>(props)) {
+            TopicPartition tp = new TopicPartition(topic, partition);
+            c.assign(List.of(tp));
+            c.seek(tp, new OffsetAndMetadata(offset, Optional.of(epoch), ""));
+            long deadline = System.currentTimeMillis() + 15_000;
+            while (System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, byte[]> r : c.poll(Duration.ofMillis(500))) {
+                    System.out.println("OK first offset " + r.offset() + " epoch " + r.leaderEpoch().orElse(-1));
+                    return;
+                }
             }
             System.out.println("OK no record position " + c.position(tp));
         } catch (Exception e) {
