@@ -61,14 +61,13 @@ _Static_assert(UD_RECV < SLUICE_FETCHER_UD_KINDS, "every kind has a user_data va
 struct fconn;
 
 struct sluice_follow {
-	struct spart *p; /* NULL once unfollowed: freed when no request in flight names it */
+	struct spart *p;
 	char topic[SLUICE_TOPIC_NAME_MAX + 1];
 	int32_t partition, leader, epoch;
 	struct fconn *conn;                /* the leader's connection it is listed on, or NULL */
 	struct sluice_follow *next, *prev; /* that list */
 	int64_t retry_ms;                  /* not asked for before this (an error's backoff) */
-	bool inflight;                     /* named by a request whose answer has not come */
-	struct sluice_follow *dead_next;   /* unfollowed while in flight */
+	bool inflight;                     /* named by conn's request in flight (req_forget undoes it) */
 };
 
 enum conn_state { C_IDLE, C_CONNECTING, C_READY, C_SENDING, C_RECEIVING, C_CLOSING };
@@ -95,7 +94,9 @@ struct fconn {
 	size_t in_len, in_cap;
 	struct sluice_follow *head; /* the partitions following this leader */
 	uint32_t n;
-	struct sluice_follow *req[FETCH_REQUEST_PARTITIONS_MAX]; /* the request in flight's, in order */
+	/* The request in flight's partitions, in order; NULL for one that left
+	 * (unfollowed, or moved to another leader) before the answer came. */
+	struct sluice_follow *req[FETCH_REQUEST_PARTITIONS_MAX];
 	uint32_t req_n;
 	int32_t req_epoch[FETCH_REQUEST_PARTITIONS_MAX];      /* CurrentLeaderEpoch asked with */
 	int64_t req_offset[FETCH_REQUEST_PARTITIONS_MAX];     /* FetchOffset */
@@ -105,7 +106,7 @@ struct fconn {
 
 struct fetcher {
 	struct fconn *conns[SLUICE_FETCHER_LEADERS_MAX];
-	struct sluice_follow *dead; /* unfollowed while a request names them */
+	uint32_t conn_n;            /* slots in use */
 	bool pending;               /* completions recorded since the last tick */
 	char client_id[48];
 };
@@ -116,11 +117,25 @@ static const struct sluice_config *cfg_of(const struct storecore *sc) { return &
 
 /* ---- follows --------------------------------------------------------------- */
 
+/* f leaves its connection's request in flight: the answer's entry for it
+ * is dropped, and it may be asked for elsewhere (a new leader) at once. */
+static void req_forget(struct fconn *c, struct sluice_follow *f)
+{
+	for (uint32_t i = 0; f->inflight && i < c->req_n; i++)
+		if (c->req[i] == f) {
+			c->req[i] = NULL;
+			f->inflight = false;
+		}
+	assert(!f->inflight);
+}
+
 static void list_remove(struct sluice_follow *f)
 {
 	struct fconn *c = f->conn;
 	if (!c)
 		return;
+	if (f->inflight)
+		req_forget(c, f);
 	if (f->prev)
 		f->prev->next = f->next;
 	else
@@ -182,6 +197,7 @@ static struct fconn *conn_for(struct storecore *sc, int32_t leader)
 	c->fd = -1;
 	c->state = C_IDLE;
 	ft->conns[free_slot] = c;
+	ft->conn_n++;
 	return c;
 }
 
@@ -221,32 +237,14 @@ void sluice_fetcher_follow(struct storecore *sc, struct sluice_follow **fp, stru
 
 void sluice_fetcher_unfollow(struct storecore *sc, struct sluice_follow **fp)
 {
+	(void)sc;
 	struct sluice_follow *f = *fp;
 	if (!f)
 		return;
 	*fp = NULL;
-	list_remove(f);
-	f->p = NULL;
-	if (!f->inflight) {
-		free(f);
-		return;
-	}
-	struct fetcher *ft = fetcher_of(sc);
-	f->dead_next = ft->dead; /* freed once its request's answer (or failure) lets go of it */
-	ft->dead = f;
-}
-
-static void dead_collect(struct fetcher *ft)
-{
-	for (struct sluice_follow **d = &ft->dead; *d;) {
-		struct sluice_follow *f = *d;
-		if (f->inflight) {
-			d = &f->dead_next;
-			continue;
-		}
-		*d = f->dead_next;
-		free(f);
-	}
+	list_remove(f); /* and out of the request in flight */
+	assert(!f->inflight);
+	free(f);
 }
 
 /* ---- io_uring ---------------------------------------------------------------- */
@@ -311,7 +309,8 @@ static bool submit(struct storecore *sc, struct fconn *c, int kind)
 static void req_release(struct fconn *c)
 {
 	for (uint32_t i = 0; i < c->req_n; i++)
-		c->req[i]->inflight = false;
+		if (c->req[i])
+			c->req[i]->inflight = false;
 	c->req_n = 0;
 }
 
@@ -402,7 +401,7 @@ static void conn_connect(struct storecore *sc, struct fconn *c, int64_t now)
 static bool follow_ready(const struct fconn *c, const struct sluice_follow *f, int64_t now, int64_t *offset,
 			 int32_t *last_epoch, int64_t *log_start)
 {
-	if (!f->p || f->inflight || now < f->retry_ms || !sluice_store_follows(f->p, c->leader, f->epoch))
+	if (f->inflight || now < f->retry_ms || !sluice_store_follows(f->p, c->leader, f->epoch))
 		return false;
 	return sluice_store_follower_position(f->p, offset, last_epoch, log_start);
 }
@@ -467,7 +466,7 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 	 * be written first (their writes went out with this turn's group
 	 * commits; the completions bring the core back here). */
 	for (struct sluice_follow *g = c->head; g; g = g->next)
-		if (g->p && sluice_store_follower_unwritten(g->p))
+		if (sluice_store_follower_unwritten(g->p))
 			return;
 	struct sluice_follow *f = c->head, *last = NULL;
 	for (; f && c->req_n < FETCH_REQUEST_PARTITIONS_MAX; f = f->next) {
@@ -587,7 +586,7 @@ static int32_t req_find(const struct fconn *c, uint32_t *cursor, struct kstr top
 	for (uint32_t k = 0; k < c->req_n; k++) {
 		uint32_t i = (*cursor + k) % c->req_n;
 		const struct sluice_follow *f = c->req[i];
-		if (f->partition == partition && topic.ptr && strlen(f->topic) == (size_t)topic.len &&
+		if (f && f->partition == partition && topic.ptr && strlen(f->topic) == (size_t)topic.len &&
 		    memcmp(f->topic, topic.ptr, (size_t)topic.len) == 0) {
 			*cursor = i + 1;
 			return (int32_t)i;
@@ -604,8 +603,9 @@ static void answer_apply(struct storecore *sc, struct fconn *c, uint32_t i, cons
 {
 	struct sluice_follow *f = c->req[i];
 	int32_t backoff = cfg_of(sc)->replica_fetch_backoff_ms;
-	if (!f->p || !sluice_store_follows(f->p, c->leader, c->req_epoch[i]))
-		return;
+	assert(f && f->conn == c);
+	if (!sluice_store_follows(f->p, c->leader, c->req_epoch[i]))
+		return; /* another leader or epoch since the request */
 	int16_t e = a->error;
 	if (!e && a->diverging_epoch >= 0) {
 		if (sluice_store_follower_diverged(sc, f->p, a->diverging_epoch, a->diverging_end) < 0)
@@ -665,7 +665,8 @@ static bool answer_handle(struct storecore *sc, struct fconn *c, size_t size, in
 	krd_tags_skip(&rd);
 	if (top && !rd.err && topics <= 0) /* a request-level error names no partition */
 		for (uint32_t i = 0; i < c->req_n; i++)
-			c->req[i]->retry_ms = now + cfg_of(sc)->replica_fetch_backoff_ms;
+			if (c->req[i])
+				c->req[i]->retry_ms = now + cfg_of(sc)->replica_fetch_backoff_ms;
 	return !rd.err && krd_left(&rd) == 0;
 }
 
@@ -682,7 +683,6 @@ static void conn_received(struct storecore *sc, struct fconn *c, int64_t now)
 		if (c->in_len >= 4 + (size_t)size) {
 			bool ok = c->in_len == 4 + (size_t)size && answer_handle(sc, c, size, now);
 			req_release(c);
-			dead_collect(fetcher_of(sc));
 			if (!ok) {
 				conn_fail(sc, c, "malformed answer", 0);
 				return;
@@ -745,6 +745,8 @@ static void conn_free(struct fetcher *ft, struct fconn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	ft->conns[c->slot] = NULL;
+	assert(ft->conn_n > 0);
+	ft->conn_n--;
 	free(c->in);
 	kwr_free(&c->out);
 	free(c);
@@ -778,10 +780,9 @@ static void fetcher_tick(struct storecore *sc, int64_t now_ms)
 {
 	struct fetcher *ft = fetcher_of(sc);
 	ft->pending = false;
-	for (int i = 0; i < SLUICE_FETCHER_LEADERS_MAX; i++)
+	for (int i = 0; i < SLUICE_FETCHER_LEADERS_MAX && ft->conn_n > 0; i++)
 		if (ft->conns[i])
 			conn_step(sc, ft->conns[i], now_ms);
-	dead_collect(ft);
 }
 
 /* Completions waiting: now; else the soonest deadline of an operation in
@@ -794,7 +795,7 @@ static int64_t fetcher_next_deadline(struct storecore *sc)
 	if (ft->pending)
 		return 0;
 	int64_t d = INT64_MAX;
-	for (int i = 0; i < SLUICE_FETCHER_LEADERS_MAX; i++) {
+	for (int i = 0; i < SLUICE_FETCHER_LEADERS_MAX && ft->conn_n > 0; i++) {
 		const struct fconn *c = ft->conns[i];
 		if (!c)
 			continue;
@@ -831,23 +832,13 @@ static void fetcher_fini(struct storecore *sc)
 			continue;
 		for (struct sluice_follow *f = c->head, *next; f; f = next) {
 			next = f->next;
-			if (f->inflight) {
-				f->conn = NULL; /* freed with the dead below */
-				f->dead_next = ft->dead;
-				ft->dead = f;
-				continue;
-			}
-			free(f);
+			free(f); /* the partitions' pointers to them are not used again */
 		}
 		if (c->fd >= 0)
 			close(c->fd);
 		free(c->in);
 		kwr_free(&c->out);
 		free(c);
-	}
-	for (struct sluice_follow *f = ft->dead, *next; f; f = next) {
-		next = f->dead_next;
-		free(f);
 	}
 	free(ft);
 	sc->fetcher = NULL;

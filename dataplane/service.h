@@ -1,14 +1,13 @@
 /* Services of a storage core: work that runs on a storage core's thread
  * beside its partition logs, driven by the core through one small ops
  * table, and using the core only through the few storage calls declared
- * here. The group coordinator is the first such service; the follower
- * fetcher (fetcher.c) is the second, the transaction coordinator is meant to
- * be the next. A
- * service owns the partops of its kind (routed to it by partop kind) from
- * handle() until it answers them with sluice_store_done(), or hands one to
- * sluice_store_append() to be answered once its records are written (the
- * core then calls written() just before it answers). Everything here runs
- * on the storage core's thread: no locks. */
+ * here. The group coordinator is the first such service and the follower
+ * fetcher (fetcher.c) the second; the transaction coordinator is meant to
+ * be the next. A service owns the partops of its kind (routed to it by
+ * partop kind) from handle() until it answers them with
+ * sluice_store_done(), or hands one to sluice_store_append() to be answered
+ * once its records are written (the core then calls written() just before
+ * it answers). Everything here runs on the storage core's thread: no locks. */
 #ifndef SLUICE_SERVICE_H
 #define SLUICE_SERVICE_H
 #include "dataplane/core.h"
