@@ -16,6 +16,10 @@ Proves, in order:
   session timeout and a little), kafka-topics --describe shows the ISR without the dead
   broker, and the new leader serves every acknowledged record at its offset, and every
   record the consumer saw before the kill (nothing it read is lost);
+- the new leader's side of the replica Fetch v12, raw: a stale CurrentLeaderEpoch gets
+  FENCED_LEADER_EPOCH, a future one UNKNOWN_LEADER_EPOCH, a ReplicaId that is no replica
+  NOT_LEADER_OR_FOLLOWER, and a follower whose log runs past the end of its
+  LastFetchedEpoch here gets DivergingEpoch (that epoch, where it ended) and no records;
 - producing works again (acks=all, as long as the ISR holds min.insync.replicas=2);
   a topic with min.insync.replicas=3 refuses acks=all with NOT_ENOUGH_REPLICAS (before
   appending anything) while acks=1 still works;
@@ -44,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clients  # noqa: E402
 import cluster as clu  # noqa: E402
 import lib  # noqa: E402
-from lib import check, log  # noqa: E402
+from lib import Dec, Enc, check, log  # noqa: E402
 
 BASE_PORT = 40500
 SESSION_MS, HEARTBEAT_MS, ELECTION_MS, LAG_MS = 4000, 500, 1000, 3000
@@ -56,6 +60,7 @@ TOPICS = "org.apache.kafka.tools.TopicCommand"
 TOPIC, STRICT = "replicated", "strict"
 N, PER_BATCH = 3000, 50
 NONE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS = 0, 6, 19
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 times = {}
 
 
@@ -139,6 +144,43 @@ def read_all(port, topic, p):
                     offset = off + 1
             if offset >= hw:
                 return got
+
+
+def replica_fetch(port, replica_id, epoch, offset, last_epoch, topic=TOPIC, p=0):
+    """One replica Fetch v12 (as a follower sends it, max wait 0): (error, high watermark,
+    DivergingEpoch (epoch, end offset) or None, records bytes)."""
+    e = Enc().i32(replica_id).i32(0).i32(1).i32(1 << 20).i8(0).i32(0).i32(-1)
+    e.array_len(1, True).string(topic, True).array_len(1, True)
+    e.i32(p).i32(epoch).i64(offset).i32(last_epoch).i64(-1).i32(1 << 20).tags().tags()
+    e.array_len(0, True).string("", True).tags()
+    d = clu.call(port, lambda c: c.request(1, 12, e.done(), flexible_req=True))
+    d.i32()  # ThrottleTimeMs
+    check(d.i16() == NONE, "replica Fetch: a request-level error")
+    d.i32()  # SessionId
+    res = None
+    for _ in range(d.array_len(True)):
+        d.string(True)
+        for _ in range(d.array_len(True)):
+            d.i32()
+            err, hw = d.i16(), d.i64()
+            d.i64()
+            d.i64()
+            for _ in range(max(d.array_len(True), 0)):
+                d.i64()
+                d.i64()
+                d.tags()
+            d.i32()  # PreferredReadReplica
+            records = d.bytes_(True) or b""
+            diverging = None
+            for _ in range(d.uv()):
+                tag, size = d.uv(), d.uv()
+                body = Dec(d._take(size))
+                if tag == 0:
+                    diverging = (body.i32(), body.i64())
+            res = (err, hw, diverging, records)
+        d.tags()
+    d.tags()
+    return res
 
 
 class Consumer(threading.Thread):
@@ -296,6 +338,23 @@ def step_kill_leader(cl, tools, old_leader, acked, seen):
                      lambda: (lambda d: d if all(old_leader not in isr for _l, _r, isr in d.values()) else None)(
                          tools.describe(cl.env["BOOTSTRAP"], TOPIC)), 20)
     log(f"kafka-topics --describe {TOPIC}: {parts}")
+
+    # The leader's side of the replica Fetch, raw: the epochs checked, a replica the
+    # partition does not have refused, a diverged log told where (the old leader's
+    # epoch ended at N here: what a follower holding its unreplicated records asks).
+    lport, follower = cl.port(leader), [b for b in survivors if b != leader][0]
+    err, _hw, div, _r = replica_fetch(lport, follower, epoch - 1, N, epoch - 1)
+    check(err == FENCED_LEADER_EPOCH, f"replica Fetch at a stale epoch: error {err}")
+    err, _hw, div, _r = replica_fetch(lport, follower, epoch + 1, N, epoch - 1)
+    check(err == UNKNOWN_LEADER_EPOCH, f"replica Fetch at a future epoch: error {err}")
+    err, _hw, div, _r = replica_fetch(lport, 99, epoch, N, epoch - 1)
+    check(err == NOT_LEADER_OR_FOLLOWER, f"replica Fetch from broker 99, not a replica: error {err}")
+    err, hw, div, recs = replica_fetch(lport, follower, epoch, N + 20, epoch - 1)
+    check(err == NONE and div == (epoch - 1, N) and not recs,
+          f"replica Fetch at {N + 20} under epoch {epoch - 1}: error {err}, DivergingEpoch {div}, "
+          f"{len(recs)} record bytes")
+    log(f"replica Fetch v12 to leader {leader}: FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, "
+        f"NOT_LEADER_OR_FOLLOWER for a non-replica, DivergingEpoch {div} for a log past epoch {epoch - 1}'s end")
 
     _e, sleader, _ep, _r, sisr = wait_for(f"{STRICT}: ISR of two", lambda: (
         lambda st: st if st and st[1] in survivors and len(st[4]) == 2 else None)(md_partition(port, STRICT, 0)), 20)
