@@ -6,6 +6,10 @@ partition killed with SIGKILL.
 Proves, in order:
 - kafka-topics --create --replication-factor 3 makes a topic whose every partition has
   three replicas, and kafka-topics --describe shows its ISR as all three;
+- acks=all waits for every ISR member: with a follower stopped (SIGSTOP), the answer
+  comes once the leader has dropped it from the ISR (replica.lag.time.max.ms, or the
+  controller's fencing), and with min.insync.replicas=3 it is
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND; the follower resumed rejoins the ISR;
 - acks=all produce (raw Produce v3, so every answer's error and offset is seen) of N
   records to partition 0 is acknowledged, while a consumer fetching from the leader the
   whole time never gets a record at or past the high watermark its answer names;
@@ -60,7 +64,7 @@ TOPICS = "org.apache.kafka.tools.TopicCommand"
 TOPIC, STRICT = "replicated", "strict"
 N, PER_BATCH = 3000, 50
 NONE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS = 0, 6, 19
-FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 20, 74, 75
 times = {}
 
 
@@ -253,6 +257,30 @@ def step_create(cl, tools):
     log(f"{TOPIC} and {STRICT}: 3 replicas each, ISR all three (kafka-topics --describe)")
 
 
+def step_acks_all_waits(cl, tools):
+    """acks=all waits for every ISR member: with a follower of strict-0 stopped, the
+    answer comes only once the leader has dropped it from the ISR (after
+    replica.lag.time.max.ms, through AlterPartition, or the controller's fencing),
+    and then, the ISR below min.insync.replicas=3, as NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    _e, leader, _ep, replicas, isr = md_partition(cl.port(1), STRICT, 0)
+    stopped = [b for b in replicas if b != leader][0]
+    pid = cl.pid(stopped)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        err, base, msg = produce(cl.port(leader), STRICT, 0, ["waits"], acks=-1)
+        waited = time.monotonic() - t0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    check(err == NOT_ENOUGH_REPLICAS_AFTER_APPEND and waited >= LAG_MS / 1000 - 0.5,
+          f"acks=all with follower {stopped} stopped: error {err} {msg} after {waited:.2f}s")
+    log(f"{STRICT}-0: acks=all with follower {stopped} stopped answered after {waited:.2f}s, once the ISR dropped "
+        f"it, with NOT_ENOUGH_REPLICAS_AFTER_APPEND (ISR below min.insync.replicas=3)")
+    wait_for(f"broker {stopped} back in {STRICT}-0's ISR", lambda: (
+        lambda st: st and sorted(st[4]) == cl.brokers)(md_partition(cl.port(1), STRICT, 0)), 30)
+    return 1  # strict-0's log end: the record was appended (only its answer is the error)
+
+
 def step_produce(cl):
     _e, leader, epoch, _r, _i = md_partition(cl.port(1), TOPIC, 0)
     port = cl.port(leader)
@@ -280,7 +308,7 @@ def step_produce(cl):
     return leader, acked, consumer.seen
 
 
-def step_kill_leader(cl, tools, old_leader, acked, seen):
+def step_kill_leader(cl, tools, old_leader, acked, seen, strict_end):
     """The leader gets records its followers never fetch (they are stopped while it
     takes them with acks=1), then dies: those records are not acknowledged by acks=all,
     never visible, and the new leader writes over their offsets."""
@@ -361,9 +389,10 @@ def step_kill_leader(cl, tools, old_leader, acked, seen):
     err, _b, msg = produce(cl.port(sleader), STRICT, 0, ["strict-all"], acks=-1)
     check(err == NOT_ENOUGH_REPLICAS, f"acks=all with ISR {sisr} < min.insync.replicas=3: error {err} {msg}")
     err, base, msg = produce(cl.port(sleader), STRICT, 0, ["strict-one"], acks=1)
-    check(err == NONE and base == 0, f"acks=1 to {STRICT}: error {err} base {base} {msg}: the acks=all one was appended?")
+    check(err == NONE and base == strict_end,
+          f"acks=1 to {STRICT}: error {err} base {base} (not {strict_end}) {msg}: the acks=all one was appended?")
     log(f"{STRICT} (min.insync.replicas=3, ISR {sisr}): acks=all refused with NOT_ENOUGH_REPLICAS, nothing "
-        f"appended; acks=1 accepted at offset 0")
+        f"appended; acks=1 accepted at offset {base}")
     return leader
 
 
@@ -409,8 +438,9 @@ def main():
         times["up"] = time.monotonic() - t0
         check(cl.brokers == [1, 2, 3], f"cluster.env: brokers {cl.brokers}")
         step_create(cl, tools)
+        strict_end = step_acks_all_waits(cl, tools)
         old_leader, acked, seen = step_produce(cl)
-        leader = step_kill_leader(cl, tools, old_leader, acked, seen)
+        leader = step_kill_leader(cl, tools, old_leader, acked, seen, strict_end)
         step_rejoin(cl, tools, old_leader, leader)
         cl.sh("down", cl.dir, timeout=120)
         ok = True
