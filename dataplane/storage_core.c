@@ -835,8 +835,14 @@ int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_
 {
 	int64_t leo = sluice_plog_log_end(p->log);
 	int64_t to = sluice_partition_truncation_offset(&p->part, epoch, end_offset, leo);
-	if (to >= leo)
-		return 0; /* nothing here past the point the leader named */
+	if (to >= leo) {
+		/* No record to cut, but epochs that start at the end go (an epoch
+		 * this replica led without appending in it): else the next Fetch
+		 * names it as LastFetchedEpoch and diverges again, for ever. */
+		sluice_partition_epoch_truncate_from_end(&p->part, leo);
+		epochs_persist(sc, p);
+		return 0;
+	}
 	SLOG_INFO("replication", "%s-%d: diverged from the leader (its epoch %d ends at %" PRId64 "): truncating "
 		  "from %" PRId64 " to %" PRId64, p->topic, p->partition, epoch, end_offset, leo, to);
 	return sluice_store_truncate_to(sc, p, to) < 0 ? -1 : 0;
