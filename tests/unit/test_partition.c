@@ -354,19 +354,19 @@ static void follow(struct sluice_plog *l, int64_t base, int32_t epoch, int n, in
 Test(partition, follower_truncation)
 {
 	struct sluice_plog *l = open_log();
-	sluice_partition_attach(&P, l, -1);
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(sluice_partition_set_leader(&P, 3, all, 2, all, 2), 0);
+	sluice_partition_attach(&P, l, 0);
 	follow(l, 0, 1, 4, 77, 0);  /* 0..3, epoch 1 */
 	follow(l, 4, 3, 4, 77, 4);  /* 4..7, epoch 3 */
 	follow(l, 8, 3, 4, 77, 8);  /* 8..11 */
 	flush(l);
+	cr_expect(sluice_partition_replica_position(&P, 2, 12));
 	cr_expect_eq(sluice_partition_high_watermark(&P), 12);
-	/* Appends waiting (linked by hand: the wait list as the storage core
-	 * leaves it, whatever made them wait). */
 	struct partop a = {.last_offset = 3}, b = {.last_offset = 7}, c = {.last_offset = 11};
-	a.next = &b;
-	b.next = &c;
-	P.wait_head = &a;
-	P.wait_tail = &c;
+	sluice_partition_wait_append(&P, &a);
+	sluice_partition_wait_append(&P, &b);
+	sluice_partition_wait_append(&P, &c);
 	char err[256];
 	cr_assert_eq(sluice_plog_truncate_to(l, 6, err, sizeof err), 0, "%s", err);
 	cr_assert_eq(sluice_plog_log_end(l), 4, "the batch holding 6 went whole");
@@ -377,7 +377,6 @@ Test(partition, follower_truncation)
 	cr_expect_null(c.next);
 	cr_expect_eq(P.wait_head, &a);
 	cr_expect_eq(P.wait_tail, &a);
-	cr_expect_null(a.next);
 	cr_expect_eq(sluice_partition_high_watermark(&P), 4);
 	cr_expect(P.epoch_n == 1 && P.epochs[0].epoch == 1);
 	cr_expect(P.epochs_dirty && P.epochs_durable, "the cut is written synced");
@@ -394,7 +393,7 @@ Test(partition, follower_truncation)
 	flush(l);
 	cr_expect_eq(P.epochs[P.epoch_n - 1].epoch, 2);
 	cr_expect_eq(P.epochs[P.epoch_n - 1].start_offset, 4);
-	P.wait_head = P.wait_tail = NULL;
+	(void)sluice_partition_wait_pop(&P);
 	cr_assert_eq(sluice_plog_truncate_fully(l, 40, err, sizeof err), 0, "%s", err);
 	cr_expect_null(sluice_partition_on_truncate(&P, true));
 	cr_expect_eq(P.epoch_n, 0);
