@@ -444,7 +444,8 @@ def run_once(a, seed):
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description="Sluice fault-injection campaign (docs/fault-injection.md)")
-    ap.add_argument("--seed", type=int, default=None, help="seed of the first run (default: random)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the first run (default: SLUICE_TEST_SEED, else random)")
     ap.add_argument("--runs", type=int, default=1, help="runs, with seeds SEED, SEED+1, ...")
     ap.add_argument("--duration", type=int, default=75, help="seconds of faults per run")
     ap.add_argument("--netns", action="store_true", help="each node in its own network namespace; network faults")
@@ -470,6 +471,8 @@ def parse_args(argv):
 
 def main(argv):
     a = parse_args(argv)
+    if a.seed is None and os.environ.get("SLUICE_TEST_SEED", "").isdigit():
+        a.seed = int(os.environ["SLUICE_TEST_SEED"])
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     totals = {"runs": 0, "failed": 0, "faults": 0, "records": 0, "anomalies": 0}
     failed_seeds = []
