@@ -84,12 +84,16 @@ class Cluster:
         self.run_env = dict(os.environ, SLUICE_BROKER=binary("SLUICE_BROKER", "dataplane/sluice-broker"),
                             SLUICE_CONTROLLER=binary("SLUICE_CONTROLLER", "control/sluice-controller"),
                             SLUICE_CLUSTER_WAIT_S="90", SLUICE_CLUSTER_STOP_S="20")
+        # A copy of the script as it was when the run began: bash reads a script as it
+        # runs, and an edit during a long campaign would otherwise break a restart.
+        self.script = os.path.join(root, "local-cluster.sh")
+        shutil.copy2(SCRIPT, self.script)
         self.env = {}
         self.stopped = set()  # nodes we SIGSTOPped and have not continued yet
         self.probes = probe.Probes()
 
     def sh(self, *args, timeout=200):
-        r = subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=self.run_env)
+        r = subprocess.run([self.script, *args], capture_output=True, text=True, timeout=timeout, env=self.run_env)
         self.load()
         return r
 
@@ -178,11 +182,12 @@ class Cluster:
                     while not gone_or_zombie(pid):
                         time.sleep(0.05)
 
-    def start(self, node):
-        """Restarts a stopped node; returns None, or what went wrong."""
+    def start(self, node, wait=True):
+        """Restarts a stopped node (by default waiting until it listens: a broker once
+        registered and unfenced); returns None, or what went wrong."""
         if self.running(node):
             return None
-        r = self.sh("start", self.dir, str(node), timeout=200)
+        r = self.sh("start", self.dir, str(node), *([] if wait else ["--no-wait"]), timeout=200)
         if r.returncode != 0:
             return f"node {node} did not start again: {(r.stdout + r.stderr).strip()[-1500:]}"
         return None

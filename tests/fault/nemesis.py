@@ -13,6 +13,10 @@ Faults (every mode):
   kill-controller     kill -9 of a controller (often the active one), restarted
   kill-leader+controller  kill -9 of the active controller and of a partition's leader at
                       once, both restarted
+  kill-two-brokers    kill -9 of two brokers at once, both restarted
+  kill-in-restart     kill -9 of a broker, restarted, killed again while it starts (0.1-3 s
+                      in: recovery, registration), then restarted for good
+  kill-quorum         kill -9 of two controllers (the quorum's majority) at once, restarted
   pause-broker        SIGSTOP ... SIGCONT, shorter or longer than the broker session timeout
   pause-controller    the same for a controller (often the active one)
 Network faults (--netns only: each node in its own namespace):
@@ -28,7 +32,8 @@ import time
 
 PROCESS_KINDS = {
     "kill-broker": 3, "stop-broker": 1, "kill-controller": 2, "kill-leader+controller": 2,
-    "pause-broker": 2, "pause-controller": 2,
+    "pause-broker": 2, "pause-controller": 2, "kill-two-brokers": 1, "kill-in-restart": 1,
+    "kill-quorum": 1,
 }
 NETWORK_KINDS = {
     "partition-brokers": 1, "partition-controllers": 2, "isolate-broker": 2,
@@ -52,7 +57,18 @@ def make_schedule(seed, duration_s, brokers, controllers, partitions, session_ms
         s = {"i": len(steps) + 1, "kind": kind, "gap": round(rng.uniform(1.0, 3.0), 1)}
         if kind in ("kill-broker", "stop-broker"):
             s["node"] = rng.choice(brokers)
+            # now and then down longer than the producers' message timeout
+            s["hold"] = round(rng.uniform(0.0, 4.0) if rng.random() < 0.8 else rng.uniform(10.0, 16.0), 1)
+        elif kind == "kill-two-brokers":
+            s["nodes"] = sorted(rng.sample(brokers, 2))
             s["hold"] = round(rng.uniform(0.0, 4.0), 1)
+        elif kind == "kill-in-restart":
+            s["node"] = rng.choice(brokers)
+            s["hold"] = round(rng.uniform(0.0, 2.0), 1)
+            s["again"] = round(rng.uniform(0.1, 3.0), 1)
+        elif kind == "kill-quorum":
+            s["nodes"] = sorted(rng.sample(controllers, 2))
+            s["hold"] = round(rng.uniform(1.0, 6.0), 1)
         elif kind == "kill-controller":
             s["node"] = "active" if rng.random() < 0.5 else rng.choice(controllers)
             s["hold"] = round(rng.uniform(0.0, 4.0), 1)
@@ -99,6 +115,13 @@ def describe(s):
                                          else " (shorter than the session timeout)")
     if k == "kill-broker" or k == "kill-controller":
         return f"kill -9 {who}, restart after {s['hold']}s"
+    if k == "kill-two-brokers":
+        return f"kill -9 brokers {s['nodes'][0]} and {s['nodes'][1]}, restart after {s['hold']}s"
+    if k == "kill-in-restart":
+        return (f"kill -9 {who}, restart after {s['hold']}s, kill -9 again {s['again']}s into its start, "
+                "restart")
+    if k == "kill-quorum":
+        return f"kill -9 controllers {s['nodes'][0]} and {s['nodes'][1]} (a majority), restart after {s['hold']}s"
     if k == "stop-broker":
         return f"SIGTERM {who}, restart after {s['hold']}s"
     if k == "kill-leader+controller":
@@ -151,6 +174,22 @@ class Nemesis:
             self.say(f"  #{s['i']} {rec['text']}")
             self.c.signal(node, "TERM" if kind == "stop-broker" else "KILL")
             time.sleep(s["hold"])
+            self.restart([node], rec)
+        elif kind in ("kill-two-brokers", "kill-quorum"):
+            self.say(f"  #{s['i']} {rec['text']}")
+            self.c.signal_many(s["nodes"], "KILL")
+            time.sleep(s["hold"])
+            self.restart(s["nodes"], rec)
+        elif kind == "kill-in-restart":
+            node = s["node"]
+            self.say(f"  #{s['i']} {rec['text']}")
+            self.c.signal(node, "KILL")
+            time.sleep(s["hold"])
+            err = self.c.start(node, wait=False)
+            if err:
+                self.problems.append(f"fault #{rec['i']}: {err}")
+            time.sleep(s["again"])
+            self.c.signal(node, "KILL")
             self.restart([node], rec)
         elif kind == "kill-leader+controller":
             ctl = self.resolve("active")
