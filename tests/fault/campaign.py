@@ -420,6 +420,9 @@ def run_once(a, seed):
         elif rc != 0:
             problems.append(f"the workload exited {rc}: {work.last}\n{work.log_tail()}")
         faults = nem.ran
+        with open(os.path.join(root, "run.json"), "w") as f:
+            json.dump({"seed": seed, "partitions": a.partitions, "rf": work.rf, "schedule": schedule,
+                       "faults": faults, "problems": problems}, f, indent=1)
         report = checker.check(work.history, faults, a.partitions)
         for p in problems:
             report.add("unhealed", p)
@@ -444,7 +447,8 @@ def run_once(a, seed):
         if ok and not a.keep:
             shutil.rmtree(root, ignore_errors=True)
         else:
-            say(f"kept {root} (history.jsonl, workload.log, cluster/*/out.log)")
+            say(f"kept {root} (history.jsonl, run.json, workload.log, cluster/*/out.log; "
+            f"tests/fault/checker.py {root} checks it again)")
 
 
 def parse_args(argv):

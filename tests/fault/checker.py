@@ -27,7 +27,9 @@ values whose fate is unknown, time without acknowledgements per partition.
 """
 import collections
 import json
+import os
 import re
+import sys
 
 VALUE_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 EXAMPLES_MAX = 8  # evidence printed per kind of anomaly; the count is always complete
@@ -382,3 +384,22 @@ def render(r, out):
             out(f"    ... and {len(items) - EXAMPLES_MAX} more")
     for e in r.errors:
         out(f"  CHECK FAILED: {e}")
+
+
+def main(argv):
+    """checker.py RUN_DIR: checks a kept run again (its history.jsonl and run.json)."""
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} RUN_DIR (a directory the campaign kept)", file=sys.stderr)
+        return 2
+    with open(os.path.join(argv[1], "run.json")) as f:
+        run = json.load(f)
+    r = check(os.path.join(argv[1], "history.jsonl"), run["faults"], run["partitions"])
+    for p in run.get("problems", []):
+        r.add("unhealed", p)
+    render(r, print)
+    print("OK, no anomaly" if r.ok() else "FAILED")
+    return 0 if r.ok() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
