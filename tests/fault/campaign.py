@@ -54,6 +54,11 @@ SETTLE_S = 5
 WORKLOAD_END_S = 420  # stop -> DONE: flush (message timeout), catch-up, two final reads
 
 T0 = time.monotonic()
+# options that change what a seed does, named in a run's "reproduce:" line when not default
+NON_DEFAULT = [("--session-ms", "session_ms", 4000), ("--election-ms", "election_ms", 1000),
+               ("--partitions", "partitions", 6), ("--producers", "producers", 3),
+               ("--consumers", "consumers", 2), ("--rate", "rate", 80.0),
+               ("--message-timeout-ms", "message_timeout_ms", 12000), ("--roll-ms", "roll_ms", 5000)]
 
 
 def now():
@@ -146,6 +151,10 @@ class Cluster:
                 "--set", f"broker.heartbeat.interval.ms={self.a.session_ms // 8}",
                 "--set-controller", f"controller.quorum.election.timeout.ms={self.a.election_ms}",
                 "--set-broker", "offsets.topic.num.partitions=6"]
+        if self.a.roll_ms > 0:
+            # segments roll every few seconds and the cleaner looks every 2 s: kills land
+            # in rolls, index writes and compactions of __consumer_offsets
+            args += ["--set-broker", f"log.roll.ms={self.a.roll_ms}", "--set-broker", "log.cleaner.backoff.ms=2000"]
         if self.topo:
             args += self.topo.cluster_args()
         say(f"$ deploy/local-cluster.sh {' '.join(args)}")
@@ -363,9 +372,11 @@ def run_once(a, seed):
     schedule = nemesis.make_schedule(seed, a.duration, [1, 2, 3], [1001, 1002, 1003], a.partitions,
                                      a.session_ms, a.netns)
     say(f"=== run with seed {seed}: {a.duration}s of faults, {'network namespaces' if a.netns else 'loopback'}, "
-        f"session timeout {a.session_ms} ms, election timeout {a.election_ms} ms; directory {root}")
+        f"session timeout {a.session_ms} ms, election timeout {a.election_ms} ms, log.roll.ms {a.roll_ms or 'default'}; "
+        f"directory {root}")
     say(f"reproduce: tests/fault/campaign.py --seed {seed} --duration {a.duration}"
-        f"{' --netns' if a.netns else ''} --replication-factor {a.replication_factor}")
+        f"{' --netns' if a.netns else ''} --replication-factor {a.replication_factor}"
+        + "".join(f" {opt} {getattr(a, name)}" for opt, name, dflt in NON_DEFAULT if getattr(a, name) != dflt))
     say("schedule (a run starts no step after the duration has passed):")
     for s in schedule:
         print(f"    #{s['i']:<3} after {s['gap']}s: {s['text']}", flush=True)
@@ -467,6 +478,8 @@ def parse_args(argv):
     ap.add_argument("--message-timeout-ms", type=int, default=12000)
     ap.add_argument("--session-ms", type=int, default=4000, help="broker.session.timeout.ms")
     ap.add_argument("--election-ms", type=int, default=1000, help="controller.quorum.election.timeout.ms")
+    ap.add_argument("--roll-ms", type=int, default=5000,
+                    help="log.roll.ms of the brokers (0: the default, a week); the cleaner then looks every 2 s")
     ap.add_argument("--base-port", type=int, default=41000, help="brokers P..P+2, controllers P+100..P+105")
     ap.add_argument("--workdir", default=None, help="where each run's directory goes (default: $TMPDIR)")
     ap.add_argument("--keep", action="store_true", help="keep every run's directory (else only failed ones)")
