@@ -155,6 +155,8 @@ class Cluster:
             # segments roll every few seconds and the cleaner looks every 2 s: kills land
             # in rolls, index writes and compactions of __consumer_offsets
             args += ["--set-broker", f"log.roll.ms={self.a.roll_ms}", "--set-broker", "log.cleaner.backoff.ms=2000"]
+        for kv in self.a.broker_set:
+            args += ["--set-broker", kv]
         if self.topo:
             args += self.topo.cluster_args()
         say(f"$ deploy/local-cluster.sh {' '.join(args)}")
@@ -376,7 +378,8 @@ def run_once(a, seed):
         f"directory {root}")
     say(f"reproduce: tests/fault/campaign.py --seed {seed} --duration {a.duration}"
         f"{' --netns' if a.netns else ''} --replication-factor {a.replication_factor}"
-        + "".join(f" {opt} {getattr(a, name)}" for opt, name, dflt in NON_DEFAULT if getattr(a, name) != dflt))
+        + "".join(f" {opt} {getattr(a, name)}" for opt, name, dflt in NON_DEFAULT if getattr(a, name) != dflt)
+        + "".join(f" --broker-set {kv}" for kv in a.broker_set))
     say("schedule (a run starts no step after the duration has passed):")
     for s in schedule:
         print(f"    #{s['i']:<3} after {s['gap']}s: {s['text']}", flush=True)
@@ -481,6 +484,8 @@ def parse_args(argv):
     ap.add_argument("--roll-ms", type=int, default=5000,
                     help="log.roll.ms of the brokers (0: the default, a week); the cleaner then looks every 2 s")
     ap.add_argument("--base-port", type=int, default=41000, help="brokers P..P+2, controllers P+100..P+105")
+    ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a property for every broker (repeatable), e.g. replica.lag.time.max.ms=5000")
     ap.add_argument("--workdir", default=None, help="where each run's directory goes (default: $TMPDIR)")
     ap.add_argument("--keep", action="store_true", help="keep every run's directory (else only failed ones)")
     a = ap.parse_args(argv)
