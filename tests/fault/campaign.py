@@ -65,8 +65,14 @@ def now():
     return round(time.monotonic() - T0, 2)
 
 
+_out = threading.Lock()
+
+
 def say(msg):
-    print(f"[{now():7.1f}s] {msg}", flush=True)
+    """One line of the run's output, whole even when threads say things at once."""
+    with _out:
+        sys.stdout.write(f"[{now():7.1f}s] {msg}\n")
+        sys.stdout.flush()
 
 
 def binary(env_name, rel):
