@@ -7,7 +7,8 @@ slh-<pid>-sw for the bridge. Addresses 10.213.0.0/24, assigned only inside those
 namespaces: broker N is 10.213.0.N, controller 100M is 10.213.0.(100+M), the clients
 10.213.0.200. Nothing is added to the machine's own namespace. The campaign removes the
 namespaces on every exit path (destroy(), also at interpreter exit), and removes
-namespaces of earlier campaigns whose process is gone (a SIGKILLed run cannot clean up).
+namespaces of earlier campaigns whose process is gone, with the nodes still running in
+them (a SIGKILLed run cannot clean up).
 
 Faults, each applied inside the namespace of the node it targets and healed by
 flushing that namespace's rules:
@@ -20,6 +21,7 @@ import atexit
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -42,7 +44,15 @@ def remove_stale(say):
         name = ln.split()[0] if ln.split() else ""
         m = re.fullmatch(PREFIX + r"(\d+)-\w+", name)
         if m and not os.path.exists(f"/proc/{m.group(1)}"):
-            say(f"removing network namespace {name} left by campaign process {m.group(1)}, which is gone")
+            # the nodes a SIGKILLed campaign started are still running in there
+            pids = sh("ip", "netns", "pids", name, check=False).stdout.split()
+            say(f"removing network namespace {name} left by campaign process {m.group(1)}, which is gone"
+                + (f"; SIGKILL of the processes still in it: {' '.join(pids)}" if pids else ""))
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ValueError, OSError):
+                    pass
             sh("ip", "netns", "del", name, check=False)
 
 
