@@ -514,8 +514,8 @@ def main(argv):
         try:
             report, facts = run_once(a, s)
             ok = report.ok()
-        except lib.TestFailure as e:
-            say(f"=== seed {s}: FAILED, the campaign could not run: {e}")
+        except (lib.TestFailure, RuntimeError, OSError, subprocess.SubprocessError) as e:
+            say(f"=== seed {s}: FAILED, the campaign could not run: {type(e).__name__}: {e}")
             facts, ok = {"faults": 0, "records": 0, "anomalies": 1}, False
         totals["runs"] += 1
         for k in ("faults", "records", "anomalies"):
