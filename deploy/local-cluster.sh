@@ -6,6 +6,7 @@
 #   deploy/local-cluster.sh up DIR [--brokers N] [--controllers M] [--base-port P]
 #                                  [--set KEY=VALUE]... [--set-broker KEY=VALUE]...
 #                                  [--set-controller KEY=VALUE]...
+#                                  [--host-of ID=ADDR]... [--netns-of ID=NAME]...
 #       Builds if needed, writes every node's properties under DIR, starts the
 #       controllers then the brokers in the background (output in DIR/<node>/out.log),
 #       waits until every broker is registered and unfenced (each broker's Metadata
@@ -27,10 +28,17 @@
 #                (1), hence the gaps of two.
 # Brokers and controllers never share an id (Kafka requires distinct node ids).
 #
+# --host-of ID=ADDR makes node ID listen on (and advertise, and be a voter at) ADDR
+# instead of 127.0.0.1; --netns-of ID=NAME runs it inside the network namespace NAME
+# (`ip netns exec`, root; the namespace must exist and reach the other nodes' ADDRs),
+# and every probe of that node runs there too. tests/fault/ uses both to give each
+# node its own namespace and address on a bridge, where it can cut links.
+#
 # DIR/cluster.env is shell-sourceable:
 #   CLUSTER_DIR, CLUSTER_ID, BOOTSTRAP=127.0.0.1:P,..., CONTROLLER_BOOTSTRAP=...,
 #   CONTROLLER_QUORUM_VOTERS=1001@127.0.0.1:...,  BROKERS="1 2 3",
-#   CONTROLLERS="1001 1002 1003", PORT_<id>=..., PID_<id>=... for every node
+#   CONTROLLERS="1001 1002 1003", PORT_<id>=..., HOST_<id>=..., NETNS_<id>=... (empty
+#   unless given) and PID_<id>=... for every node
 #   (`start` rewrites PID_<id>; `kill` and `down` change nothing in it).
 #
 # Properties are Kafka's defaults except what a local cluster needs: ids, listeners,
@@ -139,7 +147,34 @@ pid_of() {
     return 0
 }
 
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+host_of() {
+    local var="HOST_$1"
+    echo "${!var:-$HOST}"
+}
+netns_of() {
+    local var="NETNS_$1"
+    echo "${!var:-}"
+}
+addr_of() { echo "$(host_of "$1"):$(port_of "$1")"; }
+
+# in_netns ID CMD...: CMD in node ID's network namespace (--netns-of), else as it is.
+in_netns() {
+    local ns
+    ns=$(netns_of "$1")
+    shift
+    if [[ -n $ns ]]; then ip netns exec "$ns" "$@"; else "$@"; fi
+}
+
+# port_open ID [PORT]: something listens on node ID's address at PORT (default its port).
+port_open() {
+    local port=${2:-$(port_of "$1")} host
+    host=$(host_of "$1")
+    if [[ -n $(netns_of "$1") ]]; then
+        in_netns "$1" bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" 2>/dev/null
+    else
+        (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+    fi
+}
 
 write_env() {
     local tmp=$DIR/cluster.env.tmp id var
@@ -159,6 +194,12 @@ write_env() {
             echo "PORT_$id=${!var}"
         done
         for id in $BROKERS $CONTROLLERS; do
+            var="HOST_$id"
+            echo "HOST_$id=${!var:-}"
+            var="NETNS_$id"
+            echo "NETNS_$id=${!var:-}"
+        done
+        for id in $BROKERS $CONTROLLERS; do
             var="PID_$id"
             echo "PID_$id=${!var:-}"
         done
@@ -168,20 +209,26 @@ write_env() {
 
 # --------------------------------------------------------------- probes
 
-# A Kafka-protocol probe (python3, standard library):
-#   probe brokers PORT          the node ids in that broker's Metadata (unfenced brokers)
-#   probe leader PORT...        "LEADER EPOCH HW" from the first controller answering DescribeQuorum
-#   probe bindable PORT...      exit 0 if every port can be listened on, else prints the others
+# A Kafka-protocol probe (python3, standard library), run in node ID's namespace:
+#   probe ID brokers HOST:PORT       the node ids in that broker's Metadata (unfenced brokers)
+#   probe ID leader HOST:PORT...     "LEADER EPOCH HW" from the first controller answering DescribeQuorum
+#   probe ID bindable HOST:PORT...   exit 0 if every port can be listened on, else prints the others
 probe() {
-    python3 - "$@" <<'PY'
+    local id=$1
+    shift
+    in_netns "$id" python3 - "$@" <<'PY'
 import socket, struct, sys
 
-def request(port, api_key, version, body, flexible):
+def split(addr):
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+def request(addr, api_key, version, body, flexible):
     hdr = struct.pack(">hhi", api_key, version, 1) + struct.pack(">h", 5) + b"probe"
     if flexible:
         hdr += b"\x00"
     msg = hdr + body
-    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+    with socket.create_connection(split(addr), timeout=3) as s:
         s.sendall(struct.pack(">i", len(msg)) + msg)
         def take(n):
             buf = b""
@@ -225,19 +272,19 @@ class Dec:
             self.uv()
             self.take(self.uv())
 
-def brokers(port):
-    d = Dec(request(port, 3, 1, struct.pack(">i", 0), False))  # Metadata v1, no topics
+def brokers(addr):
+    d = Dec(request(addr, 3, 1, struct.pack(">i", 0), False))  # Metadata v1, no topics
     ids = []
     for _ in range(d.i32()):
         ids.append(d.i32())
         d.string(); d.i32(); d.string()
     print(" ".join(map(str, sorted(ids))))
 
-def leader(ports):
+def leader(addrs):
     body = b"\x02" + b"\x13__cluster_metadata" + b"\x02" + struct.pack(">i", 0) + b"\x00\x00\x00"
-    for p in ports:
+    for a in addrs:
         try:
-            d = Dec(request(p, 55, 0, body, True))
+            d = Dec(request(a, 55, 0, body, True))
             d.i16()
             d.uv(); d.cstring()
             d.uv(); d.i32(); d.i16()
@@ -249,17 +296,17 @@ def leader(ports):
             continue
     sys.exit(1)
 
-def bindable(ports):
+def bindable(addrs):
     # A port is free to listen on only if no socket holds it: a listener, or any
     # connection that took it as its local (ephemeral) port, TIME_WAIT included.
     busy = []
-    for p in ports:
+    for a in addrs:
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", p))
+            s.bind(split(a))
         except OSError:
-            busy.append(str(p))
+            busy.append(a.rpartition(":")[2])
         finally:
             s.close()
     print(" ".join(busy))
@@ -267,15 +314,25 @@ def bindable(ports):
 
 try:
     if sys.argv[1] == "bindable":
-        bindable([int(p) for p in sys.argv[2:]])
+        bindable(sys.argv[2:])
     elif sys.argv[1] == "brokers":
-        brokers(int(sys.argv[2]))
+        brokers(sys.argv[2])
     else:
-        leader([int(p) for p in sys.argv[2:]])
+        leader(sys.argv[2:])
 except (OSError, ValueError) as e:
     print(e, file=sys.stderr)
     sys.exit(1)
 PY
+}
+
+# quorum_leader: "LEADER EPOCH HW" from the first controller that answers as leader
+# (each probed from its own namespace, where its address is always reachable).
+quorum_leader() {
+    local id
+    for id in $CONTROLLERS; do
+        probe "$id" leader "$(addr_of "$id")" 2>/dev/null && return 0
+    done
+    return 1
 }
 
 # --------------------------------------------------------------- properties
@@ -294,11 +351,11 @@ write_props() {
         echo "controller.listener.names=CONTROLLER"
         local var="PORT_$id"
         if is_controller "$id"; then
-            echo "listeners=CONTROLLER://$HOST:${!var}"
+            echo "listeners=CONTROLLER://$(host_of "$id"):${!var}"
             echo "metadata.log.dir=$dir/metadata"
         else
-            echo "listeners=PLAINTEXT://$HOST:${!var}"
-            echo "advertised.listeners=PLAINTEXT://$HOST:${!var}"
+            echo "listeners=PLAINTEXT://$(host_of "$id"):${!var}"
+            echo "advertised.listeners=PLAINTEXT://$(host_of "$id"):${!var}"
             echo "log.dirs=$dir/data"
             echo "# several brokers share this machine's cores: no pinning"
             echo "sluice.cpu.affinity=false"
@@ -325,10 +382,17 @@ start_node() {
     [[ -f $props ]] || die "node $id: $props is missing"
     if is_controller "$id"; then bin=$CONTROLLER_BIN; else bin=$BROKER_BIN; fi
     echo "--- $(date '+%F %T') local-cluster: starting $bin $props" >>"$dir/out.log"
-    nohup "$bin" "$props" </dev/null >>"$dir/out.log" 2>&1 &
+    local ns
+    ns=$(netns_of "$id")
+    if [[ -n $ns ]]; then
+        # ip execs the node in the namespace: $! is the node's PID
+        nohup ip netns exec "$ns" "$bin" "$props" </dev/null >>"$dir/out.log" 2>&1 &
+    else
+        nohup "$bin" "$props" </dev/null >>"$dir/out.log" 2>&1 &
+    fi
     pid=$!
     printf -v "PID_$id" '%s' "$pid"
-    say "started $(node_role "$id") $id (pid $pid, port $(port_of "$id"), output $dir/out.log)"
+    say "started $(node_role "$id") $id (pid $pid, $(addr_of "$id")${ns:+ in netns $ns}, output $dir/out.log)"
 }
 
 port_of() {
@@ -360,14 +424,22 @@ node_ports() {
 # (ip_local_port_range): any process's outgoing connection may take one as its local
 # port, and once closed it stays in TIME_WAIT for 60 s, refusing a listener meanwhile.
 wait_bindable() {
-    local deadline=$((SECONDS + 65)) id port ports=() busy said=
+    local deadline=$((SECONDS + 65)) id port busy said= pending words
     for id in "$@"; do
         for port in $(node_ports "$id"); do
-            port_open "$port" && die "port $port (node $id) is in use: another server listens on $HOST:$port"
-            ports+=("$port")
+            port_open "$id" "$port" && die "port $port (node $id) is in use: another server listens on $(host_of "$id"):$port"
         done
     done
-    while ! busy=$(probe bindable "${ports[@]}"); do
+    while :; do
+        busy=
+        for id in "$@"; do
+            pending=()
+            for port in $(node_ports "$id"); do pending+=("$(host_of "$id"):$port"); done
+            busy+=" $(probe "$id" bindable "${pending[@]}" || true)"
+        done
+        read -ra words <<<"$busy"
+        busy="${words[*]}"
+        [[ -z $busy ]] && break
         if ((SECONDS >= deadline)); then
             die "ports $busy are still held by other connections after 65s (ss -tan | grep :PORT shows them)"
         fi
@@ -390,7 +462,7 @@ wait_listening() {
                 echo "local-cluster: $(node_role "$id") $id exited during its start (see $(node_dir "$id")/out.log)" >&2
                 return 1
             fi
-            port_open "$(port_of "$id")" || pending+=" $id"
+            port_open "$id" || pending+=" $id"
         done
         [[ -z $pending ]] && return 0
         if ((SECONDS >= deadline)); then
@@ -408,7 +480,7 @@ wait_cluster() {
     while :; do
         bad=
         for id in $BROKERS; do
-            got=$(probe brokers "$(port_of "$id")" 2>/dev/null) || got="no answer"
+            got=$(probe "$id" brokers "$(addr_of "$id")" 2>/dev/null) || got="no answer"
             [[ $got == "$want" ]] || bad+=" broker $id lists [$got];"
         done
         [[ -z $bad ]] && return 0
@@ -454,6 +526,7 @@ stop_nodes() {
 
 cmd_up() {
     local brokers= controllers= base= i id
+    local -A hosts=() netnss=()
     SETS=()
     ROLE_SETS=()
     while (($#)); do
@@ -469,6 +542,18 @@ cmd_up() {
             *) ROLE_SETS+=("controller:$2") ;;
             esac
             shift 2 ;;
+        --host-of | --netns-of)
+            [[ ${2:-} =~ ^([0-9]+)=([A-Za-z0-9._:-]+)$ ]] || die "$1 needs ID=VALUE (got '${2:-}')"
+            local node=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
+            if [[ $1 == --host-of ]]; then
+                [[ $value =~ ^[0-9]+(\.[0-9]+){3}$ ]] ||
+                    die "--host-of: '$value' is not an IPv4 address (the controllers' Raft needs one)"
+                hosts[$node]=$value
+            else
+                [[ -e /run/netns/$value ]] || die "--netns-of: no network namespace '$value' (ip netns add)"
+                netnss[$node]=$value
+            fi
+            shift 2 ;;
         -h | --help) usage 0 ;;
         *) die "up: unknown option '$1' (see $0 --help)" ;;
         esac
@@ -479,7 +564,7 @@ cmd_up() {
         for id in $BROKERS $CONTROLLERS; do
             [[ -z $(pid_of "$id") ]] || die "$DIR holds a running cluster (node $id, pid $(pid_of "$id")); run: $0 down $DIR"
         done
-        [[ -z $brokers$controllers$base ]] && ((${#SETS[@]} + ${#ROLE_SETS[@]} == 0)) ||
+        [[ -z $brokers$controllers$base ]] && ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} == 0)) ||
             die "$DIR holds a stopped cluster: \`$0 up $DIR\` without options starts it again as it was; remove $DIR for a new one"
         say "starting the stopped cluster in $DIR again"
     else
@@ -501,17 +586,25 @@ cmd_up() {
         CLUSTER_ID=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)
         BASE_PORT=$base
         BROKERS= CONTROLLERS= BOOTSTRAP= CONTROLLER_BOOTSTRAP= CONTROLLER_QUORUM_VOTERS=
+        for id in "${!hosts[@]}" "${!netnss[@]}"; do
+            ((id >= 1 && id <= brokers || id > CONTROLLER_ID_BASE && id <= CONTROLLER_ID_BASE + controllers)) ||
+                die "--host-of/--netns-of: no node $id (brokers 1..$brokers, controllers $((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
+        done
         for ((i = 1; i <= brokers; i++)); do
             BROKERS+="${BROKERS:+ }$i"
             printf -v "PORT_$i" '%s' $((base + i - 1))
-            BOOTSTRAP+="${BOOTSTRAP:+,}$HOST:$((base + i - 1))"
+            printf -v "HOST_$i" '%s' "${hosts[$i]:-}"
+            printf -v "NETNS_$i" '%s' "${netnss[$i]:-}"
+            BOOTSTRAP+="${BOOTSTRAP:+,}$(addr_of "$i")"
         done
         for ((i = 1; i <= controllers; i++)); do
             id=$((CONTROLLER_ID_BASE + i))
             CONTROLLERS+="${CONTROLLERS:+ }$id"
             printf -v "PORT_$id" '%s' $((base + CONTROLLER_PORT_GAP + 2 * (i - 1)))
-            CONTROLLER_BOOTSTRAP+="${CONTROLLER_BOOTSTRAP:+,}$HOST:$(port_of "$id")"
-            CONTROLLER_QUORUM_VOTERS+="${CONTROLLER_QUORUM_VOTERS:+,}$id@$HOST:$(port_of "$id")"
+            printf -v "HOST_$id" '%s' "${hosts[$id]:-}"
+            printf -v "NETNS_$id" '%s' "${netnss[$id]:-}"
+            CONTROLLER_BOOTSTRAP+="${CONTROLLER_BOOTSTRAP:+,}$(addr_of "$id")"
+            CONTROLLER_QUORUM_VOTERS+="${CONTROLLER_QUORUM_VOTERS:+,}$id@$(addr_of "$id")"
         done
         for id in $CONTROLLERS $BROKERS; do write_props "$id"; done
     fi
@@ -533,7 +626,7 @@ cmd_up() {
     fi
     write_env
     local lead
-    lead=$(probe leader $(for id in $CONTROLLERS; do port_of "$id"; done) 2>/dev/null) || lead="?"
+    lead=$(quorum_leader) || lead="?"
     say "cluster up in $DIR: brokers [$BROKERS] unfenced, controllers [$CONTROLLERS] (leader ${lead%% *})"
     say "BOOTSTRAP=$BOOTSTRAP"
     say "environment: source $DIR/cluster.env"
@@ -584,7 +677,7 @@ cmd_start() {
     write_env
     if [[ -n $wait ]]; then
         wait_listening "$id" || exit 1
-        say "$(node_role "$id") $id listens on $HOST:$(port_of "$id")"
+        say "$(node_role "$id") $id listens on $(addr_of "$id")"
     fi
 }
 
@@ -605,11 +698,10 @@ cmd_down() {
 
 cmd_status() {
     load_env
-    local id pid lead listed= ports=()
-    for id in $CONTROLLERS; do ports+=("$(port_of "$id")"); done
-    lead=$(probe leader "${ports[@]}" 2>/dev/null) || lead=
+    local id pid lead listed=
+    lead=$(quorum_leader) || lead=
     for id in $BROKERS; do
-        listed=$(probe brokers "$(port_of "$id")" 2>/dev/null) && break
+        listed=$(probe "$id" brokers "$(addr_of "$id")" 2>/dev/null) && break
         listed=
     done
     printf '%-10s %-5s %-22s %-8s %s\n' ROLE ID ENDPOINT PID STATE
@@ -624,7 +716,7 @@ cmd_status() {
                 [[ " $listed " == *" $id "* ]] && state="running, unfenced" || state="running, not listed (fenced?)"
             fi
         fi
-        printf '%-10s %-5s %-22s %-8s %s\n' "$(node_role "$id")" "$id" "$HOST:$(port_of "$id")" "${pid:--}" "$state"
+        printf '%-10s %-5s %-22s %-8s %s\n' "$(node_role "$id")" "$id" "$(addr_of "$id")" "${pid:--}" "$state"
     done
     if [[ -n $lead ]]; then
         read -r l e h <<<"$lead"
