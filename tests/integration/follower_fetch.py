@@ -25,11 +25,12 @@ Proves, in order:
   holds them (its log is the leader's byte for byte) but the high watermark stays at N
   and broker 2 serves nothing at or past N (empty at N and at its log end, error 0;
   OFFSET_OUT_OF_RANGE past it); the leader still sends rack b there for offset N + 10
-  (broker 2 holds it); broker 3 resumed, the high watermark moves and a consumer's
-  Fetch parked on broker 2 at N gets the M records at once (the follower learns the
-  high watermark from the leader without waiting out replica.fetch.wait.max.ms,
-  3000 here: the leader answers a follower's fetch when the high watermark is news to
-  it, KIP-1166's idea; and a follower wakes the consumer fetches waiting on it);
+  (broker 2 holds it); a consumer's Fetch parked on broker 2 at N stays parked through
+  one more acks=1 batch, and once broker 3 is resumed (the high watermark moves, maybe
+  in steps) it answers within half of replica.fetch.wait.max.ms (3000 here) with
+  exactly the records below the new high watermark: the leader answers a follower's
+  fetch when the high watermark is news to it (KIP-1166's idea) and the follower wakes
+  the consumer fetches waiting on it (without either, 2.8 s and 19 s were measured);
 - Kafka's kafka-topics --describe: broker 3 killed with kill -9 leaves the ISR (1,2;
   replicas still 1,2,3) once replica.lag.time.max.ms or its session expires, and the
   leader then sends rack c nowhere (no in-sync replica there); restarted, it is back in
