@@ -472,6 +472,33 @@ int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int
 	return to;
 }
 
+enum sluice_partition_oor sluice_partition_out_of_range(const struct sluice_partition *p, int64_t log_start,
+							int64_t log_end, int32_t last_epoch,
+							int64_t leader_log_start, int64_t *offset)
+{
+	assert(log_start >= 0 && log_start <= log_end);
+	*offset = -1;
+	if (leader_log_start < 0)
+		return SLUICE_PARTITION_OOR_RETRY;
+	if (leader_log_start > log_end) {
+		*offset = leader_log_start;
+		return SLUICE_PARTITION_OOR_RESTART_AT;
+	}
+	int32_t latest = p->epoch_n ? p->epochs[p->epoch_n - 1].epoch : SLUICE_EPOCH_UNDEFINED;
+	if (last_epoch != latest)
+		return SLUICE_PARTITION_OOR_RETRY; /* the cache changed since the request: ask again */
+	if (latest != SLUICE_EPOCH_UNDEFINED) {
+		int64_t to = p->epochs[p->epoch_n - 1].start_offset;
+		*offset = to < log_start ? log_start : to > log_end ? log_end : to;
+		return SLUICE_PARTITION_OOR_TRUNCATE_TO;
+	}
+	if (log_start == log_end && log_start == leader_log_start)
+		return SLUICE_PARTITION_OOR_RETRY; /* empty at the leader's start already: nothing to change */
+	*offset = leader_log_start;
+	assert(*offset >= 0);
+	return SLUICE_PARTITION_OOR_RESTART_AT;
+}
+
 /* ---- idempotent producers ------------------------------------------------ */
 
 static void producers_grow(struct sluice_partition *p)

@@ -260,6 +260,43 @@ Test(partition, truncation_offset)
 	sluice_partition_fini(&q);
 }
 
+/* Proves what a follower does with OFFSET_OUT_OF_RANGE (Kafka's
+ * fetchOffsetAndTruncate with epochs): below the leader's log start it
+ * starts over there; past the leader's end with a latest epoch it cuts to
+ * where that epoch starts (clamped to the log), also for an epoch with no
+ * record (at the log end); without any epoch it starts over at the leader's
+ * log start; a request whose epoch is no longer the latest, an answer
+ * without a log start, and an empty log at the leader's start change
+ * nothing. Before this rule the follower only backed off and asked again. */
+Test(partition, out_of_range_rules)
+{
+	int64_t to;
+	sluice_partition_epoch_assign(&P, 1, 0);
+	sluice_partition_epoch_assign(&P, 3, 40);
+	sluice_partition_epoch_assign(&P, 5, 70);
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 5, -1, &to), SLUICE_PARTITION_OOR_RETRY, "no log start");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 5, 250, &to), SLUICE_PARTITION_OOR_RESTART_AT);
+	cr_expect_eq(to, 250, "below the leader's log start: start over there");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 5, 0, &to), SLUICE_PARTITION_OOR_TRUNCATE_TO);
+	cr_expect_eq(to, 70, "past the leader's end: epoch 5 cut away, never the high watermark");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 80, 100, 5, 0, &to), SLUICE_PARTITION_OOR_TRUNCATE_TO);
+	cr_expect_eq(to, 80, "never below the log start");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 3, 0, &to), SLUICE_PARTITION_OOR_RETRY,
+		     "asked under another epoch than the latest: the log changed since");
+	sluice_partition_epoch_assign(&P, 6, 100);
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 6, 0, &to), SLUICE_PARTITION_OOR_TRUNCATE_TO);
+	cr_expect_eq(to, 100, "an epoch without records goes, nothing is cut");
+	struct sluice_partition q;
+	sluice_partition_init(&q, SELF);
+	cr_expect_eq(sluice_partition_out_of_range(&q, 0, 100, -1, 10, &to), SLUICE_PARTITION_OOR_RESTART_AT);
+	cr_expect_eq(to, 10, "no epoch to truncate by: start over at the leader's log start");
+	cr_expect_eq(sluice_partition_out_of_range(&q, 300, 300, -1, 10, &to), SLUICE_PARTITION_OOR_RESTART_AT,
+		     "an empty log past the leader's end moves back to its start");
+	cr_expect_eq(to, 10);
+	cr_expect_eq(sluice_partition_out_of_range(&q, 10, 10, -1, 10, &to), SLUICE_PARTITION_OOR_RETRY);
+	sluice_partition_fini(&q);
+}
+
 /* ---- over a real log -------------------------------------------------------- */
 
 static struct {
@@ -576,6 +613,54 @@ Test(partition, follower_truncation)
 	cr_expect_eq(P.epoch_n, 0);
 	cr_expect_eq(sluice_partition_high_watermark(&P), 40);
 	cr_expect_eq(sluice_partition_log_start(&P), 40);
+	close_log(l);
+}
+
+/* Proves a follower answered OFFSET_OUT_OF_RANGE again and again (a leader
+ * that places none of its epochs) does not stall: applying each action to
+ * a real log as the storage core does, every round drops the latest epoch
+ * (its records cut down to the log start), and once none is left the
+ * empty log starts over at the leader's log start; there nothing is left to
+ * change (the leader serves that offset). */
+Test(partition, out_of_range_walk)
+{
+	struct sluice_plog *l = open_log();
+	int32_t all[] = {2, SELF};
+	cr_assert_eq(lead(2, 7, 0, all, 2, all, 2, 0), SLUICE_PARTITION_FOLLOWER);
+	sluice_partition_attach(&P, l, 0);
+	follow(l, 0, 1, 4, -1, 0);  /* 0..3, epoch 1 */
+	follow(l, 4, 3, 4, -1, 0);  /* 4..7, epoch 3 */
+	follow(l, 8, 5, 4, -1, 0);  /* 8..11, epoch 5 */
+	flush(l);
+	int64_t want_ends[] = {8, 4, 0};
+	char err[256];
+	int rounds = 0;
+	for (;; rounds++) {
+		cr_assert_lt(rounds, 10, "the follower keeps getting the same answer");
+		int64_t leo = sluice_plog_log_end(l), to;
+		int32_t last = P.epoch_n ? P.epochs[P.epoch_n - 1].epoch : -1;
+		enum sluice_partition_oor a = sluice_partition_out_of_range(&P, sluice_plog_log_start(l), leo, last, 2, &to);
+		if (a == SLUICE_PARTITION_OOR_RESTART_AT) {
+			cr_expect_eq(to, 2);
+			cr_assert_eq(sluice_plog_truncate_fully(l, to, err, sizeof err), 0, "%s", err);
+			cr_expect_null(sluice_partition_on_truncate(&P, true));
+			break;
+		}
+		cr_assert_eq(a, SLUICE_PARTITION_OOR_TRUNCATE_TO);
+		cr_assert_lt(rounds, 3);
+		cr_expect_eq(to, want_ends[rounds]);
+		cr_assert_eq(sluice_plog_truncate_to(l, to, err, sizeof err), 0, "%s", err);
+		cr_expect_null(sluice_partition_on_truncate(&P, false));
+		cr_expect_eq(sluice_plog_log_end(l), to);
+		cr_expect(P.epoch_n == 0 || P.epochs[P.epoch_n - 1].epoch < last, "epoch %d dropped", last);
+	}
+	cr_expect_eq(rounds, 3, "one round per epoch, then the restart");
+	cr_expect_eq(sluice_plog_log_start(l), 2);
+	cr_expect_eq(sluice_plog_log_end(l), 2);
+	cr_expect_eq(P.epoch_n, 0);
+	int64_t to;
+	cr_expect_eq(sluice_partition_out_of_range(&P, 2, 2, -1, 2, &to), SLUICE_PARTITION_OOR_RETRY,
+		     "empty at the leader's log start: nothing left to change");
 	close_log(l);
 }
 
