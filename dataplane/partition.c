@@ -321,7 +321,7 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
 			keep = now_ms - r->caught_up_ms <= lag_ms;
 		else /* and caught up lately, by the rule that keeps it in: it stays once in */
 			keep = r->fetched && r->log_end >= p->high_watermark && r->log_end >= epoch_start &&
-			       now_ms - r->caught_up_ms <= lag_ms;
+			       now_ms - r->caught_up_ms <= lag_ms && now_ms >= p->isr_join_after_ms;
 		changed |= keep != r->in_isr;
 		if (keep)
 			isr[n++] = r->id;
@@ -336,6 +336,12 @@ void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *is
 	p->isr_pending = true;
 	for (uint8_t i = 0; i < p->replica_n; i++)
 		p->replicas[i].isr_adding = !p->replicas[i].in_isr && id_in(p->replicas[i].id, isr, n);
+}
+
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms)
+{
+	assert(!p->isr_pending);
+	p->isr_join_after_ms = until_ms;
 }
 
 void sluice_partition_isr_settled(struct sluice_partition *p)

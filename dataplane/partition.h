@@ -120,6 +120,7 @@ struct sluice_partition {
 	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
 	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
 	bool isr_pending;        /* leader: an ISR change is out to the controller */
+	int64_t isr_join_after_ms; /* leader: no replica asked to join before (a refusal's backoff) */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -214,6 +215,13 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
  * came (applied through set_leader or refused) or it failed. */
 void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *isr, uint8_t n);
 void sluice_partition_isr_settled(struct sluice_partition *p);
+/* The controller refused the change (a replica fenced or shutting down:
+ * INELIGIBLE_REPLICA; another change first): no replica is asked to join
+ * before until_ms, while leaving still goes at once. Without it the leader
+ * asked again at the next fetch, which the refusal itself woke: a loop of
+ * thousands of AlterPartition requests a second for as long as the replica
+ * stayed ineligible. */
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
  * the checkpointed entries (before attach; at most

@@ -447,8 +447,11 @@ static void isr_answered(void *arg)
 			part_leadership(sc, p, &ps);
 		} else {
 			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
-			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s", p->topic, p->partition, text,
-				  sluice_kafka_error_name(q->c.error));
+			int32_t wait_ms = core_cfg(sc)->replica_fetch_wait_max_ms;
+			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s; no replica joins for %d ms",
+				  p->topic, p->partition, text, sluice_kafka_error_name(q->c.error), wait_ms);
+			/* As often as an idle follower's fetch would ask in Kafka. */
+			sluice_partition_isr_refused(&p->part, sluice_now_ms() + wait_ms);
 		}
 		answer_waiting(p, false); /* the replicas that were joining count no more */
 	}

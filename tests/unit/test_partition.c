@@ -238,6 +238,34 @@ Test(partition, isr_wanted)
 	sluice_partition_fini(&q);
 }
 
+/* Proves a refused ISR change holds joining back until its backoff ends
+ * (the refusal woke the follower's fetch, which asked again at once: a loop
+ * of thousands of AlterPartition requests a second), while a member that
+ * lags still leaves at once. */
+Test(partition, isr_refused)
+{
+	int32_t all[] = {SELF, 2, 3}, two[] = {SELF, 2}, isr[SLUICE_PARTITION_REPLICAS_MAX];
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, two, 2, 1000), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 20);
+	(void)sluice_partition_replica_position(&P, 2, 20, 1100);
+	(void)sluice_partition_replica_position(&P, 3, 20, 1100);
+	uint8_t n = sluice_partition_isr_wanted(&P, 1100, 1000, isr);
+	cr_assert_eq(n, 3, "3 caught up: it joins");
+	sluice_partition_isr_inflight(&P, isr, n);
+	sluice_partition_isr_settled(&P);
+	sluice_partition_isr_refused(&P, 1600); /* INELIGIBLE_REPLICA */
+	(void)sluice_partition_replica_position(&P, 3, 20, 1200);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1200, 1000, isr), 0, "refused: not asked again at its next fetch");
+	(void)sluice_partition_replica_position(&P, 3, 20, 2300);
+	n = sluice_partition_isr_wanted(&P, 2300, 1000, isr);
+	cr_assert_eq(n, 2, "the backoff is over: 3 joins, and 2, lagging 1200 ms, leaves");
+	cr_expect(isr[0] == SELF && isr[1] == 3);
+	sluice_partition_isr_refused(&P, 5000);
+	n = sluice_partition_isr_wanted(&P, 2300, 1000, isr);
+	cr_assert_eq(n, 1, "during a backoff leaving still goes");
+	cr_expect(isr[0] == SELF, "and 3 does not join");
+}
+
 /* Proves Kafka's truncation rule for a follower told where its log
  * diverged: the end of that epoch here capped by the leader's end; an
  * epoch the leader named that this log lacks cuts to the end of its largest
