@@ -37,6 +37,7 @@ Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42510
 42610-42615 on 127.0.0.1.
 """
 import os
+import re
 import shutil
 import signal
 import sys
@@ -262,7 +263,7 @@ def lose_unflushed(cl, broker, topic, offset):
     raise lib.TestFailure(f"broker {broker} {topic}-0: no batch at {offset}")
 
 
-def step_unclean(cl, a):
+def step_unclean(cl, tools, a):
     n = 200
     b = produce_to(cl, 1, (SAFE, UNSAFE), "B", n)
     na = len(a[SAFE])
@@ -279,6 +280,9 @@ def step_unclean(cl, a):
                        skip=(2, 3))
     err, _base, msg = fl.produce(cl.port(1), SAFE, 0, lib.record_batch([(None, b"refused", [])]))
     check(err == fl.NOT_ENOUGH_REPLICAS, f"acks=all with ISR {{1}}: error {err} {msg}")
+    dp = fl.wait_for(f"{SAFE}-0: broker 2 an eligible leader replica", lambda: (
+        lambda x: x if x and x["elr"] == [2] else None)(fl.describe_partition(cl.port(1), SAFE, 0)), 10)
+    log(f"{SAFE}-0 (DescribeTopicPartitions): leader {dp['leader']}, ISR {dp['isr']}, ELR {dp['elr']}")
     cuts = {t: lose_unflushed(cl, 2, t, na) for t in (SAFE, UNSAFE)}
     log(f"broker 2 killed: ISR {{1}}, acks=all refused (NOT_ENOUGH_REPLICAS); its logs cut where B starts "
         f"(lost page cache): {cuts}")
@@ -299,6 +303,16 @@ def step_unclean(cl, a):
           f"{UNSAFE}: broker 2 leads with {len(got)} records; {len(lost)} acknowledged ones missing, want the {n} of B")
     log(f"{UNSAFE} (unclean.leader.election.enable=true): broker 2 elected with its cut log after "
         f"{times['unsafe: broker 2 elected uncleanly']:.2f}s: the {n} acknowledged records B are lost")
+    dp = fl.wait_for(f"{SAFE}-0: ELR without broker 2", lambda: (
+        lambda x: x if x and x["elr"] == [1] else None)(fl.describe_partition(cl.port(2), SAFE, 0)), 10)
+    check(dp["leader"] == -1 and dp["isr"] == [] and dp["last_known_elr"] == [1],
+          f"{SAFE}-0 while broker 1 is away: {dp}")
+    out = tools.run("topics", "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                    f"127.0.0.1:{cl.port(3)}", "--describe", "--topic", SAFE)
+    check(re.search(r"Leader:\s*none\b.*\tElr:\s*1\s+LastKnownElr:\s*1\b", out),
+          f"kafka-topics --describe {SAFE}: {out!r}")
+    log(f"{SAFE}-0 after broker 2's unclean return: ELR {dp['elr']} (broker 2 left it), last known leader "
+        f"{dp['last_known_elr']}; kafka-topics --describe: {out.strip().splitlines()[-1].strip()}")
     deadline = time.monotonic() + fl.SESSION_MS / 1000 + 2
     while time.monotonic() < deadline:
         st = fl.md_any(cl, SAFE, 0, skip=(1,))
@@ -360,7 +374,7 @@ def main():
             fl.wait_for(f"every replica holding {t}-0's records A",
                         lambda: all(len(fl.log_records(cl, b, t, 0)) == 200 for b in cl.brokers), 20)
         raw, kp = step_controlled_shutdown(cl)
-        step_unclean(cl, a)
+        step_unclean(cl, clu.Tools(clients.Java()), a)
         check_cs(cl, raw, kp)
         cl.sh("down", cl.dir, timeout=120)
         ok = True

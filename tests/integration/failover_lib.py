@@ -145,6 +145,36 @@ def md_any(cl, topic, p, skip=()):
     return None
 
 
+def describe_partition(port, topic, p):
+    """DescribeTopicPartitions v0 (what kafka-topics --describe asks) for topic-p at port:
+    {"leader", "isr", "elr", "last_known_elr"} (lists; None for a null list), or None."""
+    body = Enc().array_len(1, True).string(topic, True).tags().i32(2000).i8(-1).tags().done()
+    try:
+        d = clu.call(port, lambda c: c.request(75, 0, body, flexible_req=True))
+    except (OSError, lib.ProtocolError):
+        return None
+
+    def ids():
+        n = d.array_len(True)
+        return None if n < 0 else [d.i32() for _ in range(n)]
+    d.i32()
+    found = None
+    for _ in range(d.array_len(True)):
+        d.i16()
+        name = d.string(True)
+        d._take(16)
+        d.i8()
+        for _ in range(d.array_len(True)):
+            err, idx, leader, _epoch = d.i16(), d.i32(), d.i32(), d.i32()
+            _replicas, isr, elr, lkelr, _offline = ids(), ids(), ids(), ids(), ids()
+            d.tags()
+            if name == topic and idx == p and err in (NONE, LEADER_NOT_AVAILABLE):
+                found = {"leader": leader, "isr": isr, "elr": elr, "last_known_elr": lkelr}
+        d.i32()
+        d.tags()
+    return found
+
+
 def read_values(port, topic, p, start=0):
     """[(offset, value str)] of every record of topic-p below the high watermark, read
     from its leader at port."""
