@@ -369,7 +369,7 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
 			keep = now_ms - r->caught_up_ms <= lag_ms;
 		else /* and caught up lately, by the rule that keeps it in: it stays once in */
 			keep = r->fetched && r->log_end >= p->high_watermark && r->log_end >= epoch_start &&
-			       now_ms - r->caught_up_ms <= lag_ms;
+			       now_ms - r->caught_up_ms <= lag_ms && now_ms >= p->isr_join_after_ms;
 		changed |= keep != r->in_isr;
 		if (keep)
 			isr[n++] = r->id;
@@ -384,6 +384,12 @@ void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *is
 	p->isr_pending = true;
 	for (uint8_t i = 0; i < p->replica_n; i++)
 		p->replicas[i].isr_adding = !p->replicas[i].in_isr && id_in(p->replicas[i].id, isr, n);
+}
+
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms)
+{
+	assert(!p->isr_pending);
+	p->isr_join_after_ms = until_ms;
 }
 
 void sluice_partition_isr_settled(struct sluice_partition *p)
@@ -518,6 +524,33 @@ int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int
 		to = 0;
 	assert(to >= 0 && to <= log_end);
 	return to;
+}
+
+enum sluice_partition_oor sluice_partition_out_of_range(const struct sluice_partition *p, int64_t log_start,
+							int64_t log_end, int32_t last_epoch,
+							int64_t leader_log_start, int64_t *offset)
+{
+	assert(log_start >= 0 && log_start <= log_end);
+	*offset = -1;
+	if (leader_log_start < 0)
+		return SLUICE_PARTITION_OOR_RETRY;
+	if (leader_log_start > log_end) {
+		*offset = leader_log_start;
+		return SLUICE_PARTITION_OOR_RESTART_AT;
+	}
+	int32_t latest = p->epoch_n ? p->epochs[p->epoch_n - 1].epoch : SLUICE_EPOCH_UNDEFINED;
+	if (last_epoch != latest)
+		return SLUICE_PARTITION_OOR_RETRY; /* the cache changed since the request: ask again */
+	if (latest != SLUICE_EPOCH_UNDEFINED) {
+		int64_t to = p->epochs[p->epoch_n - 1].start_offset;
+		*offset = to < log_start ? log_start : to > log_end ? log_end : to;
+		return SLUICE_PARTITION_OOR_TRUNCATE_TO;
+	}
+	if (log_start == log_end && log_start == leader_log_start)
+		return SLUICE_PARTITION_OOR_RETRY; /* empty at the leader's start already: nothing to change */
+	*offset = leader_log_start;
+	assert(*offset >= 0);
+	return SLUICE_PARTITION_OOR_RESTART_AT;
 }
 
 /* ---- idempotent producers ------------------------------------------------ */

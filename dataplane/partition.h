@@ -122,6 +122,7 @@ struct sluice_partition {
 	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
 	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
 	bool isr_pending;        /* leader: an ISR change is out to the controller */
+	int64_t isr_join_after_ms; /* leader: no replica asked to join before (a refusal's backoff) */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -233,6 +234,13 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
  * came (applied through set_leader or refused) or it failed. */
 void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *isr, uint8_t n);
 void sluice_partition_isr_settled(struct sluice_partition *p);
+/* The controller refused the change (a replica fenced or shutting down:
+ * INELIGIBLE_REPLICA; another change first): no replica is asked to join
+ * before until_ms, while leaving still goes at once. Without it the leader
+ * asked again at the next fetch, which the refusal itself woke: a loop of
+ * thousands of AlterPartition requests a second for as long as the replica
+ * stayed ineligible. */
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
  * the checkpointed entries (before attach; at most
@@ -272,6 +280,32 @@ void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset)
  * watermark (KIP-101). */
 int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int32_t epoch, int64_t end_offset,
 					   int64_t log_end);
+/* Follower: the leader answered OFFSET_OUT_OF_RANGE to a fetch at this log's
+ * end log_end (its start log_start) under LastFetchedEpoch last_epoch, and
+ * said its own log starts at leader_log_start (-1: not said). What to do
+ * (Kafka's fetchOffsetAndTruncate, with the epoch cache where Kafka asks the
+ * leader for its end offset):
+ * - below the leader's log start (retention or DeleteRecords went past this
+ *   replica): RESTART_AT the leader's log start, the log emptied;
+ * - otherwise the position is past the leader's end or under an epoch the
+ *   leader cannot place (it would have answered DivergingEpoch): with an
+ *   epoch, TRUNCATE_TO where that epoch starts here (its records are not
+ *   known to be the leader's) and ask again at once with the epoch before,
+ *   which the leader checks as OffsetForLeaderEpoch would (KIP-101), never
+ *   the high watermark; without one nothing says where the logs agree, so
+ *   RESTART_AT the leader's log start (everything read again from it);
+ * - RETRY (after the backoff) when the answer says nothing to act on, or
+ *   last_epoch is no longer this log's latest (it changed since the request).
+ * *offset is where to truncate to or start at. Each TRUNCATE_TO removes the
+ * latest epoch, so an answer that keeps coming ends in RESTART_AT. */
+enum sluice_partition_oor {
+	SLUICE_PARTITION_OOR_RETRY,
+	SLUICE_PARTITION_OOR_RESTART_AT,
+	SLUICE_PARTITION_OOR_TRUNCATE_TO,
+};
+enum sluice_partition_oor sluice_partition_out_of_range(const struct sluice_partition *p, int64_t log_start,
+							int64_t log_end, int32_t last_epoch,
+							int64_t leader_log_start, int64_t *offset);
 /* The log was truncated (sluice_plog_truncate_to; fully: sluice_plog_truncate_fully),
  * as Kafka's Log.truncateTo and truncateFullyAndStartAt: the high watermark
  * within [log start, written end] (it may move up after a full truncation,

@@ -102,21 +102,28 @@ bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch);
 /* The leader's answer for p: its records appended as they are (same
  * offsets, bytes and CRCs; a partial last batch left for the next fetch),
  * each batch's epoch into the epoch cache and its producer into the
- * idempotence table, and the leader's high watermark learned (p's own is
- * the least of it and p's written end). Returns KERR_NONE, or the Kafka
- * error that stopped it (CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR) after
- * appending what came before. */
+ * idempotence table, the leader's high watermark learned (p's own is the
+ * least of it and p's written end), and p's log start moved up to the
+ * leader's (leader_log_start), at most to p's high watermark. Returns
+ * KERR_NONE, or the Kafka error that stopped it (CORRUPT_MESSAGE,
+ * KAFKA_STORAGE_ERROR) after appending what came before. */
 int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
-				     int64_t leader_hw);
+				     int64_t leader_hw, int64_t leader_log_start);
 /* The leader's answer said p's log diverged (DivergingEpoch epoch,
  * end_offset): p is truncated to the point that rule gives
  * (sluice_partition_truncation_offset). Returns 0 (fetch on), or -1 (it
  * could not be cut: the fetcher backs off). */
 int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_t epoch, int64_t end_offset);
-/* The leader answered OFFSET_OUT_OF_RANGE and its log starts past p's end
- * (retention removed what p lacks): p starts over, empty, at
- * leader_log_start (sluice_store_truncate_fully). Returns 0, or -1 (not
- * that case, or it failed: the fetcher backs off). */
-int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int64_t leader_log_start);
+/* The leader answered OFFSET_OUT_OF_RANGE to p's fetch at fetch_offset
+ * under LastFetchedEpoch last_epoch, its log starting at leader_log_start
+ * (-1: unknown). As sluice_partition_out_of_range says: below the leader's
+ * log start p starts over there, empty (sluice_store_truncate_fully); past
+ * the leader's end (or under an epoch the leader cannot place) p drops its
+ * latest epoch's records and asks again with the epoch before, or, having
+ * no epoch, starts over at the leader's log start. Returns 0 (p changed:
+ * fetch again at once), or -1 (nothing to do, p moved since the request, or
+ * a truncation failed: the fetcher backs off). */
+int sluice_store_follower_out_of_range(struct storecore *sc, struct spart *p, int64_t fetch_offset, int32_t last_epoch,
+				       int64_t leader_log_start);
 
 #endif

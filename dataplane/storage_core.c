@@ -447,8 +447,11 @@ static void isr_answered(void *arg)
 			part_leadership(sc, p, &ps);
 		} else {
 			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
-			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s", p->topic, p->partition, text,
-				  sluice_kafka_error_name(q->c.error));
+			int32_t wait_ms = core_cfg(sc)->replica_fetch_wait_max_ms;
+			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s; no replica joins for %d ms",
+				  p->topic, p->partition, text, sluice_kafka_error_name(q->c.error), wait_ms);
+			/* As often as an idle follower's fetch would ask in Kafka. */
+			sluice_partition_isr_refused(&p->part, sluice_now_ms() + wait_ms);
 		}
 		answer_waiting(p, false); /* the replicas that were joining count no more */
 	}
@@ -787,8 +790,26 @@ bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)
 
 /* ---- the follower's side (the fetcher's storage calls, service.h) ------------------ */
 
+/* Follower: the leader's log start moved up (DeleteRecords, retention):
+ * this log's follows, as far as its own high watermark (Kafka's follower
+ * maybeIncrementLogStartOffset), so records a client deleted do not come
+ * back when this replica leads. */
+static void follower_log_start(struct spart *p, int64_t leader_log_start)
+{
+	if (sluice_plog_failed(p->log))
+		return;
+	int64_t to = sluice_partition_high_watermark(&p->part);
+	if (leader_log_start < to)
+		to = leader_log_start;
+	if (to <= sluice_plog_log_start(p->log))
+		return;
+	int64_t ls = sluice_plog_delete_records(p->log, to);
+	assert(ls == to); /* below the high watermark, so below the written end */
+	sluice_partition_epoch_truncate_from_start(&p->part, ls);
+}
+
 int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
-				     int64_t leader_hw)
+				     int64_t leader_hw, int64_t leader_log_start)
 {
 	struct sluice_plog *l = p->log;
 	if (!l || sluice_plog_failed(l) || dir_offline(sc->b, p->dir))
@@ -829,6 +850,7 @@ int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, cons
 	}
 	if (sluice_partition_follower_hw(&p->part, leader_hw))
 		wake_fetch_watchers(p); /* consumers reading here (KIP-392) may read further */
+	follower_log_start(p, leader_log_start);
 	return e;
 }
 
@@ -849,14 +871,37 @@ int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_
 	return sluice_store_truncate_to(sc, p, to) < 0 ? -1 : 0;
 }
 
-int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int64_t leader_log_start)
+int sluice_store_follower_out_of_range(struct storecore *sc, struct spart *p, int64_t fetch_offset, int32_t last_epoch,
+				       int64_t leader_log_start)
 {
-	int64_t leo = sluice_plog_log_end(p->log);
-	if (leader_log_start <= leo)
+	int64_t leo = sluice_plog_log_end(p->log), start = sluice_plog_log_start(p->log), to;
+	if (leo != fetch_offset)
+		return -1; /* the log moved since the request: its next fetch asks anew */
+	switch (sluice_partition_out_of_range(&p->part, start, leo, last_epoch, leader_log_start, &to)) {
+	case SLUICE_PARTITION_OOR_RESTART_AT:
+		if (leader_log_start > leo)
+			SLOG_INFO("replication", "%s-%d: the leader's log starts at %" PRId64 ", past this log's end %" PRId64
+				  ": starting over there", p->topic, p->partition, leader_log_start, leo);
+		else
+			SLOG_WARN("replication", "%s-%d: fetch at %" PRId64 " is out of the leader's range and this log "
+				  "has no leader epoch to find where it agrees with the leader's: starting over at the "
+				  "leader's log start %" PRId64, p->topic, p->partition, leo, to);
+		return sluice_store_truncate_fully(sc, p, to) < 0 ? -1 : 0;
+	case SLUICE_PARTITION_OOR_TRUNCATE_TO:
+		SLOG_WARN("replication", "%s-%d: fetch at %" PRId64 " is out of the leader's range, which cannot place "
+			  "epoch %d: dropping that epoch (truncating from %" PRId64 " to %" PRId64 ") and asking with "
+			  "the one before", p->topic, p->partition, leo, last_epoch, leo, to);
+		if (to >= leo) {
+			sluice_partition_epoch_truncate_from_end(&p->part, leo); /* an epoch with no record here */
+			epochs_persist(sc, p);
+			return 0;
+		}
+		return sluice_store_truncate_to(sc, p, to) < 0 ? -1 : 0;
+	case SLUICE_PARTITION_OOR_RETRY:
 		return -1;
-	SLOG_INFO("replication", "%s-%d: the leader's log starts at %" PRId64 ", past this log's end %" PRId64
-		  ": starting over there", p->topic, p->partition, leader_log_start, leo);
-	return sluice_store_truncate_fully(sc, p, leader_log_start) < 0 ? -1 : 0;
+	}
+	assert(!"unknown out-of-range action");
+	return -1;
 }
 
 /* Cluster mode, once per metadata change: every partition the snapshot
