@@ -295,10 +295,13 @@ static void epochs_persist(struct storecore *sc, struct spart *p);
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot);
 
 /* The min.insync.replicas an acks=all append is held to: its topic's,
- * else the broker's in effect for its request (group records: 1). */
+ * else the broker's in effect for its request. Group records are held to
+ * __consumer_offsets' (the op carries its request's word on that topic)
+ * in cluster mode, as Kafka's coordinator writes them with acks=all; a
+ * single node's to 1, as before replication. */
 static int64_t op_min_isr(const struct storecore *sc, const struct partop *op)
 {
-	if (op->kind != PARTOP_APPEND)
+	if (op->kind != PARTOP_APPEND && (op->kind != PARTOP_GROUP || !sluice_config_cluster_mode(&sc->b->cfg)))
 		return 1;
 	if (op->tinfo && op->tinfo->limits.min_insync_replicas > 0)
 		return op->tinfo->limits.min_insync_replicas;
@@ -364,21 +367,22 @@ static void on_written(struct sluice_plog *l, void *arg)
  * follows the new leader, from whose first answer a log that diverged
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
-static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+static enum sluice_partition_change part_leadership_apply(struct storecore *sc, struct spart *p,
+							   const struct sluice_partition_state *st)
 {
 	if (!st || !p->log)
-		return;
+		return SLUICE_PARTITION_SAME;
 	assert(st->replica_n >= 0 && st->replica_n <= SLUICE_REPLICAS_MAX && st->isr_n <= st->replica_n);
 	_Static_assert(SLUICE_REPLICAS_MAX <= SLUICE_PARTITION_REPLICAS_MAX, "a snapshot's replicas fit a partition");
 	struct sluice_partition_leadership l = {st->leader, st->leader_epoch, st->partition_epoch, st->replicas,
 						(uint8_t)st->replica_n, st->isr, (uint8_t)st->isr_n};
 	enum sluice_partition_change c = sluice_partition_set_leader(&p->part, &l, sluice_now_ms());
-	if (c == SLUICE_PARTITION_SAME)
-		return;
+	if (c == SLUICE_PARTITION_SAME || c == SLUICE_PARTITION_UPDATED)
+		return c;
 	if (c == SLUICE_PARTITION_REFUSED) {
 		/* No longer a replica here (reassigned away): nothing to follow. */
 		sluice_fetcher_unfollow(sc, &p->follow);
-		return;
+		return c;
 	}
 	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
 	if (c == SLUICE_PARTITION_LEADER) {
@@ -389,7 +393,7 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 	}
 	answer_waiting(p, false);
 	if (p->part.is_leader)
-		return;
+		return c;
 	if (c == SLUICE_PARTITION_FOLLOWER)
 		SLOG_INFO("replication", "%s-%d: follower of broker %d at epoch %d (log end %" PRId64 ")", p->topic,
 			  p->partition, st->leader, st->leader_epoch, sluice_plog_log_end(p->log));
@@ -398,6 +402,20 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 		append_answer(p, op, sluice_partition_high_watermark(&p->part));
 	}
 	sluice_fetcher_follow(sc, &p->follow, p, p->topic, p->partition, st->leader, st->leader_epoch);
+	return c;
+}
+
+/* part_leadership_apply, then the services hear of a role that changed
+ * (the group coordinator loads or unloads the groups of a
+ * __consumer_offsets partition). */
+static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+{
+	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
+	if (c == SLUICE_PARTITION_SAME || c == SLUICE_PARTITION_UPDATED)
+		return;
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->leadership)
+			store_services[i]->leadership(sc, p, p->topic, p->partition);
 }
 
 /* ---- ISR changes (a leader's AlterPartition) --------------------------------------------- */
@@ -646,19 +664,46 @@ struct sluice_plog *sluice_store_log(struct spart *p) { return p->log; }
 
 void sluice_store_done(struct storecore *sc, struct partop *op) { op_done(sc, op); }
 
+struct spart *sluice_store_partition_open(struct storecore *sc, const char *topic, int32_t partition)
+{
+	struct sstate *st = sc->state;
+	uint32_t slot;
+	struct spart *p = st->table_cap ? part_lookup(st, topic, partition, &slot) : NULL;
+	return p && p->log ? p : NULL;
+}
+
+bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32_t *leader_epoch)
+{
+	*leader_epoch = p->part.leader_epoch;
+	if (!p->log || !p->part.is_leader)
+		return false;
+	/* Until the controller's word arrives a partition is set up as a
+	 * leader (sluice_partition_init): in a cluster that is no word at all. */
+	return p->part.leadership_known || !sluice_config_cluster_mode(&sc->b->cfg);
+}
+
+void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op)
+{
+	if (op->tinfo && p->log && sluice_config_cluster_mode(&sc->b->cfg))
+		part_leadership(sc, p, sluice_topic_partition(op->tinfo, op->partition));
+}
+
 /* Append a batch built by the broker itself (group coordinator records);
  * wait_op, when given, is answered once the batch is committed. */
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op)
+int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
+			    struct partop *wait_op)
 {
 	struct sstate *st = sc->state;
 	int64_t base, last;
-	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
-		return -EIO; /* as for clients: the directory's partitions are offline */
+	if (!p->log || sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
+		return KERR_KAFKA_STORAGE_ERROR; /* as for clients: the directory's partitions are offline */
 	if (!p->part.is_leader)
-		return -EPERM; /* a follower's log grows only by what it fetches */
+		return KERR_NOT_LEADER_OR_FOLLOWER; /* a follower's log grows only by what it fetches */
+	if (wait_op && sluice_partition_isr_n(&p->part) < op_min_isr(sc, wait_op))
+		return KERR_NOT_ENOUGH_REPLICAS; /* Kafka's acks=all check before the append */
 	int rc = sluice_plog_append(p->log, batch, len, p->part.leader_epoch, -1, &base, &last);
 	if (rc < 0)
-		return rc;
+		return KERR_KAFKA_STORAGE_ERROR;
 	sluice_partition_on_append(&p->part, base);
 	epochs_persist(sc, p);
 	if (!p->dirty) {
@@ -670,7 +715,7 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 		wait_op->last_offset = last;
 		sluice_partition_wait_append(&p->part, wait_op, true);
 	}
-	return 0;
+	return KERR_NONE;
 }
 
 struct sluice_partition *sluice_store_part(struct spart *p) { return &p->part; }

@@ -58,9 +58,38 @@ void sluice_store_done(struct storecore *sc, struct partop *op)
 	(void)sc, (void)op;
 	answered++;
 }
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op)
+/* Leadership as the double's storage core reports it: whether this broker
+ * leads every partition, at which leader epoch, and how many offsets past
+ * the written end the logs hold (a follower's fetch not yet written). */
+static bool leads = true;
+static int32_t lead_epoch;
+static int64_t unwritten;
+/* The next append is refused with this Kafka error (0: accepted). */
+static int16_t refuse_append;
+bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32_t *leader_epoch)
+{
+	(void)sc, (void)p;
+	*leader_epoch = lead_epoch;
+	return leads;
+}
+void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op)
+{
+	(void)sc, (void)p, (void)op;
+}
+struct spart *sluice_store_partition_open(struct storecore *sc, const char *topic, int32_t partition)
+{
+	int16_t err = 0;
+	return sluice_store_partition(sc, topic, partition, &err);
+}
+int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
+			    struct partop *wait_op)
 {
 	(void)sc;
+	if (refuse_append) {
+		int16_t e = refuse_append;
+		refuse_append = 0;
+		return e;
+	}
 	struct sluice_batch b;
 	cr_assert_eq(sluice_batch_parse(batch, len, &b), SLUICE_BATCH_OK);
 	cr_assert(p->len + len <= TLOG_BYTES_MAX);
@@ -82,6 +111,7 @@ int64_t sluice_plog_log_start(const struct sluice_plog *l)
 	return 0;
 }
 int64_t sluice_plog_written_end(const struct sluice_plog *l) { return ((const struct spart *)l)->next_offset; }
+int64_t sluice_plog_log_end(const struct sluice_plog *l) { return ((const struct spart *)l)->next_offset + unwritten; }
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one, uint8_t **out)
 {
 	(void)max_bytes, (void)min_one;
@@ -139,6 +169,10 @@ static void setup(void)
 
 static void teardown(void)
 {
+	leads = true;
+	lead_epoch = 0;
+	unwritten = 0;
+	refuse_append = 0;
 	for (int i = 0; i < 64; i++) {
 		free(parts[i].buf);
 		memset(&parts[i], 0, sizeof parts[i]);
