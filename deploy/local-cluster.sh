@@ -7,11 +7,15 @@
 #                                  [--set KEY=VALUE]... [--set-broker KEY=VALUE]...
 #                                  [--set-controller KEY=VALUE]...
 #                                  [--host-of ID=ADDR]... [--netns-of ID=NAME]...
+#                                  [--stopped BROKER_ID]...
 #       Builds if needed, writes every node's properties under DIR, starts the
 #       controllers then the brokers in the background (output in DIR/<node>/out.log),
 #       waits until every broker is registered and unfenced (each broker's Metadata
 #       lists all N brokers), and writes DIR/cluster.env. On a DIR that holds a
 #       stopped cluster, `up DIR` (no options) starts it again as it was.
+#       --stopped BROKER_ID: that broker is set up (properties, cluster.env) but not
+#       started, and `up` waits for the others only; `start DIR BROKER_ID` starts it
+#       later (a cluster's first start with fewer brokers than it will have).
 #   deploy/local-cluster.sh kill DIR NODE_ID [SIGNAL]   signal one node (default KILL)
 #   deploy/local-cluster.sh start DIR NODE_ID [--no-wait]
 #       starts a stopped node with its properties and data; waits until it listens
@@ -473,13 +477,14 @@ wait_listening() {
     done
 }
 
-# wait_cluster: every broker's Metadata lists every broker (all registered, unfenced).
+# wait_cluster [ID...]: every broker's Metadata (of those given, default all) lists
+# every one of them (all registered, unfenced).
 wait_cluster() {
-    local deadline=$((SECONDS + WAIT_S)) want got id bad
-    want=$(echo "$BROKERS" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')
+    local deadline=$((SECONDS + WAIT_S)) want got id bad list=${*:-$BROKERS}
+    want=$(echo "$list" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')
     while :; do
         bad=
-        for id in $BROKERS; do
+        for id in $list; do
             got=$(probe "$id" brokers "$(addr_of "$id")" 2>/dev/null) || got="no answer"
             [[ $got == "$want" ]] || bad+=" broker $id lists [$got];"
         done
@@ -526,7 +531,7 @@ stop_nodes() {
 
 cmd_up() {
     local brokers= controllers= base= i id
-    local -A hosts=() netnss=()
+    local -A hosts=() netnss=() stopped=()
     SETS=()
     ROLE_SETS=()
     while (($#)); do
@@ -554,6 +559,10 @@ cmd_up() {
                 netnss[$node]=$value
             fi
             shift 2 ;;
+        --stopped)
+            is_uint "${2:-}" || die "--stopped needs a broker id (got '${2:-}')"
+            stopped[$2]=1
+            shift 2 ;;
         -h | --help) usage 0 ;;
         *) die "up: unknown option '$1' (see $0 --help)" ;;
         esac
@@ -564,7 +573,8 @@ cmd_up() {
         for id in $BROKERS $CONTROLLERS; do
             [[ -z $(pid_of "$id") ]] || die "$DIR holds a running cluster (node $id, pid $(pid_of "$id")); run: $0 down $DIR"
         done
-        [[ -z $brokers$controllers$base ]] && ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} == 0)) ||
+        [[ -z $brokers$controllers$base ]] &&
+            ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} + ${#stopped[@]} == 0)) ||
             die "$DIR holds a stopped cluster: \`$0 up $DIR\` without options starts it again as it was; remove $DIR for a new one"
         say "starting the stopped cluster in $DIR again"
     else
@@ -590,6 +600,10 @@ cmd_up() {
             ((id >= 1 && id <= brokers || id > CONTROLLER_ID_BASE && id <= CONTROLLER_ID_BASE + controllers)) ||
                 die "--host-of/--netns-of: no node $id (brokers 1..$brokers, controllers $((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
         done
+        for id in "${!stopped[@]}"; do
+            ((id >= 1 && id <= brokers)) || die "--stopped: no broker $id (brokers 1..$brokers)"
+        done
+        ((${#stopped[@]} < brokers)) || die "--stopped: at least one broker must start"
         for ((i = 1; i <= brokers; i++)); do
             BROKERS+="${BROKERS:+ }$i"
             printf -v "PORT_$i" '%s' $((base + i - 1))
@@ -610,15 +624,19 @@ cmd_up() {
     fi
 
     find_binaries
-    wait_bindable $CONTROLLERS $BROKERS
-    for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
-    local started=()
+    local started=() started_brokers=()
     for id in $CONTROLLERS $BROKERS; do
+        [[ -n ${stopped[$id]:-} ]] || started+=("$id")
+    done
+    for id in $BROKERS; do [[ -n ${stopped[$id]:-} ]] || started_brokers+=("$id"); done
+    wait_bindable "${started[@]}"
+    for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
+    write_env
+    for id in "${started[@]}"; do
         start_node "$id"
-        started+=("$id")
         write_env
     done
-    if ! wait_listening "${started[@]}" || ! wait_cluster; then
+    if ! wait_listening "${started[@]}" || ! wait_cluster "${started_brokers[@]}"; then
         echo "local-cluster: the cluster did not come up; stopping what was started" >&2
         stop_nodes 10 $BROKERS
         stop_nodes 10 $CONTROLLERS
@@ -627,7 +645,7 @@ cmd_up() {
     write_env
     local lead
     lead=$(quorum_leader) || lead="?"
-    say "cluster up in $DIR: brokers [$BROKERS] unfenced, controllers [$CONTROLLERS] (leader ${lead%% *})"
+    say "cluster up in $DIR: brokers [${started_brokers[*]}] unfenced${stopped[*]:+ (not started: ${!stopped[*]})}, controllers [$CONTROLLERS] (leader ${lead%% *})"
     say "BOOTSTRAP=$BOOTSTRAP"
     say "environment: source $DIR/cluster.env"
 }
