@@ -47,7 +47,8 @@
 #
 # Properties are Kafka's defaults except what a local cluster needs: ids, listeners,
 # quorum, data dirs, cluster.id, sluice.cpu.affinity=false (the nodes share the
-# machine's cores) and sluice.listener.bind.timeout.ms=70000. The last because a port
+# machine's cores), offsets.topic.replication.factor=N with fewer than 3 brokers (else
+# groups never work) and sluice.listener.bind.timeout.ms=70000. The last because a port
 # in Linux's ephemeral range (32768-60999) can be held for 60 s by any process's closed
 # connection (TIME_WAIT), and a broker binds its port only once it is registered; `up`
 # and `start` also wait (up to 65 s) for such ports before starting a node. Below
@@ -366,6 +367,13 @@ write_props() {
             echo "# a broker binds its port only once registered: meanwhile another node's closed"
             echo "# connection may hold it in TIME_WAIT (60 s) when it lies in the ephemeral range"
             echo "sluice.listener.bind.timeout.ms=70000"
+            local nbrokers
+            nbrokers=$(wc -w <<<"$BROKERS")
+            if ((nbrokers < 3)); then
+                echo "# fewer brokers than Kafka's default offsets.topic.replication.factor (3), which"
+                echo "# would keep consumer groups unavailable (COORDINATOR_NOT_AVAILABLE) for good"
+                echo "offsets.topic.replication.factor=$nbrokers"
+            fi
         fi
         if ((${#SETS[@]} + ${#ROLE_SETS[@]})); then
             echo "# given with --set"
