@@ -940,8 +940,8 @@ static void replay(struct storecore *sc, struct gcoord *gc, int32_t partition, c
 	if (r.err || !gid.ptr || kver < 0 || kver > 2)
 		return;
 	struct group *g = val ? group_get(gc, gid, partition) : group_find(gc, gid);
-	if (!g)
-		return;
+	if (!g || g->partition != partition)
+		return; /* a record in a partition its group does not map to (another partition count) */
 	if (kver <= 1)
 		replay_offset(gc, g, &r, val, vlen);
 	else

@@ -35,8 +35,8 @@ struct sluice_store_service_ops {
 	 * NOT_ENOUGH_REPLICAS_AFTER_APPEND). */
 	void (*written)(struct storecore *sc, struct partop *op, bool ok);
 	/* Optional: the controller's word on p changed its role here (it leads
-	 * from now on, or follows, at a new leader epoch; or it is no longer a
-	 * replica), after the core acted on it (waiting appends answered). */
+	 * from now on, or follows, at a new leader epoch), after the core acted
+	 * on it (waiting appends answered, the fetcher told). */
 	void (*leadership)(struct storecore *sc, struct spart *p, const char *topic, int32_t partition);
 };
 

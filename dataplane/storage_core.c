@@ -102,6 +102,12 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
 /* How often led partitions are checked for followers to drop from the ISR:
  * half of replica.lag.time.max.ms (Kafka's isr-expiration task), at least this. */
 #define STORE_ISR_CHECK_MS_MIN 100
+/* After the controller refused an ISR change, the partition asks again no
+ * sooner than this: an idle partition whose follower stays caught up by
+ * the rule while the controller will not take it (fenced, shutting down)
+ * would otherwise ask at every fetch of any of its followers, thousands of
+ * times a second. */
+#define STORE_ISR_REFUSED_BACKOFF_MS 500
 #define STORE_READ_PINS_MAX 1024
 #define STORE_READ_LOAD_RETRIES_MAX 32
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
@@ -130,6 +136,7 @@ struct spart {
 	 * the loaded hook moves them to the parked queue, to run again. */
 	struct partop *load_head, *load_tail;
 	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
+	int64_t isr_retry_ms; /* monotonic: no ISR change is asked for before (the controller refused one) */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -411,7 +418,7 @@ static enum sluice_partition_change part_leadership_apply(struct storecore *sc, 
 static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
 {
 	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
-	if (c == SLUICE_PARTITION_SAME || c == SLUICE_PARTITION_UPDATED)
+	if (c != SLUICE_PARTITION_LEADER && c != SLUICE_PARTITION_FOLLOWER)
 		return;
 	for (size_t i = 0; i < STORE_SERVICES_N; i++)
 		if (store_services[i]->leadership)
@@ -467,6 +474,7 @@ static void isr_answered(void *arg)
 			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
 			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s", p->topic, p->partition, text,
 				  sluice_kafka_error_name(q->c.error));
+			p->isr_retry_ms = sluice_now_ms() + STORE_ISR_REFUSED_BACKOFF_MS;
 		}
 		answer_waiting(p, false); /* the replicas that were joining count no more */
 	}
@@ -480,19 +488,50 @@ static void isr_done(struct sluice_meta_isr_change *c)
 	sluice_rt_post(&q->sc->rt, &q->post);
 }
 
+/* The wanted ISR isr[0..n) without the replicas it would add whose broker
+ * the controller would refuse (not among the snapshot's active brokers:
+ * fenced, or shutting down), as Kafka's leader checks isReplicaIsrEligible
+ * before it asks. Returns the new count, or 0 when no change is left. */
+static uint8_t isr_eligible(struct storecore *sc, const struct spart *p, int32_t *isr, uint8_t n)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	uint8_t k = 0;
+	bool changed = false;
+	for (uint8_t i = 0; i < n; i++) {
+		bool in = false, active = false;
+		for (uint8_t j = 0; j < p->part.replica_n; j++)
+			in |= p->part.replicas[j].id == isr[i] && p->part.replicas[j].in_isr;
+		for (uint32_t j = 0; !in && j < snap->broker_n && !active; j++)
+			active = snap->brokers[j].node_id == isr[i];
+		if (in || active)
+			isr[k++] = isr[i];
+		changed |= !in && active;
+	}
+	b->meta.ops->release(b->meta.self, snap);
+	assert(k <= n);
+	changed |= k < sluice_partition_isr_n(&p->part); /* a member left */
+	return changed ? k : 0;
+}
+
 /* Leader p: ask the controller for the ISR its followers' positions call
- * for, if any (sluice_partition_isr_wanted). */
+ * for, if any (sluice_partition_isr_wanted), and the controller can take. */
 static void isr_check(struct storecore *sc, struct spart *p, int64_t now)
 {
 	struct sstate *st = sc->state;
 	const struct sluice_meta *m = &sc->b->meta;
 	if (!m->ops->alter_partition || st->isr_inflight >= STORE_ISR_CHANGES_INFLIGHT_MAX || !p->log ||
-	    !p->has_topic_id)
+	    !p->has_topic_id || now < p->isr_retry_ms)
 		return;
 	int32_t isr[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t n = sluice_partition_isr_wanted(&p->part, now, core_cfg(sc)->replica_lag_time_max_ms, isr);
 	if (!n)
 		return;
+	n = isr_eligible(sc, p, isr, n);
+	if (!n) { /* only replicas the controller would refuse: look again later, not at every fetch */
+		p->isr_retry_ms = now + STORE_ISR_REFUSED_BACKOFF_MS;
+		return;
+	}
 	struct isr_req *q = calloc(1, sizeof *q);
 	if (!q)
 		return; /* the next check asks again */
