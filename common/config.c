@@ -72,6 +72,8 @@ static const struct cfg_key keys[] = {
 	{"log.cleanup.policy", CFG_STRING, F(log_cleanup_policy), 0, 0, "delete"},
 	{"compression.type", CFG_STRING, F(compression_type), 0, 0, "producer"},
 	{"offsets.topic.num.partitions", CFG_INT, F(offsets_topic_partitions), 1, 1000, "50"},
+	{"offsets.topic.replication.factor", CFG_INT, F(offsets_topic_replication_factor), 1,
+	 SLUICE_CONFIG_REPLICATION_FACTOR_MAX, "3"},
 	{"group.initial.rebalance.delay.ms", CFG_INT, F(group_initial_rebalance_delay_ms), 0, INT32_MAX, "3000"},
 	{"group.min.session.timeout.ms", CFG_INT, F(group_min_session_timeout_ms), 0, INT32_MAX, "6000"},
 	{"group.max.session.timeout.ms", CFG_INT, F(group_max_session_timeout_ms), 0, INT32_MAX, "1800000"},

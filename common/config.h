@@ -94,6 +94,9 @@ struct sluice_config {
 	 * batches are stored as the producer compressed them. */
 	char compression_type[32];
 	int32_t offsets_topic_partitions;
+	/* __consumer_offsets' replicas in cluster mode (created only once this
+	 * many brokers are active); a single node keeps one. */
+	int32_t offsets_topic_replication_factor;
 	int32_t group_initial_rebalance_delay_ms;
 	int32_t group_min_session_timeout_ms;
 	int32_t group_max_session_timeout_ms;

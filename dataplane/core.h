@@ -207,6 +207,12 @@ struct broker {
 	 * whichever core writes it, under hw_ckpt_mu (set up by storage core 0). */
 	pthread_mutex_t hw_ckpt_mu;
 	struct sluice_hw_share *hw_share[SLUICE_CORES_MAX];
+	/* The last failed creation of __consumer_offsets (api_group.c): the
+	 * metadata offset it was tried at and when (monotonic ms, 0: none).
+	 * Atomics, written by any network core: advice against retrying at
+	 * every request, nothing more. */
+	int64_t offsets_create_failed_offset;
+	int64_t offsets_create_failed_ms;
 };
 
 _Static_assert(offsetof(struct storecore, rt) == 0 && offsetof(struct netcore, rt) == 0,

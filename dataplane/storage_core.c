@@ -102,6 +102,12 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
 /* How often led partitions are checked for followers to drop from the ISR:
  * half of replica.lag.time.max.ms (Kafka's isr-expiration task), at least this. */
 #define STORE_ISR_CHECK_MS_MIN 100
+/* After the controller refused an ISR change, the partition asks again no
+ * sooner than this: an idle partition whose follower stays caught up by
+ * the rule while the controller will not take it (fenced, shutting down)
+ * would otherwise ask at every fetch of any of its followers, thousands of
+ * times a second. */
+#define STORE_ISR_REFUSED_BACKOFF_MS 500
 #define STORE_READ_PINS_MAX 1024
 #define STORE_READ_LOAD_RETRIES_MAX 32
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
@@ -130,6 +136,7 @@ struct spart {
 	 * the loaded hook moves them to the parked queue, to run again. */
 	struct partop *load_head, *load_tail;
 	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
+	int64_t isr_retry_ms; /* monotonic: no ISR change is asked for before (the controller refused one) */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -295,10 +302,13 @@ static void epochs_persist(struct storecore *sc, struct spart *p);
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot);
 
 /* The min.insync.replicas an acks=all append is held to: its topic's,
- * else the broker's in effect for its request (group records: 1). */
+ * else the broker's in effect for its request. Group records are held to
+ * __consumer_offsets' (the op carries its request's word on that topic)
+ * in cluster mode, as Kafka's coordinator writes them with acks=all; a
+ * single node's to 1, as before replication. */
 static int64_t op_min_isr(const struct storecore *sc, const struct partop *op)
 {
-	if (op->kind != PARTOP_APPEND)
+	if (op->kind != PARTOP_APPEND && (op->kind != PARTOP_GROUP || !sluice_config_cluster_mode(&sc->b->cfg)))
 		return 1;
 	if (op->tinfo && op->tinfo->limits.min_insync_replicas > 0)
 		return op->tinfo->limits.min_insync_replicas;
@@ -364,21 +374,22 @@ static void on_written(struct sluice_plog *l, void *arg)
  * follows the new leader, from whose first answer a log that diverged
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
-static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+static enum sluice_partition_change part_leadership_apply(struct storecore *sc, struct spart *p,
+							   const struct sluice_partition_state *st)
 {
 	if (!st || !p->log)
-		return;
+		return SLUICE_PARTITION_SAME;
 	assert(st->replica_n >= 0 && st->replica_n <= SLUICE_REPLICAS_MAX && st->isr_n <= st->replica_n);
 	_Static_assert(SLUICE_REPLICAS_MAX <= SLUICE_PARTITION_REPLICAS_MAX, "a snapshot's replicas fit a partition");
 	struct sluice_partition_leadership l = {st->leader, st->leader_epoch, st->partition_epoch, st->replicas,
 						(uint8_t)st->replica_n, st->isr, (uint8_t)st->isr_n};
 	enum sluice_partition_change c = sluice_partition_set_leader(&p->part, &l, sluice_now_ms());
-	if (c == SLUICE_PARTITION_SAME)
-		return;
+	if (c == SLUICE_PARTITION_SAME || c == SLUICE_PARTITION_UPDATED)
+		return c;
 	if (c == SLUICE_PARTITION_REFUSED) {
 		/* No longer a replica here (reassigned away): nothing to follow. */
 		sluice_fetcher_unfollow(sc, &p->follow);
-		return;
+		return c;
 	}
 	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
 	if (c == SLUICE_PARTITION_LEADER) {
@@ -389,7 +400,7 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 	}
 	answer_waiting(p, false);
 	if (p->part.is_leader)
-		return;
+		return c;
 	if (c == SLUICE_PARTITION_FOLLOWER)
 		SLOG_INFO("replication", "%s-%d: follower of broker %d at epoch %d (log end %" PRId64 ")", p->topic,
 			  p->partition, st->leader, st->leader_epoch, sluice_plog_log_end(p->log));
@@ -398,6 +409,20 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 		append_answer(p, op, sluice_partition_high_watermark(&p->part));
 	}
 	sluice_fetcher_follow(sc, &p->follow, p, p->topic, p->partition, st->leader, st->leader_epoch);
+	return c;
+}
+
+/* part_leadership_apply, then the services hear of a role that changed
+ * (the group coordinator loads or unloads the groups of a
+ * __consumer_offsets partition). */
+static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+{
+	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
+	if (c != SLUICE_PARTITION_LEADER && c != SLUICE_PARTITION_FOLLOWER)
+		return;
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->leadership)
+			store_services[i]->leadership(sc, p, p->topic, p->partition);
 }
 
 /* ---- ISR changes (a leader's AlterPartition) --------------------------------------------- */
@@ -465,19 +490,50 @@ static void isr_done(struct sluice_meta_isr_change *c)
 	sluice_rt_post(&q->sc->rt, &q->post);
 }
 
+/* The wanted ISR isr[0..n) without the replicas it would add whose broker
+ * the controller would refuse (not among the snapshot's active brokers:
+ * fenced, or shutting down), as Kafka's leader checks isReplicaIsrEligible
+ * before it asks. Returns the new count, or 0 when no change is left. */
+static uint8_t isr_eligible(struct storecore *sc, const struct spart *p, int32_t *isr, uint8_t n)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	uint8_t k = 0;
+	bool changed = false;
+	for (uint8_t i = 0; i < n; i++) {
+		bool in = false, active = false;
+		for (uint8_t j = 0; j < p->part.replica_n; j++)
+			in |= p->part.replicas[j].id == isr[i] && p->part.replicas[j].in_isr;
+		for (uint32_t j = 0; !in && j < snap->broker_n && !active; j++)
+			active = snap->brokers[j].node_id == isr[i];
+		if (in || active)
+			isr[k++] = isr[i];
+		changed |= !in && active;
+	}
+	b->meta.ops->release(b->meta.self, snap);
+	assert(k <= n);
+	changed |= k < sluice_partition_isr_n(&p->part); /* a member left */
+	return changed ? k : 0;
+}
+
 /* Leader p: ask the controller for the ISR its followers' positions call
- * for, if any (sluice_partition_isr_wanted). */
+ * for, if any (sluice_partition_isr_wanted), and the controller can take. */
 static void isr_check(struct storecore *sc, struct spart *p, int64_t now)
 {
 	struct sstate *st = sc->state;
 	const struct sluice_meta *m = &sc->b->meta;
 	if (!m->ops->alter_partition || st->isr_inflight >= STORE_ISR_CHANGES_INFLIGHT_MAX || !p->log ||
-	    !p->has_topic_id)
+	    !p->has_topic_id || now < p->isr_retry_ms)
 		return;
 	int32_t isr[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t n = sluice_partition_isr_wanted(&p->part, now, core_cfg(sc)->replica_lag_time_max_ms, isr);
 	if (!n)
 		return;
+	n = isr_eligible(sc, p, isr, n);
+	if (!n) { /* only replicas the controller would refuse: look again later, not at every fetch */
+		p->isr_retry_ms = now + STORE_ISR_REFUSED_BACKOFF_MS;
+		return;
+	}
 	struct isr_req *q = calloc(1, sizeof *q);
 	if (!q)
 		return; /* the next check asks again */
@@ -649,19 +705,46 @@ struct sluice_plog *sluice_store_log(struct spart *p) { return p->log; }
 
 void sluice_store_done(struct storecore *sc, struct partop *op) { op_done(sc, op); }
 
+struct spart *sluice_store_partition_open(struct storecore *sc, const char *topic, int32_t partition)
+{
+	struct sstate *st = sc->state;
+	uint32_t slot;
+	struct spart *p = st->table_cap ? part_lookup(st, topic, partition, &slot) : NULL;
+	return p && p->log ? p : NULL;
+}
+
+bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32_t *leader_epoch)
+{
+	*leader_epoch = p->part.leader_epoch;
+	if (!p->log || !p->part.is_leader)
+		return false;
+	/* Until the controller's word arrives a partition is set up as a
+	 * leader (sluice_partition_init): in a cluster that is no word at all. */
+	return p->part.leadership_known || !sluice_config_cluster_mode(&sc->b->cfg);
+}
+
+void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op)
+{
+	if (op->tinfo && p->log && sluice_config_cluster_mode(&sc->b->cfg))
+		part_leadership(sc, p, sluice_topic_partition(op->tinfo, op->partition));
+}
+
 /* Append a batch built by the broker itself (group coordinator records);
  * wait_op, when given, is answered once the batch is committed. */
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op)
+int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
+			    struct partop *wait_op)
 {
 	struct sstate *st = sc->state;
 	int64_t base, last;
-	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
-		return -EIO; /* as for clients: the directory's partitions are offline */
+	if (!p->log || sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
+		return KERR_KAFKA_STORAGE_ERROR; /* as for clients: the directory's partitions are offline */
 	if (!p->part.is_leader)
-		return -EPERM; /* a follower's log grows only by what it fetches */
+		return KERR_NOT_LEADER_OR_FOLLOWER; /* a follower's log grows only by what it fetches */
+	if (wait_op && sluice_partition_isr_n(&p->part) < op_min_isr(sc, wait_op))
+		return KERR_NOT_ENOUGH_REPLICAS; /* Kafka's acks=all check before the append */
 	int rc = sluice_plog_append(p->log, batch, len, p->part.leader_epoch, -1, &base, &last);
 	if (rc < 0)
-		return rc;
+		return KERR_KAFKA_STORAGE_ERROR;
 	sluice_partition_on_append(&p->part, base);
 	epochs_persist(sc, p);
 	if (!p->dirty) {
@@ -673,7 +756,7 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 		wait_op->last_offset = last;
 		sluice_partition_wait_append(&p->part, wait_op, true);
 	}
-	return 0;
+	return KERR_NONE;
 }
 
 struct sluice_partition *sluice_store_part(struct spart *p) { return &p->part; }

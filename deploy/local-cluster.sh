@@ -7,11 +7,15 @@
 #                                  [--set KEY=VALUE]... [--set-broker [ID:]KEY=VALUE]...
 #                                  [--set-controller [ID:]KEY=VALUE]...
 #                                  [--host-of ID=ADDR]... [--netns-of ID=NAME]...
+#                                  [--stopped BROKER_ID]...
 #       Builds if needed, writes every node's properties under DIR, starts the
 #       controllers then the brokers in the background (output in DIR/<node>/out.log),
 #       waits until every broker is registered and unfenced (each broker's Metadata
 #       lists all N brokers), and writes DIR/cluster.env. On a DIR that holds a
 #       stopped cluster, `up DIR` (no options) starts it again as it was.
+#       --stopped BROKER_ID: that broker is set up (properties, cluster.env) but not
+#       started, and `up` waits for the others only; `start DIR BROKER_ID` starts it
+#       later (a cluster's first start with fewer brokers than it will have).
 #   deploy/local-cluster.sh kill DIR NODE_ID [SIGNAL]   signal one node (default KILL)
 #   deploy/local-cluster.sh start DIR NODE_ID [--no-wait]
 #       starts a stopped node with its properties and data; waits until it listens
@@ -43,7 +47,8 @@
 #
 # Properties are Kafka's defaults except what a local cluster needs: ids, listeners,
 # quorum, data dirs, cluster.id, sluice.cpu.affinity=false (the nodes share the
-# machine's cores) and sluice.listener.bind.timeout.ms=70000. The last because a port
+# machine's cores), offsets.topic.replication.factor=N with fewer than 3 brokers (else
+# groups never work) and sluice.listener.bind.timeout.ms=70000. The last because a port
 # in Linux's ephemeral range (32768-60999) can be held for 60 s by any process's closed
 # connection (TIME_WAIT), and a broker binds its port only once it is registered; `up`
 # and `start` also wait (up to 65 s) for such ports before starting a node. Below
@@ -363,6 +368,13 @@ write_props() {
             echo "# a broker binds its port only once registered: meanwhile another node's closed"
             echo "# connection may hold it in TIME_WAIT (60 s) when it lies in the ephemeral range"
             echo "sluice.listener.bind.timeout.ms=70000"
+            local nbrokers
+            nbrokers=$(wc -w <<<"$BROKERS")
+            if ((nbrokers < 3)); then
+                echo "# fewer brokers than Kafka's default offsets.topic.replication.factor (3), which"
+                echo "# would keep consumer groups unavailable (COORDINATOR_NOT_AVAILABLE) for good"
+                echo "offsets.topic.replication.factor=$nbrokers"
+            fi
         fi
         if ((${#SETS[@]} + ${#ROLE_SETS[@]})); then
             echo "# given with --set"
@@ -478,13 +490,14 @@ wait_listening() {
     done
 }
 
-# wait_cluster: every broker's Metadata lists every broker (all registered, unfenced).
+# wait_cluster [ID...]: every broker's Metadata (of those given, default all) lists
+# every one of them (all registered, unfenced).
 wait_cluster() {
-    local deadline=$((SECONDS + WAIT_S)) want got id bad
-    want=$(echo "$BROKERS" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')
+    local deadline=$((SECONDS + WAIT_S)) want got id bad list=${*:-$BROKERS}
+    want=$(echo "$list" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')
     while :; do
         bad=
-        for id in $BROKERS; do
+        for id in $list; do
             got=$(probe "$id" brokers "$(addr_of "$id")" 2>/dev/null) || got="no answer"
             [[ $got == "$want" ]] || bad+=" broker $id lists [$got];"
         done
@@ -531,7 +544,7 @@ stop_nodes() {
 
 cmd_up() {
     local brokers= controllers= base= i id
-    local -A hosts=() netnss=()
+    local -A hosts=() netnss=() stopped=()
     SETS=()
     ROLE_SETS=()
     while (($#)); do
@@ -559,6 +572,10 @@ cmd_up() {
                 netnss[$node]=$value
             fi
             shift 2 ;;
+        --stopped)
+            is_uint "${2:-}" || die "--stopped needs a broker id (got '${2:-}')"
+            stopped[$2]=1
+            shift 2 ;;
         -h | --help) usage 0 ;;
         *) die "up: unknown option '$1' (see $0 --help)" ;;
         esac
@@ -569,7 +586,8 @@ cmd_up() {
         for id in $BROKERS $CONTROLLERS; do
             [[ -z $(pid_of "$id") ]] || die "$DIR holds a running cluster (node $id, pid $(pid_of "$id")); run: $0 down $DIR"
         done
-        [[ -z $brokers$controllers$base ]] && ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} == 0)) ||
+        [[ -z $brokers$controllers$base ]] &&
+            ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} + ${#stopped[@]} == 0)) ||
             die "$DIR holds a stopped cluster: \`$0 up $DIR\` without options starts it again as it was; remove $DIR for a new one"
         say "starting the stopped cluster in $DIR again"
     else
@@ -606,6 +624,10 @@ cmd_up() {
                     die "--set-controller $node:...: no controller $node ($((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
             fi
         done
+        for id in "${!stopped[@]}"; do
+            ((id >= 1 && id <= brokers)) || die "--stopped: no broker $id (brokers 1..$brokers)"
+        done
+        ((${#stopped[@]} < brokers)) || die "--stopped: at least one broker must start"
         for ((i = 1; i <= brokers; i++)); do
             BROKERS+="${BROKERS:+ }$i"
             printf -v "PORT_$i" '%s' $((base + i - 1))
@@ -626,15 +648,19 @@ cmd_up() {
     fi
 
     find_binaries
-    wait_bindable $CONTROLLERS $BROKERS
-    for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
-    local started=()
+    local started=() started_brokers=()
     for id in $CONTROLLERS $BROKERS; do
+        [[ -n ${stopped[$id]:-} ]] || started+=("$id")
+    done
+    for id in $BROKERS; do [[ -n ${stopped[$id]:-} ]] || started_brokers+=("$id"); done
+    wait_bindable "${started[@]}"
+    for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
+    write_env
+    for id in "${started[@]}"; do
         start_node "$id"
-        started+=("$id")
         write_env
     done
-    if ! wait_listening "${started[@]}" || ! wait_cluster; then
+    if ! wait_listening "${started[@]}" || ! wait_cluster "${started_brokers[@]}"; then
         echo "local-cluster: the cluster did not come up; stopping what was started" >&2
         stop_nodes 10 $BROKERS
         stop_nodes 10 $CONTROLLERS
@@ -643,7 +669,7 @@ cmd_up() {
     write_env
     local lead
     lead=$(quorum_leader) || lead="?"
-    say "cluster up in $DIR: brokers [$BROKERS] unfenced, controllers [$CONTROLLERS] (leader ${lead%% *})"
+    say "cluster up in $DIR: brokers [${started_brokers[*]}] unfenced${stopped[*]:+ (not started: ${!stopped[*]})}, controllers [$CONTROLLERS] (leader ${lead%% *})"
     say "BOOTSTRAP=$BOOTSTRAP"
     say "environment: source $DIR/cluster.env"
 }
