@@ -112,6 +112,8 @@ enum {
 	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
+	API_ALTER_PARTITION_REASSIGNMENTS = 45,
+	API_LIST_PARTITION_REASSIGNMENTS = 46,
 	API_ALTER_PARTITION = 56,
 	API_FETCH_SNAPSHOT = 59,
 	API_BROKER_REGISTRATION = 62,
@@ -2416,11 +2418,75 @@ static bool forward_write_settle(struct mc *m, struct mc_conn *c, const struct m
 	return true;
 }
 
+/* The top-level ErrorCode of an answer to the reassignment APIs (after
+ * ThrottleTimeMs, and AllowReplicationFactorChange in AlterPartitionReassignments
+ * v1), or KERR_UNKNOWN_SERVER_ERROR when it is too short. */
+static int16_t reassign_top_error(const struct mc_forward *f, const struct krd *r)
+{
+	size_t at = f->api_key == API_ALTER_PARTITION_REASSIGNMENTS && f->api_version >= 1 ? 5 : 4;
+	return krd_left(r) >= at + 2 ? (int16_t)kbe16(r->p + at) : KERR_UNKNOWN_SERVER_ERROR;
+}
+
+/* An answer to AlterPartitionReassignments (flexible in every version): the
+ * SluiceMetadataOffset of its last record (-1: absent). -1: garbage. */
+static int reassign_answer_scan(const struct mc_forward *f, struct krd r, int64_t *offset)
+{
+	*offset = -1;
+	(void)krd_i32(&r); /* ThrottleTimeMs */
+	if (f->api_version >= 1)
+		(void)krd_bool(&r);
+	(void)krd_i16(&r);
+	(void)krd_string(&r, true);
+	int32_t topics = krd_array(&r, true, 3);
+	for (int32_t t = 0; t < topics && !r.err; t++) {
+		(void)krd_string(&r, true);
+		int32_t n = krd_array(&r, true, 8);
+		for (int32_t p = 0; p < n && !r.err; p++) {
+			(void)krd_i32(&r);
+			(void)krd_i16(&r);
+			(void)krd_string(&r, true);
+			krd_tags_skip(&r);
+		}
+		krd_tags_skip(&r);
+	}
+	*offset = tags_metadata_offset(&r);
+	return r.err || krd_left(&r) ? -1 : 0;
+}
+
+/* A relayed reassignment is answered once this broker's image shows it
+ * (the client's next Metadata or ListPartitionReassignments here sees
+ * it). Returns false when the answer must not be relayed (retried). */
+static bool forward_reassign_settle(struct mc *m, struct mc_conn *c, const struct mc_forward *f,
+				    const struct krd *r, int64_t deadline, bool *garbage)
+{
+	int64_t offset;
+	*garbage = false;
+	if (reassign_top_error(f, r) == KERR_NOT_CONTROLLER) {
+		conn_not_controller(m, c);
+		return false;
+	}
+	if (f->api_key == API_LIST_PARTITION_REASSIGNMENTS) {
+		conn_ok(m, c);
+		return true;
+	}
+	if (reassign_answer_scan(f, *r, &offset) < 0) {
+		conn_garbage(m, c, f->api_key, r);
+		*garbage = true;
+		return false;
+	}
+	conn_ok(m, c);
+	if (offset >= 0 && !wait_offset(m, offset, deadline))
+		SLOG_WARN("meta", "relayed reassignment: the image did not reach offset %lld in time; answering anyway",
+			  (long long)offset);
+	return true;
+}
+
 static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 {
 	struct kwr body = {.buf = f->body, .len = f->len, .cap = f->len, .cap_max = f->len};
 	int64_t deadline = now_ms() + MC_REQUEST_TIMEOUT_MS;
 	bool write = f->api_key == API_ALTER_CONFIGS || f->api_key == API_INCREMENTAL_ALTER_CONFIGS;
+	bool reassign = f->api_key == API_ALTER_PARTITION_REASSIGNMENTS || f->api_key == API_LIST_PARTITION_REASSIGNMENTS;
 	while (!is_stopping(m) && now_ms() < deadline) {
 		struct krd r;
 		enum call_result cr = conn_call(m, c, f->api_key, f->api_version, &body, deadline, &r);
@@ -2438,7 +2504,12 @@ static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 				break;
 			continue;
 		}
-		if (!write)
+		if (reassign && !forward_reassign_settle(m, c, f, &r, deadline, &garbage)) {
+			if (garbage)
+				break;
+			continue;
+		}
+		if (!write && !reassign)
 			conn_ok(m, c);
 		f->done(f->arg, 0, r.p, krd_left(&r));
 		return;
