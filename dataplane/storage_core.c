@@ -65,6 +65,7 @@ static void service_written(struct storecore *sc, struct partop *op, bool ok)
 #define PREALLOC_IDLE_MS 5000
 #define PREALLOC_TRIMS_PER_PASS 32
 #define DELETED_SWEEP_PARTITIONS_MAX 1024 /* partitions of deleted topics removed per pass (1 s) */
+#define MOVED_SWEEP_PARTITIONS_MAX 256    /* replicas moved away removed per loop turn */
 /* Bytes lookups by timestamp (ListOffsets) may read, decompress and scan in
  * one loop turn (a few milliseconds of work); lookups past it wait for the
  * next turn, so pipelined lookups into big compressed batches cannot starve
@@ -364,6 +365,26 @@ static void on_written(struct sluice_plog *l, void *arg)
  * follows the new leader, from whose first answer a log that diverged
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
+/* p's replica here is no longer one of the partition's: it stops following
+ * and leading, and its acks=all appends waiting are refused with
+ * NOT_LEADER_OR_FOLLOWER (the producer retries at the new leader). Its
+ * log stays until removed_sweep proves it garbage. */
+static void part_stop(struct storecore *sc, struct spart *p)
+{
+	sluice_fetcher_unfollow(sc, &p->follow);
+	if (!p->part.is_leader && p->part.leader_id < 0)
+		return; /* stopped already */
+	SLOG_INFO("replication", "%s-%d: no longer a replica on this broker (log end %" PRId64 ", high watermark %" PRId64
+		  "): neither leading nor following it", p->topic, p->partition, sluice_plog_log_end(p->log),
+		  sluice_partition_high_watermark(&p->part));
+	sluice_partition_stop_replica(&p->part);
+	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, true));) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		append_answer(p, op, sluice_partition_high_watermark(&p->part));
+	}
+	assert(!p->part.is_leader && !p->follow);
+}
+
 static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
 {
 	if (!st || !p->log)
@@ -376,8 +397,7 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 	if (c == SLUICE_PARTITION_SAME)
 		return;
 	if (c == SLUICE_PARTITION_REFUSED) {
-		/* No longer a replica here (reassigned away): nothing to follow. */
-		sluice_fetcher_unfollow(sc, &p->follow);
+		part_stop(sc, p); /* no longer a replica here (reassigned away) */
 		return;
 	}
 	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
@@ -436,7 +456,18 @@ static void isr_answered(void *arg)
 	if (p && p->log) {
 		sluice_partition_isr_settled(&p->part);
 		char text[SLUICE_REPLICAS_MAX * 12];
-		if (!q->c.error) {
+		/* The partition still holds the word it asked with: the controller's
+		 * newer one has not come yet (else nothing waits for it). */
+		bool asked_now = q->c.leader_epoch == p->part.leader_epoch && q->c.partition_epoch == p->part.partition_epoch;
+		if (!q->c.error && q->c.result.leader_epoch != p->part.leader_epoch) {
+			/* A new leader epoch: the change also moved replicas (a
+			 * reassignment completed), which the answer does not list:
+			 * the metadata that follows says all of it. */
+			SLOG_INFO("replication", "%s-%d: ISR change accepted at leader epoch %d; waiting for the metadata",
+				  p->topic, p->partition, q->c.result.leader_epoch);
+			if (asked_now)
+				sluice_partition_isr_stale(&p->part);
+		} else if (!q->c.error) {
 			struct sluice_partition_state ps = q->c.result;
 			ps.replica_n = p->part.replica_n;
 			for (uint8_t i = 0; i < p->part.replica_n; i++)
@@ -445,10 +476,18 @@ static void isr_answered(void *arg)
 			SLOG_INFO("replication", "%s-%d: ISR now [%s] (partition epoch %d)", p->topic, p->partition, text,
 				  ps.partition_epoch);
 			part_leadership(sc, p, &ps);
+		} else if (q->c.error == KERR_NEW_LEADER_ELECTED) {
+			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
+			SLOG_INFO("replication", "%s-%d: ISR [%s] completed a reassignment that moved the leadership away; "
+				  "waiting for the metadata", p->topic, p->partition, text);
+			if (asked_now)
+				sluice_partition_isr_stale(&p->part);
 		} else {
 			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
 			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s", p->topic, p->partition, text,
 				  sluice_kafka_error_name(q->c.error));
+			if (asked_now && (q->c.error == KERR_FENCED_LEADER_EPOCH || q->c.error == KERR_NOT_LEADER_OR_FOLLOWER))
+				sluice_partition_isr_stale(&p->part); /* its word is on its way */
 		}
 		answer_waiting(p, false); /* the replicas that were joining count no more */
 	}
@@ -858,6 +897,91 @@ int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int6
 	return sluice_store_truncate_fully(sc, p, leader_log_start) < 0 ? -1 : 0;
 }
 
+static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16],
+		       int16_t error);
+
+/* A replica the metadata moved away from this broker, noted before any is
+ * removed (removal changes the table being walked). */
+struct moved_part {
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+	int32_t partition;
+	uint8_t id[16];
+	int32_t leader;
+	char isr[SLUICE_REPLICAS_MAX * 12];
+};
+
+static bool ids_has(const int32_t *ids, int32_t n, int32_t id)
+{
+	for (int32_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* Whether the data of a replica no longer assigned here is provably
+ * garbage: the partition has a leader in a non-empty ISR without this
+ * broker. The controller takes a replica out of a live partition's
+ * replicas only when a reassignment completes (every replica that stays is
+ * in the ISR) or is cancelled (the adding replicas go, the ISR of the
+ * original ones stays), so every record this copy holds below its high
+ * watermark is on every ISR member; what lies above was never committed,
+ * and a follower's truncation would drop it too. Otherwise (the partition
+ * offline) the copy is kept and looked at again at the next change. */
+static bool moved_garbage(const struct sluice_partition_state *ps, int32_t self)
+{
+	if (ps->leader < 0 || ps->isr_n <= 0 || ids_has(ps->isr, ps->isr_n, self))
+		return false;
+	return ids_has(ps->isr, ps->isr_n, ps->leader);
+}
+
+/* Cluster mode, with the leadership sweep: every partition this core holds
+ * whose topic lives on (same topic id) but whose replicas no longer name
+ * this broker stops (part_stop), and its log is removed when that is
+ * provably garbage (moved_garbage), as Kafka's brokers delete a replica
+ * the metadata moved away. At most MOVED_SWEEP_PARTITIONS_MAX are removed
+ * in a pass; true when the pass was cut short (the next turn goes on). */
+static bool removed_sweep(struct storecore *sc, const struct sluice_meta_snapshot *snap)
+{
+	struct sstate *st = sc->state;
+	int32_t self = sc->b->cfg.node_id;
+	struct moved_part *gone = NULL;
+	uint32_t n = 0;
+	bool partial = false;
+	for (uint32_t i = 0; i < st->table_cap && !partial; i++) {
+		struct spart *p = st->table[i];
+		if (!p || !p->log || !p->has_topic_id)
+			continue;
+		const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+		const struct sluice_partition_state *ps =
+			t && !memcmp(t->id, p->topic_id, 16) ? sluice_topic_partition(t, p->partition) : NULL;
+		if (!ps || ids_has(ps->replicas, ps->replica_n, self))
+			continue;
+		part_stop(sc, p);
+		if (!moved_garbage(ps, self))
+			continue;
+		if (n == MOVED_SWEEP_PARTITIONS_MAX || (!gone && !(gone = calloc(MOVED_SWEEP_PARTITIONS_MAX, sizeof *gone)))) {
+			partial = true;
+			break;
+		}
+		struct moved_part *m = &gone[n++];
+		snprintf(m->topic, sizeof m->topic, "%s", p->topic);
+		m->partition = p->partition;
+		memcpy(m->id, p->topic_id, 16);
+		m->leader = ps->leader;
+		ids_text(m->isr, sizeof m->isr, ps->isr, ps->isr_n);
+	}
+	assert(n <= MOVED_SWEEP_PARTITIONS_MAX);
+	for (uint32_t i = 0; i < n; i++) {
+		SLOG_INFO("replication", "%s-%d: moved away from this broker (leader %d, ISR [%s], which hold every "
+			  "committed record): removing its log", gone[i].topic, gone[i].partition, gone[i].leader,
+			  gone[i].isr);
+		if (part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id, KERR_NOT_LEADER_OR_FOLLOWER) < 0)
+			partial = true; /* a rename failed (logged): tried again */
+	}
+	free(gone);
+	return partial;
+}
+
 /* Cluster mode, once per metadata change: every partition the snapshot
  * places a replica of on this broker and that this core owns is opened
  * (a follower's log exists before any client names it) and takes the
@@ -898,6 +1022,7 @@ static void leadership_sweep(struct storecore *sc)
 				part_leadership(sc, p, ps);
 		}
 	}
+	partial |= removed_sweep(sc, snap);
 	st->led_offset = snap->metadata_offset;
 	st->led_partial = partial;
 	b->meta.ops->release(b->meta.self, snap);
@@ -1173,9 +1298,11 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 /* Returns 0 once no directory of the partition (of topic id `id`) is left
- * under its name. A directory whose partition.metadata names another topic
- * id is not this topic's data and is left for the start-up check. */
-static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16])
+ * under its name; the ops still waiting on it are answered with error. A
+ * directory whose partition.metadata names another topic id is not this
+ * topic's data and is left for the start-up check. */
+static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16],
+		       int16_t error)
 {
 	struct sstate *st = sc->state;
 	char dir[900];
@@ -1186,7 +1313,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		/* Fail anything still waiting, close the log, then drop the entry
 		 * and re-insert the rest of its probe cluster. */
 		for (struct partop *op; (op = sluice_partition_wait_pop(&p->part));) {
-			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op->error = error;
 			service_written(sc, op, false);
 			op_done(sc, op);
 		}
@@ -1196,7 +1323,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		for (struct partop *op = p->load_head, *next; op; op = next) {
 			next = op->next;
 			op->next = NULL;
-			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op->error = error;
 			op_done(sc, op);
 		}
 		p->load_head = p->load_tail = NULL;
@@ -1219,7 +1346,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			st->parked_n--;
 			p->parked--;
 			op->next = NULL;
-			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op->error = error;
 			op_done(sc, op);
 		}
 		if (p->cleaning) {
@@ -1352,7 +1479,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 {
 	struct sstate *st = sc->state;
 	if (op->kind == PARTOP_DELETE) {
-		if (part_delete(sc, op->topic, op->partition, op->topic_id) < 0)
+		if (part_delete(sc, op->topic, op->partition, op->topic_id, KERR_UNKNOWN_TOPIC_OR_PARTITION) < 0)
 			op->error = KERR_KAFKA_STORAGE_ERROR; /* the topic keeps its tombstone */
 		op_done(sc, op);
 		return;
@@ -1700,9 +1827,28 @@ static void op_append(struct storecore *sc, struct spart *p, struct partop *op, 
 	sluice_partition_wait_append(&p->part, op, op->acks == -1); /* answered once visible, or written */
 }
 
+/* Cluster mode: whether the newest metadata still places a replica of p
+ * here (or says nothing of it). An op carrying an older word must not
+ * create the log of a replica moved away (removed_sweep deleted it). */
+static bool replica_here(struct storecore *sc, const struct spart *p)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+	const struct sluice_partition_state *ps = t ? sluice_topic_partition(t, p->partition) : NULL;
+	bool here = !ps || ids_has(ps->replicas, ps->replica_n, b->cfg.node_id);
+	b->meta.ops->release(b->meta.self, snap);
+	return here;
+}
+
 static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 {
 	struct sstate *st = sc->state;
+	if (!p->log && sluice_config_cluster_mode(&sc->b->cfg) && !replica_here(sc, p)) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		op_done(sc, op);
+		return;
+	}
 	if (!p->log) {
 		st->opens_turn++;
 		int16_t e = part_open(sc, p);
@@ -2250,7 +2396,7 @@ static void deleted_sweep(struct storecore *sc)
 		sluice_topic_id_base64(gone[i].id, hex);
 		SLOG_WARN("storage", "%s-%d: topic id %s is no longer in the cluster's metadata (deleted through another "
 			  "broker): removing its log", gone[i].topic, gone[i].partition, hex);
-		(void)part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id);
+		(void)part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id, KERR_UNKNOWN_TOPIC_OR_PARTITION);
 	}
 	free(gone);
 }
