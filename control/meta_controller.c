@@ -381,9 +381,37 @@ static void partition_state_from(struct sluice_partition_state *st, const struct
 	memcpy(st->isr, ip->isr.id, (size_t)ip->isr.n * sizeof st->isr[0]);
 }
 
+/* The throttle bits of each partition's replica on node (the topic's
+ * throttled replica lists, read from the image whatever their length). */
+static void topic_throttles(const struct sluice_image *img, const struct sluice_image_topic *it, int32_t node,
+			    struct sluice_partition_state *st)
+{
+	static const struct {
+		const char *key;
+		uint8_t bit;
+	} lists[] = {{SLUICE_TOPIC_LEADER_THROTTLED, SLUICE_THROTTLE_LEADER},
+		     {SLUICE_TOPIC_FOLLOWER_THROTTLED, SLUICE_THROTTLE_FOLLOWER}};
+	uint8_t *flags = NULL;
+	for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
+		const char *v = sluice_image_config(img, SLUICE_MREC_RESOURCE_TOPIC, it->name, lists[k].key);
+		if (!v || !v[0])
+			continue;
+		if (!flags && !(flags = calloc((size_t)it->partition_n, 1))) {
+			SLOG_WARN("meta", "topic %s: out of memory reading its replication throttles; not applied", it->name);
+			return;
+		}
+		sluice_topic_throttled_mark(v, node, it->partition_n, flags, lists[k].bit);
+	}
+	for (int32_t p = 0; flags && p < it->partition_n; p++)
+		st[p].throttle = flags[p];
+	free(flags);
+}
+
 /* A snapshot topic for image topic it: one allocation holding the topic
- * with its configs, then its partitions' states. */
-static struct sluice_topic *topic_build(const struct sluice_image *img, const struct sluice_image_topic *it)
+ * with its configs, then its partitions' states (with this node's
+ * replication throttles). */
+static struct sluice_topic *topic_build(const struct sluice_image *img, const struct sluice_image_topic *it,
+					int32_t node)
 {
 	struct config_collect cc;
 	cc.n = cc.dropped = 0;
@@ -406,6 +434,7 @@ static struct sluice_topic *topic_build(const struct sluice_image *img, const st
 	struct sluice_partition_state *st = (struct sluice_partition_state *)(void *)((char *)t + head);
 	for (int32_t p = 0; p < it->partition_n; p++)
 		partition_state_from(&st[p], &it->partitions[p]);
+	topic_throttles(img, it, node, st);
 	t->states = st;
 	t->state_n = it->partition_n;
 	t->refs = 1;
@@ -544,7 +573,7 @@ static int snap_fill_topics(struct mc *m, struct sluice_meta_snapshot *s, const 
 		if (t && !is_dirty(m, it->name) && !memcmp(t->id, it->id, 16) && t->partitions == it->partition_n) {
 			int refs = __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
 			assert(refs >= 2); /* old's and this one */
-		} else if (!(t = topic_build(m->img, it)))
+		} else if (!(t = topic_build(m->img, it, m->cfg.node_id)))
 			return -1;
 		if (s->topic_n && strcmp(s->topics[s->topic_n - 1]->name, t->name) >= 0)
 			sorted = false;

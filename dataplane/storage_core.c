@@ -131,6 +131,7 @@ struct spart {
 	 * the loaded hook moves them to the parked queue, to run again. */
 	struct partop *load_head, *load_tail;
 	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
+	uint8_t throttle;             /* SLUICE_THROTTLE_* bits of this replica, from the metadata */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -292,6 +293,7 @@ static void wake_fetch_watchers(struct spart *p)
 }
 
 static const struct sluice_config *core_cfg(const struct storecore *sc);
+static void core_cfg_take(struct storecore *sc, const struct sluice_meta_snapshot *snap);
 static void epochs_persist(struct storecore *sc, struct spart *p);
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot);
 
@@ -818,6 +820,23 @@ bool sluice_store_follower_unwritten(const struct spart *p)
 	return p->log && !sluice_plog_failed(p->log) && sluice_plog_written_end(p->log) < sluice_plog_log_end(p->log);
 }
 
+bool sluice_store_follower_throttled(struct storecore *sc, const struct spart *p, int64_t now_ms)
+{
+	if (!(p->throttle & SLUICE_THROTTLE_FOLLOWER) || !p->log)
+		return false;
+	if (sluice_plog_log_end(p->log) >= p->part.leader_hw)
+		return false; /* in sync: no lag behind the leader's high watermark (Kafka's isReplicaInSync) */
+	const struct sluice_broker_config *bc = ((const struct sstate *)sc->state)->bcfg;
+	int64_t rate = bc ? bc->follower_throttled_rate : INT64_MAX;
+	return sluice_rate_exceeded(&sc->b->follower_quota, rate, now_ms);
+}
+
+void sluice_store_follower_fetched(struct storecore *sc, const struct spart *p, size_t bytes, int64_t now_ms)
+{
+	if ((p->throttle & SLUICE_THROTTLE_FOLLOWER) && bytes > 0)
+		sluice_rate_record(&sc->b->follower_quota, (int64_t)bytes, now_ms);
+}
+
 bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)
 {
 	return p->log && !p->part.is_leader && p->part.leader_id == leader && p->part.leader_epoch == epoch;
@@ -998,6 +1017,9 @@ static void leadership_sweep(struct storecore *sc)
 	}
 	int32_t self = b->cfg.node_id;
 	bool partial = false;
+	/* The broker configuration this change brings (a replication throttle
+	 * set before a reassignment) holds before the partitions change. */
+	core_cfg_take(sc, snap);
 	for (uint32_t i = 0; i < snap->topic_n; i++) {
 		const struct sluice_topic *t = snap->topics[i];
 		for (int32_t pi = 0; pi < t->partitions; pi++) {
@@ -1018,8 +1040,10 @@ static void leadership_sweep(struct storecore *sc)
 				if (part_open(sc, p) != 0)
 					continue; /* logged; its next op tries again */
 			}
-			if (p)
+			if (p) {
+				p->throttle = ps->throttle;
 				part_leadership(sc, p, ps);
+			}
 		}
 	}
 	partial |= removed_sweep(sc, snap);
@@ -1568,6 +1592,27 @@ static void read_slots_reclaim(struct storecore *sc)
 	st->slots = st->slot_free = NULL;
 }
 
+/* The leader replication throttle in effect on this core: bytes/s, INT64_MAX none. */
+static int64_t leader_rate(const struct storecore *sc)
+{
+	const struct sluice_broker_config *bc = ((const struct sstate *)sc->state)->bcfg;
+	return bc ? bc->leader_throttled_rate : INT64_MAX;
+}
+
+/* Kafka's shouldLeaderThrottle: a replica out of the ISR of a partition
+ * whose leader.replication.throttled.replicas names this replica gets no
+ * records while the bytes served for throttled partitions lately are
+ * above leader.replication.throttled.rate. */
+static bool leader_throttled(struct storecore *sc, const struct spart *p, int32_t replica_id, int64_t now)
+{
+	if (!(p->throttle & SLUICE_THROTTLE_LEADER))
+		return false;
+	for (uint8_t i = 0; i < p->part.replica_n; i++)
+		if (p->part.replicas[i].id == replica_id && p->part.replicas[i].in_isr)
+			return false;
+	return sluice_rate_exceeded(&sc->b->leader_quota, leader_rate(sc), now);
+}
+
 /* A follower's fetch on this replica (Kafka's Partition.fetchRecords for a
  * follower): refused unless this replica leads at the epoch the follower
  * names (FENCED_LEADER_EPOCH older, UNKNOWN_LEADER_EPOCH newer) and the
@@ -1611,6 +1656,11 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 		answer_waiting(p, false);
 	isr_check(sc, p, now); /* a follower caught up rejoins the ISR at once */
 	op->high_watermark = sluice_partition_high_watermark(pt);
+	if (leader_throttled(sc, p, op->replica_id, now)) {
+		op->rlen = 0; /* Kafka's leader answers a throttled replica with no records */
+		op_done(sc, op);
+		return true;
+	}
 	return false;
 }
 
@@ -1659,6 +1709,9 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 		op->error = KERR_KAFKA_STORAGE_ERROR;
 	else
 		op->rlen = n;
+	/* Kafka counts every throttled partition's bytes sent to followers. */
+	if (n > 0 && op->from_replica && (p->throttle & SLUICE_THROTTLE_LEADER))
+		sluice_rate_record(&sc->b->leader_quota, n, sluice_now_ms());
 	if (n == 0 && op->watch)
 		sluice_partition_watch(&p->part, op->net_core);
 	op->load_retries = 0;
@@ -2763,6 +2816,11 @@ int sluice_storage_core_start(struct storecore *sc)
 	 * stays until the process exits (a core stopping later merges it). */
 	if (sc->id == 0 && pthread_mutex_init(&sc->b->hw_ckpt_mu, NULL) != 0)
 		return -1;
+	if (sc->id == 0) {
+		int64_t window_ms = (int64_t)cfg->replication_quota_window_size_seconds * 1000;
+		sluice_rate_init(&sc->b->leader_quota, cfg->replication_quota_window_num, window_ms);
+		sluice_rate_init(&sc->b->follower_quota, cfg->replication_quota_window_num, window_ms);
+	}
 	st->fds_max = cfg->open_files_max;
 	if (st->fds_max <= 0) {
 		/* Half of what the process may open, shared by the storage cores;
