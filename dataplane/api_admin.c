@@ -1047,6 +1047,8 @@ static const struct topic_default topic_defaults[] = {
 	{"segment.bytes", CT_INT, NULL},
 	{"segment.ms", CT_LONG, NULL},
 	{"unclean.leader.election.enable", CT_BOOLEAN, "false"},
+	{"leader.replication.throttled.replicas", CT_LIST, ""},
+	{"follower.replication.throttled.replicas", CT_LIST, ""},
 };
 
 static void topic_default_value(const struct sluice_config *c, const char *key, char *out, size_t len)
