@@ -2435,16 +2435,6 @@ static int alter_reassignments_start(struct sluice_ctl_server *s, struct ctl_req
 	return 0;
 }
 
-/* The topic entry i belongs to. */
-static const struct ra_topic *ra_topic_of(const struct ra_state *st, int32_t i)
-{
-	for (int32_t t = 0; t < st->topic_n; t++)
-		if (i >= st->topics[t].first && i < st->topics[t].first + st->topics[t].n)
-			return &st->topics[t];
-	assert(!"every entry has its topic");
-	return NULL;
-}
-
 static bool alter_reassignments_decide(struct sluice_ctl_server *s, struct ctl_req *r, struct sluice_ctl_out *out)
 {
 	const struct ra_state *st = r->api;
@@ -2456,8 +2446,8 @@ static bool alter_reassignments_decide(struct sluice_ctl_server *s, struct ctl_r
 		if (out->n > 0 && out->n + 1 > CTL_PART_RECORDS_SOFT)
 			return false;
 		while (t < st->topic_n && r->w.next >= st->topics[t].first + st->topics[t].n)
-			t++;
-		assert(t < st->topic_n && ra_topic_of(st, r->w.next) == &st->topics[t]);
+			t++; /* the topics' entries are consecutive, in request order */
+		assert(t < st->topic_n && r->w.next >= st->topics[t].first);
 		struct kstr name = st->topics[t].name;
 		size_t before = out->n;
 		int16_t err = sluice_ctl_reassign(s->ctl, name.ptr, (size_t)name.len, pe->partition,
