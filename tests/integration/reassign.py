@@ -5,7 +5,8 @@ controllers and three brokers started through deploy/local-cluster.sh.
 
 Proves, in order:
 - a topic placed on broker 1 alone (kafka-topics --replica-assignment 1) takes N records
-  (acks=all, raw Produce v3, so every offset is known);
+  (acks=all, raw Produce v3, so every offset is known), and DeleteRecords moves its log
+  start past the first of them (the new replicas must start there);
 - kafka-reassign-partitions --execute --throttle R moves it to [2,3]: the tool reports
   the throttle set and the reassignment started; the topic gets Kafka's throttled
   replica lists (leader.replication.throttled.replicas=0:1,
@@ -19,8 +20,8 @@ Proves, in order:
 - --verify then reports completion and clears the throttles (kafka-configs --describe
   shows none left on the topic);
 - kafka-topics --describe shows Replicas 2,3 and ISR 2,3, led by one of them; the new
-  replicas hold byte-identical batches, the very batches broker 1 held (same offsets,
-  bytes and CRCs); broker 1 no longer leads it and its copy is removed (provably
+  replicas hold byte-identical batches, the very batches broker 1 held from its log start
+  on (same offsets, bytes and CRCs); broker 1 no longer leads it and its copy is removed (provably
   garbage: docs/operations.md); Kafka's console consumer reads every record back from
   the new leader, and the raw fetch from the leader returns each at its offset;
 - a second move ([1] -> [2], throttled hard) is listed while it runs, then
@@ -42,6 +43,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -66,6 +68,7 @@ CONFIGS = "kafka.admin.ConfigCommand"
 CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 MOVED, CANCELLED = "moved", "cancelled"
 N, PER_BATCH, VALUE_BYTES = 2000, 50, 1000
+LOG_START = 500          # DeleteRecords moves the first topic's log start here before it moves
 THROTTLE = 300000        # B/s, the first move
 CANCEL_THROTTLE = 20000  # B/s, the second: slow enough to cancel it midway
 NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_CONTROLLER = 0, 3, 41
@@ -137,9 +140,23 @@ def produce_all(port, topic):
     return acked
 
 
-def read_all(port, topic):
-    """{offset: value} of topic-0 from port (its leader), and the raw batches."""
-    got, batches, offset = {}, [], 0
+def delete_records(port, topic, offset):
+    """Raw DeleteRecords v1 of topic-0 up to offset at port: its new log start."""
+    e = Enc().array_len(1).string(topic).array_len(1).i32(0).i64(offset).i32(30000)
+    d = clu.call(port, lambda c: c.request(21, 1, e.done()))
+    d.i32()
+    d.array_len()
+    d.string()
+    d.array_len()
+    d.i32()
+    low, err = d.i64(), d.i16()
+    check(err == NONE, f"DeleteRecords {topic}-0 to {offset}: error {err}")
+    return low
+
+
+def read_all(port, topic, start=0):
+    """{offset: value} of topic-0 from start at port (its leader), and the raw batches."""
+    got, batches, offset = {}, [], start
     with lib.Conn(port, timeout=10) as c:
         while True:
             err, hw, blob = c.fetch(topic, 0, offset, max_wait_ms=0)
@@ -238,8 +255,11 @@ def step_move(cl, tools, root):
     acked = produce_all(port1, MOVED)
     before = wait_for("broker 1's batches on disk", lambda: (lambda b: b if b and len(b) == N // PER_BATCH else None)(
         disk_batches(cl, 1, MOVED)), 20)
+    check(delete_records(port1, MOVED, LOG_START) == LOG_START, "DeleteRecords")
+    before = [b for b in before if struct.unpack_from(">q", b)[0] >= LOG_START]  # what the leader still serves
     total = sum(len(b) for b in before)
-    log(f"{MOVED}-0 on broker 1: {N} records in {len(before)} batches, {total} bytes")
+    log(f"{MOVED}-0 on broker 1: {N} records in {N // PER_BATCH} batches, log start {LOG_START}: "
+        f"{len(before)} batches, {total} bytes from there")
     plan = move_json(root, "move.json", MOVED, [2, 3])
     t0 = time.monotonic()
     out = tools.reassign(plan, "--execute", "--throttle", str(THROTTLE))
@@ -289,19 +309,22 @@ def step_data_followed(cl, tools, acked, before):
         got = wait_for(f"broker {b}'s batches of {MOVED}-0", lambda: (lambda x: x if x and len(x) >= len(before)
                                                                       else None)(disk_batches(cl, b, MOVED)), 20)
         check(got == before, f"broker {b}'s batches of {MOVED}-0 differ from broker 1's")
-    log(f"brokers 2 and 3 hold broker 1's {len(before)} batches byte for byte")
+    log(f"brokers 2 and 3 hold broker 1's {len(before)} batches from its log start on, byte for byte")
     wait_for(f"broker 1's copy of {MOVED}-0 removed",
              lambda: not os.path.exists(os.path.join(cl.dir, "broker-1", "data", f"{MOVED}-0")), 20)
-    got, batches = read_all(cl.port(leader), MOVED)
-    check(got == acked, f"the new leader serves {len(got)} records, {len(acked)} acknowledged")
+    got, batches = read_all(cl.port(leader), MOVED, LOG_START)
+    kept = {o: v for o, v in acked.items() if o >= LOG_START}
+    check(got == kept, f"the new leader serves {len(got)} records, {len(kept)} acknowledged from the log start")
     check(batches == before, "the new leader's fetched batches differ from broker 1's")
     r = tools.java.run(CONSUMER, "--bootstrap-server", f"127.0.0.1:{cl.port(leader)}", "--topic", MOVED,
-                       "--partition", "0", "--offset", "earliest", "--max-messages", str(N),
+                       "--partition", "0", "--offset", "earliest", "--max-messages", str(len(kept)),
                        "--timeout-ms", "30000", timeout=90, heap="-Xmx256m")
     lines = r.stdout.splitlines()
-    check(r.returncode == 0 and lines == [acked[o].decode() for o in range(N)],
-          f"kafka-console-consumer read {len(lines)} records from broker {leader}, {N} expected: {r.stderr[-800:]}")
-    log(f"kafka-console-consumer read all {N} records from the new leader, broker {leader}")
+    check(r.returncode == 0 and lines == [kept[o].decode() for o in sorted(kept)],
+          f"kafka-console-consumer read {len(lines)} records from broker {leader}, {len(kept)} expected: "
+          f"{r.stderr[-800:]}")
+    log(f"kafka-console-consumer read all {len(kept)} records (offsets {LOG_START}-{N - 1}) from the new leader, "
+        f"broker {leader}")
 
 
 def step_cancel(cl, tools, root):
