@@ -95,6 +95,7 @@ static const struct cfg_key keys[] = {
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
 	{"broker.rack", CFG_STRING, F(broker_rack), 0, 0, ""},
+	{"replica.selector.class", CFG_STRING, F(replica_selector_class), 0, 0, ""},
 	/* cluster mode */
 	{"process.roles", CFG_STRING, F(process_roles), 0, 0, ""},
 	{"controller.quorum.voters", CFG_STRING, F(controller_quorum_voters), 0, 0, ""},
@@ -452,6 +453,15 @@ int sluice_config_derive(struct sluice_config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	cfg->log_cleaner_min_cleanable_ratio = r;
+	/* Kafka loads the class by name; the one selector it ships (and the
+	 * only one Sluice has) picks a replica in the consumer's rack. */
+	cfg->replica_selector_rack_aware = !strcmp(cfg->replica_selector_class, SLUICE_CONFIG_RACK_AWARE_SELECTOR);
+	if (cfg->replica_selector_class[0] && !cfg->replica_selector_rack_aware) {
+		snprintf(err, errlen, "replica.selector.class: '%s' is not " SLUICE_CONFIG_RACK_AWARE_SELECTOR
+			 " (the only replica selector served; empty: consumers read from leaders only)",
+			 cfg->replica_selector_class);
+		return -1;
+	}
 	return 0;
 }
 

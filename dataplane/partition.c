@@ -206,6 +206,59 @@ bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end
 	return moved;
 }
 
+static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
+{
+	for (uint8_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+bool sluice_partition_replica_fetch(struct sluice_partition *p, int32_t replica_id, int64_t log_start)
+{
+	struct sluice_replica *r = replica_find(p, replica_id);
+	if (!r || !p->is_leader || replica_id == p->self_id)
+		return false;
+	r->log_start = log_start >= 0 ? log_start : -1;
+	if (p->high_watermark <= r->hw_told)
+		return false;
+	r->hw_told = p->high_watermark;
+	return true;
+}
+
+/* Kafka's ReplicaView.comparator: whether a is more caught up than b. */
+static bool replica_ahead(const struct sluice_replica *a, const struct sluice_replica *b, int64_t now_ms)
+{
+	if (a->log_end != b->log_end)
+		return a->log_end > b->log_end;
+	int64_t a_lag = now_ms - a->caught_up_ms, b_lag = now_ms - b->caught_up_ms;
+	if (a_lag != b_lag)
+		return a_lag < b_lag;
+	return a->id > b->id;
+}
+
+int32_t sluice_partition_read_replica(const struct sluice_partition *p, const int32_t *ids, uint8_t n, int64_t offset,
+				      int64_t now_ms)
+{
+	assert(n <= SLUICE_PARTITION_REPLICAS_MAX);
+	const struct sluice_replica *best = NULL;
+	if (!p->is_leader || id_in(p->self_id, ids, n))
+		return -1;
+	for (uint8_t i = 0; i < p->replica_n; i++) {
+		const struct sluice_replica *r = &p->replicas[i];
+		/* Only in-sync followers that hold the offset: one lagging
+		 * behind would hold the consumer back for as long as it lags
+		 * (Kafka, KAFKA-14372). */
+		if (r->id == p->self_id || !id_in(r->id, ids, n) || !r->in_isr || !r->fetched || r->log_end < offset ||
+		    r->log_start > offset)
+			continue;
+		if (!best || replica_ahead(r, best, now_ms))
+			best = r;
+	}
+	assert(!best || best->id != p->self_id);
+	return best ? best->id : -1;
+}
+
 bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
 {
 	if (p->is_leader || leader_hw < 0)
@@ -213,14 +266,6 @@ bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
 	if (leader_hw > p->leader_hw)
 		p->leader_hw = leader_hw;
 	return hw_update(p);
-}
-
-static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
-{
-	for (uint8_t i = 0; i < n; i++)
-		if (ids[i] == id)
-			return true;
-	return false;
 }
 
 uint8_t sluice_partition_isr_n(const struct sluice_partition *p)
@@ -260,13 +305,16 @@ static void replicas_take(struct sluice_partition *p, const struct sluice_partit
 	for (uint8_t i = 0; i < l->replica_n; i++) {
 		const struct sluice_replica *old = replica_find(p, l->replicas[i]);
 		next[i] = (struct sluice_replica){.id = l->replicas[i], .in_isr = id_in(l->replicas[i], l->isr, l->isr_n),
-						  .caught_up_ms = now_ms, .last_fetch_ms = now_ms};
-		if (l->replicas[i] == p->self_id)
+						  .caught_up_ms = now_ms, .last_fetch_ms = now_ms, .log_start = -1,
+						  .hw_told = -1};
+		if (l->replicas[i] == p->self_id) {
 			next[i].log_end = written;
-		else if (old && !new_term)
-			next[i] = (struct sluice_replica){old->id, next[i].in_isr, old->log_end, old->caught_up_ms,
-							  old->last_fetch_ms, old->last_fetch_leader_end, old->fetched,
-							  old->isr_adding && !next[i].in_isr};
+		} else if (old && !new_term) {
+			bool in_isr = next[i].in_isr;
+			next[i] = *old;
+			next[i].in_isr = in_isr;
+			next[i].isr_adding = old->isr_adding && !in_isr;
+		}
 	}
 	memcpy(p->replicas, next, l->replica_n * sizeof *next);
 	p->replica_n = l->replica_n;

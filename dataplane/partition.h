@@ -84,6 +84,8 @@ struct sluice_replica {
 	int64_t last_fetch_leader_end; /* the leader's written end at that fetch */
 	bool fetched;                /* it fetched from this leadership (its position is its own) */
 	bool isr_adding;             /* an ISR change adding it is in flight (counts as in the ISR: KIP-497) */
+	int64_t log_start;           /* its log start offset, as its last fetch said (-1: unknown) */
+	int64_t hw_told;             /* the highest high watermark its fetches were read with (-1: none) */
 };
 
 /* The controller's word on a partition (a snapshot's partition state). */
@@ -182,6 +184,23 @@ bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end
  * follower's position on a partition that does not lead, change nothing. */
 bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset,
 				       int64_t now_ms);
+/* Leader: a follower's fetch reads here now. Its log start offset (from
+ * the request; -1: not sent) is noted, and the answer: whether the high
+ * watermark is news to it, above every high watermark an earlier fetch of
+ * it was read with (Kafka's KIP-1166: such a fetch is answered at once
+ * rather than held for data, so followers, and the consumers they serve,
+ * learn a new high watermark without waiting out replica.fetch.wait.max.ms).
+ * Unknown ids and a partition that does not lead: false. */
+bool sluice_partition_replica_fetch(struct sluice_partition *p, int32_t replica_id, int64_t log_start);
+/* Leader: the replica a consumer at offset should read from instead
+ * (KIP-392, Kafka's RackAwareReplicaSelector once the consumer's rack is
+ * known): among the candidates ids[0..n) (the replicas in its rack), those
+ * in the ISR, whose fetches from this leadership hold offset (log start <=
+ * offset <= log end), the most caught up (largest log end, then the least
+ * time since caught up, then the largest id); -1 for none (or not leading,
+ * or the leader itself a candidate: it serves). */
+int32_t sluice_partition_read_replica(const struct sluice_partition *p, const int32_t *ids, uint8_t n, int64_t offset,
+				      int64_t now_ms);
 /* Follower: the leader's high watermark, from a fetch answer. Its own
  * becomes the least of that and its written end (never moving back).
  * Returns true when it moved. */

@@ -132,6 +132,7 @@ struct spart {
 	struct partop *load_head, *load_tail;
 	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
 	uint8_t throttle;             /* SLUICE_THROTTLE_* bits of this replica, from the metadata */
+	bool moved;                   /* no longer a replica here (part_stop): serves nobody */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -374,8 +375,9 @@ static void on_written(struct sluice_plog *l, void *arg)
 static void part_stop(struct storecore *sc, struct spart *p)
 {
 	sluice_fetcher_unfollow(sc, &p->follow);
-	if (!p->part.is_leader && p->part.leader_id < 0)
+	if (p->moved)
 		return; /* stopped already */
+	p->moved = true;
 	SLOG_INFO("replication", "%s-%d: no longer a replica on this broker (log end %" PRId64 ", high watermark %" PRId64
 		  "): neither leading nor following it", p->topic, p->partition, sluice_plog_log_end(p->log),
 		  sluice_partition_high_watermark(&p->part));
@@ -402,6 +404,7 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 		part_stop(sc, p); /* no longer a replica here (reassigned away) */
 		return;
 	}
+	p->moved = false; /* named again (a later reassignment) */
 	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
 	if (c == SLUICE_PARTITION_LEADER) {
 		SLOG_INFO("replication", "%s-%d: leader at epoch %d (log end %" PRId64 ", high watermark %" PRId64 ")",
@@ -885,7 +888,8 @@ int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, cons
 			e = KERR_KAFKA_STORAGE_ERROR;
 		}
 	}
-	(void)sluice_partition_follower_hw(&p->part, leader_hw);
+	if (sluice_partition_follower_hw(&p->part, leader_hw))
+		wake_fetch_watchers(p); /* consumers reading here (KIP-392) may read further */
 	return e;
 }
 
@@ -1656,6 +1660,7 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 		answer_waiting(p, false);
 	isr_check(sc, p, now); /* a follower caught up rejoins the ISR at once */
 	op->high_watermark = sluice_partition_high_watermark(pt);
+	op->hw_news = sluice_partition_replica_fetch(pt, op->replica_id, op->replica_log_start);
 	if (leader_throttled(sc, p, op->replica_id, now)) {
 		op->rlen = 0; /* Kafka's leader answers a throttled replica with no records */
 		op_done(sc, op);
@@ -1664,21 +1669,75 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 	return false;
 }
 
+/* The replicas of op's partition in its consumer's rack (the network core
+ * chose them from its snapshot: op->rack_replicas), into ids; their count. */
+static uint8_t rack_candidates(const struct partop *op, int32_t ids[SLUICE_REPLICAS_MAX])
+{
+	const struct sluice_partition_state *st = op->tinfo ? sluice_topic_partition(op->tinfo, op->partition) : NULL;
+	uint8_t n = 0;
+	for (int32_t i = 0; st && i < st->replica_n; i++)
+		if (op->rack_replicas & (1u << i))
+			ids[n++] = st->replicas[i];
+	assert(n <= SLUICE_REPLICAS_MAX);
+	return n;
+}
+
+/* A consumer's READ of a partition this replica leads, when the replica
+ * selector points it elsewhere (Kafka's ReplicaManager.readFromLog with a
+ * preferred read replica): answered without records, naming the in-sync
+ * follower in its rack that holds the offset. Returns true when answered. */
+static bool read_elsewhere(struct storecore *sc, struct spart *p, struct partop *op)
+{
+	int32_t ids[SLUICE_REPLICAS_MAX];
+	uint8_t n = op->rack_replicas ? rack_candidates(op, ids) : 0;
+	int32_t to = n ? sluice_partition_read_replica(&p->part, ids, n, op->offset, sluice_now_ms()) : -1;
+	if (to < 0)
+		return false;
+	assert(to != p->part.self_id);
+	SLOG_DEBUG("replication", "%s-%d: a consumer at offset %" PRId64 " is sent to broker %d, in its rack", p->topic,
+		   p->partition, op->offset, to);
+	op->preferred_read_replica = to;
+	op_done(sc, op);
+	return true;
+}
+
 /* PARTOP_READ: by reference when it can (read_pinned), else copied; a read
  * waiting for cold extents waits on p's load list (on_loaded) with its
  * budget claim given back. */
-static void op_read(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
+/* Who answers a READ, before anything is read: a follower's fetch is
+ * checked (replica_fetch) and reads all that is written here; a consumer's
+ * on a follower is served only from Fetch v11 on (before, consumers read
+ * from the leader), and one on the leader may be pointed at a replica in
+ * its rack (read_elsewhere). A consumer reads below the high watermark, on
+ * a follower the one its leader's answers taught it (never above what it
+ * wrote there); past it, up to the log end, there is nothing yet; past the
+ * log end or below the log start, OFFSET_OUT_OF_RANGE: Kafka's follower
+ * answers alike, and the consumer then goes back to the leader (KIP-392).
+ * Returns true when op was answered; *hw is where its read stops. */
+static bool read_route(struct storecore *sc, struct spart *p, struct partop *op, int64_t *hw)
 {
 	op->diverging_epoch = SLUICE_EPOCH_UNDEFINED;
+	op->preferred_read_replica = -1;
+	op->hw_news = false;
 	if (op->from_replica) {
 		if (replica_fetch(sc, p, op))
-			return;
-		hw = sluice_plog_written_end(p->log); /* a follower reads all that is written */
-	} else if (!p->part.is_leader) {
-		op->error = KERR_NOT_LEADER_OR_FOLLOWER; /* consumers read from the leader (no KIP-392) */
-		op_done(sc, op);
-		return;
+			return true;
+		*hw = sluice_plog_written_end(p->log);
+		return false;
 	}
+	if (p->moved || (!p->part.is_leader && !op->follower_read)) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		op_done(sc, op);
+		return true;
+	}
+	assert(*hw == sluice_partition_high_watermark(&p->part));
+	return p->part.is_leader && read_elsewhere(sc, p, op);
+}
+
+static void op_read(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
+{
+	if (read_route(sc, p, op, &hw))
+		return;
 	int32_t claim = read_budget_claim(op);
 	/* Past the request's budget a partition reads nothing, not even
 	 * one oversized batch (Kafka's min-one is for a request's first). */
@@ -1699,6 +1758,9 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 	}
 	if (n == SLUICE_PLOG_READ_TOO_MANY_EXTENTS)
 		n = sluice_plog_read_below(p->log, op->offset, hw, claim, min_one, &op->rdata);
+	if (!p->part.is_leader && !op->from_replica)
+		SLOG_DEBUG("replication", "%s-%d: a consumer reads from this follower at offset %" PRId64 ": %d bytes "
+			   "(high watermark %" PRId64 ")", p->topic, p->partition, op->offset, n, hw);
 	if (op->read_budget) /* give back what was not read; an oversized batch takes more */
 		__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
 	if (n == -1)

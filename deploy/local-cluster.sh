@@ -4,8 +4,8 @@
 # cluster and for the integration tests (tests/integration/cluster.py drives it).
 #
 #   deploy/local-cluster.sh up DIR [--brokers N] [--controllers M] [--base-port P]
-#                                  [--set KEY=VALUE]... [--set-broker KEY=VALUE]...
-#                                  [--set-controller KEY=VALUE]...
+#                                  [--set KEY=VALUE]... [--set-broker [ID:]KEY=VALUE]...
+#                                  [--set-controller [ID:]KEY=VALUE]...
 #                                  [--host-of ID=ADDR]... [--netns-of ID=NAME]...
 #       Builds if needed, writes every node's properties under DIR, starts the
 #       controllers then the brokers in the background (output in DIR/<node>/out.log),
@@ -51,7 +51,8 @@
 #
 # --set KEY=VALUE adds a property to every node's file (a key the other binary does not
 # know is warned about in its log and ignored); --set-broker / --set-controller to one
-# kind only. The tests use them for short timeouts, e.g. --set
+# kind only, and with an ID: prefix to that node only (a broker's rack:
+# --set-broker 2:broker.rack=b). The tests use them for short timeouts, e.g. --set
 # broker.session.timeout.ms=4000 --set broker.heartbeat.interval.ms=500
 # --set-controller controller.quorum.election.timeout.ms=1000.
 #
@@ -367,8 +368,12 @@ write_props() {
             echo "# given with --set"
         fi
         for sets in "${SETS[@]}"; do echo "$sets"; done
+        # ROLE_SETS entries: ROLE:[ID]:KEY=VALUE (no ID: every node of the role)
+        local role node kv
         for sets in "${ROLE_SETS[@]}"; do
-            if [[ ${sets%%:*} == "$(node_role "$id")" ]]; then echo "${sets#*:}"; fi
+            role=${sets%%:*} kv=${sets#*:}
+            node=${kv%%:*} kv=${kv#*:}
+            if [[ $role == "$(node_role "$id")" && (-z $node || $node == "$id") ]]; then echo "$kv"; fi
         done
     } >"$props"
 }
@@ -534,13 +539,13 @@ cmd_up() {
         --brokers) brokers=${2:-}; shift 2 || die "--brokers needs a number" ;;
         --controllers) controllers=${2:-}; shift 2 || die "--controllers needs a number" ;;
         --base-port) base=${2:-}; shift 2 || die "--base-port needs a port" ;;
-        --set | --set-broker | --set-controller)
+        --set)
             [[ ${2:-} =~ ^[A-Za-z0-9._-]+=.*$ ]] || die "$1 needs KEY=VALUE (got '${2:-}')"
-            case $1 in
-            --set) SETS+=("$2") ;;
-            --set-broker) ROLE_SETS+=("broker:$2") ;;
-            *) ROLE_SETS+=("controller:$2") ;;
-            esac
+            SETS+=("$2")
+            shift 2 ;;
+        --set-broker | --set-controller)
+            [[ ${2:-} =~ ^(([0-9]+):)?([A-Za-z0-9._-]+=.*)$ ]] || die "$1 needs [ID:]KEY=VALUE (got '${2:-}')"
+            ROLE_SETS+=("${1#--set-}:${BASH_REMATCH[2]}:${BASH_REMATCH[3]}")
             shift 2 ;;
         --host-of | --netns-of)
             [[ ${2:-} =~ ^([0-9]+)=([A-Za-z0-9._:-]+)$ ]] || die "$1 needs ID=VALUE (got '${2:-}')"
@@ -589,6 +594,17 @@ cmd_up() {
         for id in "${!hosts[@]}" "${!netnss[@]}"; do
             ((id >= 1 && id <= brokers || id > CONTROLLER_ID_BASE && id <= CONTROLLER_ID_BASE + controllers)) ||
                 die "--host-of/--netns-of: no node $id (brokers 1..$brokers, controllers $((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
+        done
+        local sets node
+        for sets in "${ROLE_SETS[@]}"; do
+            node=${sets#*:} node=${node%%:*}
+            [[ -z $node ]] && continue
+            if [[ ${sets%%:*} == broker ]]; then
+                ((node >= 1 && node <= brokers)) || die "--set-broker $node:...: no broker $node (1..$brokers)"
+            else
+                ((node > CONTROLLER_ID_BASE && node <= CONTROLLER_ID_BASE + controllers)) ||
+                    die "--set-controller $node:...: no controller $node ($((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
+            fi
         done
         for ((i = 1; i <= brokers; i++)); do
             BROKERS+="${BROKERS:+ }$i"

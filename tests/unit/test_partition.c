@@ -10,8 +10,10 @@
  * watermark, epochs, producers and waiters following; a checkpointed high
  * watermark and epoch cache checked against the log at attach; the
  * idempotent-producer rules (duplicates, order, epoch fencing) and the
- * producer table's bound; the append wait list; and a fetch-waiter bit for
- * every core id up to SLUICE_CORES_MAX - 1. */
+ * producer table's bound; the append wait list; a fetch-waiter bit for
+ * every core id up to SLUICE_CORES_MAX - 1; and the replica a leader points
+ * a consumer in another rack at (KIP-392), with the high watermark news a
+ * follower's fetch is answered at once for. */
 #include "batch_build.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/errors.h"
@@ -169,6 +171,65 @@ Test(partition, caught_up_time)
 	cr_expect_eq(P.replicas[1].caught_up_ms, 3000);
 	(void)sluice_partition_replica_position(&P, 2, 95, 5000); /* < 120 */
 	cr_expect_eq(P.replicas[1].caught_up_ms, 3000, "behind both: unchanged");
+}
+
+/* Proves the replica a leader points a consumer at (KIP-392, Kafka's
+ * RackAwareReplicaSelector over the candidates in the consumer's rack):
+ * only in-sync followers that fetched from this leadership and hold the
+ * offset (log start <= offset <= log end) qualify; among them the largest
+ * log end wins, then the shortest time since caught up, then the largest
+ * id; none, a leader among the candidates, or not leading: -1. */
+Test(partition, read_replica)
+{
+	int32_t all[] = {SELF, 2, 3, 4}, isr[] = {SELF, 2, 3};
+	cr_assert_eq(lead(SELF, 1, 0, all, 4, isr, 3, 1000), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 100);
+	int32_t rack[] = {2, 3, 4};
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 0, 1000), -1, "nobody fetched from this leader yet");
+	(void)sluice_partition_replica_position(&P, 2, 80, 2000);
+	(void)sluice_partition_replica_position(&P, 3, 100, 2000);
+	(void)sluice_partition_replica_position(&P, 4, 100, 2000); /* not in the ISR */
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 2000), 3, "the largest log end");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 1, 50, 2000), 2, "the only candidate");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 1, 90, 2000), -1, "2 does not hold offset 90");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack + 2, 1, 50, 2000), -1, "4 is out of the ISR");
+	(void)sluice_partition_replica_fetch(&P, 3, 60);
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 2000), 2, "3's log starts past 50");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 60, 2000), 3);
+	(void)sluice_partition_replica_fetch(&P, 3, -1);
+	(void)sluice_partition_replica_position(&P, 2, 100, 2500); /* both at 100: 2 caught up later */
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 3000), 2, "the least time since caught up");
+	(void)sluice_partition_replica_position(&P, 3, 100, 2500);
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 3000), 3, "a tie: the largest id");
+	int32_t with_self[] = {2, SELF};
+	cr_expect_eq(sluice_partition_read_replica(&P, with_self, 2, 50, 3000), -1, "the leader in the rack serves");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 0, 50, 3000), -1, "no candidate");
+	cr_assert_eq(lead(2, 2, 1, all, 4, isr, 3, 4000), SLUICE_PARTITION_FOLLOWER);
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 4000), -1, "a follower points nobody anywhere");
+}
+
+/* Proves a follower's fetch learns whether the high watermark is news to
+ * it: the first read under a leadership is, a read at the same high
+ * watermark is not, one after it moved is again; other replicas' reads
+ * are counted apart, and a follower partition answers no. */
+Test(partition, hw_news_per_follower)
+{
+	int32_t all[] = {SELF, 2, 3};
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, all, 3, 0), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 100);
+	cr_expect(sluice_partition_replica_fetch(&P, 2, 0), "high watermark 0: news to a new follower");
+	cr_expect_not(sluice_partition_replica_fetch(&P, 2, 0));
+	(void)sluice_partition_replica_position(&P, 2, 100, 0);
+	cr_expect_not(sluice_partition_replica_fetch(&P, 2, 0), "3 holds it at 0 still");
+	(void)sluice_partition_replica_position(&P, 3, 100, 0);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 100);
+	cr_expect(sluice_partition_replica_fetch(&P, 3, 0), "3's fetch moved it: news to 3");
+	cr_expect(sluice_partition_replica_fetch(&P, 2, 0), "and to 2, which has not read it");
+	cr_expect_not(sluice_partition_replica_fetch(&P, 2, 0));
+	cr_expect_not(sluice_partition_replica_fetch(&P, 9, 0), "unknown replica");
+	cr_expect_not(sluice_partition_replica_fetch(&P, SELF, 0), "the leader itself");
+	cr_assert_eq(lead(2, 2, 1, all, 3, all, 3, 0), SLUICE_PARTITION_FOLLOWER);
+	cr_expect_not(sluice_partition_replica_fetch(&P, 3, 0), "not leading");
 }
 
 /* Proves the ISR a leader asks for: a follower not caught up for the lag
