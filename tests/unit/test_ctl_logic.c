@@ -1519,7 +1519,8 @@ Test(ctl_scale, fencing_a_broker_of_ten_thousand_partitions_is_one_quick_pass, .
 static struct sluice_mrec_ids ids_of(int32_t n, const int32_t *v)
 {
 	struct sluice_mrec_ids s = {.n = n};
-	memcpy(s.id, v, (size_t)n * sizeof v[0]);
+	if (n > 0)
+		memcpy(s.id, v, (size_t)n * sizeof v[0]);
 	return s;
 }
 
