@@ -18,7 +18,8 @@
 #                            [--rounds 3] [--out DIR] [--keep]
 #
 # Ports: Sluice 35000-35002 (brokers), 35100-35105 (controllers and their Raft ports);
-# Kafka 35500-35502 and 35600-35604. Data under --out (default
+# Kafka 35500-35502 and 35600-35604; --base-port P moves Sluice's to P.. and P+100..,
+# --kafka-base-port K (default P+500) Kafka's to K.. and K+100... Data under --out (default
 # build-release/perf/cluster-failover), removed at the end unless --keep. Prints one
 # line per figure and a table; writes DIR/results.json. Needs python3, java (Kafka).
 # Environment: KAFKA_VERSION (kafka-ref.sh's default), KAFKA_NODE_HEAP (default -Xmx512m),
@@ -28,9 +29,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF=$ROOT/perf/cluster-failover.sh
 LOCAL_CLUSTER=$ROOT/deploy/local-cluster.sh
 SLUICE_BASE=35000
-KAFKA_BASE=35500
+KAFKA_BASE=
 HOST=127.0.0.1
 NODE_HEAP=${KAFKA_NODE_HEAP:--Xmx512m}
+BROKER_HEAP=${KAFKA_BROKER_HEAP:-$NODE_HEAP}
 
 die() { echo "cluster-failover: $*" >&2; exit 1; }
 say() { echo "cluster-failover: $*"; }
@@ -49,10 +51,11 @@ kafka_lib() {
 }
 
 kafka_java() {  # NODE_DIR class args...   (replaces the calling subshell)
-    local dir=$1
+    local dir=$1 heap=$NODE_HEAP
     shift
+    [[ $dir == */node-[1-9] || $dir == */node-[1-9][0-9] ]] && heap=$BROKER_HEAP
     # shellcheck disable=SC2086
-    exec java $NODE_HEAP -XX:+UseG1GC -XX:ActiveProcessorCount=2 -Djava.awt.headless=true \
+    exec java $heap -XX:+UseG1GC -XX:ActiveProcessorCount=2 -Djava.awt.headless=true \
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$KAFKA_LIB/*" "$@"
 }
 
@@ -105,6 +108,10 @@ kafka_write() {  # DIR CLUSTER_ID
                 echo "share.coordinator.state.topic.replication.factor=1"
                 echo "share.coordinator.state.topic.min.isr=1"
                 echo "auto.create.topics.enable=false"
+                if [[ -n ${KAFKA_BROKER_SET:-} ]]; then
+                    echo "# KAFKA_BROKER_SET (a later line wins)"
+                    tr ' ' '\n' <<<"$KAFKA_BROKER_SET" | sed '/^$/d'
+                fi
             fi
         } >"$nd/server.properties"
         cat >"$nd/log4j2.properties" <<'L4J'
@@ -285,6 +292,8 @@ main() {
     TARGETS=sluice,kafka PARTITIONS=1000 TOPICS=50 ROUNDS=3 OUT=$ROOT/build-release/perf/cluster-failover KEEP=
     while (($#)); do
         case $1 in
+        --base-port) SLUICE_BASE=$2; shift 2 ;;
+        --kafka-base-port) KAFKA_BASE=$2; shift 2 ;;
         --targets) TARGETS=$2; shift 2 ;;
         --partitions) PARTITIONS=$2; shift 2 ;;
         --topics) TOPICS=$2; shift 2 ;;
@@ -295,6 +304,9 @@ main() {
         *) die "unknown option '$1' (--help)" ;;
         esac
     done
+    [[ $SLUICE_BASE =~ ^[0-9]+$ ]] || die "--base-port: '$SLUICE_BASE' is not a port"
+    KAFKA_BASE=${KAFKA_BASE:-$((SLUICE_BASE + 500))}
+    [[ $KAFKA_BASE =~ ^[0-9]+$ ]] || die "--kafka-base-port: '$KAFKA_BASE' is not a port"
     mkdir -p "$OUT"
     OUT=$(cd "$OUT" && pwd)
     CURRENT=
@@ -308,11 +320,30 @@ main() {
     report
 }
 
+# kafka_base_of DIR: KAFKA_BASE from a cluster's cluster.env (broker 1's port).
+kafka_base_of() {
+    local p
+    p=$(sed -n 's/^PORT_1=//p' "$1/cluster.env" 2>/dev/null)
+    [[ $p =~ ^[0-9]+$ ]] || die "$1/cluster.env: no PORT_1 (not a Kafka cluster of this script)"
+    KAFKA_BASE=$p
+}
+
 case ${1:-} in
 kafka-start)  # internal: perf/cluster_failover.py restarts a killed Kafka node with it
     [[ $# -eq 3 ]] || die "usage: $0 kafka-start DIR NODE_ID"
+    kafka_base_of "$2"
     kafka_lib
     kafka_start "$2" "$3"
+    ;;
+kafka-up)  # perf/run-all.sh's rf3 workload: a fresh Kafka 3+3 in DIR, brokers from PORT
+    [[ $# -eq 3 && $3 =~ ^[0-9]+$ ]] || die "usage: $0 kafka-up DIR PORT"
+    [[ ! -e $2 || -z $(ls -A "$2" 2>/dev/null) ]] || die "kafka-up: $2 is not empty"
+    KAFKA_BASE=$3
+    kafka_up "$2"
+    ;;
+kafka-down)
+    [[ $# -eq 2 ]] || die "usage: $0 kafka-down DIR"
+    kafka_down "$2"
     ;;
 *) main "$@" ;;
 esac
