@@ -288,6 +288,7 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 	p->partition_epoch = l->partition_epoch;
 	p->leader_id = l->leader;
 	p->is_leader = l->leader == p->self_id;
+	p->isr_retry_ms = 0; /* news: a refused change may be right now */
 	replicas_take(p, l, new_term, now_ms);
 	if (p->is_leader && new_term && p->log)
 		sluice_partition_epoch_assign(p, p->leader_epoch, sluice_plog_log_end(p->log));
@@ -303,7 +304,7 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t now_ms, int64_t lag_ms,
 				    int32_t isr[SLUICE_PARTITION_REPLICAS_MAX])
 {
-	if (!p->is_leader || p->isr_pending || !p->leadership_known)
+	if (!p->is_leader || p->isr_pending || !p->leadership_known || now_ms < p->isr_retry_ms)
 		return 0;
 	/* Where this leader's epoch starts: a follower below it may still hold
 	 * another leader's records there (Kafka's leaderEpochStartOffset). */
@@ -343,6 +344,12 @@ void sluice_partition_isr_settled(struct sluice_partition *p)
 	p->isr_pending = false;
 	for (uint8_t i = 0; i < p->replica_n; i++)
 		p->replicas[i].isr_adding = false;
+}
+
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t now_ms)
+{
+	sluice_partition_isr_settled(p);
+	p->isr_retry_ms = now_ms + SLUICE_PARTITION_ISR_REFUSED_MS;
 }
 
 /* ---- leader-epoch cache -------------------------------------------------- */

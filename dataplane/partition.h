@@ -120,6 +120,7 @@ struct sluice_partition {
 	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
 	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
 	bool isr_pending;        /* leader: an ISR change is out to the controller */
+	int64_t isr_retry_ms;    /* leader: no ISR change is asked before this (one was refused) */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -214,6 +215,15 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
  * came (applied through set_leader or refused) or it failed. */
 void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *isr, uint8_t n);
 void sluice_partition_isr_settled(struct sluice_partition *p);
+/* The controller refused the change (a replica it adds is fenced or shutting
+ * down: INELIGIBLE_REPLICA; or another change came first): settled, and
+ * isr_wanted asks nothing before now_ms + SLUICE_PARTITION_ISR_REFUSED_MS
+ * unless the controller's word on the partition changes meanwhile. Without
+ * it, every fetch of a caught-up follower that the controller will not take
+ * asked again (thousands of AlterPartition a second while a broker restarts
+ * or shuts down). */
+#define SLUICE_PARTITION_ISR_REFUSED_MS 500
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t now_ms);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
  * the checkpointed entries (before attach; at most

@@ -434,7 +434,10 @@ static void isr_answered(void *arg)
 	uint32_t slot;
 	struct spart *p = st->table_cap ? part_lookup(st, q->topic, q->partition, &slot) : NULL;
 	if (p && p->log) {
-		sluice_partition_isr_settled(&p->part);
+		if (q->c.error)
+			sluice_partition_isr_refused(&p->part, sluice_now_ms());
+		else
+			sluice_partition_isr_settled(&p->part);
 		char text[SLUICE_REPLICAS_MAX * 12];
 		if (!q->c.error) {
 			struct sluice_partition_state ps = q->c.result;

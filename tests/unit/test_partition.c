@@ -238,6 +238,45 @@ Test(partition, isr_wanted)
 	sluice_partition_fini(&q);
 }
 
+/* Proves a refused ISR change is not asked again at once: a caught-up
+ * follower the controller will not take (INELIGIBLE_REPLICA: fenced or
+ * shutting down) is asked for again only SLUICE_PARTITION_ISR_REFUSED_MS
+ * later, or as soon as the controller's word on the partition changes.
+ * Before, each of its fetches asked again: thousands of AlterPartition a
+ * second while a broker restarted or stopped. */
+Test(partition, isr_refused_backs_off)
+{
+	int32_t all[] = {SELF, 2, 3}, two[] = {SELF, 2}, isr[SLUICE_PARTITION_REPLICAS_MAX];
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, two, 2, 1000), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 20);
+	(void)sluice_partition_replica_position(&P, 2, 20, 1100);
+	(void)sluice_partition_replica_position(&P, 3, 20, 1100);
+	uint8_t n = sluice_partition_isr_wanted(&P, 1100, 1000, isr);
+	cr_assert_eq(n, 3, "3 caught up: it joins");
+	sluice_partition_isr_inflight(&P, isr, n);
+	sluice_partition_isr_refused(&P, 1100);
+	cr_expect_eq(sluice_partition_max_isr_n(&P), 2, "refused: 3 counts no more");
+	(void)sluice_partition_replica_position(&P, 3, 20, 1101);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1101, 1000, isr), 0, "not at its next fetch");
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1100 + SLUICE_PARTITION_ISR_REFUSED_MS - 1, 1000, isr), 0);
+	(void)sluice_partition_replica_position(&P, 3, 20, 1100 + SLUICE_PARTITION_ISR_REFUSED_MS);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1100 + SLUICE_PARTITION_ISR_REFUSED_MS, 1000, isr), 3,
+		     "the backoff is over");
+	sluice_partition_isr_inflight(&P, isr, 3);
+	sluice_partition_isr_refused(&P, 2000);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 2010, 1000, isr), 0, "refused again");
+	/* The controller's word changes (here: another ISR change it made):
+	 * the wanted ISR may be right now, asked at once. */
+	cr_assert_eq(lead(SELF, 1, 1, all, 3, two, 2, 2020), SLUICE_PARTITION_UPDATED);
+	(void)sluice_partition_replica_position(&P, 3, 20, 2030);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 2030, 1000, isr), 3, "news ends the backoff");
+	/* A settled (accepted) change sets no backoff. */
+	sluice_partition_isr_inflight(&P, isr, 3);
+	sluice_partition_isr_settled(&P);
+	cr_assert_eq(lead(SELF, 1, 2, all, 3, all, 3, 2040), SLUICE_PARTITION_UPDATED);
+	cr_expect_eq(P.isr_retry_ms, 0);
+}
+
 /* Proves Kafka's truncation rule for a follower told where its log
  * diverged: the end of that epoch here capped by the leader's end; an
  * epoch the leader named that this log lacks cuts to the end of its largest
