@@ -154,18 +154,31 @@ s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.
 }
 
 kafka_start() {  # DIR NODE_ID
-    local dir=$1 id=$2 nd=$1/node-$2 pid deadline
-    wait_bindable "$(kafka_port "$id")"
-    (kafka_java "$nd" kafka.Kafka "$nd/server.properties" </dev/null >>"$nd/kafka.out" 2>&1) &
-    pid=$!
-    disown "$pid" 2>/dev/null || true  # the benchmark kills it: no job notice from this shell
-    echo "$pid" >"$nd/pid"
-    kafka_env_write "$dir"
-    deadline=$((SECONDS + 120))
-    until port_open "$(kafka_port "$id")"; do
-        kill -0 "$pid" 2>/dev/null || { tail -20 "$nd/kafka.out" >&2; die "Kafka node $id exited during its start"; }
-        ((SECONDS < deadline)) || die "Kafka node $id did not listen within 120s"
-        sleep 0.2
+    local dir=$1 id=$2 nd=$1/node-$2 pid deadline attempt lines
+    for attempt in 1 2 3; do
+        wait_bindable "$(kafka_port "$id")"
+        lines=$(wc -l <"$nd/kafka.out" 2>/dev/null || echo 0)
+        (kafka_java "$nd" kafka.Kafka "$nd/server.properties" </dev/null >>"$nd/kafka.out" 2>&1) &
+        pid=$!
+        disown "$pid" 2>/dev/null || true  # the benchmark kills it: no job notice from this shell
+        echo "$pid" >"$nd/pid"
+        kafka_env_write "$dir"
+        deadline=$((SECONDS + 120))
+        until port_open "$(kafka_port "$id")"; do
+            if ! kill -0 "$pid" 2>/dev/null; then
+                # Its port is in Linux's ephemeral range: between the check and the JVM's
+                # bind, some other connection may have taken it as its local port.
+                if ((attempt < 3)) && tail -n +"$((lines + 1))" "$nd/kafka.out" | grep -q "BindException"; then
+                    say "Kafka node $id: port $(kafka_port "$id") taken by another connection meanwhile; starting it again"
+                    continue 2
+                fi
+                tail -20 "$nd/kafka.out" >&2
+                die "Kafka node $id exited during its start"
+            fi
+            ((SECONDS < deadline)) || die "Kafka node $id did not listen within 120s"
+            sleep 0.2
+        done
+        return 0
     done
 }
 

@@ -562,11 +562,18 @@ def leader_round(cl, topic, total, kind, rnd, probe_s):
     preferred = sum(1 for ld, reps, _ in parts.values() if ld == reps[0])
     pr = Prober(cl, topic, mine, victim, probe_s)
     pr.start()
-    time.sleep(1.0)
-    with pr.lock:
-        warm = len(pr.last_victim_ok)
+    # Every partition the victim leads takes writes before the signal (a fresh topic's
+    # first acks=all writes wait for the followers' first fetches), then 0.5 s more.
+    t_warm = time.monotonic()
+    while time.monotonic() - t_warm < 30:
+        with pr.lock:
+            warm = len(pr.last_victim_ok)
+        if warm == len(mine):
+            break
+        time.sleep(0.05)
     if warm < len(mine):
-        log(f"  (only {warm} of the victim's {len(mine)} partitions took a write in the second before)")
+        log(f"  (only {warm} of the victim's {len(mine)} partitions took a write in 30 s before the signal)")
+    time.sleep(0.5)
     sig = signal.SIGKILL if kind == "kill" else signal.SIGTERM
     t0, exiting = cl.signal_and_wait(victim, sig)
     with pr.lock:

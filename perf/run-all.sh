@@ -650,8 +650,10 @@ df_line=$(df -h "$workdir" | tail -1)
 log "scale $scale; peers: $peers; workloads: $workloads; data under $workdir ($df_line)"
 avail_kb=$(df -Pk "$workdir" | tail -1 | awk '{print $4}')
 need_kb=$(( (W4_BYTES / 1024) * 3 + 8 * 1024 * 1024 ))
-# rf3: three replicas of up to ~500 MB/s for warm-up + duration + the 50% phase
-[[ " $workloads " == *" rf3 "* ]] && need_kb=$((need_kb + 3 * 500 * 1024 * (RF3_WARMUP + WARMUP + 2 * DURATION)))
+# rf3 (one cluster's data at a time, deleted after it): three replicas of up to 400 MB/s
+# through the maximum phase, of half that through the 50% phase
+rf3_kb=$((3 * 400 * 1000 * (RF3_WARMUP + DURATION) + 3 * 200 * 1000 * (WARMUP + DURATION)))
+[[ " $workloads " == *" rf3 "* ]] && [ "$rf3_kb" -gt "$need_kb" ] && need_kb=$rf3_kb
 [ "$avail_kb" -gt "$need_kb" ] || die "only $((avail_kb / 1024)) MB free under $workdir; need about $((need_kb / 1024)) MB"
 
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
