@@ -72,6 +72,8 @@ static const struct cfg_key keys[] = {
 	{"log.cleanup.policy", CFG_STRING, F(log_cleanup_policy), 0, 0, "delete"},
 	{"compression.type", CFG_STRING, F(compression_type), 0, 0, "producer"},
 	{"offsets.topic.num.partitions", CFG_INT, F(offsets_topic_partitions), 1, 1000, "50"},
+	{"offsets.topic.replication.factor", CFG_INT, F(offsets_topic_replication_factor), 1,
+	 SLUICE_CONFIG_REPLICATION_FACTOR_MAX, "3"},
 	{"group.initial.rebalance.delay.ms", CFG_INT, F(group_initial_rebalance_delay_ms), 0, INT32_MAX, "3000"},
 	{"group.min.session.timeout.ms", CFG_INT, F(group_min_session_timeout_ms), 0, INT32_MAX, "6000"},
 	{"group.max.session.timeout.ms", CFG_INT, F(group_max_session_timeout_ms), 0, INT32_MAX, "1800000"},
@@ -95,6 +97,7 @@ static const struct cfg_key keys[] = {
 	{"log.level", CFG_STRING, F(log_level), 0, 0, "INFO"},
 	{"cluster.id", CFG_STRING, F(cluster_id), 0, 0, "sluice-local-cluster0"},
 	{"broker.rack", CFG_STRING, F(broker_rack), 0, 0, ""},
+	{"replica.selector.class", CFG_STRING, F(replica_selector_class), 0, 0, ""},
 	/* cluster mode */
 	{"process.roles", CFG_STRING, F(process_roles), 0, 0, ""},
 	{"controller.quorum.voters", CFG_STRING, F(controller_quorum_voters), 0, 0, ""},
@@ -450,6 +453,15 @@ int sluice_config_derive(struct sluice_config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	cfg->log_cleaner_min_cleanable_ratio = r;
+	/* Kafka loads the class by name; the one selector it ships (and the
+	 * only one Sluice has) picks a replica in the consumer's rack. */
+	cfg->replica_selector_rack_aware = !strcmp(cfg->replica_selector_class, SLUICE_CONFIG_RACK_AWARE_SELECTOR);
+	if (cfg->replica_selector_class[0] && !cfg->replica_selector_rack_aware) {
+		snprintf(err, errlen, "replica.selector.class: '%s' is not " SLUICE_CONFIG_RACK_AWARE_SELECTOR
+			 " (the only replica selector served; empty: consumers read from leaders only)",
+			 cfg->replica_selector_class);
+		return -1;
+	}
 	return 0;
 }
 

@@ -18,6 +18,8 @@
 #define SLUICE_CONFIG_POOL_REQUESTS_DEFAULT 4096 /* sluice.network.pool.requests */
 #define SLUICE_CONFIG_POOL_OP_ARRAY_PARTITIONS_MAX 1024 /* sluice.network.pool.op.array.partitions */
 #define SLUICE_CONFIG_POOL_FRAME_BYTES_MAX (1 << 30)  /* sluice.network.pool.large.frame.bytes */
+/* replica.selector.class: Kafka's rack-aware selector, the one served */
+#define SLUICE_CONFIG_RACK_AWARE_SELECTOR "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 /* What a produce frame holds besides one batch of message.max.bytes: the
  * request header, client id, transactional id, topic names, and the other
  * partitions' (smaller) batches of a request that names several. */
@@ -92,6 +94,9 @@ struct sluice_config {
 	 * batches are stored as the producer compressed them. */
 	char compression_type[32];
 	int32_t offsets_topic_partitions;
+	/* __consumer_offsets' replicas in cluster mode (created only once this
+	 * many brokers are active); a single node keeps one. */
+	int32_t offsets_topic_replication_factor;
 	int32_t group_initial_rebalance_delay_ms;
 	int32_t group_min_session_timeout_ms;
 	int32_t group_max_session_timeout_ms;
@@ -117,6 +122,11 @@ struct sluice_config {
 	char cluster_id[64];
 	bool cluster_id_set; /* cluster.id was given (required in cluster mode) */
 	char broker_rack[256]; /* broker.rack; "": none */
+	/* replica.selector.class: "" (Kafka's null: a leader answers consumers
+	 * itself) or Kafka's RackAwareReplicaSelector, which names a replica in
+	 * the consumer's rack as PreferredReadReplica (KIP-392); derived. */
+	char replica_selector_class[SLUICE_CONFIG_STRING_MAX];
+	bool replica_selector_rack_aware;
 	/* Cluster mode (controller.quorum.voters or .bootstrap.servers set): the
 	 * broker registers with sluice-controller and takes its metadata from
 	 * it (control/meta.h's controller backend); unset: single-node mode. */

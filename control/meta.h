@@ -39,6 +39,12 @@ struct sluice_partition_state {
 	int32_t replicas[SLUICE_REPLICAS_MAX]; /* the assignment, preferred leader first */
 	int32_t isr[SLUICE_REPLICAS_MAX];
 	int32_t offline[SLUICE_REPLICAS_MAX]; /* replicas on an offline log directory */
+	/* Eligible leader replicas (KIP-966: left the ISR cleanly while it was below
+	 * min.insync.replicas) and the last known leader, as the controller keeps
+	 * them: DescribeTopicPartitions shows them (kafka-topics --describe). */
+	int32_t elr_n, last_known_elr_n;
+	int32_t elr[SLUICE_REPLICAS_MAX];
+	int32_t last_known_elr[SLUICE_REPLICAS_MAX];
 };
 
 /* A broker of the cluster and the endpoint clients reach it at. */

@@ -377,6 +377,14 @@ static void partition_state_from(struct sluice_partition_state *st, const struct
 	st->offline_n = 0;
 	memcpy(st->replicas, ip->replicas.id, (size_t)ip->replicas.n * sizeof st->replicas[0]);
 	memcpy(st->isr, ip->isr.id, (size_t)ip->isr.n * sizeof st->isr[0]);
+	_Static_assert(sizeof ip->elr.id == sizeof st->elr && sizeof ip->last_known_elr.id == sizeof st->last_known_elr,
+		       "the image's ELR lists fit a partition state");
+	assert(ip->elr.n >= 0 && ip->elr.n <= SLUICE_REPLICAS_MAX);
+	assert(ip->last_known_elr.n >= 0 && ip->last_known_elr.n <= SLUICE_REPLICAS_MAX);
+	st->elr_n = ip->elr.n;
+	st->last_known_elr_n = ip->last_known_elr.n;
+	memcpy(st->elr, ip->elr.id, (size_t)ip->elr.n * sizeof st->elr[0]);
+	memcpy(st->last_known_elr, ip->last_known_elr.id, (size_t)ip->last_known_elr.n * sizeof st->last_known_elr[0]);
 }
 
 /* A snapshot topic for image topic it: one allocation holding the topic

@@ -49,6 +49,7 @@ struct partition_view {
 	int32_t leader, leader_epoch;
 	int32_t replica_n, isr_n, offline_n;
 	const int32_t *replicas;
+	const struct sluice_partition_state *st; /* what the view was made from (its ELR lists) */
 	int32_t isr[SLUICE_REPLICAS_MAX];
 	int32_t offline[SLUICE_REPLICAS_MAX + 1];
 };
@@ -65,6 +66,7 @@ static void partition_view(struct req *r, const struct sluice_topic *t, int32_t 
 	v->down = partition_offline(r, offline_dirs, t->name, p);
 	v->leader = v->down && st->leader == self ? -1 : st->leader;
 	v->leader_epoch = st->leader_epoch;
+	v->st = st;
 	v->replicas = st->replicas;
 	v->replica_n = st->replica_n;
 	v->isr_n = v->offline_n = 0;
@@ -2593,8 +2595,9 @@ static void dtp_write_topic(struct req *r, const struct sluice_topic *t, int32_t
 		kwr_i32(w, pv.leader_epoch);
 		write_nodes(w, true, pv.replicas, pv.replica_n);
 		write_nodes(w, true, pv.isr, pv.isr_n);
-		kwr_array(w, true, 0); /* EligibleLeaderReplicas */
-		kwr_array(w, true, 0); /* LastKnownElr */
+		assert(pv.st->elr_n <= SLUICE_REPLICAS_MAX && pv.st->last_known_elr_n <= SLUICE_REPLICAS_MAX);
+		write_nodes(w, true, pv.st->elr, pv.st->elr_n);                       /* EligibleLeaderReplicas */
+		write_nodes(w, true, pv.st->last_known_elr, pv.st->last_known_elr_n); /* LastKnownElr */
 		write_nodes(w, true, pv.offline, pv.offline_n);
 		kwr_tags_empty(w);
 	}

@@ -7,7 +7,15 @@
  * and encodes its answer, which is framed here. A group whose partition
  * another broker leads (cluster mode) is answered here at once, as Kafka
  * answers it: NOT_COORDINATOR (COORDINATOR_NOT_AVAILABLE while the
- * partition has no leader), and the client finds its coordinator again. */
+ * partition has no leader, or while __consumer_offsets does not exist),
+ * and the client finds its coordinator again.
+ *
+ * __consumer_offsets is created here when a group request or
+ * FindCoordinator finds it missing, as Kafka's broker creates it: in
+ * cluster mode with offsets.topic.replication.factor replicas, which the
+ * controller places only once that many brokers are active (until then the
+ * creation fails, and is tried again by a later request once the metadata
+ * changed, or OFFSETS_CREATE_RETRY_MS later); on a single node with one. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/group.h"
@@ -18,12 +26,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A failed creation of __consumer_offsets is not tried again for this
+ * long while the metadata stays as it was (a broker unfenced since may
+ * make it succeed): clients ask FindCoordinator every retry.backoff.ms,
+ * and each try is a round trip to the controller. */
+#define OFFSETS_CREATE_RETRY_MS 1000
+
 /* What ensure keeps in the batch's room: the topic's one config and
  * whom to call once it exists. */
 struct offsets_create {
 	struct sluice_topic_config config;
 	void (*then)(struct req *r);
+	int64_t metadata_offset; /* of the snapshot that found the topic missing */
 };
+
+/* Whether a creation failed lately with the metadata as snap has it. */
+static bool offsets_create_failed_lately(struct req *r, const struct sluice_meta_snapshot *snap)
+{
+	const struct broker *b = r->nc->b;
+	int64_t at = __atomic_load_n(&b->offsets_create_failed_offset, __ATOMIC_RELAXED);
+	int64_t ms = __atomic_load_n(&b->offsets_create_failed_ms, __ATOMIC_RELAXED);
+	return ms > 0 && at == snap->metadata_offset && sluice_now_ms() - ms < OFFSETS_CREATE_RETRY_MS;
+}
 
 static void offsets_topic_created(struct req *r)
 {
@@ -31,16 +55,32 @@ static void offsets_topic_created(struct req *r)
 	const struct sluice_meta_batch *b = sluice_proto_meta_current(r, (void **)&oc);
 	assert(b->change_n == 1 && oc && oc->then);
 	const struct sluice_meta_change *c = &b->changes[0];
-	if (c->error && c->error != KERR_TOPIC_ALREADY_EXISTS)
-		SLOG_ERR("group", "cannot create %s: %s", SLUICE_OFFSETS_TOPIC, c->msg);
+	struct broker *br = r->nc->b;
+	if (c->error && c->error != KERR_TOPIC_ALREADY_EXISTS) {
+		/* Remembered (the metadata as the request saw it before the try),
+		 * so that requests do not try again until it changes. */
+		int64_t at = __atomic_load_n(&br->offsets_create_failed_offset, __ATOMIC_RELAXED);
+		bool again = at == oc->metadata_offset;
+		__atomic_store_n(&br->offsets_create_failed_offset, oc->metadata_offset, __ATOMIC_RELAXED);
+		__atomic_store_n(&br->offsets_create_failed_ms, sluice_now_ms(), __ATOMIC_RELAXED);
+		if (again)
+			SLOG_DEBUG("group", "cannot create %s yet: %s", SLUICE_OFFSETS_TOPIC, c->msg);
+		else
+			SLOG_WARN("group", "cannot create %s yet (groups answer COORDINATOR_NOT_AVAILABLE until it "
+				  "exists): %s", SLUICE_OFFSETS_TOPIC, c->msg);
+	}
 	oc->then(r);
 }
 
 bool sluice_api_offsets_topic_ensure(struct req *r, void (*then)(struct req *r))
 {
 	assert(then && !r->done);
-	if (sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)))
+	const struct sluice_meta_snapshot *snap = sluice_proto_snap(r);
+	if (sluice_meta_find(snap, SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC)))
 		return false;
+	if (offsets_create_failed_lately(r, snap))
+		return false; /* answered as before it exists: COORDINATOR_NOT_AVAILABLE */
+	const struct sluice_config *cfg = &r->nc->b->cfg;
 	struct offsets_create *oc;
 	struct sluice_meta_batch *b = sluice_proto_meta_batch(r, 1, sizeof *oc, (void **)&oc);
 	if (!b)
@@ -48,12 +88,14 @@ bool sluice_api_offsets_topic_ensure(struct req *r, void (*then)(struct req *r))
 	snprintf(oc->config.key, sizeof oc->config.key, "cleanup.policy");
 	snprintf(oc->config.value, sizeof oc->config.value, "compact");
 	oc->then = then;
+	oc->metadata_offset = snap->metadata_offset;
 	b->changes[0] = (struct sluice_meta_change){
 		.kind = SLUICE_META_CREATE_TOPIC,
 		.name = SLUICE_OFFSETS_TOPIC,
 		.name_len = strlen(SLUICE_OFFSETS_TOPIC),
-		.partitions = r->nc->b->cfg.offsets_topic_partitions,
-		.replication_factor = -1,
+		.partitions = cfg->offsets_topic_partitions,
+		/* a single node keeps its one replica (its backend's default) */
+		.replication_factor = sluice_proto_cluster_mode(r) ? cfg->offsets_topic_replication_factor : -1,
 		.configs = &oc->config,
 		.config_n = 1,
 	};
@@ -65,14 +107,19 @@ bool sluice_api_offsets_topic_ensure(struct req *r, void (*then)(struct req *r))
 }
 
 /* Whether this broker coordinates the groups of __consumer_offsets
- * partition p: it leads it in the snapshot. Before the topic exists (its
- * creation failed) the local coordinator answers, as before. */
+ * partition p: it leads it in the snapshot (the storage core checks again
+ * by the leader epoch: its word may be newer). Before the topic exists
+ * (its creation failed) a cluster has no coordinator; a single node's
+ * local coordinator answers, as before (it finds the partition's log
+ * itself). */
 static int16_t group_coordinator_error(struct req *r, int32_t p)
 {
 	const struct sluice_topic *t = sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC,
 							strlen(SLUICE_OFFSETS_TOPIC));
 	const struct sluice_partition_state *st = t ? sluice_topic_partition(t, p) : NULL;
-	if (!st || st->leader == r->nc->b->cfg.node_id)
+	if (!st)
+		return sluice_proto_cluster_mode(r) ? KERR_COORDINATOR_NOT_AVAILABLE : KERR_NONE;
+	if (st->leader == r->nc->b->cfg.node_id)
 		return KERR_NONE;
 	return st->leader < 0 ? KERR_COORDINATOR_NOT_AVAILABLE : KERR_NOT_COORDINATOR;
 }
@@ -103,6 +150,11 @@ static void group_op_init(struct req *r, struct partop *op, struct kstr group, c
 	/* OffsetCommit checks its topics against the request's snapshot, held
 	 * until the request is freed (a one-op request: only it gets one). */
 	op->gsnap = r->api_key == API_OFFSET_COMMIT ? sluice_proto_snap(r) : NULL;
+	/* The request's word on __consumer_offsets (the storage core applies it
+	 * when newer than its own) and the min.insync.replicas its records are
+	 * held to (the topic's, else the broker's in effect). */
+	op->tinfo = sluice_meta_find(sluice_proto_snap(r), SLUICE_OFFSETS_TOPIC, strlen(SLUICE_OFFSETS_TOPIC));
+	op->cfg = sluice_proto_config(r);
 	op->client_id = r->client_id;
 	op->client_host = r->conn->host;
 	op->data = data;

@@ -406,6 +406,7 @@ struct fetch_state {
 	int32_t max_wait_ms, min_bytes, max_bytes;
 	int32_t replica_id; /* ReplicaId: a follower broker's id, or -1 (a consumer) */
 	bool final;
+	struct kstr rack; /* RackId (v11+): the consumer's client.rack, in the frame */
 	/* What the request's reads may still take, shared by its ops on every
 	 * storage core (atomic): a Fetch naming many partitions, or one
 	 * partition many times, reads about MaxBytes, not each partition's
@@ -425,6 +426,8 @@ static void fetch_issue(struct req *r)
 		if (op->local)
 			continue;
 		op->error = 0;
+		op->preferred_read_replica = -1;
+		op->hw_news = false;
 		op->watch = !fs->final && fs->max_wait_ms > 0 && fs->min_bytes > 0;
 		op->read_budget = &fs->read_budget;
 	}
@@ -455,11 +458,14 @@ static void fetch_decode(struct req *r, struct krd *rd, struct partop *op, void 
 		op->leader_epoch = krd_i32(rd); /* CurrentLeaderEpoch */
 	op->offset = krd_i64(rd);
 	op->last_fetched_epoch = v >= 12 ? krd_i32(rd) : -1;
-	if (v >= 5)
-		(void)krd_i64(rd); /* LogStartOffset: the follower's (moving its own up is not done) */
+	/* LogStartOffset: a follower's, which the leader's replica selector
+	 * checks (moving this log's start up with it is not done) */
+	op->replica_log_start = v >= 5 ? krd_i64(rd) : -1;
 	op->from_replica = fs->replica_id >= 0;
 	op->replica_id = fs->replica_id;
+	op->follower_read = !op->from_replica && v >= 11; /* KIP-392 */
 	op->diverging_epoch = -1;
+	op->preferred_read_replica = -1;
 	int32_t pmax = krd_i32(rd);
 	op->max_bytes = pmax < fs->max_bytes ? pmax : fs->max_bytes;
 	if (op->max_bytes < 0)
@@ -468,16 +474,94 @@ static void fetch_decode(struct req *r, struct krd *rd, struct partop *op, void 
 	op->high_watermark = op->log_start = -1;
 }
 
+/* Whether this broker holds a replica of op's partition (its snapshot's word). */
+static bool replica_here(struct req *r, const struct partop *op)
+{
+	const struct sluice_partition_state *st = sluice_topic_partition(op->tinfo, op->partition);
+	int32_t self = r->nc->b->cfg.node_id;
+	for (int32_t i = 0; st && i < st->replica_n; i++)
+		if (st->replicas[i] == self)
+			return true;
+	return false;
+}
+
+/* A consumer's Fetch v11+ may be served by a follower (KIP-392: Kafka's
+ * fetchOnlyLeader is false for it): a partition the leader check refused
+ * only because another broker leads it goes to storage after all when this
+ * broker holds a replica; the epoch checks stand (a follower checks the
+ * CurrentLeaderEpoch against the epoch it knows, as Kafka's does). */
+static void fetch_admit(struct req *r, struct partop *op, void *ctx)
+{
+	(void)ctx;
+	if (op->local && op->error == KERR_NOT_LEADER_OR_FOLLOWER && op->follower_read && op->tinfo &&
+	    replica_here(r, op)) {
+		op->local = false;
+		op->error = KERR_NONE;
+	}
+}
+
 static const struct sluice_proto_partitions fetch_partitions = {
 	.kind = PARTOP_READ,
 	.partition_bytes_min = 16,
 	.skip = fetch_skip,
 	.decode = fetch_decode,
+	.admit = fetch_admit,
 };
+
+/* The rack of broker id in snap, or NULL when it is not among the
+ * unfenced brokers (Kafka's selector sees only replicas it can name an
+ * endpoint for). */
+static const char *broker_rack(const struct sluice_meta_snapshot *snap, int32_t id)
+{
+	uint32_t lo = 0, hi = snap->broker_n;
+	while (lo < hi) { /* brokers are sorted by node id */
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (snap->brokers[mid].node_id == id)
+			return snap->brokers[mid].rack;
+		if (snap->brokers[mid].node_id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static bool rack_is(const char *rack, struct kstr want)
+{
+	return rack && want.len > 0 && strlen(rack) == (size_t)want.len && !memcmp(rack, want.ptr, (size_t)want.len);
+}
+
+/* Kafka's RackAwareReplicaSelector, the part the snapshot decides: a
+ * consumer that names a rack (client.rack) is better served by a replica
+ * in that rack, unless the leader is in it. op's rack_replicas: those
+ * replicas (the storage core then keeps the in-sync ones that hold the
+ * offset and picks the most caught up). */
+static void fetch_rack_replicas(struct req *r, const struct fetch_state *fs)
+{
+	const struct sluice_config *cfg = sluice_proto_config(r);
+	if (!cfg->replica_selector_rack_aware || fs->rack.len <= 0 || fs->replica_id >= 0)
+		return;
+	const struct sluice_meta_snapshot *snap = sluice_proto_snap(r);
+	int32_t self = cfg->node_id;
+	const char *own = broker_rack(snap, self);
+	if (rack_is(own ? own : cfg->broker_rack, fs->rack))
+		return; /* the leader is in the consumer's rack: it serves */
+	for (int32_t i = 0; i < r->nops; i++) {
+		struct partop *op = &r->ops[i];
+		const struct sluice_partition_state *st = op->local ? NULL : sluice_topic_partition(op->tinfo, op->partition);
+		op->rack_replicas = 0;
+		if (!st || st->leader != self)
+			continue;
+		assert(st->replica_n <= SLUICE_REPLICAS_MAX);
+		for (int32_t k = 0; k < st->replica_n; k++)
+			if (st->replicas[k] != self && rack_is(broker_rack(snap, st->replicas[k]), fs->rack))
+				op->rack_replicas |= (uint16_t)(1u << k);
+	}
+}
 
 /* What follows the topics: ForgottenTopicsData (v7+, sessions are not kept,
  * so only stepped over), RackId (v11+), tagged fields. */
-static void fetch_decode_tail(struct req *r, struct krd *rd)
+static void fetch_decode_tail(struct req *r, struct krd *rd, struct fetch_state *fs)
 {
 	bool flex = r->flexible;
 	int16_t v = r->api_version;
@@ -491,8 +575,7 @@ static void fetch_decode_tail(struct req *r, struct krd *rd)
 				krd_tags_skip(rd);
 		}
 	}
-	if (v >= 11)
-		(void)krd_string(rd, flex); /* RackId */
+	fs->rack = v >= 11 ? krd_string(rd, flex) : (struct kstr){0};
 	if (flex)
 		krd_tags_skip(rd);
 }
@@ -514,9 +597,10 @@ bool sluice_api_fetch_start(struct req *r, struct krd *rd)
 		fs->max_bytes = r->nc->b->cfg.fetch_max_bytes;
 	if (!sluice_proto_partitions_decode(r, rd, &fetch_partitions, fs))
 		return false;
-	fetch_decode_tail(r, rd);
+	fetch_decode_tail(r, rd, fs);
 	if (rd->err)
 		return false;
+	fetch_rack_replicas(r, fs);
 	r->deadline_ms = sluice_now_ms() + (fs->max_wait_ms > 0 ? fs->max_wait_ms : 0);
 	/* What the connection must budget for this fetch: the reads (MaxBytes,
 	 * the shared read budget), then the response (the data again, and its
@@ -671,7 +755,7 @@ static void fetch_write_partition(struct req *r, struct kwr *w, const struct par
 		kwr_i64(w, unknown ? -1 : op->log_start);
 	kwr_array(w, flex, 0); /* AbortedTransactions: none */
 	if (v >= 11)
-		kwr_i32(w, -1); /* PreferredReadReplica */
+		kwr_i32(w, op->preferred_read_replica); /* KIP-392 (-1: none) */
 	struct partop *mop = &r->ops[op - r->ops]; /* the request's own op: its pins move on */
 	if (n > 0 && mop->pins)
 		fetch_write_pinned(r, w, mop, n, ff);
@@ -703,8 +787,13 @@ static bool fetch_should_park(const struct req *r, const struct fetch_state *fs,
 	for (int32_t i = 0; i < r->nops; i++) {
 		*bytes += r->ops[i].rlen;
 		*copied += r->ops[i].pins ? 0 : r->ops[i].rlen;
-		/* A follower told where its log diverged learns it at once. */
-		errors |= r->ops[i].error != 0 || (r->ops[i].from_replica && r->ops[i].diverging_epoch >= 0);
+		/* A follower told where its log diverged, or of a higher high
+		 * watermark, learns it at once; a consumer sent to another
+		 * replica goes there at once (Kafka answers both without
+		 * waiting). */
+		const struct partop *op = &r->ops[i];
+		errors |= op->error != 0 || (op->from_replica && (op->diverging_epoch >= 0 || op->hw_news)) ||
+			  op->preferred_read_replica >= 0;
 	}
 	return !fs->final && !errors && *bytes < fs->min_bytes && sluice_now_ms() < r->deadline_ms;
 }

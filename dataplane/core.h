@@ -104,6 +104,14 @@ struct partop {
 	bool from_replica;
 	int32_t replica_id;
 	int32_t last_fetched_epoch;
+	int64_t replica_log_start; /* the follower's LogStartOffset (v5+; -1: not sent) */
+	/* READ for a consumer (KIP-392, Fetch v11+): a follower replica may
+	 * serve it, below its own high watermark; and, where this replica
+	 * leads, the replicas that replica.selector.class would rather have
+	 * it read from (bit i: the op's snapshot partition state's
+	 * replicas[i], in the consumer's rack; set by the network core). */
+	bool follower_read;
+	uint16_t rack_replicas;
 	/* outputs */
 	int64_t base_offset;     /* APPEND base offset, LIST_OFFSETS offset */
 	int64_t last_offset;
@@ -116,6 +124,12 @@ struct partop {
 	 * Fetch response's DivergingEpoch (epoch -1: none). */
 	int32_t diverging_epoch;
 	int64_t diverging_end;
+	/* READ: the replica a consumer should fetch from instead (KIP-392's
+	 * PreferredReadReplica: no records then), or -1. */
+	int32_t preferred_read_replica;
+	/* READ from a follower: the high watermark it is answered with is
+	 * news to it (KIP-1166's idea): answered at once, not held. */
+	bool hw_news;
 	uint8_t *rdata;          /* READ result, malloc'ed by storage, freed by net */
 	int32_t rlen;            /* READ: bytes in rdata, or in pins */
 	struct sluice_read_pins *pins; /* READ answered by reference (rdata NULL), or NULL */
@@ -145,6 +159,7 @@ struct partop {
 };
 
 _Static_assert(SLUICE_CORES_MAX - 1 <= UINT8_MAX, "struct partop's net_core holds a network core id");
+_Static_assert(SLUICE_REPLICAS_MAX <= 16, "struct partop's rack_replicas holds a bit per replica");
 _Static_assert(SLUICE_CORES_MAX < INT16_MAX, "struct partop's core_plus1 holds a storage core id plus one");
 
 struct broker;
@@ -192,6 +207,12 @@ struct broker {
 	 * whichever core writes it, under hw_ckpt_mu (set up by storage core 0). */
 	pthread_mutex_t hw_ckpt_mu;
 	struct sluice_hw_share *hw_share[SLUICE_CORES_MAX];
+	/* The last failed creation of __consumer_offsets (api_group.c): the
+	 * metadata offset it was tried at and when (monotonic ms, 0: none).
+	 * Atomics, written by any network core: advice against retrying at
+	 * every request, nothing more. */
+	int64_t offsets_create_failed_offset;
+	int64_t offsets_create_failed_ms;
 };
 
 _Static_assert(offsetof(struct storecore, rt) == 0 && offsetof(struct netcore, rt) == 0,

@@ -658,11 +658,14 @@ static void answer_apply(struct storecore *sc, struct fconn *c, uint32_t i, cons
 	}
 	if (!e)
 		e = sluice_store_follower_append(sc, f->p, a->records, a->records_len > 0 ? (size_t)a->records_len : 0,
-						 a->high_watermark);
-	/* Out of range below the leader's log start (retention went past this
-	 * replica): start over there, as Kafka's truncateFullyAndStartAt. */
-	if (e == KERR_OFFSET_OUT_OF_RANGE && a->log_start > c->req_offset[i] &&
-	    sluice_store_follower_restart_at(sc, f->p, a->log_start) == 0)
+						 a->high_watermark, a->log_start);
+	/* Out of range: below the leader's log start (retention went past this
+	 * replica) start over there, as Kafka's truncateFullyAndStartAt; past
+	 * its end, truncate by epoch (sluice_store_follower_out_of_range). Only
+	 * when nothing changed does it back off: retrying as it is would get
+	 * the same answer for ever. */
+	if (e == KERR_OFFSET_OUT_OF_RANGE &&
+	    sluice_store_follower_out_of_range(sc, f->p, c->req_offset[i], c->req_last_epoch[i], a->log_start) == 0)
 		return;
 	if (!e)
 		return;

@@ -12,9 +12,23 @@
  * Durability: every offset commit and every new generation is appended to
  * the group's __consumer_offsets partition in Kafka's record formats (offset
  * key v1 / value v3, group key v2 / value v3, null values for deletions) and
- * answered once committed. On first use of a partition its records are read
- * back: offsets resume; groups come back Empty at their last generation, and
- * their members rejoin.
+ * answered once committed: once the partition's high watermark passes the
+ * records (every ISR member has them, as a producer's acks=all), with
+ * Kafka's coordinator errors when that fails (NOT_COORDINATOR: this broker
+ * stopped leading, or its log failed; COORDINATOR_NOT_AVAILABLE: the ISR
+ * is below min.insync.replicas).
+ *
+ * Leadership: the groups of a __consumer_offsets partition live here only
+ * while this broker leads it, and are keyed by the leader epoch they were
+ * read at. When the controller makes this broker the partition's leader
+ * (the storage core's leadership hook, or the first op for it), its log is
+ * read back: offsets resume; groups come back at their last stored
+ * generation, Stable with the members and assignments that record names
+ * (their sessions restart now), or Empty. When it stops leading, or leads
+ * again at a new epoch, its groups are dropped from memory (held JoinGroup
+ * and SyncGroup answered NOT_COORDINATOR) and, leading again, read back
+ * afresh: what another leader wrote meanwhile is what counts. Followers
+ * replicate the partition like any other and keep no group state from it.
  *
  * Strings: every string the coordinator keeps (group, member and instance
  * ids, client ids, protocol type and names, topic names, commit metadata) is
@@ -115,6 +129,7 @@ struct group {
 	int32_t partition; /* of __consumer_offsets */
 	int state;
 	int32_t generation;
+	int32_t storing_generation; /* the generation the leader's SyncGroup is writing, or -1 */
 	struct gstr protocol_type, protocol, leader;
 	struct member *members, *members_tail;
 	int32_t nmembers;
@@ -136,7 +151,7 @@ struct group {
 struct gcoord {
 	struct group **table; /* chained hash by group id */
 	uint32_t cap, count;
-	uint8_t *loaded;      /* per offsets partition */
+	int32_t *loaded_epoch; /* per offsets partition: the leader epoch its groups were read at, -1: not here */
 	int32_t partitions;
 	int64_t last_tick_ms;
 	int64_t next_expiry_ms;
@@ -308,8 +323,10 @@ static struct gcoord *coord(struct storecore *sc)
 	gc->cap = 1024;
 	gc->table = calloc(gc->cap, sizeof *gc->table);
 	gc->partitions = sc->b->cfg.offsets_topic_partitions;
-	gc->loaded = calloc((size_t)gc->partitions, 1);
-	assert(gc->table && gc->loaded);
+	gc->loaded_epoch = malloc((size_t)gc->partitions * sizeof *gc->loaded_epoch);
+	assert(gc->table && gc->loaded_epoch);
+	for (int32_t i = 0; i < gc->partitions; i++)
+		gc->loaded_epoch[i] = -1;
 	kwr_init(&gc->scratch, 4096, 64u << 20);
 	gc->next_join_deadline_ms = INT64_MAX;
 	sc->groups = gc;
@@ -339,6 +356,7 @@ static struct group *group_get(struct gcoord *gc, struct kstr id, int32_t partit
 	}
 	g->partition = partition;
 	g->state = G_EMPTY;
+	g->storing_generation = -1;
 	g->empty_since_ms = sluice_now_ms();
 	g->pending_next_expiry_ms = INT64_MAX;
 	uint32_t b = hash_str(id.ptr, (size_t)id.len) & (gc->cap - 1);
@@ -693,17 +711,18 @@ static void recset_group(struct recset *rs, const struct group *g, bool value)
 }
 
 /* Append the set as one batch to the group's partition. wait_op, when
- * given, is answered once it is committed. Returns 0, or -1 (nothing
- * written, wait_op not taken). */
-static int recset_write(struct storecore *sc, struct group *g, struct recset *rs, struct partop *wait_op)
+ * given, is answered once it is committed (sluice_store_append). Returns
+ * KERR_NONE, or the error the append was refused with (nothing written,
+ * wait_op not taken; COORDINATOR_NOT_AVAILABLE when memory ran out). */
+static int16_t recset_write(struct storecore *sc, struct group *g, struct recset *rs, struct partop *wait_op)
 {
 	if (rs->n == 0)
-		return wait_op ? -1 : 0;
+		return wait_op ? KERR_COORDINATOR_NOT_AVAILABLE : KERR_NONE;
 	if (rs->err || rs->kv.err)
-		return -1;
+		return KERR_COORDINATOR_NOT_AVAILABLE;
 	struct sluice_record_kv *recs = calloc((size_t)rs->n, sizeof *recs);
 	if (!recs)
-		return -1;
+		return KERR_COORDINATOR_NOT_AVAILABLE;
 	for (int32_t i = 0; i < rs->n; i++) {
 		recs[i].key = rs->kv.buf + rs->s[i].koff;
 		recs[i].key_len = (int32_t)rs->s[i].klen;
@@ -712,27 +731,52 @@ static int recset_write(struct storecore *sc, struct group *g, struct recset *rs
 	}
 	struct kwr batch;
 	kwr_init(&batch, 256, 64u << 20);
-	int rc = -1;
-	int16_t err = 0;
+	int16_t err = KERR_COORDINATOR_NOT_AVAILABLE;
 	if (sluice_batch_build(&batch, recs, rs->n, sluice_now_ms()) >= 0) {
 		struct spart *p = sluice_store_partition(sc, SLUICE_OFFSETS_TOPIC, g->partition, &err);
 		if (p)
-			rc = sluice_store_append(sc, p, batch.buf, batch.len, wait_op);
+			err = sluice_store_append(sc, p, batch.buf, batch.len, wait_op);
 	}
 	kwr_free(&batch);
 	free(recs);
-	return rc;
+	if (err)
+		SLOG_INFO("group", "group %s: %d record(s) not written to %s-%d: %s", g->id.ptr, rs->n,
+			  SLUICE_OFFSETS_TOPIC, g->partition, sluice_kafka_error_name(err));
+	return err;
 }
 
 /* Persist the group's current generation (or its deletion). */
-static int write_group(struct storecore *sc, struct group *g, bool tombstone, struct partop *wait_op)
+static int16_t write_group(struct storecore *sc, struct group *g, bool tombstone, struct partop *wait_op)
 {
 	struct recset rs;
 	recset_init(&rs);
 	recset_group(&rs, g, !tombstone);
-	int rc = recset_write(sc, g, &rs, wait_op);
+	int16_t err = recset_write(sc, g, &rs, wait_op);
 	recset_free(&rs);
-	return rc;
+	return err;
+}
+
+/* What a coordinator answers for an error its records' write met, as
+ * Kafka's (GroupCoordinatorService.handleOperationException): the client
+ * finds its coordinator again (NOT_COORDINATOR) or retries it
+ * (COORDINATOR_NOT_AVAILABLE); nothing unwritten was ever visible. */
+static int16_t coordinator_error(int16_t write_error)
+{
+	switch (write_error) {
+	case KERR_UNKNOWN_TOPIC_OR_PARTITION:
+	case KERR_NOT_ENOUGH_REPLICAS:
+	case KERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+	case KERR_REQUEST_TIMED_OUT:
+		return KERR_COORDINATOR_NOT_AVAILABLE;
+	case KERR_NOT_LEADER_OR_FOLLOWER:
+	case KERR_KAFKA_STORAGE_ERROR:
+		return KERR_NOT_COORDINATOR;
+	case KERR_MESSAGE_TOO_LARGE:
+	case KERR_RECORD_LIST_TOO_LARGE:
+		return KERR_UNKNOWN_SERVER_ERROR;
+	default:
+		return write_error;
+	}
 }
 
 /* Replay one offset record (key v0/v1) of __consumer_offsets. */
@@ -772,9 +816,122 @@ static void replay_offset(struct gcoord *gc, struct group *g, struct krd *r, con
 	e->commit_ts = ts;
 }
 
+static struct member *member_add(struct storecore *sc, struct group *g, struct kstr id, struct kstr inst, int16_t *err);
+
+/* Forget a loading group's members (no answer is held during a load). */
+static void members_clear(struct group *g)
+{
+	while (g->members) {
+		struct member *m = g->members;
+		assert(!m->join_op && !m->sync_op);
+		g->members = m->next;
+		member_free(m);
+	}
+	g->members_tail = NULL;
+	g->nmembers = 0;
+	idtab_free(&g->member_ix, false);
+}
+
+/* One member of a group record (GroupMetadataValue v0-3), with its
+ * subscription to the group's protocol and its assignment: false when it
+ * does not decode or cannot be kept. */
+static bool replay_member(struct storecore *sc, struct group *g, struct krd *v, int16_t vver, int64_t now)
+{
+	struct kstr id = krd_string(v, false), inst = {NULL, 0};
+	if (vver >= 3)
+		inst = krd_string(v, false);
+	struct kstr client = krd_string(v, false), host = krd_string(v, false);
+	int32_t rebalance_ms = vver >= 1 ? krd_i32(v) : -1, session_ms = krd_i32(v);
+	const uint8_t *sub, *asg;
+	int32_t sub_len = krd_bytes(v, false, &sub), asg_len = krd_bytes(v, false, &asg);
+	int16_t err;
+	if (v->err || !id.ptr || id.len == 0 || member_find(g, id) || sub_len < 0 || !g->protocol.ptr)
+		return false;
+	struct member *m = member_add(sc, g, id, inst, &err);
+	if (!m)
+		return false;
+	m->session_timeout_ms = session_ms;
+	m->rebalance_timeout_ms = rebalance_ms >= 0 ? rebalance_ms : session_ms;
+	m->last_seen_ms = now; /* its session restarts with the load, as in Kafka */
+	bool ok = gstr_copy(&m->client_id, client.ptr ? client : (struct kstr){"", 0}) &&
+		  gstr_copy(&m->client_host, host.ptr ? host : (struct kstr){"", 0}) &&
+		  gstr_copy(&m->prot[0].name, gk(g->protocol));
+	if (ok) { /* from here member_free frees what prot[0] holds */
+		m->nprot = 1;
+		m->prot[0].meta = malloc((size_t)sub_len + 1);
+		ok = m->prot[0].meta != NULL;
+	}
+	if (ok) {
+		if (sub_len > 0)
+			memcpy(m->prot[0].meta, sub, (size_t)sub_len);
+		m->prot[0].meta_len = sub_len;
+	}
+	if (ok && asg_len > 0 && (m->assignment = malloc((size_t)asg_len)) != NULL) {
+		memcpy(m->assignment, asg, (size_t)asg_len);
+		m->assignment_len = asg_len;
+	}
+	return ok && (asg_len <= 0 || m->assignment);
+}
+
+/* A group record (key v2): its generation, protocol, leader and members
+ * as the record names them (GroupMetadataValue v0-3; other versions are
+ * not Kafka's classic groups' and are skipped). The group is Stable with
+ * those members, else Empty, as Kafka loads it. */
+static void replay_group(struct storecore *sc, struct gcoord *gc, struct group *g, const uint8_t *val, int32_t vlen)
+{
+	if (!val) { /* deleted: what is left is its offsets, if any */
+		members_clear(g);
+		gstr_free(&g->protocol_type);
+		gstr_free(&g->protocol);
+		gstr_free(&g->leader);
+		g->generation = 0;
+		g->state = G_EMPTY;
+		if (!g->off_n)
+			group_remove(gc, g);
+		return;
+	}
+	struct krd v;
+	krd_init(&v, val, (size_t)vlen);
+	int16_t vver = krd_i16(&v);
+	struct kstr ptype = krd_string(&v, false);
+	int32_t gen = krd_i32(&v);
+	struct kstr proto = krd_string(&v, false), leader = krd_string(&v, false);
+	if (vver >= 2)
+		(void)krd_i64(&v); /* currentStateTimestamp */
+	int32_t n = krd_i32(&v);
+	if (v.err || vver < 0 || vver > 3)
+		return;
+	struct gstr t, p, l;
+	if (!gstr_copy(&t, ptype))
+		return;
+	if (!gstr_copy(&p, proto) || !gstr_copy(&l, leader)) {
+		gstr_free(&t);
+		gstr_free(&p);
+		return;
+	}
+	gstr_free(&g->protocol_type);
+	g->protocol_type = t;
+	gstr_free(&g->protocol);
+	g->protocol = p;
+	gstr_free(&g->leader);
+	g->leader = l;
+	g->generation = gen;
+	members_clear(g);
+	int64_t now = sluice_now_ms();
+	bool ok = n >= 0 && n <= sc->b->cfg.group_max_size;
+	for (int32_t i = 0; ok && i < n; i++)
+		ok = replay_member(sc, g, &v, vver, now);
+	if (!ok || !member_find(g, gk(g->leader)))
+		members_clear(g); /* a record it cannot use whole: its members rejoin */
+	/* A load, not a transition: the state is what the record says. */
+	g->state = g->members ? G_STABLE : G_EMPTY;
+	if (!g->members)
+		g->empty_since_ms = now;
+}
+
 /* Replay one record of __consumer_offsets into memory. */
-static void replay(struct gcoord *gc, int32_t partition, const uint8_t *key, int32_t klen, const uint8_t *val,
-		   int32_t vlen)
+static void replay(struct storecore *sc, struct gcoord *gc, int32_t partition, const uint8_t *key, int32_t klen,
+		   const uint8_t *val, int32_t vlen)
 {
 	struct krd r;
 	krd_init(&r, key, (size_t)klen);
@@ -782,36 +939,13 @@ static void replay(struct gcoord *gc, int32_t partition, const uint8_t *key, int
 	struct kstr gid = krd_string(&r, false);
 	if (r.err || !gid.ptr || kver < 0 || kver > 2)
 		return;
-	struct group *g = group_get(gc, gid, partition);
-	if (!g)
-		return;
-	if (kver <= 1) {
+	struct group *g = val ? group_get(gc, gid, partition) : group_find(gc, gid);
+	if (!g || g->partition != partition)
+		return; /* a record in a partition its group does not map to (another partition count) */
+	if (kver <= 1)
 		replay_offset(gc, g, &r, val, vlen);
-		return;
-	}
-	if (!val) {
-		if (!g->members)
-			group_remove(gc, g);
-		return;
-	}
-	struct krd v;
-	krd_init(&v, val, (size_t)vlen);
-	(void)krd_i16(&v);
-	struct kstr ptype = krd_string(&v, false);
-	int32_t gen = krd_i32(&v);
-	struct kstr proto = krd_string(&v, false);
-	struct gstr t, p;
-	if (v.err || !gstr_copy(&t, ptype))
-		return;
-	if (!gstr_copy(&p, proto)) {
-		gstr_free(&t);
-		return;
-	}
-	gstr_free(&g->protocol_type);
-	g->protocol_type = t;
-	gstr_free(&g->protocol);
-	g->protocol = p;
-	g->generation = gen;
+	else
+		replay_group(sc, gc, g, val, vlen);
 }
 
 struct load_ctx {
@@ -821,7 +955,8 @@ struct load_ctx {
 
 /* Replay the records of one batch (uncompressed: the coordinator writes
  * none other) at buf; returns how many it replayed. */
-static int64_t replay_batch(struct gcoord *gc, int32_t partition, const uint8_t *buf, const struct sluice_batch *b)
+static int64_t replay_batch(struct storecore *sc, struct gcoord *gc, int32_t partition, const uint8_t *buf,
+			    const struct sluice_batch *b)
 {
 	struct krd r;
 	krd_init(&r, buf + SLUICE_BATCH_HEADER_BYTES, (size_t)sluice_batch_total_bytes(b) - SLUICE_BATCH_HEADER_BYTES);
@@ -843,7 +978,7 @@ static int64_t replay_batch(struct gcoord *gc, int32_t partition, const uint8_t 
 		if (vl > 0)
 			krd_skip(&r, (size_t)vl);
 		if (!r.err && kl > 0) {
-			replay(gc, partition, k, kl, vl >= 0 ? v : NULL, vl);
+			replay(sc, gc, partition, k, kl, vl >= 0 ? v : NULL, vl);
 			records++;
 		}
 		r.err = false;
@@ -853,24 +988,25 @@ static int64_t replay_batch(struct gcoord *gc, int32_t partition, const uint8_t 
 	return records;
 }
 
-/* Read every record of one __consumer_offsets partition back. */
-static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t partition)
+/* Read every record of __consumer_offsets partition p back, as its leader
+ * at epoch: false (nothing read) while records appended to it are not all
+ * written yet (a follower's fetch just before it was made leader): they
+ * are read once they are. */
+static bool load_partition(struct storecore *sc, struct gcoord *gc, struct spart *p, int32_t partition, int32_t epoch)
 {
-	assert(partition >= 0 && partition < gc->partitions);
-	if (gc->loaded[partition])
-		return;
-	gc->loaded[partition] = 1;
-	int16_t err = 0;
-	struct spart *p = sluice_store_partition(sc, SLUICE_OFFSETS_TOPIC, partition, &err);
-	if (!p)
-		return;
+	assert(partition >= 0 && partition < gc->partitions && gc->loaded_epoch[partition] < 0 && epoch >= 0);
 	struct sluice_plog *l = sluice_store_log(p);
-	int64_t off = sluice_plog_log_start(l), hw = sluice_plog_written_end(l), records = 0;
-	while (off < hw) {
+	int64_t off = sluice_plog_log_start(l), end = sluice_plog_written_end(l), records = 0;
+	if (end < sluice_plog_log_end(l))
+		return false;
+	while (off < end) {
 		uint8_t *buf = NULL;
 		int32_t n = sluice_plog_read(l, off, 1 << 20, true, &buf);
 		if (n <= 0) {
 			free(buf);
+			if (n < 0)
+				SLOG_ERR("group", "%s-%d: reading offset %" PRId64 " failed (%d): the groups are loaded "
+					 "without what follows", SLUICE_OFFSETS_TOPIC, partition, off, n);
 			break;
 		}
 		size_t pos = 0;
@@ -878,24 +1014,93 @@ static void load_partition(struct storecore *sc, struct gcoord *gc, int32_t part
 			struct sluice_batch b;
 			if (sluice_batch_parse(buf + pos, (size_t)n - pos, &b) != SLUICE_BATCH_OK)
 				break;
-			records += replay_batch(gc, partition, buf + pos, &b);
+			records += replay_batch(sc, gc, partition, buf + pos, &b);
 			off = b.base_offset + b.last_offset_delta + 1;
 			pos += (size_t)sluice_batch_total_bytes(&b);
 		}
 		free(buf);
 	}
-	if (records)
-		SLOG_INFO("group", "loaded %" PRId64 " records from %s-%d", records, SLUICE_OFFSETS_TOPIC, partition);
+	gc->loaded_epoch[partition] = epoch;
+	if (records || sluice_config_cluster_mode(&sc->b->cfg))
+		SLOG_INFO("group", "%s-%d: coordinator at leader epoch %d, loaded %" PRId64 " records", SLUICE_OFFSETS_TOPIC,
+			  partition, epoch, records);
+	return true;
 }
 
-/* The opening of most group APIs: the group named (its partition read
- * back first), or NULL when there is none or the id is null. */
-static struct group *group_open(struct storecore *sc, struct gcoord *gc, const struct partop *op, struct kstr id)
+static void join_response(struct partop *op, int16_t err, const struct group *g, const struct member *m, bool leader_view);
+static void sync_response(struct partop *op, int16_t err, const struct group *g, const struct member *m);
+
+/* This broker no longer coordinates the groups of partition (it stopped
+ * leading it, or leads it at a new epoch): they leave memory, their held
+ * JoinGroup and SyncGroup answered NOT_COORDINATOR (the clients find the
+ * new coordinator). Ops waiting for a write are answered by the storage
+ * core (sluice_group_written), by the group's name. */
+static void unload_partition(struct storecore *sc, struct gcoord *gc, int32_t partition)
 {
-	if (!id.ptr)
-		return NULL;
-	load_partition(sc, gc, op->partition);
-	return group_find(gc, id);
+	assert(partition >= 0 && partition < gc->partitions);
+	if (gc->loaded_epoch[partition] < 0)
+		return;
+	int32_t n = 0;
+	for (uint32_t b = 0; b < gc->cap; b++)
+		for (struct group *g = gc->table[b], *next; g; g = next) {
+			next = g->next;
+			if (g->partition != partition)
+				continue;
+			for (struct member *m = g->members; m; m = m->next) {
+				if (m->join_op) {
+					join_response(m->join_op, KERR_NOT_COORDINATOR, g, NULL, false);
+					sluice_store_done(sc, m->join_op);
+					m->join_op = NULL;
+				}
+				if (m->sync_op) {
+					sync_response(m->sync_op, KERR_NOT_COORDINATOR, g, NULL);
+					sluice_store_done(sc, m->sync_op);
+					m->sync_op = NULL;
+				}
+			}
+			group_remove(gc, g);
+			n++;
+		}
+	SLOG_INFO("group", "%s-%d: coordinator at leader epoch %d unloaded %d group(s)", SLUICE_OFFSETS_TOPIC, partition,
+		  gc->loaded_epoch[partition], n);
+	gc->loaded_epoch[partition] = -1;
+}
+
+/* The groups of partition p are in memory, read at the epoch this broker
+ * leads it at: KERR_NONE; else the error a group op gets (NOT_COORDINATOR:
+ * it does not lead; COORDINATOR_LOAD_IN_PROGRESS: it cannot read the log
+ * back yet). Groups read at another epoch are dropped and read afresh. */
+static int16_t groups_ready(struct storecore *sc, struct gcoord *gc, struct spart *p, int32_t partition)
+{
+	int32_t epoch;
+	if (!sluice_store_leads(sc, p, &epoch)) {
+		unload_partition(sc, gc, partition);
+		return KERR_NOT_COORDINATOR;
+	}
+	if (gc->loaded_epoch[partition] == epoch)
+		return KERR_NONE;
+	unload_partition(sc, gc, partition);
+	return load_partition(sc, gc, p, partition, epoch) ? KERR_NONE : KERR_COORDINATOR_LOAD_IN_PROGRESS;
+}
+
+/* The error a group op gets before its group is looked at (KERR_NONE: its
+ * partition's groups are ready): its request's word on the partition
+ * applied first (it may be newer than this core's). */
+static int16_t op_ready(struct storecore *sc, struct gcoord *gc, const struct partop *op)
+{
+	int16_t err = KERR_NONE;
+	struct spart *p = sluice_store_partition(sc, SLUICE_OFFSETS_TOPIC, op->partition, &err);
+	if (!p)
+		return coordinator_error(err ? err : KERR_KAFKA_STORAGE_ERROR);
+	sluice_store_apply_word(sc, p, op);
+	return groups_ready(sc, gc, p, op->partition);
+}
+
+/* The opening of most group APIs: the group named, or NULL when there is
+ * none or the id is null (op_ready has read its partition back). */
+static struct group *group_open(struct gcoord *gc, struct kstr id)
+{
+	return id.ptr ? group_find(gc, id) : NULL;
 }
 
 /* ---- answers and state ---------------------------------------------------------- */
@@ -1452,7 +1657,6 @@ static struct member *join_lookup(struct storecore *sc, struct gcoord *gc, struc
 	*err = join_check(&sc->b->cfg, q);
 	if (*err)
 		return NULL;
-	load_partition(sc, gc, op->partition);
 	*g = group_get(gc, q->group_id, op->partition);
 	if (!*g)
 		*err = KERR_COORDINATOR_NOT_AVAILABLE;
@@ -1533,7 +1737,7 @@ static int16_t sync_check(struct storecore *sc, struct gcoord *gc, struct partop
 	*m = NULL;
 	if (!q->group_id.ptr)
 		return KERR_INVALID_GROUP_ID;
-	*g = group_open(sc, gc, op, q->group_id);
+	*g = group_open(gc, q->group_id);
 	int16_t err = *g ? member_check(*g, q->member_id, q->instance_id, m) : KERR_UNKNOWN_MEMBER_ID;
 	if (!err && q->generation != (*g)->generation)
 		err = KERR_ILLEGAL_GENERATION;
@@ -1544,26 +1748,80 @@ static int16_t sync_check(struct storecore *sc, struct gcoord *gc, struct partop
 	return err;
 }
 
-/* The leader's SyncGroup in CompletingRebalance: the group is Stable. */
+/* Whether the group's generation is being stored (the leader's SyncGroup
+ * waits for its write): every SyncGroup of it is held until then. */
+static bool storing(const struct group *g)
+{
+	return g->state == G_COMPLETING && g->storing_generation == g->generation;
+}
+
+/* The leader's SyncGroup in CompletingRebalance: the new generation and its
+ * assignments are stored, and only once that write is committed does the
+ * group become Stable and every member get its assignment
+ * (sync_written), as Kafka's storeGroup callback: an assignment is never
+ * handed out that a new coordinator would not know. */
 static void sync_leader(struct storecore *sc, struct group *g, struct member *leader, struct group_sync_req *q,
 			struct partop *op)
 {
-	assert(g->state == G_COMPLETING && leader->sync_op == op);
+	assert(g->state == G_COMPLETING && leader->sync_op == op && !storing(g));
 	sync_apply_assignments(g, q);
-	group_set_state(g, G_STABLE);
-	/* Followers get their assignment now; the leader once the new
-	 * generation is durable. */
-	for (struct member *x = g->members; x; x = x->next) {
-		if (!x->sync_op || x == leader)
-			continue;
-		sync_response(x->sync_op, KERR_NONE, g, x);
-		reply(sc, x->sync_op);
-		x->sync_op = NULL;
-	}
-	leader->sync_op = NULL;
-	sync_response(op, KERR_NONE, g, leader);
-	if (write_group(sc, g, false, op) < 0)
+	leader->sync_op = NULL; /* the write holds it from here */
+	g->storing_generation = g->generation;
+	int16_t err = write_group(sc, g, false, op);
+	if (err) {
+		op->error = err;
+		sluice_group_written(sc, op, false);
 		reply(sc, op);
+	}
+}
+
+/* The leader's SyncGroup's write ended (err: the coordinator's error, or
+ * KERR_NONE). Still the generation stored: Stable, and every member held
+ * gets its assignment; the write failed: every held SyncGroup gets the
+ * error and the group rebalances (Kafka's resetAndPropagateAssignmentError).
+ * The group moved on meanwhile (a member left, its partition unloaded):
+ * the leader is answered as a rebalance would have answered it. */
+static void sync_written(struct storecore *sc, struct partop *op, int16_t err)
+{
+	struct krd rd;
+	krd_init(&rd, op->data, op->len);
+	struct group_sync_req q;
+	bool decoded = sluice_group_sync_decode(&rd, wire_of(op), &q);
+	assert(decoded); /* it did when it came */
+	(void)decoded;
+	struct gcoord *gc = sc->groups;
+	struct group *g = gc ? group_find(gc, q.group_id) : NULL;
+	bool current = g && storing(g) && g->generation == q.generation;
+	if (current)
+		g->storing_generation = -1;
+	kwr_free(&op->gout);
+	if (!err && current) {
+		group_set_state(g, G_STABLE);
+		for (struct member *x = g->members; x; x = x->next) {
+			if (!x->sync_op)
+				continue;
+			sync_response(x->sync_op, KERR_NONE, g, x);
+			reply(sc, x->sync_op);
+			x->sync_op = NULL;
+		}
+		struct member *m = member_find(g, q.member_id);
+		sync_response(op, m ? KERR_NONE : KERR_UNKNOWN_MEMBER_ID, g, m);
+		return;
+	}
+	if (!err)
+		err = g ? KERR_REBALANCE_IN_PROGRESS : KERR_NOT_COORDINATOR;
+	sync_response(op, err, g, NULL);
+	if (!current)
+		return;
+	SLOG_INFO("group", "group %s generation %d: not stored (%s); rebalancing", g->id.ptr, g->generation,
+		  sluice_kafka_error_name(err));
+	fail_pending_syncs(sc, g, err);
+	for (struct member *x = g->members; x; x = x->next) {
+		free(x->assignment);
+		x->assignment = NULL;
+		x->assignment_len = 0;
+	}
+	prepare_rebalance(sc, g, sluice_now_ms());
 }
 
 static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
@@ -1595,9 +1853,9 @@ static void sync_group(struct storecore *sc, struct gcoord *gc, struct partop *o
 		reply(sc, m->sync_op);
 	}
 	m->sync_op = op;
-	if (gstr_same(m->id, g->leader))
+	if (gstr_same(m->id, g->leader) && !storing(g))
 		sync_leader(sc, g, m, &q, op);
-	/* else followers wait for the leader's assignment */
+	/* else it waits for the leader's assignment, stored */
 }
 
 static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op)
@@ -1613,7 +1871,7 @@ static void heartbeat(struct storecore *sc, struct gcoord *gc, struct partop *op
 	struct member *m = NULL;
 	int16_t err = !q.group_id.ptr ? KERR_INVALID_GROUP_ID : KERR_NONE;
 	if (!err) {
-		g = group_open(sc, gc, op, q.group_id);
+		g = group_open(gc, q.group_id);
 		err = g ? member_check(g, q.member_id, q.instance_id, &m) : KERR_UNKNOWN_MEMBER_ID;
 	}
 	if (!err) {
@@ -1693,7 +1951,7 @@ static void leave_group(struct storecore *sc, struct gcoord *gc, struct partop *
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = group_open(sc, gc, op, q.group_id);
+	struct group *g = group_open(gc, q.group_id);
 	struct kwr *w = &op->gout;
 	bool left = false;
 	if (wi.version <= 2) {
@@ -1759,12 +2017,13 @@ static bool pending_add(struct pending_offsets *pc, struct kstr topic, int32_t p
 	return true;
 }
 
-static void pending_fail(const struct pending_offsets *pc, struct kwr *w)
+static void pending_fail(const struct pending_offsets *pc, struct kwr *w, int16_t err)
 {
+	assert(err != KERR_NONE);
 	for (int32_t i = 0; i < pc->n; i++)
-		sluice_group_error_patch(w, pc->it[i].err_pos, KERR_NOT_COORDINATOR);
+		sluice_group_error_patch(w, pc->it[i].err_pos, err);
 	if (pc->top_error)
-		sluice_group_error_patch(w, SLUICE_GROUP_OFFSET_DELETE_ERROR_POS, KERR_NOT_COORDINATOR);
+		sluice_group_error_patch(w, SLUICE_GROUP_OFFSET_DELETE_ERROR_POS, err);
 }
 
 static void pending_free(struct pending_offsets *pc)
@@ -1785,19 +2044,20 @@ static bool pending_write(struct storecore *sc, struct group *g, struct partop *
 {
 	assert(!op->gpending && pc->n > 0);
 	struct pending_offsets *pp = malloc(sizeof *pp);
+	int16_t err = KERR_COORDINATOR_NOT_AVAILABLE;
 	if (pp && gstr_copy(&pc->group, gk(g->id))) {
 		*pp = *pc;
 		memset(pc, 0, sizeof *pc);
 		op->gpending = pp;
-		if (recset_write(sc, g, rs, op) == 0)
+		err = recset_write(sc, g, rs, op);
+		if (!err)
 			return true;
 	} else {
 		free(pp);
-		pending_fail(pc, &op->gout);
+		pending_fail(pc, &op->gout, err);
 		pending_free(pc);
 	}
-	SLOG_ERR("group", "group %s: offset records could not be written to %s-%d", g->id.ptr, SLUICE_OFFSETS_TOPIC,
-		 g->partition);
+	op->error = err; /* refused before the append: answered as when it fails after */
 	sluice_group_written(sc, op, false);
 	assert(!op->gpending);
 	return false;
@@ -1869,7 +2129,6 @@ static int16_t commit_group_check(struct storecore *sc, struct gcoord *gc, struc
 	*out = NULL;
 	if (!q->group_id.ptr || q->group_id.len == 0 || q->group_id.len > GROUP_STRING_MAX)
 		return KERR_INVALID_GROUP_ID;
-	load_partition(sc, gc, op->partition);
 	struct group *g = group_get(gc, q->group_id, op->partition);
 	if (!g)
 		return KERR_COORDINATOR_NOT_AVAILABLE;
@@ -1942,7 +2201,10 @@ static void pending_apply(struct group *g, struct pending_item *it)
 	oe->commit_ts = it->e.commit_ts;
 }
 
-void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
+/* An OffsetCommit's or OffsetDelete's records were committed (err
+ * KERR_NONE: applied to the group now) or not (each partition answers
+ * err). */
+static void offsets_written(struct storecore *sc, struct partop *op, int16_t err)
 {
 	struct pending_offsets *pc = op->gpending;
 	if (!pc)
@@ -1951,14 +2213,37 @@ void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
 	op->gpending = NULL;
 	struct gcoord *gc = sc->groups;
 	struct group *g = gc ? group_find(gc, gk(pc->group)) : NULL;
-	if (ok && !g)
+	if (!err && !g)
 		SLOG_WARN("group", "group %s went away before its offset records were written", pc->group.ptr);
-	for (int32_t i = 0; ok && g && i < pc->n; i++)
+	for (int32_t i = 0; !err && g && i < pc->n; i++)
 		pending_apply(g, &pc->it[i]);
-	if (!ok)
-		pending_fail(pc, &op->gout);
+	if (err)
+		pending_fail(pc, &op->gout, err);
 	pending_free(pc);
 	free(pc);
+}
+
+void sluice_group_written(struct storecore *sc, struct partop *op, bool ok)
+{
+	/* The storage core's reason (a producer's acks=all errors), as a
+	 * coordinator answers it; a failure without one is the log's. */
+	int16_t err = ok ? KERR_NONE : coordinator_error(op->error ? op->error : KERR_KAFKA_STORAGE_ERROR);
+	assert(ok || err != KERR_NONE);
+	op->error = KERR_NONE; /* the answer is in gout */
+	op->error_message = NULL;
+	switch (op->api_key) {
+	case SLUICE_API_SYNC_GROUP:
+		sync_written(sc, op, err);
+		break;
+	case SLUICE_API_DELETE_GROUPS:
+		if (err) {
+			kwr_free(&op->gout);
+			sluice_group_delete_encode(&op->gout, wire_of(op), op->gname, err);
+		}
+		break;
+	default:
+		offsets_written(sc, op, err);
+	}
 }
 
 /* One committed offset (or none), as OffsetFetch answers a partition. */
@@ -2014,7 +2299,7 @@ static void offset_fetch(struct storecore *sc, struct gcoord *gc, struct partop 
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = group_open(sc, gc, op, q.group_id);
+	struct group *g = group_open(gc, q.group_id);
 	/* v8+: one element of Groups, as data holds this group's part of the request */
 	sluice_group_fetch_encode(&op->gout, wi, q.group_id);
 	fetch_offsets(&op->gout, g, &q.topics);
@@ -2061,7 +2346,7 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 		malformed(sc, op, &rd);
 		return;
 	}
-	struct group *g = group_open(sc, gc, op, q.group_id);
+	struct group *g = group_open(gc, q.group_id);
 	struct kwr *w = &op->gout;
 	sluice_group_offset_delete_encode(w, wi, g ? KERR_NONE : KERR_GROUP_ID_NOT_FOUND);
 	if (!g) {
@@ -2085,8 +2370,9 @@ static void offset_delete_api(struct storecore *sc, struct gcoord *gc, struct pa
 /* ---- DescribeGroups (15), DeleteGroups (42), ListGroups (16) --------------------- */
 
 /* Tombstones for every offset of the group and the group itself; wait_op
- * (if any) is answered once they are committed. Returns whether it waits. */
-static bool delete_group_records_wait(struct storecore *sc, struct group *g, struct partop *wait_op)
+ * (if any) is answered once they are committed. Returns KERR_NONE or the
+ * error the write was refused with (recset_write). */
+static int16_t delete_group_records_wait(struct storecore *sc, struct group *g, struct partop *wait_op)
 {
 	struct recset rs;
 	recset_init(&rs);
@@ -2095,9 +2381,9 @@ static bool delete_group_records_wait(struct storecore *sc, struct group *g, str
 			recset_offset(&rs, g, &g->offsets[k], false);
 	recset_group(&rs, g, false);
 	assert(rs.n == (int32_t)g->off_n + 1 || rs.err);
-	bool waiting = recset_write(sc, g, &rs, wait_op) == 0 && wait_op;
+	int16_t err = recset_write(sc, g, &rs, wait_op);
 	recset_free(&rs);
-	return waiting;
+	return err;
 }
 
 static void delete_group_records(struct storecore *sc, struct group *g)
@@ -2125,7 +2411,6 @@ static void describe_member(struct kwr *w, struct group_wire wi, const struct gr
 static void describe_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
 	struct group_wire wi = wire_of(op);
-	load_partition(sc, gc, op->partition);
 	const struct group *g = group_find(gc, op->gname);
 	bool members = g && (g->state == G_STABLE || g->state == G_COMPLETING || g->state == G_PREPARING);
 	struct group_describe_result r = {
@@ -2146,7 +2431,6 @@ static void describe_group(struct storecore *sc, struct gcoord *gc, struct parto
 
 static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop *op)
 {
-	load_partition(sc, gc, op->partition);
 	struct group *g = group_find(gc, op->gname);
 	int16_t err = !g ? KERR_GROUP_ID_NOT_FOUND : g->members ? KERR_NON_EMPTY_GROUP : KERR_NONE;
 	sluice_group_delete_encode(&op->gout, wire_of(op), op->gname, err);
@@ -2155,10 +2439,14 @@ static void delete_group(struct storecore *sc, struct gcoord *gc, struct partop 
 		return;
 	}
 	assert(g->nmembers == 0);
-	bool waiting = delete_group_records_wait(sc, g, op);
-	group_remove(gc, g);
-	if (!waiting)
+	err = delete_group_records_wait(sc, g, op);
+	if (err) { /* refused: the group stays, as its records say */
+		kwr_free(&op->gout);
+		sluice_group_delete_encode(&op->gout, wire_of(op), op->gname, coordinator_error(err));
 		reply(sc, op);
+		return;
+	}
+	group_remove(gc, g); /* answered once its tombstones are committed */
 }
 
 static bool list_match(const struct group_list_req *q, const struct group *g)
@@ -2184,10 +2472,18 @@ static void list_groups(struct storecore *sc, struct gcoord *gc, struct partop *
 		return;
 	}
 	assert(q.nstates <= SLUICE_GROUP_LIST_STATES_MAX);
-	/* Every offsets partition this core owns is loaded first. */
-	for (int32_t p = 0; p < gc->partitions; p++)
-		if (sluice_store_core_for(sc->b, SLUICE_OFFSETS_TOPIC, p) == sc->id)
-			load_partition(sc, gc, p);
+	/* Every offsets partition this core owns and leads is read back first
+	 * (in a cluster only those this broker holds: none is created here). */
+	bool cluster = sluice_config_cluster_mode(&sc->b->cfg);
+	for (int32_t i = 0; i < gc->partitions; i++) {
+		if (sluice_store_core_for(sc->b, SLUICE_OFFSETS_TOPIC, i) != sc->id)
+			continue;
+		int16_t err = 0;
+		struct spart *p = cluster ? sluice_store_partition_open(sc, SLUICE_OFFSETS_TOPIC, i)
+					  : sluice_store_partition(sc, SLUICE_OFFSETS_TOPIC, i, &err);
+		if (p)
+			(void)groups_ready(sc, gc, p, i);
+	}
 	sluice_group_list_encode(&op->gout, wi);
 	op->gcount = 0;
 	for (uint32_t b = 0; b < gc->cap; b++)
@@ -2201,6 +2497,18 @@ static void list_groups(struct storecore *sc, struct gcoord *gc, struct partop *
 	reply(sc, op);
 }
 
+/* A group op refused before its group is looked at (this broker does not
+ * coordinate its partition now): answered whole with error, as the
+ * network core answers for another broker's groups. */
+static void refuse(struct storecore *sc, struct partop *op, int16_t error)
+{
+	assert(error != KERR_NONE && op->api_key != SLUICE_API_LIST_GROUPS);
+	kwr_free(&op->gout);
+	if (!sluice_group_error_answer(&op->gout, wire_of(op), op->data, op->len, error))
+		kwr_free(&op->gout); /* it does not decode: the connection closes */
+	reply(sc, op);
+}
+
 void sluice_group_handle(struct storecore *sc, struct partop *op)
 {
 	assert(op->kind == PARTOP_GROUP && !op->gpending);
@@ -2208,6 +2516,11 @@ void sluice_group_handle(struct storecore *sc, struct partop *op)
 	if (op->partition < 0 || op->partition >= gc->partitions) {
 		op->error = KERR_COORDINATOR_NOT_AVAILABLE;
 		reply(sc, op);
+		return;
+	}
+	int16_t err = op->api_key == SLUICE_API_LIST_GROUPS ? KERR_NONE : op_ready(sc, gc, op);
+	if (err) {
+		refuse(sc, op, err);
 		return;
 	}
 	switch (op->api_key) {
@@ -2229,6 +2542,18 @@ void sluice_group_handle(struct storecore *sc, struct partop *op)
 
 /* ---- the storage-core service ------------------------------------------------------ */
 
+/* The controller's word on a partition changed its role here: a
+ * __consumer_offsets partition this broker now leads is read back at once
+ * (as Kafka's coordinator loads on election), one it no longer leads (or
+ * leads at a new epoch) has its groups dropped. */
+static void group_service_leadership(struct storecore *sc, struct spart *p, const char *topic, int32_t partition)
+{
+	struct gcoord *gc = sc->groups;
+	if (!gc || strcmp(topic, SLUICE_OFFSETS_TOPIC) != 0 || partition < 0 || partition >= gc->partitions)
+		return;
+	(void)groups_ready(sc, gc, p, partition);
+}
+
 static int group_service_init(struct storecore *sc)
 {
 	assert(!sc->groups);
@@ -2247,7 +2572,7 @@ static void group_service_fini(struct storecore *sc)
 			group_remove(gc, gc->table[b]);
 	assert(gc->count == 0);
 	free(gc->table);
-	free(gc->loaded);
+	free(gc->loaded_epoch);
 	kwr_free(&gc->scratch);
 	free(gc);
 	sc->groups = NULL;
@@ -2262,4 +2587,5 @@ const struct sluice_store_service_ops sluice_group_service = {
 	.tick = sluice_group_tick,
 	.next_deadline = sluice_group_next_deadline,
 	.written = sluice_group_written,
+	.leadership = group_service_leadership,
 };

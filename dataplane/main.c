@@ -664,7 +664,10 @@ static int adopt_local_metadata(struct broker *b, const char *dir)
 
 /* __consumer_offsets is created at start in cluster mode (through the
  * controller, by whichever broker comes first), so that every broker
- * places groups by the same partition count from the start. */
+ * places groups by the same partition count from the start; with
+ * offsets.topic.replication.factor replicas, which the controller places
+ * only once that many brokers are active: until then this fails and the
+ * group requests try again (api_group.c), answered COORDINATOR_NOT_AVAILABLE. */
 static void offsets_topic_cluster(struct broker *b)
 {
 	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
@@ -676,15 +679,15 @@ static void offsets_topic_cluster(struct broker *b)
 		spec.name = SLUICE_OFFSETS_TOPIC;
 		spec.name_len = strlen(SLUICE_OFFSETS_TOPIC);
 		spec.partitions = b->cfg.offsets_topic_partitions;
-		spec.replication_factor = -1;
+		spec.replication_factor = b->cfg.offsets_topic_replication_factor;
 		spec.config_n = 1; /* as the group coordinator creates it (api_group.c) */
 		snprintf(spec.configs[0].key, sizeof spec.configs[0].key, "cleanup.policy");
 		snprintf(spec.configs[0].value, sizeof spec.configs[0].value, "compact");
 		char msg[SLUICE_META_MSG_MAX] = "";
 		int16_t e = b->meta.ops->create_topic(b->meta.self, &spec, false, msg, sizeof msg, NULL);
 		if (e && e != KERR_TOPIC_ALREADY_EXISTS)
-			SLOG_WARN("broker", "cannot create %s now (%s, error %d): the first group request tries again",
-				  SLUICE_OFFSETS_TOPIC, msg, e);
+			SLOG_INFO("broker", "cannot create %s now (%s, error %d): group requests try again, answered "
+				  "COORDINATOR_NOT_AVAILABLE until it exists", SLUICE_OFFSETS_TOPIC, msg, e);
 	}
 }
 

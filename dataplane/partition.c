@@ -206,6 +206,59 @@ bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end
 	return moved;
 }
 
+static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
+{
+	for (uint8_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+bool sluice_partition_replica_fetch(struct sluice_partition *p, int32_t replica_id, int64_t log_start)
+{
+	struct sluice_replica *r = replica_find(p, replica_id);
+	if (!r || !p->is_leader || replica_id == p->self_id)
+		return false;
+	r->log_start = log_start >= 0 ? log_start : -1;
+	if (p->high_watermark <= r->hw_told)
+		return false;
+	r->hw_told = p->high_watermark;
+	return true;
+}
+
+/* Kafka's ReplicaView.comparator: whether a is more caught up than b. */
+static bool replica_ahead(const struct sluice_replica *a, const struct sluice_replica *b, int64_t now_ms)
+{
+	if (a->log_end != b->log_end)
+		return a->log_end > b->log_end;
+	int64_t a_lag = now_ms - a->caught_up_ms, b_lag = now_ms - b->caught_up_ms;
+	if (a_lag != b_lag)
+		return a_lag < b_lag;
+	return a->id > b->id;
+}
+
+int32_t sluice_partition_read_replica(const struct sluice_partition *p, const int32_t *ids, uint8_t n, int64_t offset,
+				      int64_t now_ms)
+{
+	assert(n <= SLUICE_PARTITION_REPLICAS_MAX);
+	const struct sluice_replica *best = NULL;
+	if (!p->is_leader || id_in(p->self_id, ids, n))
+		return -1;
+	for (uint8_t i = 0; i < p->replica_n; i++) {
+		const struct sluice_replica *r = &p->replicas[i];
+		/* Only in-sync followers that hold the offset: one lagging
+		 * behind would hold the consumer back for as long as it lags
+		 * (Kafka, KAFKA-14372). */
+		if (r->id == p->self_id || !id_in(r->id, ids, n) || !r->in_isr || !r->fetched || r->log_end < offset ||
+		    r->log_start > offset)
+			continue;
+		if (!best || replica_ahead(r, best, now_ms))
+			best = r;
+	}
+	assert(!best || best->id != p->self_id);
+	return best ? best->id : -1;
+}
+
 bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
 {
 	if (p->is_leader || leader_hw < 0)
@@ -213,14 +266,6 @@ bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
 	if (leader_hw > p->leader_hw)
 		p->leader_hw = leader_hw;
 	return hw_update(p);
-}
-
-static bool id_in(int32_t id, const int32_t *ids, uint8_t n)
-{
-	for (uint8_t i = 0; i < n; i++)
-		if (ids[i] == id)
-			return true;
-	return false;
 }
 
 uint8_t sluice_partition_isr_n(const struct sluice_partition *p)
@@ -260,13 +305,16 @@ static void replicas_take(struct sluice_partition *p, const struct sluice_partit
 	for (uint8_t i = 0; i < l->replica_n; i++) {
 		const struct sluice_replica *old = replica_find(p, l->replicas[i]);
 		next[i] = (struct sluice_replica){.id = l->replicas[i], .in_isr = id_in(l->replicas[i], l->isr, l->isr_n),
-						  .caught_up_ms = now_ms, .last_fetch_ms = now_ms};
-		if (l->replicas[i] == p->self_id)
+						  .caught_up_ms = now_ms, .last_fetch_ms = now_ms, .log_start = -1,
+						  .hw_told = -1};
+		if (l->replicas[i] == p->self_id) {
 			next[i].log_end = written;
-		else if (old && !new_term)
-			next[i] = (struct sluice_replica){old->id, next[i].in_isr, old->log_end, old->caught_up_ms,
-							  old->last_fetch_ms, old->last_fetch_leader_end, old->fetched,
-							  old->isr_adding && !next[i].in_isr};
+		} else if (old && !new_term) {
+			bool in_isr = next[i].in_isr;
+			next[i] = *old;
+			next[i].in_isr = in_isr;
+			next[i].isr_adding = old->isr_adding && !in_isr;
+		}
 	}
 	memcpy(p->replicas, next, l->replica_n * sizeof *next);
 	p->replica_n = l->replica_n;
@@ -288,7 +336,6 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 	p->partition_epoch = l->partition_epoch;
 	p->leader_id = l->leader;
 	p->is_leader = l->leader == p->self_id;
-	p->isr_retry_ms = 0; /* news: a refused change may be right now */
 	replicas_take(p, l, new_term, now_ms);
 	if (p->is_leader && new_term && p->log)
 		sluice_partition_epoch_assign(p, p->leader_epoch, sluice_plog_log_end(p->log));
@@ -304,7 +351,7 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t now_ms, int64_t lag_ms,
 				    int32_t isr[SLUICE_PARTITION_REPLICAS_MAX])
 {
-	if (!p->is_leader || p->isr_pending || !p->leadership_known || now_ms < p->isr_retry_ms)
+	if (!p->is_leader || p->isr_pending || !p->leadership_known)
 		return 0;
 	/* Where this leader's epoch starts: a follower below it may still hold
 	 * another leader's records there (Kafka's leaderEpochStartOffset). */
@@ -322,7 +369,7 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
 			keep = now_ms - r->caught_up_ms <= lag_ms;
 		else /* and caught up lately, by the rule that keeps it in: it stays once in */
 			keep = r->fetched && r->log_end >= p->high_watermark && r->log_end >= epoch_start &&
-			       now_ms - r->caught_up_ms <= lag_ms;
+			       now_ms - r->caught_up_ms <= lag_ms && now_ms >= p->isr_join_after_ms;
 		changed |= keep != r->in_isr;
 		if (keep)
 			isr[n++] = r->id;
@@ -339,17 +386,17 @@ void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *is
 		p->replicas[i].isr_adding = !p->replicas[i].in_isr && id_in(p->replicas[i].id, isr, n);
 }
 
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms)
+{
+	assert(!p->isr_pending);
+	p->isr_join_after_ms = until_ms;
+}
+
 void sluice_partition_isr_settled(struct sluice_partition *p)
 {
 	p->isr_pending = false;
 	for (uint8_t i = 0; i < p->replica_n; i++)
 		p->replicas[i].isr_adding = false;
-}
-
-void sluice_partition_isr_refused(struct sluice_partition *p, int64_t now_ms)
-{
-	sluice_partition_isr_settled(p);
-	p->isr_retry_ms = now_ms + SLUICE_PARTITION_ISR_REFUSED_MS;
 }
 
 /* ---- leader-epoch cache -------------------------------------------------- */
@@ -477,6 +524,33 @@ int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int
 		to = 0;
 	assert(to >= 0 && to <= log_end);
 	return to;
+}
+
+enum sluice_partition_oor sluice_partition_out_of_range(const struct sluice_partition *p, int64_t log_start,
+							int64_t log_end, int32_t last_epoch,
+							int64_t leader_log_start, int64_t *offset)
+{
+	assert(log_start >= 0 && log_start <= log_end);
+	*offset = -1;
+	if (leader_log_start < 0)
+		return SLUICE_PARTITION_OOR_RETRY;
+	if (leader_log_start > log_end) {
+		*offset = leader_log_start;
+		return SLUICE_PARTITION_OOR_RESTART_AT;
+	}
+	int32_t latest = p->epoch_n ? p->epochs[p->epoch_n - 1].epoch : SLUICE_EPOCH_UNDEFINED;
+	if (last_epoch != latest)
+		return SLUICE_PARTITION_OOR_RETRY; /* the cache changed since the request: ask again */
+	if (latest != SLUICE_EPOCH_UNDEFINED) {
+		int64_t to = p->epochs[p->epoch_n - 1].start_offset;
+		*offset = to < log_start ? log_start : to > log_end ? log_end : to;
+		return SLUICE_PARTITION_OOR_TRUNCATE_TO;
+	}
+	if (log_start == log_end && log_start == leader_log_start)
+		return SLUICE_PARTITION_OOR_RETRY; /* empty at the leader's start already: nothing to change */
+	*offset = leader_log_start;
+	assert(*offset >= 0);
+	return SLUICE_PARTITION_OOR_RESTART_AT;
 }
 
 /* ---- idempotent producers ------------------------------------------------ */

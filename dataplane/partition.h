@@ -84,6 +84,8 @@ struct sluice_replica {
 	int64_t last_fetch_leader_end; /* the leader's written end at that fetch */
 	bool fetched;                /* it fetched from this leadership (its position is its own) */
 	bool isr_adding;             /* an ISR change adding it is in flight (counts as in the ISR: KIP-497) */
+	int64_t log_start;           /* its log start offset, as its last fetch said (-1: unknown) */
+	int64_t hw_told;             /* the highest high watermark its fetches were read with (-1: none) */
 };
 
 /* The controller's word on a partition (a snapshot's partition state). */
@@ -120,7 +122,7 @@ struct sluice_partition {
 	int64_t high_watermark;  /* consumers read below it; <= the log's written end */
 	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
 	bool isr_pending;        /* leader: an ISR change is out to the controller */
-	int64_t isr_retry_ms;    /* leader: no ISR change is asked before this (one was refused) */
+	int64_t isr_join_after_ms; /* leader: no replica asked to join before (a refusal's backoff) */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -182,6 +184,23 @@ bool sluice_partition_on_written(struct sluice_partition *p, int64_t written_end
  * follower's position on a partition that does not lead, change nothing. */
 bool sluice_partition_replica_position(struct sluice_partition *p, int32_t replica_id, int64_t log_end_offset,
 				       int64_t now_ms);
+/* Leader: a follower's fetch reads here now. Its log start offset (from
+ * the request; -1: not sent) is noted, and the answer: whether the high
+ * watermark is news to it, above every high watermark an earlier fetch of
+ * it was read with (Kafka's KIP-1166: such a fetch is answered at once
+ * rather than held for data, so followers, and the consumers they serve,
+ * learn a new high watermark without waiting out replica.fetch.wait.max.ms).
+ * Unknown ids and a partition that does not lead: false. */
+bool sluice_partition_replica_fetch(struct sluice_partition *p, int32_t replica_id, int64_t log_start);
+/* Leader: the replica a consumer at offset should read from instead
+ * (KIP-392, Kafka's RackAwareReplicaSelector once the consumer's rack is
+ * known): among the candidates ids[0..n) (the replicas in its rack), those
+ * in the ISR, whose fetches from this leadership hold offset (log start <=
+ * offset <= log end), the most caught up (largest log end, then the least
+ * time since caught up, then the largest id); -1 for none (or not leading,
+ * or the leader itself a candidate: it serves). */
+int32_t sluice_partition_read_replica(const struct sluice_partition *p, const int32_t *ids, uint8_t n, int64_t offset,
+				      int64_t now_ms);
 /* Follower: the leader's high watermark, from a fetch answer. Its own
  * becomes the least of that and its written end (never moving back).
  * Returns true when it moved. */
@@ -215,15 +234,13 @@ uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t no
  * came (applied through set_leader or refused) or it failed. */
 void sluice_partition_isr_inflight(struct sluice_partition *p, const int32_t *isr, uint8_t n);
 void sluice_partition_isr_settled(struct sluice_partition *p);
-/* The controller refused the change (a replica it adds is fenced or shutting
- * down: INELIGIBLE_REPLICA; or another change came first): settled, and
- * isr_wanted asks nothing before now_ms + SLUICE_PARTITION_ISR_REFUSED_MS
- * unless the controller's word on the partition changes meanwhile. Without
- * it, every fetch of a caught-up follower that the controller will not take
- * asked again (thousands of AlterPartition a second while a broker restarts
- * or shuts down). */
-#define SLUICE_PARTITION_ISR_REFUSED_MS 500
-void sluice_partition_isr_refused(struct sluice_partition *p, int64_t now_ms);
+/* The controller refused the change (a replica fenced or shutting down:
+ * INELIGIBLE_REPLICA; another change first): no replica is asked to join
+ * before until_ms, while leaving still goes at once. Without it the leader
+ * asked again at the next fetch, which the refusal itself woke: a loop of
+ * thousands of AlterPartition requests a second for as long as the replica
+ * stayed ineligible. */
+void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
  * the checkpointed entries (before attach; at most
@@ -263,6 +280,32 @@ void sluice_partition_on_append(struct sluice_partition *p, int64_t base_offset)
  * watermark (KIP-101). */
 int64_t sluice_partition_truncation_offset(const struct sluice_partition *p, int32_t epoch, int64_t end_offset,
 					   int64_t log_end);
+/* Follower: the leader answered OFFSET_OUT_OF_RANGE to a fetch at this log's
+ * end log_end (its start log_start) under LastFetchedEpoch last_epoch, and
+ * said its own log starts at leader_log_start (-1: not said). What to do
+ * (Kafka's fetchOffsetAndTruncate, with the epoch cache where Kafka asks the
+ * leader for its end offset):
+ * - below the leader's log start (retention or DeleteRecords went past this
+ *   replica): RESTART_AT the leader's log start, the log emptied;
+ * - otherwise the position is past the leader's end or under an epoch the
+ *   leader cannot place (it would have answered DivergingEpoch): with an
+ *   epoch, TRUNCATE_TO where that epoch starts here (its records are not
+ *   known to be the leader's) and ask again at once with the epoch before,
+ *   which the leader checks as OffsetForLeaderEpoch would (KIP-101), never
+ *   the high watermark; without one nothing says where the logs agree, so
+ *   RESTART_AT the leader's log start (everything read again from it);
+ * - RETRY (after the backoff) when the answer says nothing to act on, or
+ *   last_epoch is no longer this log's latest (it changed since the request).
+ * *offset is where to truncate to or start at. Each TRUNCATE_TO removes the
+ * latest epoch, so an answer that keeps coming ends in RESTART_AT. */
+enum sluice_partition_oor {
+	SLUICE_PARTITION_OOR_RETRY,
+	SLUICE_PARTITION_OOR_RESTART_AT,
+	SLUICE_PARTITION_OOR_TRUNCATE_TO,
+};
+enum sluice_partition_oor sluice_partition_out_of_range(const struct sluice_partition *p, int64_t log_start,
+							int64_t log_end, int32_t last_epoch,
+							int64_t leader_log_start, int64_t *offset);
 /* The log was truncated (sluice_plog_truncate_to; fully: sluice_plog_truncate_fully),
  * as Kafka's Log.truncateTo and truncateFullyAndStartAt: the high watermark
  * within [log start, written end] (it may move up after a full truncation,

@@ -30,8 +30,14 @@ struct sluice_store_service_ops {
 	void (*tick)(struct storecore *sc, int64_t now_ms);
 	/* When tick must run next at the latest (monotonic ms), or INT64_MAX. */
 	int64_t (*next_deadline)(struct storecore *sc);
-	/* The records op waited for were written (ok) or not. */
+	/* The records op waited for were written (ok) or not (op->error says
+	 * why: KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER,
+	 * NOT_ENOUGH_REPLICAS_AFTER_APPEND). */
 	void (*written)(struct storecore *sc, struct partop *op, bool ok);
+	/* Optional: the controller's word on p changed its role here (it leads
+	 * from now on, or follows, at a new leader epoch), after the core acted
+	 * on it (waiting appends answered, the fetcher told). */
+	void (*leadership)(struct storecore *sc, struct spart *p, const char *topic, int32_t partition);
 };
 
 /* The services a storage core runs, in the order it ticks them. */
@@ -44,10 +50,31 @@ extern const struct sluice_store_service_ops sluice_fetcher_service; /* dataplan
  * *error set to a Kafka error code. */
 struct spart *sluice_store_partition(struct storecore *sc, const char *topic, int32_t partition, int16_t *error);
 struct sluice_plog *sluice_store_log(struct spart *p);
-/* Append a batch built by the service; wait_op, when given, is answered
- * once the batch is committed (written() first). Returns 0 or -errno
- * (nothing appended, wait_op not taken). */
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op);
+/* The partition's entry on this core when it is open already, else NULL
+ * (nothing is created or opened). */
+struct spart *sluice_store_partition_open(struct storecore *sc, const char *topic, int32_t partition);
+/* Append a batch built by the service at the current leader epoch, as a
+ * producer's acks=all: wait_op, when given, is answered once the high
+ * watermark passes the batch (every ISR member has it), written() first
+ * (with op->error NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR fell below
+ * min.insync.replicas meanwhile, NOT_LEADER_OR_FOLLOWER when this replica
+ * stopped leading, KAFKA_STORAGE_ERROR when the log failed). Returns
+ * KERR_NONE, or the Kafka error it was refused with (nothing appended,
+ * wait_op not taken): KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER, or
+ * NOT_ENOUGH_REPLICAS (cluster mode, wait_op given: the ISR is below the
+ * min.insync.replicas of wait_op's topic or broker configuration; a write
+ * nobody waits for is appended whatever the ISR). */
+int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
+			    struct partop *wait_op);
+/* Whether this replica leads p as the controller last said (a single node
+ * leads every partition it holds), and at which leader epoch: a service
+ * whose state comes from a partition's log (the group coordinator) keys
+ * that state by the epoch it read it at. */
+bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32_t *leader_epoch);
+/* The word of op's snapshot on p (op->tinfo, cluster mode), applied when
+ * newer than the core's own (the leadership hook runs when it changes p's
+ * role). */
+void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op);
 /* Hand op back to its network core: the answer is complete. */
 void sluice_store_done(struct storecore *sc, struct partop *op);
 /* The partition's state (dataplane/partition.h): offsets, high watermark,
@@ -102,21 +129,28 @@ bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch);
 /* The leader's answer for p: its records appended as they are (same
  * offsets, bytes and CRCs; a partial last batch left for the next fetch),
  * each batch's epoch into the epoch cache and its producer into the
- * idempotence table, and the leader's high watermark learned (p's own is
- * the least of it and p's written end). Returns KERR_NONE, or the Kafka
- * error that stopped it (CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR) after
- * appending what came before. */
+ * idempotence table, the leader's high watermark learned (p's own is the
+ * least of it and p's written end), and p's log start moved up to the
+ * leader's (leader_log_start), at most to p's high watermark. Returns
+ * KERR_NONE, or the Kafka error that stopped it (CORRUPT_MESSAGE,
+ * KAFKA_STORAGE_ERROR) after appending what came before. */
 int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
-				     int64_t leader_hw);
+				     int64_t leader_hw, int64_t leader_log_start);
 /* The leader's answer said p's log diverged (DivergingEpoch epoch,
  * end_offset): p is truncated to the point that rule gives
  * (sluice_partition_truncation_offset). Returns 0 (fetch on), or -1 (it
  * could not be cut: the fetcher backs off). */
 int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_t epoch, int64_t end_offset);
-/* The leader answered OFFSET_OUT_OF_RANGE and its log starts past p's end
- * (retention removed what p lacks): p starts over, empty, at
- * leader_log_start (sluice_store_truncate_fully). Returns 0, or -1 (not
- * that case, or it failed: the fetcher backs off). */
-int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int64_t leader_log_start);
+/* The leader answered OFFSET_OUT_OF_RANGE to p's fetch at fetch_offset
+ * under LastFetchedEpoch last_epoch, its log starting at leader_log_start
+ * (-1: unknown). As sluice_partition_out_of_range says: below the leader's
+ * log start p starts over there, empty (sluice_store_truncate_fully); past
+ * the leader's end (or under an epoch the leader cannot place) p drops its
+ * latest epoch's records and asks again with the epoch before, or, having
+ * no epoch, starts over at the leader's log start. Returns 0 (p changed:
+ * fetch again at once), or -1 (nothing to do, p moved since the request, or
+ * a truncation failed: the fetcher backs off). */
+int sluice_store_follower_out_of_range(struct storecore *sc, struct spart *p, int64_t fetch_offset, int32_t last_epoch,
+				       int64_t leader_log_start);
 
 #endif

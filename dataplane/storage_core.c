@@ -102,6 +102,12 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
 /* How often led partitions are checked for followers to drop from the ISR:
  * half of replica.lag.time.max.ms (Kafka's isr-expiration task), at least this. */
 #define STORE_ISR_CHECK_MS_MIN 100
+/* After the controller refused an ISR change, the partition asks again no
+ * sooner than this: an idle partition whose follower stays caught up by
+ * the rule while the controller will not take it (fenced, shutting down)
+ * would otherwise ask at every fetch of any of its followers, thousands of
+ * times a second. */
+#define STORE_ISR_REFUSED_BACKOFF_MS 500
 #define STORE_READ_PINS_MAX 1024
 #define STORE_READ_LOAD_RETRIES_MAX 32
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
@@ -130,6 +136,7 @@ struct spart {
 	 * the loaded hook moves them to the parked queue, to run again. */
 	struct partop *load_head, *load_tail;
 	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
+	int64_t isr_retry_ms; /* monotonic: no ISR change is asked for before (the controller refused one) */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -295,10 +302,13 @@ static void epochs_persist(struct storecore *sc, struct spart *p);
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot);
 
 /* The min.insync.replicas an acks=all append is held to: its topic's,
- * else the broker's in effect for its request (group records: 1). */
+ * else the broker's in effect for its request. Group records are held to
+ * __consumer_offsets' (the op carries its request's word on that topic)
+ * in cluster mode, as Kafka's coordinator writes them with acks=all; a
+ * single node's to 1, as before replication. */
 static int64_t op_min_isr(const struct storecore *sc, const struct partop *op)
 {
-	if (op->kind != PARTOP_APPEND)
+	if (op->kind != PARTOP_APPEND && (op->kind != PARTOP_GROUP || !sluice_config_cluster_mode(&sc->b->cfg)))
 		return 1;
 	if (op->tinfo && op->tinfo->limits.min_insync_replicas > 0)
 		return op->tinfo->limits.min_insync_replicas;
@@ -364,21 +374,22 @@ static void on_written(struct sluice_plog *l, void *arg)
  * follows the new leader, from whose first answer a log that diverged
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
-static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+static enum sluice_partition_change part_leadership_apply(struct storecore *sc, struct spart *p,
+							   const struct sluice_partition_state *st)
 {
 	if (!st || !p->log)
-		return;
+		return SLUICE_PARTITION_SAME;
 	assert(st->replica_n >= 0 && st->replica_n <= SLUICE_REPLICAS_MAX && st->isr_n <= st->replica_n);
 	_Static_assert(SLUICE_REPLICAS_MAX <= SLUICE_PARTITION_REPLICAS_MAX, "a snapshot's replicas fit a partition");
 	struct sluice_partition_leadership l = {st->leader, st->leader_epoch, st->partition_epoch, st->replicas,
 						(uint8_t)st->replica_n, st->isr, (uint8_t)st->isr_n};
 	enum sluice_partition_change c = sluice_partition_set_leader(&p->part, &l, sluice_now_ms());
-	if (c == SLUICE_PARTITION_SAME)
-		return;
+	if (c == SLUICE_PARTITION_SAME || c == SLUICE_PARTITION_UPDATED)
+		return c;
 	if (c == SLUICE_PARTITION_REFUSED) {
 		/* No longer a replica here (reassigned away): nothing to follow. */
 		sluice_fetcher_unfollow(sc, &p->follow);
-		return;
+		return c;
 	}
 	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
 	if (c == SLUICE_PARTITION_LEADER) {
@@ -389,7 +400,7 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 	}
 	answer_waiting(p, false);
 	if (p->part.is_leader)
-		return;
+		return c;
 	if (c == SLUICE_PARTITION_FOLLOWER)
 		SLOG_INFO("replication", "%s-%d: follower of broker %d at epoch %d (log end %" PRId64 ")", p->topic,
 			  p->partition, st->leader, st->leader_epoch, sluice_plog_log_end(p->log));
@@ -398,6 +409,20 @@ static void part_leadership(struct storecore *sc, struct spart *p, const struct 
 		append_answer(p, op, sluice_partition_high_watermark(&p->part));
 	}
 	sluice_fetcher_follow(sc, &p->follow, p, p->topic, p->partition, st->leader, st->leader_epoch);
+	return c;
+}
+
+/* part_leadership_apply, then the services hear of a role that changed
+ * (the group coordinator loads or unloads the groups of a
+ * __consumer_offsets partition). */
+static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
+{
+	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
+	if (c != SLUICE_PARTITION_LEADER && c != SLUICE_PARTITION_FOLLOWER)
+		return;
+	for (size_t i = 0; i < STORE_SERVICES_N; i++)
+		if (store_services[i]->leadership)
+			store_services[i]->leadership(sc, p, p->topic, p->partition);
 }
 
 /* ---- ISR changes (a leader's AlterPartition) --------------------------------------------- */
@@ -434,10 +459,7 @@ static void isr_answered(void *arg)
 	uint32_t slot;
 	struct spart *p = st->table_cap ? part_lookup(st, q->topic, q->partition, &slot) : NULL;
 	if (p && p->log) {
-		if (q->c.error)
-			sluice_partition_isr_refused(&p->part, sluice_now_ms());
-		else
-			sluice_partition_isr_settled(&p->part);
+		sluice_partition_isr_settled(&p->part);
 		char text[SLUICE_REPLICAS_MAX * 12];
 		if (!q->c.error) {
 			struct sluice_partition_state ps = q->c.result;
@@ -450,8 +472,11 @@ static void isr_answered(void *arg)
 			part_leadership(sc, p, &ps);
 		} else {
 			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
-			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s", p->topic, p->partition, text,
-				  sluice_kafka_error_name(q->c.error));
+			int32_t wait_ms = core_cfg(sc)->replica_fetch_wait_max_ms;
+			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s; no replica joins for %d ms",
+				  p->topic, p->partition, text, sluice_kafka_error_name(q->c.error), wait_ms);
+			/* As often as an idle follower's fetch would ask in Kafka. */
+			sluice_partition_isr_refused(&p->part, sluice_now_ms() + wait_ms);
 		}
 		answer_waiting(p, false); /* the replicas that were joining count no more */
 	}
@@ -465,19 +490,50 @@ static void isr_done(struct sluice_meta_isr_change *c)
 	sluice_rt_post(&q->sc->rt, &q->post);
 }
 
+/* The wanted ISR isr[0..n) without the replicas it would add whose broker
+ * the controller would refuse (not among the snapshot's active brokers:
+ * fenced, or shutting down), as Kafka's leader checks isReplicaIsrEligible
+ * before it asks. Returns the new count, or 0 when no change is left. */
+static uint8_t isr_eligible(struct storecore *sc, const struct spart *p, int32_t *isr, uint8_t n)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	uint8_t k = 0;
+	bool changed = false;
+	for (uint8_t i = 0; i < n; i++) {
+		bool in = false, active = false;
+		for (uint8_t j = 0; j < p->part.replica_n; j++)
+			in |= p->part.replicas[j].id == isr[i] && p->part.replicas[j].in_isr;
+		for (uint32_t j = 0; !in && j < snap->broker_n && !active; j++)
+			active = snap->brokers[j].node_id == isr[i];
+		if (in || active)
+			isr[k++] = isr[i];
+		changed |= !in && active;
+	}
+	b->meta.ops->release(b->meta.self, snap);
+	assert(k <= n);
+	changed |= k < sluice_partition_isr_n(&p->part); /* a member left */
+	return changed ? k : 0;
+}
+
 /* Leader p: ask the controller for the ISR its followers' positions call
- * for, if any (sluice_partition_isr_wanted). */
+ * for, if any (sluice_partition_isr_wanted), and the controller can take. */
 static void isr_check(struct storecore *sc, struct spart *p, int64_t now)
 {
 	struct sstate *st = sc->state;
 	const struct sluice_meta *m = &sc->b->meta;
 	if (!m->ops->alter_partition || st->isr_inflight >= STORE_ISR_CHANGES_INFLIGHT_MAX || !p->log ||
-	    !p->has_topic_id)
+	    !p->has_topic_id || now < p->isr_retry_ms)
 		return;
 	int32_t isr[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t n = sluice_partition_isr_wanted(&p->part, now, core_cfg(sc)->replica_lag_time_max_ms, isr);
 	if (!n)
 		return;
+	n = isr_eligible(sc, p, isr, n);
+	if (!n) { /* only replicas the controller would refuse: look again later, not at every fetch */
+		p->isr_retry_ms = now + STORE_ISR_REFUSED_BACKOFF_MS;
+		return;
+	}
 	struct isr_req *q = calloc(1, sizeof *q);
 	if (!q)
 		return; /* the next check asks again */
@@ -649,19 +705,46 @@ struct sluice_plog *sluice_store_log(struct spart *p) { return p->log; }
 
 void sluice_store_done(struct storecore *sc, struct partop *op) { op_done(sc, op); }
 
+struct spart *sluice_store_partition_open(struct storecore *sc, const char *topic, int32_t partition)
+{
+	struct sstate *st = sc->state;
+	uint32_t slot;
+	struct spart *p = st->table_cap ? part_lookup(st, topic, partition, &slot) : NULL;
+	return p && p->log ? p : NULL;
+}
+
+bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32_t *leader_epoch)
+{
+	*leader_epoch = p->part.leader_epoch;
+	if (!p->log || !p->part.is_leader)
+		return false;
+	/* Until the controller's word arrives a partition is set up as a
+	 * leader (sluice_partition_init): in a cluster that is no word at all. */
+	return p->part.leadership_known || !sluice_config_cluster_mode(&sc->b->cfg);
+}
+
+void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op)
+{
+	if (op->tinfo && p->log && sluice_config_cluster_mode(&sc->b->cfg))
+		part_leadership(sc, p, sluice_topic_partition(op->tinfo, op->partition));
+}
+
 /* Append a batch built by the broker itself (group coordinator records);
  * wait_op, when given, is answered once the batch is committed. */
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op)
+int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
+			    struct partop *wait_op)
 {
 	struct sstate *st = sc->state;
 	int64_t base, last;
-	if (sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
-		return -EIO; /* as for clients: the directory's partitions are offline */
+	if (!p->log || sluice_plog_failed(p->log) || dir_offline(sc->b, p->dir))
+		return KERR_KAFKA_STORAGE_ERROR; /* as for clients: the directory's partitions are offline */
 	if (!p->part.is_leader)
-		return -EPERM; /* a follower's log grows only by what it fetches */
+		return KERR_NOT_LEADER_OR_FOLLOWER; /* a follower's log grows only by what it fetches */
+	if (wait_op && sluice_partition_isr_n(&p->part) < op_min_isr(sc, wait_op))
+		return KERR_NOT_ENOUGH_REPLICAS; /* Kafka's acks=all check before the append */
 	int rc = sluice_plog_append(p->log, batch, len, p->part.leader_epoch, -1, &base, &last);
 	if (rc < 0)
-		return rc;
+		return KERR_KAFKA_STORAGE_ERROR;
 	sluice_partition_on_append(&p->part, base);
 	epochs_persist(sc, p);
 	if (!p->dirty) {
@@ -673,7 +756,7 @@ int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *ba
 		wait_op->last_offset = last;
 		sluice_partition_wait_append(&p->part, wait_op, true);
 	}
-	return 0;
+	return KERR_NONE;
 }
 
 struct sluice_partition *sluice_store_part(struct spart *p) { return &p->part; }
@@ -790,8 +873,26 @@ bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)
 
 /* ---- the follower's side (the fetcher's storage calls, service.h) ------------------ */
 
+/* Follower: the leader's log start moved up (DeleteRecords, retention):
+ * this log's follows, as far as its own high watermark (Kafka's follower
+ * maybeIncrementLogStartOffset), so records a client deleted do not come
+ * back when this replica leads. */
+static void follower_log_start(struct spart *p, int64_t leader_log_start)
+{
+	if (sluice_plog_failed(p->log))
+		return;
+	int64_t to = sluice_partition_high_watermark(&p->part);
+	if (leader_log_start < to)
+		to = leader_log_start;
+	if (to <= sluice_plog_log_start(p->log))
+		return;
+	int64_t ls = sluice_plog_delete_records(p->log, to);
+	assert(ls == to); /* below the high watermark, so below the written end */
+	sluice_partition_epoch_truncate_from_start(&p->part, ls);
+}
+
 int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, const uint8_t *records, size_t len,
-				     int64_t leader_hw)
+				     int64_t leader_hw, int64_t leader_log_start)
 {
 	struct sluice_plog *l = p->log;
 	if (!l || sluice_plog_failed(l) || dir_offline(sc->b, p->dir))
@@ -830,7 +931,9 @@ int16_t sluice_store_follower_append(struct storecore *sc, struct spart *p, cons
 			e = KERR_KAFKA_STORAGE_ERROR;
 		}
 	}
-	(void)sluice_partition_follower_hw(&p->part, leader_hw);
+	if (sluice_partition_follower_hw(&p->part, leader_hw))
+		wake_fetch_watchers(p); /* consumers reading here (KIP-392) may read further */
+	follower_log_start(p, leader_log_start);
 	return e;
 }
 
@@ -851,14 +954,37 @@ int sluice_store_follower_diverged(struct storecore *sc, struct spart *p, int32_
 	return sluice_store_truncate_to(sc, p, to) < 0 ? -1 : 0;
 }
 
-int sluice_store_follower_restart_at(struct storecore *sc, struct spart *p, int64_t leader_log_start)
+int sluice_store_follower_out_of_range(struct storecore *sc, struct spart *p, int64_t fetch_offset, int32_t last_epoch,
+				       int64_t leader_log_start)
 {
-	int64_t leo = sluice_plog_log_end(p->log);
-	if (leader_log_start <= leo)
+	int64_t leo = sluice_plog_log_end(p->log), start = sluice_plog_log_start(p->log), to;
+	if (leo != fetch_offset)
+		return -1; /* the log moved since the request: its next fetch asks anew */
+	switch (sluice_partition_out_of_range(&p->part, start, leo, last_epoch, leader_log_start, &to)) {
+	case SLUICE_PARTITION_OOR_RESTART_AT:
+		if (leader_log_start > leo)
+			SLOG_INFO("replication", "%s-%d: the leader's log starts at %" PRId64 ", past this log's end %" PRId64
+				  ": starting over there", p->topic, p->partition, leader_log_start, leo);
+		else
+			SLOG_WARN("replication", "%s-%d: fetch at %" PRId64 " is out of the leader's range and this log "
+				  "has no leader epoch to find where it agrees with the leader's: starting over at the "
+				  "leader's log start %" PRId64, p->topic, p->partition, leo, to);
+		return sluice_store_truncate_fully(sc, p, to) < 0 ? -1 : 0;
+	case SLUICE_PARTITION_OOR_TRUNCATE_TO:
+		SLOG_WARN("replication", "%s-%d: fetch at %" PRId64 " is out of the leader's range, which cannot place "
+			  "epoch %d: dropping that epoch (truncating from %" PRId64 " to %" PRId64 ") and asking with "
+			  "the one before", p->topic, p->partition, leo, last_epoch, leo, to);
+		if (to >= leo) {
+			sluice_partition_epoch_truncate_from_end(&p->part, leo); /* an epoch with no record here */
+			epochs_persist(sc, p);
+			return 0;
+		}
+		return sluice_store_truncate_to(sc, p, to) < 0 ? -1 : 0;
+	case SLUICE_PARTITION_OOR_RETRY:
 		return -1;
-	SLOG_INFO("replication", "%s-%d: the leader's log starts at %" PRId64 ", past this log's end %" PRId64
-		  ": starting over there", p->topic, p->partition, leader_log_start, leo);
-	return sluice_store_truncate_fully(sc, p, leader_log_start) < 0 ? -1 : 0;
+	}
+	assert(!"unknown out-of-range action");
+	return -1;
 }
 
 /* Cluster mode, once per metadata change: every partition the snapshot
@@ -1487,24 +1613,79 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 		answer_waiting(p, false);
 	isr_check(sc, p, now); /* a follower caught up rejoins the ISR at once */
 	op->high_watermark = sluice_partition_high_watermark(pt);
+	op->hw_news = sluice_partition_replica_fetch(pt, op->replica_id, op->replica_log_start);
 	return false;
+}
+
+/* The replicas of op's partition in its consumer's rack (the network core
+ * chose them from its snapshot: op->rack_replicas), into ids; their count. */
+static uint8_t rack_candidates(const struct partop *op, int32_t ids[SLUICE_REPLICAS_MAX])
+{
+	const struct sluice_partition_state *st = op->tinfo ? sluice_topic_partition(op->tinfo, op->partition) : NULL;
+	uint8_t n = 0;
+	for (int32_t i = 0; st && i < st->replica_n; i++)
+		if (op->rack_replicas & (1u << i))
+			ids[n++] = st->replicas[i];
+	assert(n <= SLUICE_REPLICAS_MAX);
+	return n;
+}
+
+/* A consumer's READ of a partition this replica leads, when the replica
+ * selector points it elsewhere (Kafka's ReplicaManager.readFromLog with a
+ * preferred read replica): answered without records, naming the in-sync
+ * follower in its rack that holds the offset. Returns true when answered. */
+static bool read_elsewhere(struct storecore *sc, struct spart *p, struct partop *op)
+{
+	int32_t ids[SLUICE_REPLICAS_MAX];
+	uint8_t n = op->rack_replicas ? rack_candidates(op, ids) : 0;
+	int32_t to = n ? sluice_partition_read_replica(&p->part, ids, n, op->offset, sluice_now_ms()) : -1;
+	if (to < 0)
+		return false;
+	assert(to != p->part.self_id);
+	SLOG_DEBUG("replication", "%s-%d: a consumer at offset %" PRId64 " is sent to broker %d, in its rack", p->topic,
+		   p->partition, op->offset, to);
+	op->preferred_read_replica = to;
+	op_done(sc, op);
+	return true;
 }
 
 /* PARTOP_READ: by reference when it can (read_pinned), else copied; a read
  * waiting for cold extents waits on p's load list (on_loaded) with its
  * budget claim given back. */
-static void op_read(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
+/* Who answers a READ, before anything is read: a follower's fetch is
+ * checked (replica_fetch) and reads all that is written here; a consumer's
+ * on a follower is served only from Fetch v11 on (before, consumers read
+ * from the leader), and one on the leader may be pointed at a replica in
+ * its rack (read_elsewhere). A consumer reads below the high watermark, on
+ * a follower the one its leader's answers taught it (never above what it
+ * wrote there); past it, up to the log end, there is nothing yet; past the
+ * log end or below the log start, OFFSET_OUT_OF_RANGE: Kafka's follower
+ * answers alike, and the consumer then goes back to the leader (KIP-392).
+ * Returns true when op was answered; *hw is where its read stops. */
+static bool read_route(struct storecore *sc, struct spart *p, struct partop *op, int64_t *hw)
 {
 	op->diverging_epoch = SLUICE_EPOCH_UNDEFINED;
+	op->preferred_read_replica = -1;
+	op->hw_news = false;
 	if (op->from_replica) {
 		if (replica_fetch(sc, p, op))
-			return;
-		hw = sluice_plog_written_end(p->log); /* a follower reads all that is written */
-	} else if (!p->part.is_leader) {
-		op->error = KERR_NOT_LEADER_OR_FOLLOWER; /* consumers read from the leader (no KIP-392) */
-		op_done(sc, op);
-		return;
+			return true;
+		*hw = sluice_plog_written_end(p->log);
+		return false;
 	}
+	if (!p->part.is_leader && !op->follower_read) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		op_done(sc, op);
+		return true;
+	}
+	assert(*hw == sluice_partition_high_watermark(&p->part));
+	return p->part.is_leader && read_elsewhere(sc, p, op);
+}
+
+static void op_read(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
+{
+	if (read_route(sc, p, op, &hw))
+		return;
 	int32_t claim = read_budget_claim(op);
 	/* Past the request's budget a partition reads nothing, not even
 	 * one oversized batch (Kafka's min-one is for a request's first). */
@@ -1525,6 +1706,9 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 	}
 	if (n == SLUICE_PLOG_READ_TOO_MANY_EXTENTS)
 		n = sluice_plog_read_below(p->log, op->offset, hw, claim, min_one, &op->rdata);
+	if (!p->part.is_leader && !op->from_replica)
+		SLOG_DEBUG("replication", "%s-%d: a consumer reads from this follower at offset %" PRId64 ": %d bytes "
+			   "(high watermark %" PRId64 ")", p->topic, p->partition, op->offset, n, hw);
 	if (op->read_budget) /* give back what was not read; an oversized batch takes more */
 		__atomic_add_fetch(op->read_budget, (int64_t)claim - (n > 0 ? n : 0), __ATOMIC_RELAXED);
 	if (n == -1)

@@ -4,14 +4,18 @@
 # cluster and for the integration tests (tests/integration/cluster.py drives it).
 #
 #   deploy/local-cluster.sh up DIR [--brokers N] [--controllers M] [--base-port P]
-#                                  [--set KEY=VALUE]... [--set-broker KEY=VALUE]...
-#                                  [--set-controller KEY=VALUE]...
+#                                  [--set KEY=VALUE]... [--set-broker [ID:]KEY=VALUE]...
+#                                  [--set-controller [ID:]KEY=VALUE]...
 #                                  [--host-of ID=ADDR]... [--netns-of ID=NAME]...
+#                                  [--stopped BROKER_ID]...
 #       Builds if needed, writes every node's properties under DIR, starts the
 #       controllers then the brokers in the background (output in DIR/<node>/out.log),
 #       waits until every broker is registered and unfenced (each broker's Metadata
 #       lists all N brokers), and writes DIR/cluster.env. On a DIR that holds a
 #       stopped cluster, `up DIR` (no options) starts it again as it was.
+#       --stopped BROKER_ID: that broker is set up (properties, cluster.env) but not
+#       started, and `up` waits for the others only; `start DIR BROKER_ID` starts it
+#       later (a cluster's first start with fewer brokers than it will have).
 #   deploy/local-cluster.sh kill DIR NODE_ID [SIGNAL]   signal one node (default KILL)
 #   deploy/local-cluster.sh start DIR NODE_ID [--no-wait]
 #       starts a stopped node with its properties and data; waits until it listens
@@ -43,7 +47,8 @@
 #
 # Properties are Kafka's defaults except what a local cluster needs: ids, listeners,
 # quorum, data dirs, cluster.id, sluice.cpu.affinity=false (the nodes share the
-# machine's cores) and sluice.listener.bind.timeout.ms=70000. The last because a port
+# machine's cores), offsets.topic.replication.factor=N with fewer than 3 brokers (else
+# groups never work) and sluice.listener.bind.timeout.ms=70000. The last because a port
 # in Linux's ephemeral range (32768-60999) can be held for 60 s by any process's closed
 # connection (TIME_WAIT), and a broker binds its port only once it is registered; `up`
 # and `start` also wait (up to 65 s) for such ports before starting a node. Below
@@ -51,7 +56,8 @@
 #
 # --set KEY=VALUE adds a property to every node's file (a key the other binary does not
 # know is warned about in its log and ignored); --set-broker / --set-controller to one
-# kind only. The tests use them for short timeouts, e.g. --set
+# kind only, and with an ID: prefix to that node only (a broker's rack:
+# --set-broker 2:broker.rack=b). The tests use them for short timeouts, e.g. --set
 # broker.session.timeout.ms=4000 --set broker.heartbeat.interval.ms=500
 # --set-controller controller.quorum.election.timeout.ms=1000.
 #
@@ -362,13 +368,24 @@ write_props() {
             echo "# a broker binds its port only once registered: meanwhile another node's closed"
             echo "# connection may hold it in TIME_WAIT (60 s) when it lies in the ephemeral range"
             echo "sluice.listener.bind.timeout.ms=70000"
+            local nbrokers
+            nbrokers=$(wc -w <<<"$BROKERS")
+            if ((nbrokers < 3)); then
+                echo "# fewer brokers than Kafka's default offsets.topic.replication.factor (3), which"
+                echo "# would keep consumer groups unavailable (COORDINATOR_NOT_AVAILABLE) for good"
+                echo "offsets.topic.replication.factor=$nbrokers"
+            fi
         fi
         if ((${#SETS[@]} + ${#ROLE_SETS[@]})); then
             echo "# given with --set"
         fi
         for sets in "${SETS[@]}"; do echo "$sets"; done
+        # ROLE_SETS entries: ROLE:[ID]:KEY=VALUE (no ID: every node of the role)
+        local role node kv
         for sets in "${ROLE_SETS[@]}"; do
-            if [[ ${sets%%:*} == "$(node_role "$id")" ]]; then echo "${sets#*:}"; fi
+            role=${sets%%:*} kv=${sets#*:}
+            node=${kv%%:*} kv=${kv#*:}
+            if [[ $role == "$(node_role "$id")" && (-z $node || $node == "$id") ]]; then echo "$kv"; fi
         done
     } >"$props"
 }
@@ -473,13 +490,14 @@ wait_listening() {
     done
 }
 
-# wait_cluster: every broker's Metadata lists every broker (all registered, unfenced).
+# wait_cluster [ID...]: every broker's Metadata (of those given, default all) lists
+# every one of them (all registered, unfenced).
 wait_cluster() {
-    local deadline=$((SECONDS + WAIT_S)) want got id bad
-    want=$(echo "$BROKERS" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')
+    local deadline=$((SECONDS + WAIT_S)) want got id bad list=${*:-$BROKERS}
+    want=$(echo "$list" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')
     while :; do
         bad=
-        for id in $BROKERS; do
+        for id in $list; do
             got=$(probe "$id" brokers "$(addr_of "$id")" 2>/dev/null) || got="no answer"
             [[ $got == "$want" ]] || bad+=" broker $id lists [$got];"
         done
@@ -526,7 +544,7 @@ stop_nodes() {
 
 cmd_up() {
     local brokers= controllers= base= i id
-    local -A hosts=() netnss=()
+    local -A hosts=() netnss=() stopped=()
     SETS=()
     ROLE_SETS=()
     while (($#)); do
@@ -534,13 +552,13 @@ cmd_up() {
         --brokers) brokers=${2:-}; shift 2 || die "--brokers needs a number" ;;
         --controllers) controllers=${2:-}; shift 2 || die "--controllers needs a number" ;;
         --base-port) base=${2:-}; shift 2 || die "--base-port needs a port" ;;
-        --set | --set-broker | --set-controller)
+        --set)
             [[ ${2:-} =~ ^[A-Za-z0-9._-]+=.*$ ]] || die "$1 needs KEY=VALUE (got '${2:-}')"
-            case $1 in
-            --set) SETS+=("$2") ;;
-            --set-broker) ROLE_SETS+=("broker:$2") ;;
-            *) ROLE_SETS+=("controller:$2") ;;
-            esac
+            SETS+=("$2")
+            shift 2 ;;
+        --set-broker | --set-controller)
+            [[ ${2:-} =~ ^(([0-9]+):)?([A-Za-z0-9._-]+=.*)$ ]] || die "$1 needs [ID:]KEY=VALUE (got '${2:-}')"
+            ROLE_SETS+=("${1#--set-}:${BASH_REMATCH[2]}:${BASH_REMATCH[3]}")
             shift 2 ;;
         --host-of | --netns-of)
             [[ ${2:-} =~ ^([0-9]+)=([A-Za-z0-9._:-]+)$ ]] || die "$1 needs ID=VALUE (got '${2:-}')"
@@ -554,6 +572,10 @@ cmd_up() {
                 netnss[$node]=$value
             fi
             shift 2 ;;
+        --stopped)
+            is_uint "${2:-}" || die "--stopped needs a broker id (got '${2:-}')"
+            stopped[$2]=1
+            shift 2 ;;
         -h | --help) usage 0 ;;
         *) die "up: unknown option '$1' (see $0 --help)" ;;
         esac
@@ -564,7 +586,8 @@ cmd_up() {
         for id in $BROKERS $CONTROLLERS; do
             [[ -z $(pid_of "$id") ]] || die "$DIR holds a running cluster (node $id, pid $(pid_of "$id")); run: $0 down $DIR"
         done
-        [[ -z $brokers$controllers$base ]] && ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} == 0)) ||
+        [[ -z $brokers$controllers$base ]] &&
+            ((${#SETS[@]} + ${#ROLE_SETS[@]} + ${#hosts[@]} + ${#netnss[@]} + ${#stopped[@]} == 0)) ||
             die "$DIR holds a stopped cluster: \`$0 up $DIR\` without options starts it again as it was; remove $DIR for a new one"
         say "starting the stopped cluster in $DIR again"
     else
@@ -590,6 +613,21 @@ cmd_up() {
             ((id >= 1 && id <= brokers || id > CONTROLLER_ID_BASE && id <= CONTROLLER_ID_BASE + controllers)) ||
                 die "--host-of/--netns-of: no node $id (brokers 1..$brokers, controllers $((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
         done
+        local sets node
+        for sets in "${ROLE_SETS[@]}"; do
+            node=${sets#*:} node=${node%%:*}
+            [[ -z $node ]] && continue
+            if [[ ${sets%%:*} == broker ]]; then
+                ((node >= 1 && node <= brokers)) || die "--set-broker $node:...: no broker $node (1..$brokers)"
+            else
+                ((node > CONTROLLER_ID_BASE && node <= CONTROLLER_ID_BASE + controllers)) ||
+                    die "--set-controller $node:...: no controller $node ($((CONTROLLER_ID_BASE + 1))..$((CONTROLLER_ID_BASE + controllers)))"
+            fi
+        done
+        for id in "${!stopped[@]}"; do
+            ((id >= 1 && id <= brokers)) || die "--stopped: no broker $id (brokers 1..$brokers)"
+        done
+        ((${#stopped[@]} < brokers)) || die "--stopped: at least one broker must start"
         for ((i = 1; i <= brokers; i++)); do
             BROKERS+="${BROKERS:+ }$i"
             printf -v "PORT_$i" '%s' $((base + i - 1))
@@ -610,15 +648,19 @@ cmd_up() {
     fi
 
     find_binaries
-    wait_bindable $CONTROLLERS $BROKERS
-    for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
-    local started=()
+    local started=() started_brokers=()
     for id in $CONTROLLERS $BROKERS; do
+        [[ -n ${stopped[$id]:-} ]] || started+=("$id")
+    done
+    for id in $BROKERS; do [[ -n ${stopped[$id]:-} ]] || started_brokers+=("$id"); done
+    wait_bindable "${started[@]}"
+    for id in $CONTROLLERS $BROKERS; do unset "PID_$id"; done
+    write_env
+    for id in "${started[@]}"; do
         start_node "$id"
-        started+=("$id")
         write_env
     done
-    if ! wait_listening "${started[@]}" || ! wait_cluster; then
+    if ! wait_listening "${started[@]}" || ! wait_cluster "${started_brokers[@]}"; then
         echo "local-cluster: the cluster did not come up; stopping what was started" >&2
         stop_nodes 10 $BROKERS
         stop_nodes 10 $CONTROLLERS
@@ -627,7 +669,7 @@ cmd_up() {
     write_env
     local lead
     lead=$(quorum_leader) || lead="?"
-    say "cluster up in $DIR: brokers [$BROKERS] unfenced, controllers [$CONTROLLERS] (leader ${lead%% *})"
+    say "cluster up in $DIR: brokers [${started_brokers[*]}] unfenced${stopped[*]:+ (not started: ${!stopped[*]})}, controllers [$CONTROLLERS] (leader ${lead%% *})"
     say "BOOTSTRAP=$BOOTSTRAP"
     say "environment: source $DIR/cluster.env"
 }

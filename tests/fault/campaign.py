@@ -58,7 +58,7 @@ T0 = time.monotonic()
 NON_DEFAULT = [("--session-ms", "session_ms", 4000), ("--election-ms", "election_ms", 1000),
                ("--partitions", "partitions", 6), ("--producers", "producers", 3),
                ("--consumers", "consumers", 2), ("--rate", "rate", 80.0),
-               ("--message-timeout-ms", "message_timeout_ms", 12000), ("--roll-ms", "roll_ms", 5000)]
+               ("--message-timeout-ms", "message_timeout_ms", 0), ("--roll-ms", "roll_ms", 5000)]
 
 
 def now():
@@ -484,7 +484,9 @@ def parse_args(argv):
     ap.add_argument("--producers", type=int, default=3)
     ap.add_argument("--consumers", type=int, default=2)
     ap.add_argument("--rate", type=float, default=80, help="values/s per producer")
-    ap.add_argument("--message-timeout-ms", type=int, default=12000)
+    ap.add_argument("--message-timeout-ms", type=int, default=0,
+                    help="of the producers; 0: 12000 with RF=1, 60000 with RF>1 (longer than any "
+                         "fault, so that librdkafka never times a value out: see docs/fault-injection.md)")
     ap.add_argument("--session-ms", type=int, default=4000, help="broker.session.timeout.ms")
     ap.add_argument("--election-ms", type=int, default=1000, help="controller.quorum.election.timeout.ms")
     ap.add_argument("--roll-ms", type=int, default=5000,

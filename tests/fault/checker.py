@@ -175,6 +175,13 @@ def check(history_path, faults, partitions):
 
     check_lost(r, acks, reads, finals, final_ends, faults)
     check_locations(r, obs, where, faults)
+    timed_out = sum(n for err, n in fail_errors.items() if "_MSG_TIMED_OUT" in err)
+    if "duplicate" in r.anomalies and timed_out:
+        r.notes.append(f"{timed_out} value(s) timed out in the producers: librdkafka then bumps the idempotent "
+                       "producer's epoch and may send values it had already sent (possibly written) again under "
+                       "the new epoch, which no broker can deduplicate (confluentinc/librdkafka#4953); the "
+                       "duplicates stay anomalies: run with a message timeout longer than any fault "
+                       "(--message-timeout-ms, 60000 by default with RF>1) to tell the broker's apart")
     check_phantoms(r, reads, finals, sends, faults)
     check_gaps(r, finals, final_ends)
     check_consumers(r, per_consumer, faults)

@@ -408,7 +408,8 @@ def main():
     ap.add_argument("--producers", type=int, default=3)
     ap.add_argument("--consumers", type=int, default=2)
     ap.add_argument("--rate", type=float, default=100, help="values/s per producer")
-    ap.add_argument("--message-timeout-ms", type=int, default=12000)
+    ap.add_argument("--message-timeout-ms", type=int, default=0,
+                    help="0: 12000 with RF=1, 60000 with RF>1")
     ap.add_argument("--history", required=True)
     ap.add_argument("--t0", type=float, required=True, help="CLOCK_MONOTONIC of the campaign's start")
     a = ap.parse_args()
@@ -417,6 +418,14 @@ def main():
     stats = {"sent": 0, "acked": 0, "failed": 0, "read": 0, "crashed": 0}
     try:
         rf, refusal = create_topic(a, hist)
+        if a.message_timeout_ms <= 0:
+            # With replicas a partition is never leaderless for long: a value that times
+            # out in librdkafka makes it bump the idempotent producer's epoch, and values
+            # it then sends again under the new epoch (possibly written already) cannot be
+            # deduplicated by any broker (confluentinc/librdkafka#4953). A timeout longer
+            # than any fault keeps every duplicate the broker's.
+            a.message_timeout_ms = 12000 if rf == 1 else 60000
+        hist.add("producer-config", message_timeout_ms=a.message_timeout_ms)
         if not wait_leaders(a):
             raise RuntimeError(f"topic {a.topic}: not every partition has a leader after 60 s")
         say(f"READY rf={rf} refused3={json.dumps(refusal)}")

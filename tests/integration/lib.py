@@ -740,9 +740,10 @@ class Conn:
 
 
 def record_batch(records, base_ts=None, codec=0, base_offset=0, corrupt_crc=False,
-                 count_override=None, magic=2):
+                 count_override=None, magic=2, producer_id=-1, producer_epoch=-1, base_sequence=-1):
     """records: list of (key bytes|None, value bytes|None, [(hk, hv)]). Uncompressed
-    records; codec only sets the attribute bits (for negative tests)."""
+    records; codec only sets the attribute bits (for negative tests). producer_id,
+    producer_epoch, base_sequence: an idempotent producer's batch (InitProducerId)."""
     if base_ts is None:
         base_ts = int(time.time() * 1000)
     recs = bytearray()
@@ -759,8 +760,8 @@ def record_batch(records, base_ts=None, codec=0, base_offset=0, corrupt_crc=Fals
             r += varint(-1) if hv is None else varint(len(hv)) + hv
         recs += varint(len(r)) + r
     count = len(records) if count_override is None else count_override
-    after_crc = (struct.pack(">hiqqqhii", codec & 7, len(records) - 1, base_ts, base_ts, -1, -1, -1,
-                             count) + bytes(recs))
+    after_crc = (struct.pack(">hiqqqhii", codec & 7, len(records) - 1, base_ts, base_ts, producer_id,
+                             producer_epoch, base_sequence, count) + bytes(recs))
     crc = crc32c(after_crc)
     if corrupt_crc:
         crc ^= 0xDEADBEEF
@@ -782,7 +783,8 @@ def parse_batches(blob):
             "base_offset": base, "length": length, "magic": magic, "crc": crc,
             "crc_ok": crc32c(blob[o + 21:o + 12 + length]) == crc,
             "attributes": attrs, "codec": attrs & 7, "last_offset_delta": lod,
-            "count": count, "producer_id": pid, "raw": blob[o:o + 12 + length],
+            "count": count, "producer_id": pid, "producer_epoch": epoch, "base_sequence": seq,
+            "leader_epoch": ple, "raw": blob[o:o + 12 + length],
         }
         o += 12 + length
 

@@ -716,6 +716,24 @@ void sluice_net_submit(struct netcore *nc, struct partop *op)
 	queue[queue_len++] = op;
 }
 
+struct stub_read_seen stub_read;
+
+/* A READ the network core gave replicas in its consumer's rack: the first. */
+static bool fake_read_elsewhere(struct partop *op)
+{
+	stub_read.follower_read = op->follower_read;
+	stub_read.rack_replicas = op->rack_replicas;
+	stub_read.reads++;
+	op->preferred_read_replica = -1;
+	const struct sluice_partition_state *st = sluice_topic_partition(op->tinfo, op->partition);
+	for (int32_t i = 0; st && i < st->replica_n; i++)
+		if (op->rack_replicas & (1u << i)) {
+			op->preferred_read_replica = st->replicas[i];
+			return true;
+		}
+	return false;
+}
+
 static void fake_storage(struct netcore *nc, struct partop *op)
 {
 	ops_seen++;
@@ -742,7 +760,7 @@ static void fake_storage(struct netcore *nc, struct partop *op)
 		}
 		if (op->kind == PARTOP_APPEND)
 			fake_append(p, op);
-		else if (op->kind == PARTOP_READ)
+		else if (op->kind == PARTOP_READ && !fake_read_elsewhere(op))
 			fake_read(p, op);
 		else if (op->kind == PARTOP_LIST_OFFSETS)
 			fake_list_offsets(p, op);

@@ -136,6 +136,16 @@ struct stub_pin_stats {
 extern struct stub_pin_stats stub_pins;
 /* Pins lent and not released yet. */
 int64_t stub_pins_out(void);
+/* What the last READ carried for KIP-392 (its follower_read flag and the
+ * replicas in its consumer's rack). A READ naming such replicas is answered
+ * as a leader's storage core answers when its selector picks one: no
+ * records, PreferredReadReplica the first of them. */
+struct stub_read_seen {
+	bool follower_read;
+	uint16_t rack_replicas;
+	int64_t reads;
+};
+extern struct stub_read_seen stub_read;
 
 /* Closes the network core asked of the transport. */
 #define stub_close_calls (tt_stats.close_calls)

@@ -58,9 +58,38 @@ void sluice_store_done(struct storecore *sc, struct partop *op)
 	(void)sc, (void)op;
 	answered++;
 }
-int sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len, struct partop *wait_op)
+/* Leadership as the double's storage core reports it: whether this broker
+ * leads every partition, at which leader epoch, and how many offsets past
+ * the written end the logs hold (a follower's fetch not yet written). */
+static bool leads = true;
+static int32_t lead_epoch;
+static int64_t unwritten;
+/* The next append is refused with this Kafka error (0: accepted). */
+static int16_t refuse_append;
+bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32_t *leader_epoch)
+{
+	(void)sc, (void)p;
+	*leader_epoch = lead_epoch;
+	return leads;
+}
+void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op)
+{
+	(void)sc, (void)p, (void)op;
+}
+struct spart *sluice_store_partition_open(struct storecore *sc, const char *topic, int32_t partition)
+{
+	int16_t err = 0;
+	return sluice_store_partition(sc, topic, partition, &err);
+}
+int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
+			    struct partop *wait_op)
 {
 	(void)sc;
+	if (refuse_append) {
+		int16_t e = refuse_append;
+		refuse_append = 0;
+		return e;
+	}
 	struct sluice_batch b;
 	cr_assert_eq(sluice_batch_parse(batch, len, &b), SLUICE_BATCH_OK);
 	cr_assert(p->len + len <= TLOG_BYTES_MAX);
@@ -82,6 +111,7 @@ int64_t sluice_plog_log_start(const struct sluice_plog *l)
 	return 0;
 }
 int64_t sluice_plog_written_end(const struct sluice_plog *l) { return ((const struct spart *)l)->next_offset; }
+int64_t sluice_plog_log_end(const struct sluice_plog *l) { return ((const struct spart *)l)->next_offset + unwritten; }
 int32_t sluice_plog_read(struct sluice_plog *l, int64_t offset, int32_t max_bytes, bool min_one, uint8_t **out)
 {
 	(void)max_bytes, (void)min_one;
@@ -139,6 +169,10 @@ static void setup(void)
 
 static void teardown(void)
 {
+	leads = true;
+	lead_epoch = 0;
+	unwritten = 0;
+	refuse_append = 0;
 	for (int i = 0; i < 64; i++) {
 		free(parts[i].buf);
 		memset(&parts[i], 0, sizeof parts[i]);
@@ -519,4 +553,271 @@ Test(group, expiry_frees_and_replays, .init = setup, .fini = teardown)
 	cr_assert_eq(fetch_count(KS("ge")), 0);
 	restart();
 	cr_assert_eq(fetch_count(KS("ge")), 0);
+}
+
+/* ---- replication: leadership, acknowledgement, failover ------------------------- */
+
+/* The appends waited on fail with error e (the storage core's reason, as
+ * its acks=all answers give it): their ops are answered. */
+static void written_err(int16_t e)
+{
+	for (int i = 0; i < nwaiting; i++) {
+		waiting[i]->error = e;
+		sluice_group_written(SC, waiting[i], false);
+		sluice_store_done(SC, waiting[i]);
+	}
+	nwaiting = 0;
+}
+
+/* The storage core's hook: the controller's word on the group's partition
+ * changed (leads / lead_epoch say what it is now). */
+static void leadership_changed(struct kstr group)
+{
+	int32_t p = sluice_group_partition(group.ptr, (size_t)group.len, B->cfg.offsets_topic_partitions);
+	sluice_group_service.leadership(SC, &parts[p], SLUICE_OFFSETS_TOPIC, p);
+}
+
+/* OffsetFetch v5 of every offset of the group: its group ErrorCode. */
+static int16_t fetch_error(struct kstr group)
+{
+	struct call c;
+	kwr_init(&c.body, 64, 1 << 20);
+	kwr_string(&c.body, false, group.ptr, group.len);
+	kwr_i32(&c.body, -1);
+	call(&c, 9, 5, group);
+	struct krd r;
+	krd_init(&r, c.op.gout.buf, c.op.gout.len);
+	(void)krd_i32(&r);
+	int32_t n = krd_i32(&r);
+	for (int32_t i = 0; i < n && !r.err; i++) { /* topic, 1 partition: index, offset, epoch, metadata, error */
+		(void)krd_string(&r, false);
+		cr_assert_eq(krd_i32(&r), 1);
+		(void)krd_i32(&r);
+		(void)krd_i64(&r);
+		(void)krd_i32(&r);
+		(void)krd_string(&r, false);
+		(void)krd_i16(&r);
+	}
+	int16_t e = krd_i16(&r);
+	cr_assert(!r.err);
+	call_free(&c);
+	return e;
+}
+
+/* Heartbeat v3: its error. */
+static int16_t heartbeat(struct kstr group, int32_t generation, struct kstr member)
+{
+	struct call h;
+	kwr_init(&h.body, 64, 1 << 20);
+	kwr_string(&h.body, false, group.ptr, group.len);
+	kwr_i32(&h.body, generation);
+	kwr_string(&h.body, false, member.ptr, member.len);
+	kwr_cstr(&h.body, false, NULL);
+	call(&h, 12, 3, group);
+	struct krd r;
+	krd_init(&r, h.op.gout.buf, h.op.gout.len);
+	(void)krd_i32(&r);
+	int16_t e = krd_i16(&r);
+	cr_assert(!r.err);
+	call_free(&h);
+	return e;
+}
+
+/* SyncGroup v3 of the leader of a one-member group, assigning it "A1";
+ * returns the op (held until its group record is written, or answered). */
+static struct call *sync_leader_call(struct kstr group, int32_t generation, struct kstr member)
+{
+	struct call *c = calloc(1, sizeof *c);
+	kwr_init(&c->body, 64, 1 << 20);
+	kwr_string(&c->body, false, group.ptr, group.len);
+	kwr_i32(&c->body, generation);
+	kwr_string(&c->body, false, member.ptr, member.len);
+	kwr_cstr(&c->body, false, NULL);
+	kwr_i32(&c->body, 1);
+	kwr_string(&c->body, false, member.ptr, member.len);
+	kwr_bytes(&c->body, false, "A1", 2);
+	call(c, 14, 3, group);
+	return c;
+}
+
+/* A SyncGroup answer: its error, and the assignment's length. */
+static int16_t sync_answer(struct call *c, int32_t *assignment_len)
+{
+	struct krd r;
+	krd_init(&r, c->op.gout.buf, c->op.gout.len);
+	(void)krd_i32(&r);
+	int16_t e = krd_i16(&r);
+	const uint8_t *a;
+	int32_t n = krd_bytes(&r, false, &a);
+	cr_assert(!r.err);
+	if (assignment_len)
+		*assignment_len = n;
+	return e;
+}
+
+/* One member joins group (its id into id) and is in generation 1,
+ * CompletingRebalance, as its leader. */
+static void one_member_joined(struct kstr group, char *id, int32_t *len)
+{
+	struct call *c = join(group, KS(""), 10000);
+	cr_assert_eq(join_answer(c, id, len), 79);
+	call_free(c);
+	free(c);
+	c = join(group, (struct kstr){id, *len}, 10000);
+	now_ms += 70000; /* past the initial delay */
+	sluice_group_tick(SC, now_ms);
+	cr_assert_eq(join_answer(c, NULL, NULL), 0);
+	call_free(c);
+	free(c);
+}
+
+/* A coordinator that stops leading a partition answers its groups
+ * NOT_COORDINATOR; leading it again at a later epoch, it reads the log
+ * afresh and shows what the leader in between committed, not what it had
+ * (the lazy load kept stale state: it would show 5). */
+Test(group, leadership_lost_and_regained_reloads, .init = setup, .fini = teardown)
+{
+	int32_t p0 = 0;
+	lead_epoch = 1;
+	cr_assert_eq(commit(KS("gm"), KS("a"), &p0, 1, 5, KS("")), 0);
+	cr_assert_eq(fetch(KS("gm"), KS("a"), 0, NULL, NULL), 5);
+	leads = false;
+	lead_epoch = 2;
+	leadership_changed(KS("gm"));
+	cr_assert_eq(fetch_error(KS("gm")), 16); /* NOT_COORDINATOR */
+	cr_assert_eq(commit(KS("gm"), KS("a"), &p0, 1, 6, KS("")), 16);
+	/* another broker leads at epoch 2 and commits 7 to the same log */
+	void *mine = SC->groups;
+	SC->groups = NULL;
+	leads = true;
+	cr_assert_eq(commit(KS("gm"), KS("a"), &p0, 1, 7, KS("")), 0);
+	sluice_group_service.fini(SC);
+	SC->groups = mine;
+	/* this one leads again at epoch 3 */
+	lead_epoch = 3;
+	leadership_changed(KS("gm"));
+	cr_assert_eq(fetch(KS("gm"), KS("a"), 0, NULL, NULL), 7);
+	/* the same word again (no hook) and a newer epoch found by an op alone */
+	lead_epoch = 4;
+	cr_assert_eq(fetch(KS("gm"), KS("a"), 0, NULL, NULL), 7);
+}
+
+/* Leadership lost while a JoinGroup is held: it is answered NOT_COORDINATOR
+ * (the client finds the new coordinator), and the group leaves memory. */
+Test(group, held_join_answered_when_unloaded, .init = setup, .fini = teardown)
+{
+	char id[160];
+	int32_t len;
+	struct call *c = join(KS("gh"), KS(""), 10000);
+	cr_assert_eq(join_answer(c, id, &len), 79);
+	call_free(c);
+	free(c);
+	c = join(KS("gh"), (struct kstr){id, len}, 10000);
+	cr_assert_eq(c->op.gout.len, 0); /* held: the initial delay */
+	int before = answered;
+	leads = false;
+	leadership_changed(KS("gh"));
+	cr_assert_eq(answered, before + 1);
+	cr_assert_eq(join_answer(c, NULL, NULL), 16);
+	call_free(c);
+	free(c);
+	now_ms += 70000;
+	sluice_group_tick(SC, now_ms); /* nothing left to complete */
+	cr_assert_eq(answered, before + 1);
+}
+
+/* The leader's SyncGroup is answered only once the group record is
+ * written (committed), and a new coordinator loading that record has the
+ * group Stable with its member: its heartbeat at the same generation is
+ * accepted, no rebalance. */
+Test(group, sync_waits_for_record_and_members_survive_failover, .init = setup, .fini = teardown)
+{
+	char id[160];
+	int32_t len, alen = 0;
+	one_member_joined(KS("gs"), id, &len);
+	struct call *s = sync_leader_call(KS("gs"), 1, (struct kstr){id, len});
+	cr_assert_eq(s->op.gout.len, 0, "answered before its record was committed");
+	cr_assert_eq(nwaiting, 1);
+	cr_assert_eq(heartbeat(KS("gs"), 1, (struct kstr){id, len}), 0);
+	written(SC, true);
+	cr_assert_eq(sync_answer(s, &alen), 0);
+	cr_assert_eq(alen, 2);
+	call_free(s);
+	free(s);
+	restart(); /* another broker (or this one restarted) leads the partition */
+	cr_assert_eq(heartbeat(KS("gs"), 1, (struct kstr){id, len}), 0);
+	cr_assert_eq(heartbeat(KS("gs"), 1, KS("nobody")), 25); /* UNKNOWN_MEMBER_ID */
+	/* its session restarted with the load: it expires when it stops */
+	now_ms += 10001;
+	sluice_group_tick(SC, now_ms);
+	cr_assert_eq(heartbeat(KS("gs"), 1, (struct kstr){id, len}), 25);
+}
+
+/* The group record's write fails after the append (the ISR fell below
+ * min.insync.replicas): the leader's SyncGroup gets
+ * COORDINATOR_NOT_AVAILABLE, as Kafka maps NOT_ENOUGH_REPLICAS, and the
+ * group rebalances rather than hand out an assignment nobody stored. */
+Test(group, sync_record_not_stored_rebalances, .init = setup, .fini = teardown)
+{
+	char id[160];
+	int32_t len;
+	one_member_joined(KS("gf"), id, &len);
+	struct call *s = sync_leader_call(KS("gf"), 1, (struct kstr){id, len});
+	cr_assert_eq(s->op.gout.len, 0);
+	written_err(20); /* NOT_ENOUGH_REPLICAS_AFTER_APPEND */
+	cr_assert_eq(sync_answer(s, NULL), 15);
+	cr_assert_eq(s->op.error, 0);
+	call_free(s);
+	free(s);
+	cr_assert_eq(heartbeat(KS("gf"), 1, (struct kstr){id, len}), 27); /* REBALANCE_IN_PROGRESS */
+	/* refused before the append (leadership gone): NOT_COORDINATOR */
+	one_member_joined(KS("gg"), id, &len);
+	refuse_append = 6; /* NOT_LEADER_OR_FOLLOWER */
+	s = sync_leader_call(KS("gg"), 1, (struct kstr){id, len});
+	cr_assert_eq(sync_answer(s, NULL), 16);
+	call_free(s);
+	free(s);
+}
+
+/* Commits are acknowledged only once committed, with Kafka's coordinator
+ * errors otherwise; a commit that failed is not visible. */
+Test(group, commit_errors_mapped, .init = setup, .fini = teardown)
+{
+	int32_t p0 = 0;
+	cr_assert_eq(commit(KS("gc"), KS("a"), &p0, 1, 5, KS("")), 0);
+	refuse_append = 19; /* NOT_ENOUGH_REPLICAS: refused before the append */
+	cr_assert_eq(commit(KS("gc"), KS("a"), &p0, 1, 6, KS("")), 15);
+	refuse_append = 56; /* KAFKA_STORAGE_ERROR */
+	cr_assert_eq(commit(KS("gc"), KS("a"), &p0, 1, 6, KS("")), 16);
+	struct call c;
+	commit_body(&c.body, KS("gc"), KS("a"), &p0, 1, 8, KS(""));
+	call(&c, 8, 7, KS("gc"));
+	cr_assert_eq(nwaiting, 1);
+	cr_assert_eq(fetch(KS("gc"), KS("a"), 0, NULL, NULL), 5); /* not visible before it is committed */
+	written_err(6); /* NOT_LEADER_OR_FOLLOWER: this broker stopped leading meanwhile */
+	struct krd r;
+	krd_init(&r, c.op.gout.buf, c.op.gout.len);
+	(void)krd_i32(&r);
+	(void)krd_i32(&r);
+	(void)krd_string(&r, false);
+	(void)krd_i32(&r);
+	(void)krd_i32(&r);
+	cr_assert_eq(krd_i16(&r), 16);
+	call_free(&c);
+	cr_assert_eq(fetch(KS("gc"), KS("a"), 0, NULL, NULL), 5);
+}
+
+/* A new leader whose log holds records not yet written (fetched just before
+ * the election) answers COORDINATOR_LOAD_IN_PROGRESS until they are, then
+ * loads them all. */
+Test(group, load_waits_for_unwritten_records, .init = setup, .fini = teardown)
+{
+	int32_t p0 = 0;
+	cr_assert_eq(commit(KS("gw"), KS("a"), &p0, 1, 9, KS("")), 0);
+	restart();
+	unwritten = 1;
+	cr_assert_eq(fetch_error(KS("gw")), 14);
+	unwritten = 0;
+	cr_assert_eq(fetch_error(KS("gw")), 0);
+	cr_assert_eq(fetch(KS("gw"), KS("a"), 0, NULL, NULL), 9);
 }

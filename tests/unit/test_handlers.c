@@ -3215,6 +3215,181 @@ Test(cluster, fetch_leader_and_epoch, .init = cl_setup, .fini = teardown)
 	}
 }
 
+/* ---- KIP-392: fetch from the closest replica --------------------------------------------- */
+
+static const char *const rack_aware[] = {"replica.selector.class", SLUICE_CONFIG_RACK_AWARE_SELECTOR, NULL};
+
+/* Topic "near" (records in partitions 0 and 1, written while single-node):
+ * partition 0 led here with replicas 1, 2, 3 and 4 (broker 2 in rack r2,
+ * broker 4 in no snapshot: fenced); partition 1 led by broker 2 with this
+ * broker a follower; partition 2 led by 2 on brokers 2 and 3 only. */
+static void near_setup_with(const char *const *overrides, const char *own_rack)
+{
+	setup_with(overrides);
+	create_topic("near", 3);
+	produce_simple("near", 0, 2);
+	produce_simple("near", 1, 3);
+	stub_cluster_begin();
+	struct sluice_meta_broker brokers[3] = {{1, 9092, "127.0.0.1", ""}, {2, 9093, "10.0.0.2", "r2"},
+						{3, 9094, "10.0.0.3", ""}};
+	snprintf(brokers[0].rack, sizeof brokers[0].rack, "%s", own_rack);
+	stub_cluster_brokers(brokers, 3);
+	struct sluice_partition_state st = {.leader = 1, .leader_epoch = 5, .replica_n = 4, .isr_n = 4};
+	const int32_t all[] = {1, 2, 3, 4};
+	memcpy(st.replicas, all, sizeof all);
+	memcpy(st.isr, all, sizeof all);
+	stub_cluster_partition("near", 0, &st);
+	st = (struct sluice_partition_state){.leader = 2, .leader_epoch = 3, .replica_n = 2, .isr_n = 2};
+	st.replicas[0] = st.isr[0] = 2;
+	st.replicas[1] = st.isr[1] = 1;
+	stub_cluster_partition("near", 1, &st);
+	st.replicas[1] = st.isr[1] = 3;
+	stub_cluster_partition("near", 2, &st);
+}
+static void near_setup(void) { near_setup_with(rack_aware, ""); }
+static void near_setup_no_selector(void) { near_setup_with(NULL, ""); }
+static void near_setup_own_rack(void) { near_setup_with(rack_aware, "r2"); }
+
+/* One Fetch of topic "near" partition p (CurrentLeaderEpoch -1) by
+ * replica_id with RackId rack (v11+). */
+static void near_fetch(int16_t v, int32_t replica_id, const char *rack, int32_t p, struct fr *o)
+{
+	struct rq q;
+	rq_start(&q, 1, v);
+	kwr_i32(&q.w, replica_id);
+	kwr_i32(&q.w, 0);
+	kwr_i32(&q.w, 0);
+	kwr_i32(&q.w, 1 << 20);
+	kwr_i8(&q.w, 0);
+	if (v >= 7) {
+		kwr_i32(&q.w, 0);
+		kwr_i32(&q.w, -1);
+	}
+	rq_arr(&q, 1);
+	rq_str(&q, "near");
+	rq_arr(&q, 1);
+	kwr_i32(&q.w, p);
+	if (v >= 9)
+		kwr_i32(&q.w, -1);
+	kwr_i64(&q.w, 0);
+	if (v >= 12)
+		kwr_i32(&q.w, -1);
+	if (v >= 5)
+		kwr_i64(&q.w, -1);
+	kwr_i32(&q.w, 1 << 20);
+	rq_tags(&q);
+	rq_tags(&q);
+	if (v >= 7)
+		rq_arr(&q, 0);
+	if (v >= 11)
+		rq_str(&q, rack);
+	rq_tags(&q);
+	cr_assert(rq_send(&q), "Fetch v%d refused", v);
+	struct rs s;
+	rs_take(&s, 1, v, q.corr);
+	dec_fetch(&s, o);
+	rs_end(&s);
+	cr_assert_eq(o->np, 1);
+}
+
+/* Proves the network core's half of Kafka's RackAwareReplicaSelector on a
+ * partition led here: a consumer's Fetch v11 and v12 naming rack r2 reaches
+ * storage with exactly the unfenced replicas in r2 as candidates (broker 2;
+ * broker 4 is fenced, the leader never one), and the partition answers
+ * PreferredReadReplica 2 without records (error 0, the high watermark); no
+ * rack, an unknown rack, a follower's fetch, and v10 (no RackId) name no
+ * candidate and read records (PreferredReadReplica -1 from v11). */
+Test(fetch_from_follower, leader_points_to_the_rack, .init = near_setup, .fini = teardown)
+{
+	struct fr o;
+	for (int16_t v = 11; v <= 12; v++) {
+		near_fetch(v, -1, "r2", 0, &o);
+		cr_expect_eq(o.p[0].err, 0, "v%d: %d", v, o.p[0].err);
+		cr_expect_eq(o.p[0].preferred, 2, "v%d: PreferredReadReplica %d", v, o.p[0].preferred);
+		cr_expect_eq(o.p[0].records_len, 0, "pointed elsewhere: no records");
+		cr_expect_eq(o.p[0].hw, 2);
+		cr_expect_eq(stub_read.rack_replicas, 1u << 1, "v%d: candidates %#x", v, stub_read.rack_replicas);
+		cr_expect(stub_read.follower_read);
+		fr_free(&o);
+	}
+	const char *racks[] = {"", "r9"};
+	for (int i = 0; i < 2; i++) {
+		near_fetch(12, -1, racks[i], 0, &o);
+		cr_expect_eq(o.p[0].err, 0);
+		cr_expect_eq(o.p[0].preferred, -1, "rack '%s'", racks[i]);
+		cr_expect_gt(o.p[0].records_len, 0, "rack '%s' reads here", racks[i]);
+		cr_expect_eq(stub_read.rack_replicas, 0);
+		fr_free(&o);
+	}
+	near_fetch(12, 3, "r2", 0, &o); /* a follower's fetch: never pointed elsewhere */
+	cr_expect_eq(o.p[0].preferred, -1);
+	cr_expect_eq(stub_read.rack_replicas, 0);
+	cr_expect_not(stub_read.follower_read);
+	fr_free(&o);
+	near_fetch(10, -1, "r2", 0, &o);
+	cr_expect_eq(o.p[0].err, 0);
+	cr_expect_gt(o.p[0].records_len, 0, "v10 has no RackId: the leader serves");
+	cr_expect_eq(stub_read.rack_replicas, 0);
+	cr_expect_not(stub_read.follower_read, "v10: leader only");
+	fr_free(&o);
+}
+
+/* Proves the selector is off by default (replica.selector.class unset:
+ * Kafka's null) and that a leader in the consumer's own rack serves it. */
+Test(fetch_from_follower, no_selector_reads_here, .init = near_setup_no_selector, .fini = teardown)
+{
+	struct fr o;
+	near_fetch(12, -1, "r2", 0, &o);
+	cr_expect_eq(o.p[0].preferred, -1);
+	cr_expect_gt(o.p[0].records_len, 0);
+	cr_expect_eq(stub_read.rack_replicas, 0);
+	fr_free(&o);
+}
+
+Test(fetch_from_follower, leader_in_the_rack_serves, .init = near_setup_own_rack, .fini = teardown)
+{
+	struct fr o;
+	near_fetch(12, -1, "r2", 0, &o);
+	cr_expect_eq(o.p[0].preferred, -1);
+	cr_expect_gt(o.p[0].records_len, 0);
+	cr_expect_eq(stub_read.rack_replicas, 0);
+	fr_free(&o);
+}
+
+/* Proves a consumer's Fetch v11+ of a partition this broker follows goes
+ * to storage (which serves it below its own high watermark), with or
+ * without a rack, while v4-v10 still answer NOT_LEADER_OR_FOLLOWER (6)
+ * without reaching storage, and a partition with no replica here answers
+ * 6 at every version. */
+Test(fetch_from_follower, follower_serves_v11_consumers, .init = near_setup, .fini = teardown)
+{
+	struct fr o;
+	for (int16_t v = 11; v <= 12; v++) {
+		int64_t before = stub_read.reads;
+		near_fetch(v, -1, v == 11 ? "r2" : "", 1, &o);
+		cr_expect_eq(o.p[0].err, 0, "v%d on a follower: %d", v, o.p[0].err);
+		cr_expect_gt(o.p[0].records_len, 0);
+		cr_expect_eq(o.p[0].preferred, -1);
+		cr_expect_eq(stub_read.reads, before + 1);
+		cr_expect(stub_read.follower_read);
+		cr_expect_eq(stub_read.rack_replicas, 0, "only a leader points elsewhere");
+		fr_free(&o);
+	}
+	for (int16_t v = 4; v <= 12; v++) {
+		int64_t before = stub_read.reads;
+		if (v <= 10) {
+			near_fetch(v, -1, "", 1, &o);
+			cr_expect_eq(o.p[0].err, 6, "v%d on a follower: %d", v, o.p[0].err);
+			cr_expect_eq(o.p[0].hw, -1);
+			fr_free(&o);
+		}
+		near_fetch(v, -1, "", 2, &o);
+		cr_expect_eq(o.p[0].err, 6, "v%d, no replica here: %d", v, o.p[0].err);
+		fr_free(&o);
+		cr_expect_eq(stub_read.reads, before, "v%d: nothing reached storage", v);
+	}
+}
+
 /* ListOffsets of topic "cl" with CurrentLeaderEpoch (v4+) per partition, latest. */
 static void cl_list_offsets(int16_t v, const int32_t *parts, const int32_t *epochs, int n, struct lo_part *out)
 {
@@ -4057,6 +4232,28 @@ Test(config, cluster_keys)
 	cr_expect(sluice_config_cluster_mode(&c));
 	const char *boot_bad[] = {"controller.quorum.bootstrap.servers", "1@h1:9093", "cluster.id", "x", NULL};
 	cr_expect_eq(cfg_try(boot_bad, &c, err, sizeof err), -1);
+}
+
+/* Proves replica.selector.class: unset by default (consumers read from
+ * leaders), Kafka's RackAwareReplicaSelector accepted, any other class
+ * refused at start naming the key. */
+Test(config, replica_selector_class)
+{
+	struct sluice_config c;
+	char err[512] = "";
+	sluice_log_set_level(SLUICE_LOG_ERROR);
+	const char *none[] = {NULL};
+	cr_assert_eq(cfg_try(none, &c, err, sizeof err), 0, "%s", err);
+	cr_expect_not(c.replica_selector_rack_aware);
+	cr_expect_str_empty(c.replica_selector_class);
+	const char *rack[] = {"replica.selector.class", "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+			      "broker.rack", "r1", NULL};
+	cr_assert_eq(cfg_try(rack, &c, err, sizeof err), 0, "%s", err);
+	cr_expect(c.replica_selector_rack_aware);
+	cr_expect_str_eq(c.broker_rack, "r1");
+	const char *other[] = {"replica.selector.class", "com.example.NearestSelector", NULL};
+	cr_expect_eq(cfg_try(other, &c, err, sizeof err), -1);
+	cr_expect(strstr(err, "replica.selector.class") && strstr(err, "com.example.NearestSelector"), "%s", err);
 }
 
 /* ---- dynamic broker configs (cluster mode) ---------------------------------------------------- */

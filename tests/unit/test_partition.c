@@ -10,8 +10,10 @@
  * watermark, epochs, producers and waiters following; a checkpointed high
  * watermark and epoch cache checked against the log at attach; the
  * idempotent-producer rules (duplicates, order, epoch fencing) and the
- * producer table's bound; the append wait list; and a fetch-waiter bit for
- * every core id up to SLUICE_CORES_MAX - 1. */
+ * producer table's bound; the append wait list; a fetch-waiter bit for
+ * every core id up to SLUICE_CORES_MAX - 1; and the replica a leader points
+ * a consumer in another rack at (KIP-392), with the high watermark news a
+ * follower's fetch is answered at once for. */
 #include "batch_build.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/errors.h"
@@ -171,6 +173,65 @@ Test(partition, caught_up_time)
 	cr_expect_eq(P.replicas[1].caught_up_ms, 3000, "behind both: unchanged");
 }
 
+/* Proves the replica a leader points a consumer at (KIP-392, Kafka's
+ * RackAwareReplicaSelector over the candidates in the consumer's rack):
+ * only in-sync followers that fetched from this leadership and hold the
+ * offset (log start <= offset <= log end) qualify; among them the largest
+ * log end wins, then the shortest time since caught up, then the largest
+ * id; none, a leader among the candidates, or not leading: -1. */
+Test(partition, read_replica)
+{
+	int32_t all[] = {SELF, 2, 3, 4}, isr[] = {SELF, 2, 3};
+	cr_assert_eq(lead(SELF, 1, 0, all, 4, isr, 3, 1000), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 100);
+	int32_t rack[] = {2, 3, 4};
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 0, 1000), -1, "nobody fetched from this leader yet");
+	(void)sluice_partition_replica_position(&P, 2, 80, 2000);
+	(void)sluice_partition_replica_position(&P, 3, 100, 2000);
+	(void)sluice_partition_replica_position(&P, 4, 100, 2000); /* not in the ISR */
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 2000), 3, "the largest log end");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 1, 50, 2000), 2, "the only candidate");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 1, 90, 2000), -1, "2 does not hold offset 90");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack + 2, 1, 50, 2000), -1, "4 is out of the ISR");
+	(void)sluice_partition_replica_fetch(&P, 3, 60);
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 2000), 2, "3's log starts past 50");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 60, 2000), 3);
+	(void)sluice_partition_replica_fetch(&P, 3, -1);
+	(void)sluice_partition_replica_position(&P, 2, 100, 2500); /* both at 100: 2 caught up later */
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 3000), 2, "the least time since caught up");
+	(void)sluice_partition_replica_position(&P, 3, 100, 2500);
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 3000), 3, "a tie: the largest id");
+	int32_t with_self[] = {2, SELF};
+	cr_expect_eq(sluice_partition_read_replica(&P, with_self, 2, 50, 3000), -1, "the leader in the rack serves");
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 0, 50, 3000), -1, "no candidate");
+	cr_assert_eq(lead(2, 2, 1, all, 4, isr, 3, 4000), SLUICE_PARTITION_FOLLOWER);
+	cr_expect_eq(sluice_partition_read_replica(&P, rack, 3, 50, 4000), -1, "a follower points nobody anywhere");
+}
+
+/* Proves a follower's fetch learns whether the high watermark is news to
+ * it: the first read under a leadership is, a read at the same high
+ * watermark is not, one after it moved is again; other replicas' reads
+ * are counted apart, and a follower partition answers no. */
+Test(partition, hw_news_per_follower)
+{
+	int32_t all[] = {SELF, 2, 3};
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, all, 3, 0), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 100);
+	cr_expect(sluice_partition_replica_fetch(&P, 2, 0), "high watermark 0: news to a new follower");
+	cr_expect_not(sluice_partition_replica_fetch(&P, 2, 0));
+	(void)sluice_partition_replica_position(&P, 2, 100, 0);
+	cr_expect_not(sluice_partition_replica_fetch(&P, 2, 0), "3 holds it at 0 still");
+	(void)sluice_partition_replica_position(&P, 3, 100, 0);
+	cr_expect_eq(sluice_partition_high_watermark(&P), 100);
+	cr_expect(sluice_partition_replica_fetch(&P, 3, 0), "3's fetch moved it: news to 3");
+	cr_expect(sluice_partition_replica_fetch(&P, 2, 0), "and to 2, which has not read it");
+	cr_expect_not(sluice_partition_replica_fetch(&P, 2, 0));
+	cr_expect_not(sluice_partition_replica_fetch(&P, 9, 0), "unknown replica");
+	cr_expect_not(sluice_partition_replica_fetch(&P, SELF, 0), "the leader itself");
+	cr_assert_eq(lead(2, 2, 1, all, 3, all, 3, 0), SLUICE_PARTITION_FOLLOWER);
+	cr_expect_not(sluice_partition_replica_fetch(&P, 3, 0), "not leading");
+}
+
 /* Proves the ISR a leader asks for: a follower not caught up for the lag
  * leaves, one out of it that fetched from this leader up to the high
  * watermark and its epoch's start joins, nothing is asked while a change
@@ -238,13 +299,11 @@ Test(partition, isr_wanted)
 	sluice_partition_fini(&q);
 }
 
-/* Proves a refused ISR change is not asked again at once: a caught-up
- * follower the controller will not take (INELIGIBLE_REPLICA: fenced or
- * shutting down) is asked for again only SLUICE_PARTITION_ISR_REFUSED_MS
- * later, or as soon as the controller's word on the partition changes.
- * Before, each of its fetches asked again: thousands of AlterPartition a
- * second while a broker restarted or stopped. */
-Test(partition, isr_refused_backs_off)
+/* Proves a refused ISR change holds joining back until its backoff ends
+ * (the refusal woke the follower's fetch, which asked again at once: a loop
+ * of thousands of AlterPartition requests a second), while a member that
+ * lags still leaves at once. */
+Test(partition, isr_refused)
 {
 	int32_t all[] = {SELF, 2, 3}, two[] = {SELF, 2}, isr[SLUICE_PARTITION_REPLICAS_MAX];
 	cr_assert_eq(lead(SELF, 1, 0, all, 3, two, 2, 1000), SLUICE_PARTITION_LEADER);
@@ -254,27 +313,18 @@ Test(partition, isr_refused_backs_off)
 	uint8_t n = sluice_partition_isr_wanted(&P, 1100, 1000, isr);
 	cr_assert_eq(n, 3, "3 caught up: it joins");
 	sluice_partition_isr_inflight(&P, isr, n);
-	sluice_partition_isr_refused(&P, 1100);
-	cr_expect_eq(sluice_partition_max_isr_n(&P), 2, "refused: 3 counts no more");
-	(void)sluice_partition_replica_position(&P, 3, 20, 1101);
-	cr_expect_eq(sluice_partition_isr_wanted(&P, 1101, 1000, isr), 0, "not at its next fetch");
-	cr_expect_eq(sluice_partition_isr_wanted(&P, 1100 + SLUICE_PARTITION_ISR_REFUSED_MS - 1, 1000, isr), 0);
-	(void)sluice_partition_replica_position(&P, 3, 20, 1100 + SLUICE_PARTITION_ISR_REFUSED_MS);
-	cr_expect_eq(sluice_partition_isr_wanted(&P, 1100 + SLUICE_PARTITION_ISR_REFUSED_MS, 1000, isr), 3,
-		     "the backoff is over");
-	sluice_partition_isr_inflight(&P, isr, 3);
-	sluice_partition_isr_refused(&P, 2000);
-	cr_expect_eq(sluice_partition_isr_wanted(&P, 2010, 1000, isr), 0, "refused again");
-	/* The controller's word changes (here: another ISR change it made):
-	 * the wanted ISR may be right now, asked at once. */
-	cr_assert_eq(lead(SELF, 1, 1, all, 3, two, 2, 2020), SLUICE_PARTITION_UPDATED);
-	(void)sluice_partition_replica_position(&P, 3, 20, 2030);
-	cr_expect_eq(sluice_partition_isr_wanted(&P, 2030, 1000, isr), 3, "news ends the backoff");
-	/* A settled (accepted) change sets no backoff. */
-	sluice_partition_isr_inflight(&P, isr, 3);
 	sluice_partition_isr_settled(&P);
-	cr_assert_eq(lead(SELF, 1, 2, all, 3, all, 3, 2040), SLUICE_PARTITION_UPDATED);
-	cr_expect_eq(P.isr_retry_ms, 0);
+	sluice_partition_isr_refused(&P, 1600); /* INELIGIBLE_REPLICA */
+	(void)sluice_partition_replica_position(&P, 3, 20, 1200);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 1200, 1000, isr), 0, "refused: not asked again at its next fetch");
+	(void)sluice_partition_replica_position(&P, 3, 20, 2300);
+	n = sluice_partition_isr_wanted(&P, 2300, 1000, isr);
+	cr_assert_eq(n, 2, "the backoff is over: 3 joins, and 2, lagging 1200 ms, leaves");
+	cr_expect(isr[0] == SELF && isr[1] == 3);
+	sluice_partition_isr_refused(&P, 5000);
+	n = sluice_partition_isr_wanted(&P, 2300, 1000, isr);
+	cr_assert_eq(n, 1, "during a backoff leaving still goes");
+	cr_expect(isr[0] == SELF, "and 3 does not join");
 }
 
 /* Proves Kafka's truncation rule for a follower told where its log
@@ -296,6 +346,43 @@ Test(partition, truncation_offset)
 	sluice_partition_init(&q, SELF);
 	cr_expect_eq(sluice_partition_truncation_offset(&q, 2, 30, 10), 10, "no epochs: the leader's end, capped");
 	cr_expect_eq(sluice_partition_truncation_offset(&q, 2, 3, 10), 3);
+	sluice_partition_fini(&q);
+}
+
+/* Proves what a follower does with OFFSET_OUT_OF_RANGE (Kafka's
+ * fetchOffsetAndTruncate with epochs): below the leader's log start it
+ * starts over there; past the leader's end with a latest epoch it cuts to
+ * where that epoch starts (clamped to the log), also for an epoch with no
+ * record (at the log end); without any epoch it starts over at the leader's
+ * log start; a request whose epoch is no longer the latest, an answer
+ * without a log start, and an empty log at the leader's start change
+ * nothing. Before this rule the follower only backed off and asked again. */
+Test(partition, out_of_range_rules)
+{
+	int64_t to;
+	sluice_partition_epoch_assign(&P, 1, 0);
+	sluice_partition_epoch_assign(&P, 3, 40);
+	sluice_partition_epoch_assign(&P, 5, 70);
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 5, -1, &to), SLUICE_PARTITION_OOR_RETRY, "no log start");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 5, 250, &to), SLUICE_PARTITION_OOR_RESTART_AT);
+	cr_expect_eq(to, 250, "below the leader's log start: start over there");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 5, 0, &to), SLUICE_PARTITION_OOR_TRUNCATE_TO);
+	cr_expect_eq(to, 70, "past the leader's end: epoch 5 cut away, never the high watermark");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 80, 100, 5, 0, &to), SLUICE_PARTITION_OOR_TRUNCATE_TO);
+	cr_expect_eq(to, 80, "never below the log start");
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 3, 0, &to), SLUICE_PARTITION_OOR_RETRY,
+		     "asked under another epoch than the latest: the log changed since");
+	sluice_partition_epoch_assign(&P, 6, 100);
+	cr_expect_eq(sluice_partition_out_of_range(&P, 0, 100, 6, 0, &to), SLUICE_PARTITION_OOR_TRUNCATE_TO);
+	cr_expect_eq(to, 100, "an epoch without records goes, nothing is cut");
+	struct sluice_partition q;
+	sluice_partition_init(&q, SELF);
+	cr_expect_eq(sluice_partition_out_of_range(&q, 0, 100, -1, 10, &to), SLUICE_PARTITION_OOR_RESTART_AT);
+	cr_expect_eq(to, 10, "no epoch to truncate by: start over at the leader's log start");
+	cr_expect_eq(sluice_partition_out_of_range(&q, 300, 300, -1, 10, &to), SLUICE_PARTITION_OOR_RESTART_AT,
+		     "an empty log past the leader's end moves back to its start");
+	cr_expect_eq(to, 10);
+	cr_expect_eq(sluice_partition_out_of_range(&q, 10, 10, -1, 10, &to), SLUICE_PARTITION_OOR_RETRY);
 	sluice_partition_fini(&q);
 }
 
@@ -615,6 +702,54 @@ Test(partition, follower_truncation)
 	cr_expect_eq(P.epoch_n, 0);
 	cr_expect_eq(sluice_partition_high_watermark(&P), 40);
 	cr_expect_eq(sluice_partition_log_start(&P), 40);
+	close_log(l);
+}
+
+/* Proves a follower answered OFFSET_OUT_OF_RANGE again and again (a leader
+ * that places none of its epochs) does not stall: applying each action to
+ * a real log as the storage core does, every round drops the latest epoch
+ * (its records cut down to the log start), and once none is left the
+ * empty log starts over at the leader's log start; there nothing is left to
+ * change (the leader serves that offset). */
+Test(partition, out_of_range_walk)
+{
+	struct sluice_plog *l = open_log();
+	int32_t all[] = {2, SELF};
+	cr_assert_eq(lead(2, 7, 0, all, 2, all, 2, 0), SLUICE_PARTITION_FOLLOWER);
+	sluice_partition_attach(&P, l, 0);
+	follow(l, 0, 1, 4, -1, 0);  /* 0..3, epoch 1 */
+	follow(l, 4, 3, 4, -1, 0);  /* 4..7, epoch 3 */
+	follow(l, 8, 5, 4, -1, 0);  /* 8..11, epoch 5 */
+	flush(l);
+	int64_t want_ends[] = {8, 4, 0};
+	char err[256];
+	int rounds = 0;
+	for (;; rounds++) {
+		cr_assert_lt(rounds, 10, "the follower keeps getting the same answer");
+		int64_t leo = sluice_plog_log_end(l), to;
+		int32_t last = P.epoch_n ? P.epochs[P.epoch_n - 1].epoch : -1;
+		enum sluice_partition_oor a = sluice_partition_out_of_range(&P, sluice_plog_log_start(l), leo, last, 2, &to);
+		if (a == SLUICE_PARTITION_OOR_RESTART_AT) {
+			cr_expect_eq(to, 2);
+			cr_assert_eq(sluice_plog_truncate_fully(l, to, err, sizeof err), 0, "%s", err);
+			cr_expect_null(sluice_partition_on_truncate(&P, true));
+			break;
+		}
+		cr_assert_eq(a, SLUICE_PARTITION_OOR_TRUNCATE_TO);
+		cr_assert_lt(rounds, 3);
+		cr_expect_eq(to, want_ends[rounds]);
+		cr_assert_eq(sluice_plog_truncate_to(l, to, err, sizeof err), 0, "%s", err);
+		cr_expect_null(sluice_partition_on_truncate(&P, false));
+		cr_expect_eq(sluice_plog_log_end(l), to);
+		cr_expect(P.epoch_n == 0 || P.epochs[P.epoch_n - 1].epoch < last, "epoch %d dropped", last);
+	}
+	cr_expect_eq(rounds, 3, "one round per epoch, then the restart");
+	cr_expect_eq(sluice_plog_log_start(l), 2);
+	cr_expect_eq(sluice_plog_log_end(l), 2);
+	cr_expect_eq(P.epoch_n, 0);
+	int64_t to;
+	cr_expect_eq(sluice_partition_out_of_range(&P, 2, 2, -1, 2, &to), SLUICE_PARTITION_OOR_RETRY,
+		     "empty at the leader's log start: nothing left to change");
 	close_log(l);
 }
 
