@@ -213,14 +213,14 @@ def rf3_rounds(w):
     return sorted(rounds)
 
 
-def rf3_figures(w, peer, rnd):
-    """(max records/s, max MB/s, 50% rate, e2e p50 us, e2e p99 us) of one round; None
-    where missing."""
+def rf3_figures(w, peer, rnd, which="half"):
+    """(max records/s, max MB/s, the rate of phase `which`, its e2e p50 us, e2e p99 us) of
+    one round; None where missing."""
     e = w.get(peer)
     if not e:
         return None, None, None, None, None
     mx = stream(e["phases"].get(f"r{rnd}-max"), "produce")
-    half = e["phases"].get(f"r{rnd}-half")
+    half = e["phases"].get(f"r{rnd}-{which}")
     e2e = stream(half, "e2e")
     rate = ((half or {}).get("result") or {}).get("config", {}).get("rate")
     l = (e2e or {}).get("latency_us") or {}
@@ -234,16 +234,23 @@ def rf3_table(w):
         for p in peers_in(w):
             e = w[p]
             mx = stream(e["phases"].get(f"r{rnd}-max"), "produce")
-            half = e["phases"].get(f"r{rnd}-half")
-            pr, e2e = stream(half, "produce"), stream(half, "e2e")
-            rate = ((half or {}).get("result") or {}).get("config", {}).get("rate")
-            rows.append([rnd, label(p), fmt_rate(mx and mx["records_per_s"]),
-                         fmt_mb(mx and mx["mb_per_s"]), lat(mx),
-                         fmt_rate(rate) if rate else "–", lat(pr), lat(e2e)])
+            cells = [rnd, label(p), fmt_rate(mx and mx["records_per_s"]), fmt_mb(mx and mx["mb_per_s"]), lat(mx)]
+            for which in ("half", "fixed"):
+                ph = e["phases"].get(f"r{rnd}-{which}")
+                res = (ph or {}).get("result") or {}
+                rate = res.get("config", {}).get("rate")
+                e2e = stream(ph, "e2e")
+                held = "–"
+                if rate and e2e:
+                    held = f"{e2e['records_per_s'] / rate:.0%}"
+                cells += [fmt_rate(rate) if rate else "–", held, lat(stream(ph, "produce")), lat(e2e)]
+            rows.append(cells)
     return table(["round", "peer", "max: produce rec/s", "MB/s", "produce latency at max ms "
-                  "p50 / p99 / p99.9 / p99.99 / max", "50% rate rec/s", "at 50%: produce ms "
-                  "p50 / p99 / p99.9 / p99.99 / max", "at 50%: end-to-end ms p50 / p99 / p99.9 "
-                  "/ p99.99 / max"], rows)
+                  "p50 / p99 / p99.9 / p99.99 / max",
+                  "50% rate rec/s", "read of rate", "at 50%: produce ms p50 / p99 / p99.9 / p99.99 / max",
+                  "at 50%: end-to-end ms p50 / p99 / p99.9 / p99.99 / max",
+                  "fixed rate rec/s", "read of rate", "fixed: produce ms p50 / p99 / p99.9 / p99.99 / max",
+                  "fixed: end-to-end ms p50 / p99 / p99.9 / p99.99 / max"], rows)
 
 
 def rf3_ratios(w):
@@ -253,14 +260,17 @@ def rf3_ratios(w):
     rows = []
     for rnd in rf3_rounds(w):
         s, k = rf3_figures(w, "sluice", rnd), rf3_figures(w, KAFKA_PEER, rnd)
+        sf, kf = rf3_figures(w, "sluice", rnd, "fixed"), rf3_figures(w, KAFKA_PEER, rnd, "fixed")
         thr = s[0] / k[0] if s[0] and k[0] else None
-        p50 = s[3] / k[3] if s[3] and k[3] else None
-        p99 = s[4] / k[4] if s[4] and k[4] else None
+        ratio = lambda a, b: a / b if a and b else None  # noqa: E731
+        p50, p99 = ratio(s[3], k[3]), ratio(s[4], k[4])
+        f50, f99 = ratio(sf[3], kf[3]), ratio(sf[4], kf[4])
+        goal = lambda r: "yes" if r and r <= 0.2 else ("no" if r else "–")  # noqa: E731
         rows.append([rnd, fmt_x(thr), "yes" if thr and thr >= 2 else ("no" if thr else "–"),
-                     fmt_x(p50), fmt_x(p99),
-                     "yes" if p99 and p99 <= 0.2 else ("no" if p99 else "–")])
+                     fmt_x(p50), fmt_x(p99), goal(p99), fmt_x(f50), fmt_x(f99), goal(f99)])
     return table(["round", "max throughput Sluice/Kafka", "goal >= 2x met",
-                  "e2e p50 Sluice/Kafka", "e2e p99 Sluice/Kafka", "goal <= 0.2x met"], rows)
+                  "at 50%: e2e p50 Sluice/Kafka", "e2e p99 Sluice/Kafka", "goal <= 0.2x met",
+                  "fixed rate: e2e p50 Sluice/Kafka", "e2e p99 Sluice/Kafka", "goal <= 0.2x met"], rows)
 
 
 def held(res, target):
@@ -360,7 +370,7 @@ EFF_PHASES = [("1", "produce", "produce"), ("1", "consume", "consume"),
               ("readback", "write", "produce"), ("readback", "read", "consume"),
               ("alloc", "produce", "produce"), ("alloc", "fetch", "consume")]
 EFF_PHASES += [("rf3", f"r{r}-{k}", s) for r in range(1, 10)
-               for k, s in (("max", "produce"), ("half", "e2e"))]
+               for k, s in (("max", "produce"), ("half", "e2e"), ("fixed", "e2e"))]
 
 
 def is_sluice(peer):
@@ -801,7 +811,8 @@ def scaled_sizes(a):
                f"producers (librdkafka defaults: linger.ms 5, batch.size 1,000,000, no "
                f"compression; each producer's queue bounded to {a.rf3_queue:,} records); "
                f"{a.rf3_warmup:g} s warm-up + {a.duration} s at maximum rate without consumers, then "
-               f"{a.warmup} s + {a.duration} s at half of it with 4 consumers; default flush "
+               f"{a.warmup} s + {a.duration} s at half of it with 4 consumers, then the same at "
+               f"{a.rf3_rate:,} records/s for every peer; default flush "
                f"(no fsync per write) in both",
         "alloc": f"the broker started with perf/alloc-count preloaded; 1 producer of 100 B records, "
                  f"6 partitions, acks=1, at maximum rate for {a.alloc_warm + a.alloc_measure + 1:g} s, "
@@ -877,7 +888,9 @@ def markdown(data, a, charts):
                       "Each round started fresh clusters of every peer, one after the other "
                       "(interleaved), and ran both phases on it. Max: 4 producers at the "
                       "highest rate the cluster acknowledges, no consumers. 50%: half of that "
-                      "round's own maximum, with 4 consumers (end-to-end = intended send time "
+                      "round's own maximum, with 4 consumers; fixed: the same rate for every peer, "
+                      "with 4 consumers; read of rate: records read end to end per second over the "
+                      "rate (below 100%: the peer did not keep up) (end-to-end = intended send time "
                       "to a consumer seeing the record, which it can only once the high "
                       "watermark has passed it, i.e. once every ISR replica has it)."]
         else:
@@ -1036,6 +1049,7 @@ def main():
     ap.add_argument("--rf3-rounds", type=int, default=2)
     ap.add_argument("--rf3-queue", type=int, default=10000)
     ap.add_argument("--rf3-warmup", type=float, default=15)
+    ap.add_argument("--rf3-rate", type=int, default=10000)
     ap.add_argument("--readme", help="README whose latest-run block to rewrite")
     a = ap.parse_args()
     data = collect(a.raw)

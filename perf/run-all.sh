@@ -34,7 +34,8 @@
 #                  Kafka 4.x KRaft: perf/cluster-failover.sh kafka-up), 1 topic x 100
 #                  partitions, replication factor 3, 1 KiB records, acks=all, 4 producers:
 #                  maximum producer rate (no consumers), then end-to-end latency at 50% of
-#                  each peer's own maximum with 4 consumers; --rf3-rounds rounds (default
+#                  each peer's own maximum with 4 consumers, and at one fixed rate for all
+#                  (--rf3-rate, default 10,000 records/s); --rf3-rounds rounds (default
 #                  2), each running every peer in turn (interleaved), fresh clusters each
 #
 # Every phase also records the broker process's CPU time (utime + stime of all its
@@ -46,7 +47,7 @@
 #          [--membership group|assign] [--quiet-wait S] [--no-install] [--no-build]
 #          [--keep] [--warmup S] [--duration S] [--readback-bytes B]
 #          [--sluice NAME=BROKER-BINARY]... [--label NAME=TEXT]...
-#          [--ports BASE] [--rf3-rounds N]
+#          [--ports BASE] [--rf3-rounds N] [--rf3-rate R]
 # --sluice NAME=PATH adds a peer NAME that runs Sluice from another binary, configured as
 # the sluice peer (perf/compare-revs.sh uses it to run two revisions side by side);
 # --label NAME=TEXT is the version string reported for peer NAME;
@@ -77,6 +78,7 @@ peers="sluice kafka rabbitmq null sluice-fsync"
 workloads="1 2 3 4 readback alloc rf3"
 ports_base=""
 rf3_rounds=""
+RF3_RATE=10000
 declare -A sluice_bin=() sluice_label=() sluice_conf=()
 sluice_extra=()
 opt_warmup="" opt_duration="" opt_readback=""
@@ -109,6 +111,7 @@ while [ $# -gt 0 ]; do
     --readback-bytes) opt_readback=$2; shift 2 ;;
     --ports) ports_base=$2; shift 2 ;;
     --rf3-rounds) rf3_rounds=$2; shift 2 ;;
+    --rf3-rate) RF3_RATE=$2; shift 2 ;;
     --sluice)
       [[ $2 == *=* ]] || die "--sluice needs NAME=BROKER-BINARY"
       sluice_extra+=("$2"); shift 2 ;;
@@ -144,6 +147,7 @@ RB_BYTES=$((1000 * 1000 * 1000))
 [ -n "$opt_readback" ] && RB_BYTES=$opt_readback
 [ -n "$rf3_rounds" ] && RF3_ROUNDS=$rf3_rounds
 [[ $RF3_ROUNDS =~ ^[1-9][0-9]?$ ]] || die "--rf3-rounds must be 1..99"
+[[ $RF3_RATE =~ ^[0-9]+$ ]] || die "--rf3-rate must be records/s (0: no fixed-rate phase)"
 if [ -n "$ports_base" ]; then
   [[ $ports_base =~ ^[0-9]+$ ]] && [ "$ports_base" -ge 1024 ] && [ "$ports_base" -le 64000 ] ||
     die "--ports must be a port from 1024 to 64000"
@@ -601,6 +605,9 @@ wl_rf3() {
   local r; r=$(json_get "$raw/rf3/$peer/r$rnd-max.json" 'int(d["produce"]["records_per_s"] / 2)') || r=0
   [ "${r:-0}" -gt 0 ] || { log "rf3 round $rnd, $peer: no max rate measured; skipping 50%"; return 0; }
   phase rf3 "$peer" "r$rnd-half" e2e "${common[@]}" --warmup "$WARMUP" --consumers 4 --rate "$r"
+  # The same rate for every peer, one each can hold: latency not of an overloaded machine.
+  [ "$RF3_RATE" -gt 0 ] || return 0
+  phase rf3 "$peer" "r$rnd-fixed" e2e "${common[@]}" --warmup "$WARMUP" --consumers 4 --rate "$RF3_RATE"
 }
 
 # The rf3 workload: RF3_ROUNDS rounds, each starting a fresh cluster of every peer in
@@ -651,7 +658,7 @@ log "scale $scale; peers: $peers; workloads: $workloads; data under $workdir ($d
 avail_kb=$(df -Pk "$workdir" | tail -1 | awk '{print $4}')
 need_kb=$(( (W4_BYTES / 1024) * 3 + 8 * 1024 * 1024 ))
 # rf3 (one cluster's data at a time, deleted after it): three replicas of up to 400 MB/s
-# through the maximum phase, of half that through the 50% phase
+# through the maximum phase, of half that through the 50% phase (the fixed rate is less)
 rf3_kb=$((3 * 400 * 1000 * (RF3_WARMUP + DURATION) + 3 * 200 * 1000 * (WARMUP + DURATION)))
 [[ " $workloads " == *" rf3 "* ]] && [ "$rf3_kb" -gt "$need_kb" ] && need_kb=$rf3_kb
 [ "$avail_kb" -gt "$need_kb" ] || die "only $((avail_kb / 1024)) MB free under $workdir; need about $((need_kb / 1024)) MB"
@@ -704,6 +711,6 @@ $(free -g | awk '/^Mem:/{print $2}') GiB, kernel $(uname -r), $(df -PT "$workdir
   --warmup "$WARMUP" --duration "$DURATION" --tail "$TAIL" --w3-rate "$W3_RATE" --w3-low-rate "$W3_LOW_RATE" \
   --w4-bytes "$W4_BYTES" --readback-bytes "$RB_BYTES" \
   --alloc-warm "$ALLOC_WARM" --alloc-measure "$ALLOC_MEASURE" \
-  --rf3-rounds "$RF3_ROUNDS" --rf3-queue "$RF3_QUEUE" --rf3-warmup "$RF3_WARMUP" \
+  --rf3-rounds "$RF3_ROUNDS" --rf3-queue "$RF3_QUEUE" --rf3-warmup "$RF3_WARMUP" --rf3-rate "$RF3_RATE" \
   $([ "$out" = "$here/results" ] && echo "--readme $here/README.md")
 log "done in $((SECONDS - run_t0)) s: $out/latest.md"
