@@ -157,7 +157,8 @@ kafka_start() {  # DIR NODE_ID
     local dir=$1 id=$2 nd=$1/node-$2 pid deadline attempt lines
     for attempt in 1 2 3; do
         wait_bindable "$(kafka_port "$id")"
-        lines=$(wc -l <"$nd/kafka.out" 2>/dev/null || echo 0)
+        lines=0
+        [[ -f $nd/kafka.out ]] && lines=$(wc -l <"$nd/kafka.out")
         (kafka_java "$nd" kafka.Kafka "$nd/server.properties" </dev/null >>"$nd/kafka.out" 2>&1) &
         pid=$!
         disown "$pid" 2>/dev/null || true  # the benchmark kills it: no job notice from this shell
