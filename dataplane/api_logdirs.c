@@ -369,8 +369,6 @@ static void ld_write_dir(struct req *r, const struct ld_state *ld, int dirx, uin
 		kwr_i64(w, error ? -1 : d->total_bytes);  /* TotalBytes (-1: the schema's default) */
 		kwr_i64(w, error ? -1 : d->usable_bytes); /* UsableBytes */
 	}
-	if (r->api_version >= 5)
-		kwr_bool(w, false); /* IsCordoned: no cordoning */
 	if (flex)
 		kwr_tags_empty(w);
 }

@@ -59,7 +59,10 @@ static const struct api apis[API_KEY_MAX] = {
 					 sluice_api_offset_for_leader_epoch_finish, "OffsetForLeaderEpoch"},
 	[API_DESCRIBE_CONFIGS] = {1, 4, 1, 4, sluice_api_describe_configs_start, NULL, "DescribeConfigs"},
 	[API_ALTER_CONFIGS] = {0, 2, 0, 2, sluice_api_alter_configs_start, NULL, "AlterConfigs"},
-	[API_DESCRIBE_LOG_DIRS] = {1, 5, 1, 2, sluice_api_describe_log_dirs_start, sluice_api_describe_log_dirs_finish,
+	/* DescribeLogDirs v5 only adds IsCordoned, but kafka-python takes a
+	 * broker advertising it for Kafka 4.3+ (its version guess): up to v4,
+	 * as Kafka 3.3 to 4.2 advertise. */
+	[API_DESCRIBE_LOG_DIRS] = {1, 4, 1, 2, sluice_api_describe_log_dirs_start, sluice_api_describe_log_dirs_finish,
 				   "DescribeLogDirs"},
 	[API_CREATE_PARTITIONS] = {0, 3, 0, 2, sluice_api_create_partitions_start, NULL, "CreatePartitions"},
 	[API_DELETE_GROUPS] = {0, 2, 0, 2, sluice_api_group_multi_start, sluice_api_group_multi_finish, "DeleteGroups"},

@@ -6,15 +6,15 @@ asks every broker for its replicas' log directories.
 Proves, in order:
 - a single node with two data directories (log.dirs=d1,d2) and 1 MiB segments, topics
   written with kcat (one partition over three segments, others small, an lz4 topic with one
-  partition of four written): raw DescribeLogDirs v1-v5 with Topics null lists d1 and d2 by
+  partition of four written): raw DescribeLogDirs v1-v4 with Topics null lists d1 and d2 by
   their absolute paths, error 0, and every partition directory on disk exactly once, in the
   directory that holds it, its PartitionSize the bytes of the record batches in its segment
   files, OffsetLag 0, IsFutureKey false; partitions never written (no files) are not listed;
   ErrorCode 0 from v3; TotalBytes the volume's size (statvfs) and UsableBytes close to its
-  free space from v4; IsCordoned false in v5; named partitions (some twice, some unknown)
-  are described once each, the unknown left out;
-- kafka-log-dirs --describe of Kafka 4.1.1 (DescribeLogDirs v4) and 4.4.0 (v5) prints the
-  same directories, partitions and sizes; --topic-list with one topic and an unknown one
+  free space in v4; named partitions (some twice, some unknown) are described once each,
+  the unknown left out;
+- kafka-log-dirs --describe of Kafka 4.1.1 and 4.4.0 (DescribeLogDirs v4, the highest
+  advertised) prints the same directories, partitions and sizes; --topic-list with one topic and an unknown one
   prints only that topic's partitions;
 - after a clean stop the segment files' sizes add up to the sizes reported (a stop cuts
   the active segment to its length);
@@ -87,7 +87,7 @@ def on_disk(dirs, size_of=batch_bytes):
 
 def describe(port, version, topics=None):
     """Raw DescribeLogDirs: (ErrorCode, {dir: (error, {partition name: (size, lag, future)},
-    total bytes, usable bytes, cordoned)})."""
+    total bytes, usable bytes)})."""
     flex = version >= 2
     e = Enc()
     if topics is None:
@@ -120,10 +120,9 @@ def describe(port, version, topics=None):
             if flex:
                 d.tags()
         total, usable = (d.i64(), d.i64()) if version >= 4 else (None, None)
-        cordoned = d.i8() if version >= 5 else None
         if flex:
             d.tags()
-        dirs[path] = (derr, parts, total, usable, cordoned)
+        dirs[path] = (derr, parts, total, usable)
     if flex:
         d.tags()
     check(d.remaining() == 0, f"v{version}: {d.remaining()} bytes left over")
@@ -177,18 +176,18 @@ def step_single_node(java_old, java_new):
         check({path for path, _ in disk.values()} == {d1, d2}, "partitions in both directories")
         check(len(glob.glob(os.path.join(d1 if disk["ld-a-0"][0] == d1 else d2, "ld-a-0", "*.log"))) >= 3,
               "ld-a-0 spans three segments")
-        for v in range(1, 6):
+        for v in range(1, 5):
             err, dirs = describe(b.port, v)
             check(err == NONE, f"v{v}: ErrorCode {err}")
             check(list(dirs) == [d1, d2], f"v{v}: directories {list(dirs)}")
             check_sizes(f"DescribeLogDirs v{v}", dirs, disk)
-            for path, (_e, _p, total, usable, cordoned) in dirs.items():
+            for path, (_e, _p, total, usable) in dirs.items():
                 if v >= 4:
                     vfs = os.statvfs(path)
                     check(total == vfs.f_blocks * vfs.f_frsize, f"v{v}: {path}: TotalBytes {total}")
                     free = vfs.f_bavail * vfs.f_frsize
                     check(abs(usable - free) < 256 << 20, f"v{v}: {path}: UsableBytes {usable}, statvfs {free}")
-                check(cordoned in (None, 0), f"v{v}: IsCordoned {cordoned}")
+        log("raw DescribeLogDirs v1-v4: both directories, every partition on disk, sizes as on disk")
         err, dirs = describe(b.port, 4, [("ld-a", [2, 0, 2, 3, 9]), ("nosuch", [0]), ("ld-b", [])])
         named = {n: s for _e, parts, *_r in dirs.values() for n, s in parts.items()}
         check(sorted(named) == ["ld-a-0", "ld-a-2"], f"named partitions described: {sorted(named)}")
@@ -203,7 +202,7 @@ def step_single_node(java_old, java_new):
             res = tool_json(out)
             check_sizes(f"kafka-log-dirs {java.version} --topic-list ld-b", res[1],
                         {k: v for k, v in disk.items() if k.startswith("ld-b-")})
-        _err, dirs = describe(b.port, 5)
+        _err, dirs = describe(b.port, 4)
         b.stop()
         files = on_disk([d1, d2], size_of=os.path.getsize)
         check_sizes("segment files after a clean stop", dirs, files)
