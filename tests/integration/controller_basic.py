@@ -466,7 +466,7 @@ def check_api_versions(port):
     with Ctl(port) as c:
         keys = c.api_versions(3)
         want = {1: (12, 12), 18: (0, 3), 19: (2, 7), 20: (1, 6), 32: (1, 4), 33: (0, 2), 37: (0, 3),
-                44: (0, 1), 55: (0, 2), 56: (2, 3), 59: (0, 1), 60: (0, 2), 62: (0, 4), 63: (0, 1), 67: (0, 0)}
+                44: (0, 1), 45: (0, 1), 46: (0, 0), 55: (0, 2), 56: (2, 3), 59: (0, 1), 60: (0, 2), 62: (0, 4), 63: (0, 1), 67: (0, 0)}
         check(keys == want, f"ApiVersions lists {keys}, expected exactly {want}")
         # a version past the range: UNSUPPORTED_VERSION with ApiVersions' own range (v0 body)
         c.corr += 1
