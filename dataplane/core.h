@@ -14,6 +14,7 @@
 #include "common/kafka/codec.h"
 #include "common/ring.h"
 #include "control/meta.h"
+#include "dataplane/deadline.h"
 #include "dataplane/runtime.h"
 #include "dataplane/transport.h"
 #include <liburing.h>
@@ -91,6 +92,10 @@ struct partop {
 	const uint8_t *data;
 	uint32_t len;
 	int16_t acks;
+	/* APPEND with acks=all, DELETE_RECORDS: the request's TimeoutMs, how
+	 * long the op may wait for the other replicas once done here (Kafka's
+	 * DelayedProduce and DelayedDeleteRecords); then REQUEST_TIMED_OUT. */
+	int32_t timeout_ms;
 	/* READ / LIST_OFFSETS */
 	int64_t offset;          /* fetch offset, or timestamp for LIST_OFFSETS */
 	int32_t max_bytes;
@@ -136,6 +141,8 @@ struct partop {
 	uint32_t splice_at;      /* READ: where its pinned records go in the response (0: copied) */
 	uint8_t load_retries;    /* READ: times it waited for a cold extent to load */
 	struct partop *next;     /* storage-side wait list link */
+	struct partop *prev;     /* ... and its back link in a partition's wait lists (partition.c) */
+	struct sluice_deadline deadline; /* storage side: armed while it waits with a timeout (deadline.h) */
 	/* PARTOP_GROUP: the group coordinator decodes data[0..len) (the request
 	 * body, or one group's part of it) and encodes its answer into gout. */
 	int16_t api_key, api_version;
