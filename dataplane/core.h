@@ -96,8 +96,9 @@ struct partop {
 	 * long the op may wait for the other replicas once done here (Kafka's
 	 * DelayedProduce and DelayedDeleteRecords); then REQUEST_TIMED_OUT. */
 	int32_t timeout_ms;
-	/* READ / LIST_OFFSETS */
-	int64_t offset;          /* fetch offset, or timestamp for LIST_OFFSETS */
+	/* READ / LIST_OFFSETS / DELETE_RECORDS */
+	int64_t offset;          /* fetch offset, timestamp for LIST_OFFSETS, DeleteRecords' Offset (-1: the
+				  * high watermark; the storage core puts the offset it deleted to here) */
 	int32_t max_bytes;
 	bool min_one;
 	/* READ: bytes the whole request may still read, shared by its ops on
@@ -122,7 +123,7 @@ struct partop {
 	int64_t last_offset;
 	int64_t timestamp;       /* LIST_OFFSETS */
 	int64_t high_watermark;
-	int64_t log_start;
+	int64_t log_start;       /* DELETE_RECORDS: the answer's LowWatermark */
 	/* READ from a follower whose log diverges from the leader's
 	 * (LastFetchedEpoch and FetchOffset against the epoch cache): the
 	 * leader's largest epoch <= LastFetchedEpoch and its end offset, the

@@ -117,6 +117,8 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
  * high watermark moves with the write, never does). */
 #define STORE_EXPIRIES_PER_TURN 4096
 #define STORE_EXPIRY_WRITE_RECHECK_MS 1
+_Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN + STORE_EXPIRIES_PER_TURN < SLUICE_RT_BACKLOG_MAX / 2,
+	       "a turn's ops and expiries (each owing one reply) fit in the backlog above drain_rings' cut-off");
 #define STORE_READ_LOAD_RETRIES_MAX 32
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
 _Static_assert(STORE_READ_LOAD_RETRIES_MAX * SLUICE_PLOG_LOADS_MAX >= 2 * SLUICE_READ_RANGES_MAX,
