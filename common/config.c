@@ -116,6 +116,8 @@ static const struct cfg_key keys[] = {
 	{"replica.fetch.response.max.bytes", CFG_INT, F(replica_fetch_response_max_bytes), 0, 1 << 30, "10485760"},
 	{"replica.fetch.backoff.ms", CFG_INT, F(replica_fetch_backoff_ms), 0, INT32_MAX, "1000"},
 	{"replica.socket.timeout.ms", CFG_INT, F(replica_socket_timeout_ms), 1, INT32_MAX, "30000"},
+	{"replication.quota.window.num", CFG_INT, F(replication_quota_window_num), 1, 100, "11"},
+	{"replication.quota.window.size.seconds", CFG_INT, F(replication_quota_window_size_seconds), 1, 3600, "1"},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 

@@ -150,6 +150,10 @@ struct sluice_config {
 	int32_t replica_fetch_response_max_bytes;
 	int32_t replica_fetch_backoff_ms;
 	int32_t replica_socket_timeout_ms;
+	/* The replication throttles' sliding window (Kafka's
+	 * replication.quota.window.num windows of .size.seconds each). */
+	int32_t replication_quota_window_num;
+	int32_t replication_quota_window_size_seconds;
 	/* parsed from listeners / advertised.listeners / log.dirs */
 	char listen_host[256];
 	int listen_port;

@@ -290,6 +290,23 @@ static uint32_t level_apply(struct sluice_broker_config *bc, struct sluice_broke
 	return kept;
 }
 
+/* A throttle rate (bytes/s) as the levels set it: this broker's, else the
+ * cluster-wide default, else unlimited (INT64_MAX). */
+static int64_t throttle_rate(const struct sluice_broker_config *bc, const char *name)
+{
+	const char *v = sluice_broker_config_get(bc, true, name);
+	if (!v)
+		v = sluice_broker_config_get(bc, false, name);
+	int64_t x;
+	if (!v)
+		return INT64_MAX;
+	if (!parse_int64(v, &x) || x < 0) {
+		SLOG_WARN("config", "dynamic broker config %s=%s is not a rate in bytes/s; not applied", name, v);
+		return INT64_MAX;
+	}
+	return x;
+}
+
 struct sluice_broker_config *sluice_broker_config_build(const struct sluice_config *base, int32_t node_id,
 							const struct sluice_broker_dynamic *defaults, uint32_t default_n,
 							const struct sluice_broker_dynamic *own, uint32_t own_n)
@@ -325,6 +342,8 @@ struct sluice_broker_config *sluice_broker_config_build(const struct sluice_conf
 	bc->own = ov;
 	bc->node_id = node_id;
 	bc->refs = 1;
+	bc->leader_throttled_rate = throttle_rate(bc, "leader.replication.throttled.rate");
+	bc->follower_throttled_rate = throttle_rate(bc, "follower.replication.throttled.rate");
 	return bc;
 }
 

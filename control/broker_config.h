@@ -71,6 +71,10 @@ struct sluice_broker_config {
 	const struct sluice_broker_dynamic *own, *defaults;
 	/* server.properties with the applied keys set: defaults first, then own. */
 	struct sluice_config effective;
+	/* leader.replication.throttled.rate and follower.replication.throttled.rate
+	 * (dynamic only, as in Kafka): bytes per second, own level first;
+	 * INT64_MAX when neither level sets one (Kafka's unlimited default). */
+	int64_t leader_throttled_rate, follower_throttled_rate;
 };
 
 /* Build from base (the broker's finished static configuration; NULL: the

@@ -687,6 +687,13 @@ struct pc_rules {
 	int32_t min_isr;
 	const struct sluice_mrec_ids *target_isr; /* NULL: the ISR without the view's inactive brokers */
 	int8_t target_lrs;                        /* -1: unchanged */
+	/* A reassignment's (KIP-455) targets; NULL: the partition's own. */
+	const struct sluice_mrec_ids *target_replicas, *target_removing, *target_adding;
+};
+
+/* What a partition's assignment becomes: replicas, removing, adding. */
+struct pc_assign {
+	struct sluice_mrec_ids replicas, removing, adding;
 };
 
 /* Kafka's isValidNewLeader: in the ISR, or in the ELR while the ISR is empty, and active. */
@@ -715,11 +722,12 @@ static void populate_elr(const struct sluice_ctl *c, const struct sluice_image_p
 	ids_sort(elr);
 }
 
-/* Kafka's electLeader; *unclean when the leader comes from outside ISR and ELR. */
+/* Kafka's electLeader over the target replicas reps; *unclean when the
+ * leader comes from outside ISR and ELR. */
 static int32_t elect(const struct sluice_ctl *c, const struct sluice_image_partition *p, const struct pc_rules *rules,
-		     const struct sluice_mrec_ids *isr, const struct sluice_mrec_ids *elr, bool *unclean)
+		     const struct sluice_mrec_ids *reps, const struct sluice_mrec_ids *isr,
+		     const struct sluice_mrec_ids *elr, bool *unclean)
 {
-	const struct sluice_mrec_ids *reps = &p->replicas;
 	*unclean = false;
 	if (rules->election == ELECT_PREFERRED && reps->n > 0 && leader_valid(c, reps->id[0], isr, elr))
 		return reps->id[0];
@@ -772,17 +780,69 @@ static void last_known_leader(const struct sluice_image_partition *p, struct slu
 	}
 }
 
+/* Whether every member of b is in a (Kafka's Replicas.contains). */
+static bool ids_contains_all(const struct sluice_mrec_ids *a, const struct sluice_mrec_ids *b)
+{
+	for (int32_t i = 0; i < b->n; i++)
+		if (!ids_has(a, b->id[i]))
+			return false;
+	return true;
+}
+
+/* Kafka's completeReassignmentIfNeeded (PartitionReassignmentReplicas
+ * .maybeCompleteReassignment): once the ISR, without the replicas being
+ * removed, is not empty and holds every replica that stays, those go and
+ * the reassignment ends. Changes *a and *isr only then. */
+static void reassignment_complete(struct pc_assign *a, struct sluice_mrec_ids *isr)
+{
+	if (a->removing.n == 0 && a->adding.n == 0)
+		return;
+	struct sluice_mrec_ids isr_after = *isr, replicas_after = a->replicas;
+	for (int32_t i = 0; i < a->removing.n; i++) {
+		ids_remove(&isr_after, a->removing.id[i]);
+		ids_remove(&replicas_after, a->removing.id[i]);
+	}
+	if (isr_after.n == 0 || replicas_after.n == 0 || !ids_contains_all(&isr_after, &replicas_after))
+		return;
+	*isr = isr_after;
+	a->replicas = replicas_after;
+	a->removing.n = 0;
+	a->adding.n = 0;
+}
+
+/* The assignment fields of r where a differs from p (Kafka's setAssignmentChanges). */
+static void assignment_changes(const struct sluice_image_partition *p, const struct pc_assign *a,
+			       struct sluice_mrec_partition_change *r)
+{
+	if (a->replicas.n > 0 && !ids_equal(&a->replicas, &p->replicas)) {
+		r->has_replicas = true;
+		r->replicas = a->replicas;
+	}
+	if (!ids_equal(&a->removing, &p->removing)) {
+		r->has_removing = true;
+		r->removing = a->removing;
+	}
+	if (!ids_equal(&a->adding, &p->adding)) {
+		r->has_adding = true;
+		r->adding = a->adding;
+	}
+}
+
 /* The change that rules make to partition p, in *r (topic id and partition
  * id left to the caller); false when nothing changes. */
 static bool partition_build(const struct sluice_ctl *c, const struct sluice_image_partition *p,
 			    const struct pc_rules *rules, struct sluice_mrec_partition_change *r)
 {
 	struct sluice_mrec_ids isr, elr = p->elr;
+	struct pc_assign a = {rules->target_replicas ? *rules->target_replicas : p->replicas,
+			      rules->target_removing ? *rules->target_removing : p->removing,
+			      rules->target_adding ? *rules->target_adding : p->adding};
 	memset(r, 0, sizeof *r);
 	target_isr(c, p, rules, &isr);
+	reassignment_complete(&a, &isr);
 	populate_elr(c, p, rules->min_isr, &isr, &elr);
 	bool unclean;
-	int32_t leader = elect(c, p, rules, &isr, &elr, &unclean);
+	int32_t leader = elect(c, p, rules, &a.replicas, &isr, &elr, &unclean);
 	if (leader != p->leader) {
 		if (leader != CTL_NO_LEADER && ids_has(&elr, leader)) {
 			isr = ids_one(leader); /* elected from the ELR: it is the ISR now */
@@ -798,6 +858,13 @@ static bool partition_build(const struct sluice_ctl *c, const struct sluice_imag
 		r->has_leader = true;
 		r->leader = leader;
 	}
+	/* Kafka's triggerLeaderEpochBumpForReplicaReassignmentIfNeeded: a
+	 * replica leaving the assignment must see a new leader epoch (its
+	 * fetches are fenced from then on). */
+	if (!r->has_leader && !ids_contains_all(&a.replicas, &p->replicas)) {
+		r->has_leader = true;
+		r->leader = p->leader;
+	}
 	if (r->has_isr)
 		elr.n = 0; /* an unclean election: nobody else is known to have the data */
 	if (!ids_same_set(&elr, &p->elr)) {
@@ -809,11 +876,13 @@ static bool partition_build(const struct sluice_ctl *c, const struct sluice_imag
 		r->isr = isr;
 	}
 	last_known_leader(p, r);
+	assignment_changes(p, &a, r);
 	if (rules->target_lrs >= 0 && !r->has_leader_recovery_state && rules->target_lrs != p->leader_recovery_state) {
 		r->has_leader_recovery_state = true;
 		r->leader_recovery_state = rules->target_lrs;
 	}
-	return r->has_leader || r->has_isr || r->has_elr || r->has_last_known_elr || r->has_leader_recovery_state;
+	return r->has_leader || r->has_isr || r->has_elr || r->has_last_known_elr || r->has_leader_recovery_state ||
+	       r->has_replicas || r->has_removing || r->has_adding;
 }
 
 static void topic_rules(const struct sluice_ctl *c, const struct sluice_image_topic *t, struct pc_rules *rules)
@@ -2201,5 +2270,183 @@ int16_t sluice_ctl_alter_partition(struct sluice_ctl *c, const struct sluice_ctl
 	pending_note(c, out, from);
 	if (p->replicas.n > 0 && p->leader != p->replicas.id[0] && ids_has(&a->new_isr, p->replicas.id[0]))
 		c->rebalance_due = c->cfg.auto_leader_rebalance; /* the preferred leader is back in sync */
+	return 0;
+}
+
+/* ---- AlterPartitionReassignments ---------------------------------------------------------------- */
+
+bool sluice_ctl_reassigning(const struct sluice_image_partition *p)
+{
+	return p->adding.n > 0 || p->removing.n > 0;
+}
+
+/* Kafka's validateManualPartitionAssignment, in its order (ids ascending:
+ * registered, then not repeated). */
+static int16_t reassign_check_target(const struct sluice_ctl *c, const struct sluice_mrec_ids *target, char *msg,
+				     size_t msglen)
+{
+	if (target->n == 0) {
+		snprintf(msg, msglen, "The manual partition assignment includes an empty replica list.");
+		return KERR_INVALID_REPLICA_ASSIGNMENT;
+	}
+	struct sluice_mrec_ids sorted = *target;
+	ids_sort(&sorted);
+	for (int32_t i = 0; i < sorted.n; i++) {
+		if (!sluice_image_broker(c->img, sorted.id[i])) {
+			snprintf(msg, msglen, "The manual partition assignment includes broker %" PRId32 ", but no such "
+				 "broker is registered.", sorted.id[i]);
+			return KERR_INVALID_REPLICA_ASSIGNMENT;
+		}
+		if (i > 0 && sorted.id[i] == sorted.id[i - 1]) {
+			snprintf(msg, msglen, "The manual partition assignment includes the broker %" PRId32 " more than "
+				 "once.", sorted.id[i]);
+			return KERR_INVALID_REPLICA_ASSIGNMENT;
+		}
+	}
+	return 0;
+}
+
+/* Kafka's PartitionReassignmentReplicas(current, target): removing the
+ * current replicas not targeted, adding the targets not current (both
+ * ascending), replicas the targets then the removing ones. */
+static void reassign_plan(const struct sluice_mrec_ids *current, const struct sluice_mrec_ids *target,
+			  struct pc_assign *a)
+{
+	memset(a, 0, sizeof *a);
+	a->replicas = *target;
+	for (int32_t i = 0; i < current->n; i++)
+		if (!ids_has(target, current->id[i]))
+			ids_add(&a->removing, current->id[i]);
+	for (int32_t i = 0; i < target->n; i++)
+		if (!ids_has(current, target->id[i]))
+			ids_add(&a->adding, target->id[i]);
+	ids_sort(&a->removing);
+	ids_sort(&a->adding);
+	for (int32_t i = 0; i < a->removing.n; i++)
+		ids_add(&a->replicas, a->removing.id[i]);
+}
+
+/* A new target: Kafka's changePartitionReassignment. The builder keeps the
+ * partition's own removing and adding lists where the plan has none (as
+ * Kafka's does). */
+static int16_t reassign_change(struct sluice_ctl *c, const struct sluice_image_topic *t,
+			       const struct sluice_image_partition *p, const struct sluice_mrec_ids *target,
+			       bool allow_rf_change, struct pc_rules *rules, struct pc_assign *a, char *msg,
+			       size_t msglen)
+{
+	int16_t e = reassign_check_target(c, target, msg, msglen);
+	if (e)
+		return e;
+	if (!allow_rf_change) { /* KIP-860: the length the partition is headed for */
+		struct sluice_mrec_ids heading = p->replicas;
+		for (int32_t i = 0; i < p->removing.n; i++)
+			ids_remove(&heading, p->removing.id[i]);
+		if (heading.n != target->n) {
+			snprintf(msg, msglen, "The replication factor is changed from %" PRId32 " to %" PRId32, heading.n,
+				 target->n);
+			return KERR_INVALID_REPLICATION_FACTOR;
+		}
+	}
+	if (target->n + p->replicas.n > SLUICE_REPLICAS_MAX) {
+		int32_t union_n = p->replicas.n;
+		for (int32_t i = 0; i < target->n; i++)
+			union_n += !ids_has(&p->replicas, target->id[i]);
+		if (union_n > SLUICE_REPLICAS_MAX) {
+			snprintf(msg, msglen, "Partition %s-%" PRId32 " would have %" PRId32 " replicas while it moves; at "
+				 "most %d are supported.", t->name, (int32_t)(p - t->partitions), union_n,
+				 SLUICE_REPLICAS_MAX);
+			return KERR_INVALID_REPLICA_ASSIGNMENT;
+		}
+	}
+	reassign_plan(&p->replicas, target, a);
+	if (!ids_equal(&a->replicas, &p->replicas))
+		rules->target_replicas = &a->replicas;
+	if (a->removing.n > 0)
+		rules->target_removing = &a->removing;
+	if (a->adding.n > 0)
+		rules->target_adding = &a->adding;
+	return 0;
+}
+
+/* Cancelling: Kafka's cancelPartitionReassignment over PartitionReassignmentRevert. */
+static int16_t reassign_cancel(const struct sluice_image_topic *t, const struct sluice_image_partition *p,
+			       struct pc_rules *rules, struct pc_assign *a, struct sluice_mrec_ids *isr, char *msg,
+			       size_t msglen)
+{
+	if (!sluice_ctl_reassigning(p)) {
+		snprintf(msg, msglen, "No partition reassignment is in progress.");
+		return KERR_NO_REASSIGNMENT_IN_PROGRESS;
+	}
+	memset(a, 0, sizeof *a);
+	a->replicas = p->replicas;
+	*isr = p->isr;
+	for (int32_t i = 0; i < p->adding.n; i++) {
+		ids_remove(&a->replicas, p->adding.id[i]);
+		ids_remove(isr, p->adding.id[i]);
+	}
+	if (a->replicas.n == 0) {
+		snprintf(msg, msglen, "Invalid replica assignment: addingReplicas contains all replicas.");
+		return KERR_INVALID_REPLICA_ASSIGNMENT;
+	}
+	if (isr->n == 0) { /* every ISR member was being added: only an unclean election keeps it online */
+		if (!rules->unclean_allowed) {
+			snprintf(msg, msglen, "Unable to revert partition assignment for %s:%" PRId32 " because it would "
+				 "require an unclean leader election.", t->name, (int32_t)(p - t->partitions));
+			return KERR_INVALID_REPLICA_ASSIGNMENT;
+		}
+		*isr = ids_one(a->replicas.id[0]);
+	}
+	rules->target_isr = isr;
+	rules->target_replicas = &a->replicas;
+	rules->target_removing = &a->removing; /* empty */
+	rules->target_adding = &a->adding;     /* empty */
+	return 0;
+}
+
+int16_t sluice_ctl_reassign(struct sluice_ctl *c, const char *topic, size_t topic_len, int32_t partition,
+			    const struct sluice_mrec_ids *target, bool allow_rf_change, struct sluice_ctl_out *out,
+			    char *msg, size_t msglen)
+{
+	assert(c && topic && out && msg && msglen > 0);
+	assert(!target || (target->n >= 0 && target->n <= SLUICE_REPLICAS_MAX));
+	pending_sync(c, out);
+	msg[0] = '\0';
+	const struct sluice_image_topic *t = sluice_image_topic_by_name(c->img, topic, topic_len);
+	if (!t || pending_has(c, out, PEND_REMOVED, NULL, 0, t->id, 0)) {
+		snprintf(msg, msglen, "Unable to find a topic named %.*s.", (int)topic_len, topic);
+		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
+	}
+	if (partition < 0 || partition >= t->partition_n) {
+		snprintf(msg, msglen, "Unable to find partition %s:%" PRId32 ".", t->name, partition);
+		return KERR_UNKNOWN_TOPIC_OR_PARTITION;
+	}
+	if (pending_has(c, out, PEND_CHANGED, NULL, 0, t->id, partition)) {
+		snprintf(msg, msglen, "Partition %s:%" PRId32 " is named twice in the request.", t->name, partition);
+		return KERR_INVALID_REQUEST;
+	}
+	const struct sluice_image_partition *p = &t->partitions[partition];
+	view_load(c, out);
+	struct pc_rules rules;
+	topic_rules(c, t, &rules);
+	struct pc_assign a;
+	struct sluice_mrec_ids isr;
+	int16_t e = target ? reassign_change(c, t, p, target, allow_rf_change, &rules, &a, msg, msglen)
+			   : reassign_cancel(t, p, &rules, &a, &isr, msg, msglen);
+	if (e)
+		return e;
+	struct sluice_mrec_partition_change pc;
+	if (!partition_build(c, p, &rules, &pc))
+		return 0; /* nothing to change: the partition is where it should be */
+	memcpy(pc.topic_id, t->id, 16);
+	pc.partition_id = partition;
+	size_t from = out->n;
+	struct sluice_mrec *r = sluice_ctl_out_add(out);
+	if (!r) {
+		snprintf(msg, msglen, "Too many changes in one request.");
+		return KERR_THROTTLING_QUOTA_EXCEEDED;
+	}
+	r->type = SLUICE_MREC_PARTITION_CHANGE;
+	r->partition_change = pc;
+	pending_note(c, out, from);
 	return 0;
 }

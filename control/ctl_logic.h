@@ -182,4 +182,29 @@ struct sluice_ctl_alter_partition {
 int16_t sluice_ctl_alter_partition(struct sluice_ctl *c, const struct sluice_ctl_alter_partition *a,
 				   struct sluice_ctl_out *out);
 
+/* AlterPartitionReassignments, one partition (KIP-455, as Kafka's
+ * ReplicationControlManager.alterPartitionReassignment). target non-NULL:
+ * the replicas the partition should end on, checked as a manual
+ * assignment (non-empty, registered brokers, each once:
+ * INVALID_REPLICA_ASSIGNMENT) and, without allow_rf_change, of the length
+ * the partition is headed for (INVALID_REPLICATION_FACTOR). The targets
+ * not yet replicas join the replica list as AddingReplicas and fetch from
+ * the leader; the replicas not among the targets stay as RemovingReplicas
+ * until every target is in the ISR, when the reassignment completes in
+ * the record that says so (an AlterPartition's, usually): the removed
+ * replicas go, the leader too if it was one of them, and AddingReplicas
+ * and RemovingReplicas are empty again. A reassignment already complete
+ * (only the order changes, or every target in the ISR) completes at once.
+ * target NULL: cancel the reassignment in progress (none:
+ * NO_REASSIGNMENT_IN_PROGRESS): the adding replicas leave the replicas and
+ * the ISR; an ISR left empty would need an unclean election, refused
+ * unless the topic allows it (INVALID_REPLICA_ASSIGNMENT). Unknown topic
+ * or partition: UNKNOWN_TOPIC_OR_PARTITION. Yields at most one
+ * PartitionChangeRecord; none when nothing changes. */
+int16_t sluice_ctl_reassign(struct sluice_ctl *c, const char *topic, size_t topic_len, int32_t partition,
+			    const struct sluice_mrec_ids *target, bool allow_rf_change, struct sluice_ctl_out *out,
+			    char *msg, size_t msglen);
+/* Whether a reassignment of p is in progress (AddingReplicas or RemovingReplicas not empty). */
+bool sluice_ctl_reassigning(const struct sluice_image_partition *p);
+
 #endif

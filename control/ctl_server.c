@@ -56,6 +56,8 @@ enum api_key {
 	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
+	API_ALTER_PARTITION_REASSIGNMENTS = 45,
+	API_LIST_PARTITION_REASSIGNMENTS = 46,
 	API_DESCRIBE_QUORUM = 55,
 	API_ALTER_PARTITION = 56,
 	API_FETCH_SNAPSHOT = 59,
@@ -915,6 +917,27 @@ static void on_tick(uv_timer_t *t)
 	pump(s);
 }
 
+/* A reassignment's steps: replicas added, completed or cancelled. */
+static void log_reassignment(struct sluice_ctl_server *s, const struct sluice_mrec_partition_change *c)
+{
+	const struct sluice_image_topic *t = sluice_image_topic_by_id(s->img, c->topic_id);
+	const struct sluice_image_partition *p =
+		t && c->partition_id >= 0 && c->partition_id < t->partition_n ? &t->partitions[c->partition_id] : NULL;
+	if (!p)
+		return;
+	char name[CTL_LOG_STRING_MAX], text[3][SLUICE_REPLICAS_MAX * 12];
+	const struct sluice_mrec_ids *lists[3] = {&p->replicas, &p->adding, &p->removing};
+	for (int k = 0; k < 3; k++) {
+		size_t at = 0;
+		text[k][0] = '\0';
+		for (int32_t i = 0; i < lists[k]->n && at < sizeof text[k]; i++)
+			at += (size_t)snprintf(text[k] + at, sizeof text[k] - at, "%s%d", i ? "," : "", lists[k]->id[i]);
+	}
+	SLOG_INFO("controller", "partition %s-%d: replicas [%s], adding [%s], removing [%s], leader %d%s",
+		  printable(t->name, name), c->partition_id, text[0], text[1], text[2], p->leader,
+		  sluice_ctl_reassigning(p) ? "" : " (no reassignment in progress)");
+}
+
 /* One line per broker event and per command's partition leader changes. */
 static void log_committed(struct sluice_ctl_server *s, const struct sluice_mrec *recs, size_t n, int64_t last_offset)
 {
@@ -939,6 +962,9 @@ static void log_committed(struct sluice_ctl_server *s, const struct sluice_mrec 
 				  cs == 1 ? " in controlled shutdown" : cs == 0 ? " out of controlled shutdown" : "");
 		} else if (m->type == SLUICE_MREC_UNREGISTER_BROKER) {
 			SLOG_INFO("controller", "broker %d unregistered", m->unregister_broker.broker_id);
+		} else if (m->type == SLUICE_MREC_PARTITION_CHANGE &&
+			   (m->partition_change.has_replicas || m->partition_change.has_adding)) {
+			log_reassignment(s, &m->partition_change);
 		} else if (m->type == SLUICE_MREC_PARTITION_CHANGE && m->partition_change.has_leader) {
 			const struct sluice_image_topic *t = sluice_image_topic_by_id(s->img, m->partition_change.topic_id);
 			char name[CTL_LOG_STRING_MAX];
@@ -2267,6 +2293,19 @@ static void ap_write_partition(struct sluice_ctl_server *s, struct kwr *w, const
 	const struct sluice_image_topic *t = sluice_image_topic_by_id(s->img, pe->a.topic_id);
 	const struct sluice_image_partition *p =
 		t && pe->a.partition >= 0 && pe->a.partition < t->partition_n ? &t->partitions[pe->a.partition] : NULL;
+	/* A change that completed a reassignment may have moved the leadership
+	 * away from the sender (Kafka: NEW_LEADER_ELECTED, the change made). */
+	if (!pe->e.err && p && p->leader != pe->a.broker_id) {
+		kwr_i32(w, pe->a.partition);
+		kwr_i16(w, KERR_NEW_LEADER_ELECTED);
+		kwr_i32(w, -1);
+		kwr_i32(w, -1);
+		kwr_array(w, true, 0);
+		kwr_i8(w, 0);
+		kwr_i32(w, -1);
+		kwr_tags_empty(w);
+		return;
+	}
 	kwr_i32(w, pe->a.partition);
 	kwr_i16(w, pe->e.err);
 	kwr_i32(w, p ? p->leader : -1);
@@ -2300,6 +2339,258 @@ static void alter_partition_answer(struct sluice_ctl_server *s, struct ctl_req *
 }
 
 static const struct write_ops alter_partition_ops = {alter_partition_decide, alter_partition_answer};
+
+/* ---- AlterPartitionReassignments (45) v0-1 ------------------------------------------------------- */
+
+/* One partition of the request: its target (cancel: Replicas null). */
+struct ra_entry {
+	struct entry e;
+	int32_t partition;
+	bool cancel;
+	struct sluice_mrec_ids target;
+};
+
+struct ra_topic {
+	struct kstr name; /* in the frame */
+	int32_t first, n; /* its entries */
+};
+
+struct ra_state {
+	bool allow_rf_change;
+	int32_t topic_n;
+	struct ra_topic topics[];
+};
+
+static void ra_decode_partition(struct krd *rd, struct ra_entry *pe)
+{
+	int32_t partition = krd_i32(rd);
+	int32_t n = krd_array(rd, true, 4);
+	struct sluice_mrec_ids target = {0};
+	bool too_many = false;
+	for (int32_t i = 0; i < n && !rd->err; i++) {
+		int32_t id = krd_i32(rd);
+		if (target.n < SLUICE_REPLICAS_MAX)
+			target.id[target.n++] = id;
+		else
+			too_many = true;
+	}
+	krd_tags_skip(rd);
+	if (!pe || rd->err)
+		return;
+	pe->partition = partition;
+	pe->cancel = n < 0;
+	pe->target = target;
+	if (too_many)
+		entry_fail(&pe->e, KERR_INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment names more replicas "
+			   "than a partition may have (16).");
+}
+
+/* Topics and their partitions; with st NULL only counts them (*tn, *pn). */
+static void ra_decode(struct ctl_req *r, struct krd *rd, struct ra_state *st, int32_t *tn, int32_t *pn)
+{
+	(void)krd_i32(rd); /* TimeoutMs: answered once committed, well within it */
+	bool allow = r->api_version >= 1 ? krd_bool(rd) : true;
+	int32_t topics = krd_array(rd, true, 3);
+	*tn = topics > 0 ? topics : 0;
+	*pn = 0;
+	if (st)
+		st->allow_rf_change = allow;
+	for (int32_t t = 0; t < topics && !rd->err; t++) {
+		struct kstr name = krd_string(rd, true);
+		int32_t n = krd_array(rd, true, 6);
+		if (st) {
+			st->topics[t] = (struct ra_topic){name, *pn, n > 0 ? n : 0};
+		}
+		for (int32_t p = 0; p < n && !rd->err; p++) {
+			struct ra_entry *pe = st ? (struct ra_entry *)entry_at(&r->w, *pn) : NULL;
+			ra_decode_partition(rd, pe);
+			if (pe && !rd->err && !name.ptr)
+				entry_fail(&pe->e, KERR_INVALID_REQUEST, "A topic name is null.");
+			(*pn)++;
+		}
+		krd_tags_skip(rd);
+	}
+	krd_tags_skip(rd);
+}
+
+static int alter_reassignments_start(struct sluice_ctl_server *s, struct ctl_req *r, struct krd *rd)
+{
+	struct krd count = *rd;
+	int32_t tn, pn;
+	ra_decode(r, &count, NULL, &tn, &pn);
+	if (count.err) {
+		*rd = count;
+		return -1;
+	}
+	if (pn > CTL_ENTRIES_MAX)
+		return krd_fail(rd, "too many partitions"), -1;
+	struct ra_state *st = calloc(1, sizeof *st + (size_t)tn * sizeof st->topics[0]);
+	r->api = st;
+	if (!st || !entries_alloc(r, pn, sizeof(struct ra_entry)))
+		return krd_fail(rd, "out of memory"), -1;
+	st->topic_n = tn;
+	ra_decode(r, rd, st, &tn, &pn);
+	assert(!rd->err && pn == r->w.n);
+	write_submit(s, r);
+	return 0;
+}
+
+static bool alter_reassignments_decide(struct sluice_ctl_server *s, struct ctl_req *r, struct sluice_ctl_out *out)
+{
+	const struct ra_state *st = r->api;
+	int32_t t = 0;
+	for (; r->w.next < r->w.n; r->w.next++) {
+		struct ra_entry *pe = (struct ra_entry *)entry_at(&r->w, r->w.next);
+		if (pe->e.phase != PH_UNDECIDED)
+			continue;
+		if (out->n > 0 && out->n + 1 > CTL_PART_RECORDS_SOFT)
+			return false;
+		while (t < st->topic_n && r->w.next >= st->topics[t].first + st->topics[t].n)
+			t++; /* the topics' entries are consecutive, in request order */
+		assert(t < st->topic_n && r->w.next >= st->topics[t].first);
+		struct kstr name = st->topics[t].name;
+		size_t before = out->n;
+		int16_t err = sluice_ctl_reassign(s->ctl, name.ptr, (size_t)name.len, pe->partition,
+						  pe->cancel ? NULL : &pe->target, st->allow_rf_change, out, pe->e.msg,
+						  sizeof pe->e.msg);
+		entry_decided(&pe->e, out, before, err);
+		if (err)
+			SLOG_INFO("controller", "%s: reassignment of %.*s-%d refused: %s: %s", peer_of(r),
+				  (int)(name.len < 64 ? name.len : 64), name.ptr, pe->partition, sluice_kafka_error_name(err),
+				  pe->e.msg);
+	}
+	return true;
+}
+
+static void alter_reassignments_answer(struct sluice_ctl_server *s, struct ctl_req *r)
+{
+	const struct ra_state *st = r->api;
+	struct kwr *w = &r->out;
+	bool top = r->w.top_err == KERR_NOT_CONTROLLER;
+	resp_begin(r);
+	kwr_i32(w, 0);
+	if (r->api_version >= 1)
+		kwr_bool(w, st->allow_rf_change);
+	kwr_i16(w, top ? r->w.top_err : KERR_NONE);
+	kwr_cstr(w, true, top ? "This controller is not the active one." : NULL);
+	kwr_array(w, true, st->topic_n);
+	for (int32_t t = 0; t < st->topic_n; t++) {
+		const struct ra_topic *rt = &st->topics[t];
+		kwr_string(w, true, rt->name.ptr ? rt->name.ptr : "", rt->name.ptr ? rt->name.len : 0);
+		kwr_array(w, true, rt->n);
+		for (int32_t i = rt->first; i < rt->first + rt->n; i++) {
+			const struct ra_entry *pe = (const struct ra_entry *)entry_at(&r->w, i);
+			kwr_i32(w, pe->partition);
+			kwr_i16(w, pe->e.err);
+			kwr_cstr(w, true, pe->e.err ? pe->e.msg : NULL);
+			kwr_tags_empty(w);
+		}
+		kwr_tags_empty(w);
+	}
+	write_end_tags(s, r);
+	resp_end(r);
+}
+
+static const struct write_ops alter_reassignments_ops = {alter_reassignments_decide, alter_reassignments_answer};
+
+/* ---- ListPartitionReassignments (46) v0: from the committed image -------------------------------- */
+
+static void lr_write_partition(struct kwr *w, int32_t index, const struct sluice_image_partition *p)
+{
+	kwr_i32(w, index);
+	const struct sluice_mrec_ids *lists[3] = {&p->replicas, &p->adding, &p->removing};
+	for (int k = 0; k < 3; k++) {
+		kwr_array(w, true, lists[k]->n);
+		for (int32_t i = 0; i < lists[k]->n; i++)
+			kwr_i32(w, lists[k]->id[i]);
+	}
+	kwr_tags_empty(w);
+}
+
+/* Topic t's partitions being reassigned: all of them (idx NULL), or those
+ * of the request's PartitionIndexes at idx (n of them, validated). */
+static int32_t lr_write_topic(struct kwr *w, const struct sluice_image_topic *t, struct krd *idx, int32_t n)
+{
+	int32_t count = 0;
+	struct krd scan = idx ? *idx : (struct krd){0};
+	for (int32_t k = 0; k < (idx ? n : t->partition_n); k++) {
+		int32_t pi = idx ? krd_i32(&scan) : k;
+		count += pi >= 0 && pi < t->partition_n && sluice_ctl_reassigning(&t->partitions[pi]);
+	}
+	if (!count || !w)
+		return count;
+	kwr_cstr(w, true, t->name);
+	kwr_array(w, true, count);
+	scan = idx ? *idx : (struct krd){0};
+	for (int32_t k = 0; k < (idx ? n : t->partition_n); k++) {
+		int32_t pi = idx ? krd_i32(&scan) : k;
+		if (pi >= 0 && pi < t->partition_n && sluice_ctl_reassigning(&t->partitions[pi]))
+			lr_write_partition(w, pi, &t->partitions[pi]);
+	}
+	kwr_tags_empty(w);
+	return count;
+}
+
+/* Every topic with a partition being reassigned (Topics null), or the
+ * request's topics (unknown ones left out, as Kafka does); with w NULL
+ * only counts the topics the answer lists. */
+static int32_t lr_write_topics(struct sluice_ctl_server *s, struct kwr *w, struct krd body, int32_t topics)
+{
+	int32_t listed = 0;
+	if (topics < 0) {
+		size_t tn = sluice_image_topic_count(s->img);
+		for (size_t i = 0; i < tn; i++)
+			listed += lr_write_topic(w, sluice_image_topic_at(s->img, i), NULL, 0) > 0;
+		return listed;
+	}
+	for (int32_t i = 0; i < topics; i++) {
+		struct kstr name = krd_string(&body, true);
+		int32_t n = krd_array(&body, true, 4);
+		struct krd idx = body;
+		krd_skip(&body, n > 0 ? (size_t)n * 4 : 0);
+		krd_tags_skip(&body);
+		const struct sluice_image_topic *t =
+			name.ptr ? sluice_image_topic_by_name(s->img, name.ptr, (size_t)name.len) : NULL;
+		if (t)
+			listed += lr_write_topic(w, t, &idx, n) > 0;
+	}
+	assert(!body.err);
+	return listed;
+}
+
+static int list_reassignments_start(struct sluice_ctl_server *s, struct ctl_req *r, struct krd *rd)
+{
+	(void)krd_i32(rd); /* TimeoutMs */
+	int32_t topics = krd_array(rd, true, 3);
+	struct krd body = *rd; /* validated below, read again by the answer */
+	for (int32_t i = 0; i < topics && !rd->err; i++) {
+		(void)krd_string(rd, true);
+		int32_t n = krd_array(rd, true, 4);
+		if (n < 0 && !rd->err)
+			krd_fail(rd, "null PartitionIndexes");
+		krd_skip(rd, n > 0 ? (size_t)n * 4 : 0);
+		krd_tags_skip(rd);
+	}
+	krd_tags_skip(rd);
+	if (rd->err)
+		return -1;
+	struct kwr *w = &r->out;
+	resp_begin(r);
+	kwr_i32(w, 0);
+	if (!s->leader) {
+		kwr_i16(w, KERR_NOT_CONTROLLER);
+		kwr_cstr(w, true, "This controller is not the active one.");
+		kwr_array(w, true, 0);
+	} else {
+		kwr_i16(w, KERR_NONE);
+		kwr_cstr(w, true, NULL);
+		kwr_array(w, true, lr_write_topics(s, NULL, body, topics));
+		(void)lr_write_topics(s, w, body, topics);
+	}
+	kwr_tags_empty(w);
+	resp_end(r);
+	return 0;
+}
 
 /* ---- manual replica assignments (CreateTopics, CreatePartitions) --------------------------- */
 
@@ -2945,6 +3236,9 @@ static const struct api apis[API_KEY_MAX] = {
 	[API_ALTER_CONFIGS] = {0, 2, 2, alter_configs_start, &alter_configs_ops, "AlterConfigs"},
 	[API_CREATE_PARTITIONS] = {0, 3, 2, create_partitions_start, &create_partitions_ops, "CreatePartitions"},
 	[API_INCREMENTAL_ALTER_CONFIGS] = {0, 1, 1, alter_configs_start, &alter_configs_ops, "IncrementalAlterConfigs"},
+	[API_ALTER_PARTITION_REASSIGNMENTS] = {0, 1, 0, alter_reassignments_start, &alter_reassignments_ops,
+					       "AlterPartitionReassignments"},
+	[API_LIST_PARTITION_REASSIGNMENTS] = {0, 0, 0, list_reassignments_start, NULL, "ListPartitionReassignments"},
 	[API_DESCRIBE_QUORUM] = {0, 2, 0, describe_quorum_start, NULL, "DescribeQuorum"},
 	[API_ALTER_PARTITION] = {2, 3, 0, alter_partition_start, &alter_partition_ops, "AlterPartition"},
 	[API_FETCH_SNAPSHOT] = {0, 1, 0, fetch_snapshot_start, NULL, "FetchSnapshot"},

@@ -562,7 +562,8 @@ static int apply_partition(struct sluice_image *img, const struct sluice_mrec_pa
 		return refuse(err, errlen, "PartitionRecord: topic %s: partition %" PRId32 " beyond the partition limits",
 			      n->t.name, r->partition_id);
 	if (!ids_fit(&r->replicas) || !ids_fit(&r->isr) || !ids_fit(&r->elr) || !ids_fit(&r->last_known_elr) ||
-	    r->leader < -1 || (r->leader_recovery_state != 0 && r->leader_recovery_state != 1))
+	    !ids_fit(&r->removing) || !ids_fit(&r->adding) || r->leader < -1 ||
+	    (r->leader_recovery_state != 0 && r->leader_recovery_state != 1))
 		return refuse(err, errlen, "PartitionRecord: topic %s partition %" PRId32 ": bad replicas, leader or state",
 			      n->t.name, r->partition_id);
 	if (n->t.partition_n == n->partition_cap) {
@@ -575,11 +576,12 @@ static int apply_partition(struct sluice_image *img, const struct sluice_mrec_pa
 		n->t.partitions = p;
 		n->partition_cap = cap;
 	}
-	/* Removing and adding replicas (a reassignment) are not kept: Sluice does not reassign. */
 	struct sluice_image_partition *p = &n->t.partitions[n->t.partition_n];
 	memset(p, 0, sizeof *p);
 	ids_copy(&p->replicas, &r->replicas);
 	ids_copy(&p->isr, &r->isr);
+	ids_copy(&p->removing, &r->removing);
+	ids_copy(&p->adding, &r->adding);
 	ids_copy(&p->elr, &r->elr);
 	ids_copy(&p->last_known_elr, &r->last_known_elr);
 	p->leader = r->leader;
@@ -606,6 +608,7 @@ static int apply_partition_change(struct sluice_image *img, const struct sluice_
 			      c->partition_id);
 	if ((c->has_isr && !ids_fit(&c->isr)) || (c->has_replicas && !ids_fit(&c->replicas)) ||
 	    (c->has_elr && !ids_fit(&c->elr)) || (c->has_last_known_elr && !ids_fit(&c->last_known_elr)) ||
+	    (c->has_removing && !ids_fit(&c->removing)) || (c->has_adding && !ids_fit(&c->adding)) ||
 	    (c->has_leader && c->leader < -1) ||
 	    (c->has_leader_recovery_state && c->leader_recovery_state != 0 && c->leader_recovery_state != 1))
 		return refuse(err, errlen, "PartitionChangeRecord: topic %s partition %" PRId32 ": bad replicas, leader or state",
@@ -619,6 +622,10 @@ static int apply_partition_change(struct sluice_image *img, const struct sluice_
 		ids_copy(&p->elr, &c->elr);
 	if (c->has_last_known_elr)
 		ids_copy(&p->last_known_elr, &c->last_known_elr);
+	if (c->has_removing)
+		ids_copy(&p->removing, &c->removing);
+	if (c->has_adding)
+		ids_copy(&p->adding, &c->adding);
 	if (c->has_leader) {
 		p->leader = c->leader;
 		p->leader_epoch++;
@@ -870,6 +877,8 @@ static int encode_topic(const struct sluice_image_topic *t, struct sluice_mrec *
 		memcpy(rp->topic_id, t->id, 16);
 		rp->replicas = p->replicas;
 		rp->isr = p->isr;
+		rp->removing = p->removing;
+		rp->adding = p->adding;
 		rp->elr = p->elr;
 		rp->last_known_elr = p->last_known_elr;
 		rp->leader = p->leader;
@@ -965,6 +974,7 @@ static bool topic_equal(const struct sluice_image_topic *a, const struct sluice_
 		const struct sluice_image_partition *x = &a->partitions[i], *y = &b->partitions[i];
 		if (!ids_equal(&x->replicas, &y->replicas) || !ids_equal(&x->isr, &y->isr) ||
 		    !ids_equal(&x->elr, &y->elr) || !ids_equal(&x->last_known_elr, &y->last_known_elr) ||
+		    !ids_equal(&x->removing, &y->removing) || !ids_equal(&x->adding, &y->adding) ||
 		    x->leader != y->leader || x->leader_epoch != y->leader_epoch ||
 		    x->partition_epoch != y->partition_epoch || x->leader_recovery_state != y->leader_recovery_state)
 			return false;

@@ -34,8 +34,13 @@ struct sluice_image_broker {
 	bool in_controlled_shutdown;
 };
 
+/* A partition as the metadata records left it. While a reassignment runs
+ * (KIP-455), replicas holds the target replicas and then the ones being
+ * removed, adding the targets not yet replicas before it, removing the
+ * replicas not among the targets; both are empty otherwise. */
 struct sluice_image_partition {
 	struct sluice_mrec_ids replicas, isr, elr, last_known_elr;
+	struct sluice_mrec_ids removing, adding;
 	int32_t leader; /* -1: none (offline) */
 	int32_t leader_epoch;
 	int32_t partition_epoch;

@@ -30,8 +30,15 @@ _Static_assert(SLUICE_REPLICAS_MAX == SLUICE_CONFIG_REPLICATION_FACTOR_MAX, "def
 #define SLUICE_BROKER_HOST_MAX 255
 #define SLUICE_BROKER_RACK_MAX 255
 
+/* A partition's replication here is throttled (its topic's
+ * leader./follower.replication.throttled.replicas name this broker's
+ * replica of it, or say "*"). */
+#define SLUICE_THROTTLE_LEADER 1
+#define SLUICE_THROTTLE_FOLLOWER 2
+
 /* One partition as the cluster sees it: node ids, -1 leader for none. */
 struct sluice_partition_state {
+	uint8_t throttle; /* SLUICE_THROTTLE_* bits for this broker's replica (controller backend) */
 	int32_t leader;
 	int32_t leader_epoch;
 	int32_t partition_epoch; /* bumped by every change of leader, ISR or replicas (AlterPartition checks it) */

@@ -112,6 +112,8 @@ enum {
 	API_ALTER_CONFIGS = 33,
 	API_CREATE_PARTITIONS = 37,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
+	API_ALTER_PARTITION_REASSIGNMENTS = 45,
+	API_LIST_PARTITION_REASSIGNMENTS = 46,
 	API_ALTER_PARTITION = 56,
 	API_FETCH_SNAPSHOT = 59,
 	API_BROKER_REGISTRATION = 62,
@@ -387,9 +389,37 @@ static void partition_state_from(struct sluice_partition_state *st, const struct
 	memcpy(st->last_known_elr, ip->last_known_elr.id, (size_t)ip->last_known_elr.n * sizeof st->last_known_elr[0]);
 }
 
+/* The throttle bits of each partition's replica on node (the topic's
+ * throttled replica lists, read from the image whatever their length). */
+static void topic_throttles(const struct sluice_image *img, const struct sluice_image_topic *it, int32_t node,
+			    struct sluice_partition_state *st)
+{
+	static const struct {
+		const char *key;
+		uint8_t bit;
+	} lists[] = {{SLUICE_TOPIC_LEADER_THROTTLED, SLUICE_THROTTLE_LEADER},
+		     {SLUICE_TOPIC_FOLLOWER_THROTTLED, SLUICE_THROTTLE_FOLLOWER}};
+	uint8_t *flags = NULL;
+	for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
+		const char *v = sluice_image_config(img, SLUICE_MREC_RESOURCE_TOPIC, it->name, lists[k].key);
+		if (!v || !v[0])
+			continue;
+		if (!flags && !(flags = calloc((size_t)it->partition_n, 1))) {
+			SLOG_WARN("meta", "topic %s: out of memory reading its replication throttles; not applied", it->name);
+			return;
+		}
+		sluice_topic_throttled_mark(v, node, it->partition_n, flags, lists[k].bit);
+	}
+	for (int32_t p = 0; flags && p < it->partition_n; p++)
+		st[p].throttle = flags[p];
+	free(flags);
+}
+
 /* A snapshot topic for image topic it: one allocation holding the topic
- * with its configs, then its partitions' states. */
-static struct sluice_topic *topic_build(const struct sluice_image *img, const struct sluice_image_topic *it)
+ * with its configs, then its partitions' states (with this node's
+ * replication throttles). */
+static struct sluice_topic *topic_build(const struct sluice_image *img, const struct sluice_image_topic *it,
+					int32_t node)
 {
 	struct config_collect cc;
 	cc.n = cc.dropped = 0;
@@ -412,6 +442,7 @@ static struct sluice_topic *topic_build(const struct sluice_image *img, const st
 	struct sluice_partition_state *st = (struct sluice_partition_state *)(void *)((char *)t + head);
 	for (int32_t p = 0; p < it->partition_n; p++)
 		partition_state_from(&st[p], &it->partitions[p]);
+	topic_throttles(img, it, node, st);
 	t->states = st;
 	t->state_n = it->partition_n;
 	t->refs = 1;
@@ -550,7 +581,7 @@ static int snap_fill_topics(struct mc *m, struct sluice_meta_snapshot *s, const 
 		if (t && !is_dirty(m, it->name) && !memcmp(t->id, it->id, 16) && t->partitions == it->partition_n) {
 			int refs = __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
 			assert(refs >= 2); /* old's and this one */
-		} else if (!(t = topic_build(m->img, it)))
+		} else if (!(t = topic_build(m->img, it, m->cfg.node_id)))
 			return -1;
 		if (s->topic_n && strcmp(s->topics[s->topic_n - 1]->name, t->name) >= 0)
 			sorted = false;
@@ -2424,11 +2455,75 @@ static bool forward_write_settle(struct mc *m, struct mc_conn *c, const struct m
 	return true;
 }
 
+/* The top-level ErrorCode of an answer to the reassignment APIs (after
+ * ThrottleTimeMs, and AllowReplicationFactorChange in AlterPartitionReassignments
+ * v1), or KERR_UNKNOWN_SERVER_ERROR when it is too short. */
+static int16_t reassign_top_error(const struct mc_forward *f, const struct krd *r)
+{
+	size_t at = f->api_key == API_ALTER_PARTITION_REASSIGNMENTS && f->api_version >= 1 ? 5 : 4;
+	return krd_left(r) >= at + 2 ? (int16_t)kbe16(r->p + at) : KERR_UNKNOWN_SERVER_ERROR;
+}
+
+/* An answer to AlterPartitionReassignments (flexible in every version): the
+ * SluiceMetadataOffset of its last record (-1: absent). -1: garbage. */
+static int reassign_answer_scan(const struct mc_forward *f, struct krd r, int64_t *offset)
+{
+	*offset = -1;
+	(void)krd_i32(&r); /* ThrottleTimeMs */
+	if (f->api_version >= 1)
+		(void)krd_bool(&r);
+	(void)krd_i16(&r);
+	(void)krd_string(&r, true);
+	int32_t topics = krd_array(&r, true, 3);
+	for (int32_t t = 0; t < topics && !r.err; t++) {
+		(void)krd_string(&r, true);
+		int32_t n = krd_array(&r, true, 8);
+		for (int32_t p = 0; p < n && !r.err; p++) {
+			(void)krd_i32(&r);
+			(void)krd_i16(&r);
+			(void)krd_string(&r, true);
+			krd_tags_skip(&r);
+		}
+		krd_tags_skip(&r);
+	}
+	*offset = tags_metadata_offset(&r);
+	return r.err || krd_left(&r) ? -1 : 0;
+}
+
+/* A relayed reassignment is answered once this broker's image shows it
+ * (the client's next Metadata or ListPartitionReassignments here sees
+ * it). Returns false when the answer must not be relayed (retried). */
+static bool forward_reassign_settle(struct mc *m, struct mc_conn *c, const struct mc_forward *f,
+				    const struct krd *r, int64_t deadline, bool *garbage)
+{
+	int64_t offset;
+	*garbage = false;
+	if (reassign_top_error(f, r) == KERR_NOT_CONTROLLER) {
+		conn_not_controller(m, c);
+		return false;
+	}
+	if (f->api_key == API_LIST_PARTITION_REASSIGNMENTS) {
+		conn_ok(m, c);
+		return true;
+	}
+	if (reassign_answer_scan(f, *r, &offset) < 0) {
+		conn_garbage(m, c, f->api_key, r);
+		*garbage = true;
+		return false;
+	}
+	conn_ok(m, c);
+	if (offset >= 0 && !wait_offset(m, offset, deadline))
+		SLOG_WARN("meta", "relayed reassignment: the image did not reach offset %lld in time; answering anyway",
+			  (long long)offset);
+	return true;
+}
+
 static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 {
 	struct kwr body = {.buf = f->body, .len = f->len, .cap = f->len, .cap_max = f->len};
 	int64_t deadline = now_ms() + MC_REQUEST_TIMEOUT_MS;
 	bool write = f->api_key == API_ALTER_CONFIGS || f->api_key == API_INCREMENTAL_ALTER_CONFIGS;
+	bool reassign = f->api_key == API_ALTER_PARTITION_REASSIGNMENTS || f->api_key == API_LIST_PARTITION_REASSIGNMENTS;
 	while (!is_stopping(m) && now_ms() < deadline) {
 		struct krd r;
 		enum call_result cr = conn_call(m, c, f->api_key, f->api_version, &body, deadline, &r);
@@ -2446,7 +2541,12 @@ static void forward_run(struct mc *m, struct mc_conn *c, struct mc_forward *f)
 				break;
 			continue;
 		}
-		if (!write)
+		if (reassign && !forward_reassign_settle(m, c, f, &r, deadline, &garbage)) {
+			if (garbage)
+				break;
+			continue;
+		}
+		if (!write && !reassign)
 			conn_ok(m, c);
 		f->done(f->arg, 0, r.p, krd_left(&r));
 		return;

@@ -4,9 +4,9 @@
  * flexible encoding every metadata record uses (compact strings and arrays,
  * a tagged-field section after each structure). Encoding writes the highest
  * version of each record known here and every field the structs hold;
- * fields Sluice does not keep (broker features, log directories, adding and
- * removing replicas of a change) are written as Kafka's defaults and, when
- * decoded, checked for shape and dropped. Decoding accepts every version in
+ * fields Sluice does not keep (broker features, log directories) are
+ * written as Kafka's defaults and, when decoded, checked for shape and
+ * dropped. Decoding accepts every version in
  * the schema, follows the field layout of that version, checks every length
  * against the bytes left and every count against the structs' limits, and
  * refuses trailing bytes, exactly as Kafka's reader does. A decoding error
@@ -465,7 +465,6 @@ static int enc_config(struct kwr *w, const struct sluice_mrec *r)
 static bool partition_change_tag(struct mdec *sub, uint32_t tag, void *out)
 {
 	struct sluice_mrec_partition_change *c = out;
-	struct sluice_mrec_ids dropped;
 	switch (tag) {
 	case 0:
 		c->has_isr = rd_ids(sub, "Isr", &c->isr, true);
@@ -479,11 +478,11 @@ static bool partition_change_tag(struct mdec *sub, uint32_t tag, void *out)
 	case 2:
 		c->has_replicas = rd_ids(sub, "Replicas", &c->replicas, true);
 		return true;
-	case 3: /* reassignment is not implemented: checked, dropped */
-		(void)rd_ids(sub, "RemovingReplicas", &dropped, true);
+	case 3:
+		c->has_removing = rd_ids(sub, "RemovingReplicas", &c->removing, true);
 		return true;
 	case 4:
-		(void)rd_ids(sub, "AddingReplicas", &dropped, true);
+		c->has_adding = rd_ids(sub, "AddingReplicas", &c->adding, true);
 		return true;
 	case 5:
 		c->leader_recovery_state = rd_i8(sub, "LeaderRecoveryState");
@@ -523,7 +522,8 @@ static int enc_partition_change(struct kwr *w, const struct sluice_mrec *r)
 {
 	const struct sluice_mrec_partition_change *c = &r->partition_change;
 	if ((c->has_isr && !ids_fit(&c->isr)) || (c->has_replicas && !ids_fit(&c->replicas)) ||
-	    (c->has_elr && !ids_fit(&c->elr)) || (c->has_last_known_elr && !ids_fit(&c->last_known_elr)))
+	    (c->has_elr && !ids_fit(&c->elr)) || (c->has_last_known_elr && !ids_fit(&c->last_known_elr)) ||
+	    (c->has_removing && !ids_fit(&c->removing)) || (c->has_adding && !ids_fit(&c->adding)))
 		return -1;
 	/* The sentinels cannot be values: -2 is "no change" of the leader, -1 of the recovery state. */
 	if ((c->has_leader && c->leader == LEADER_NO_CHANGE) ||
@@ -531,8 +531,8 @@ static int enc_partition_change(struct kwr *w, const struct sluice_mrec *r)
 		return -1;
 	kwr_i32(w, c->partition_id);
 	kwr_uuid(w, c->topic_id);
-	kwr_uvarint(w, (uint32_t)c->has_isr + c->has_leader + c->has_replicas + c->has_leader_recovery_state +
-			       c->has_elr + c->has_last_known_elr);
+	kwr_uvarint(w, (uint32_t)c->has_isr + c->has_leader + c->has_replicas + c->has_removing + c->has_adding +
+			       c->has_leader_recovery_state + c->has_elr + c->has_last_known_elr);
 	if (c->has_isr)
 		wr_tag_ids(w, 0, &c->isr);
 	if (c->has_leader) {
@@ -541,6 +541,10 @@ static int enc_partition_change(struct kwr *w, const struct sluice_mrec *r)
 	}
 	if (c->has_replicas)
 		wr_tag_ids(w, 2, &c->replicas);
+	if (c->has_removing)
+		wr_tag_ids(w, 3, &c->removing);
+	if (c->has_adding)
+		wr_tag_ids(w, 4, &c->adding);
 	if (c->has_leader_recovery_state) {
 		wr_tag(w, 5, 1);
 		kwr_i8(w, c->leader_recovery_state);

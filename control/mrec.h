@@ -76,15 +76,17 @@ struct sluice_mrec_partition {
 };
 
 /* A change to a partition: only the fields marked present change. Applying
- * one bumps the partition epoch, and the leader epoch when the leader
- * changes (or the ISR shrinks, as Kafka does), exactly as Kafka's
- * PartitionChangeRecord is applied. */
+ * one bumps the partition epoch, and the leader epoch when it names a
+ * leader (even the same one), exactly as Kafka's PartitionChangeRecord is
+ * applied. RemovingReplicas and AddingReplicas are a reassignment's
+ * (KIP-455): both empty again once it completes or is cancelled. */
 struct sluice_mrec_partition_change {
 	int32_t partition_id;
 	uint8_t topic_id[16];
 	bool has_leader, has_isr, has_replicas, has_elr, has_last_known_elr, has_leader_recovery_state;
+	bool has_removing, has_adding;
 	int32_t leader; /* -1: none */
-	struct sluice_mrec_ids isr, replicas, elr, last_known_elr;
+	struct sluice_mrec_ids isr, replicas, elr, last_known_elr, removing, adding;
 	int8_t leader_recovery_state;
 };
 

@@ -17,7 +17,7 @@ static const char *const topic_config_keys[] = {
 	"retention.bytes", "retention.ms", "segment.bytes", "segment.index.bytes", "segment.jitter.ms",
 	"segment.ms", "unclean.leader.election.enable", "message.downconversion.enable",
 	"message.timestamp.before.max.ms", "message.timestamp.after.max.ms", "local.retention.ms",
-	"local.retention.bytes", "remote.storage.enable",
+	"local.retention.bytes", "remote.storage.enable", SLUICE_TOPIC_LEADER_THROTTLED, SLUICE_TOPIC_FOLLOWER_THROTTLED,
 };
 
 bool sluice_topic_config_known(const char *key)
@@ -31,7 +31,7 @@ bool sluice_topic_config_known(const char *key)
 /* Value types of the topic configs whose values are checked. */
 static const struct {
 	const char *key;
-	char type; /* 'l' long, 'b' boolean, 'p' cleanup policy list, 't' timestamp type */
+	char type; /* 'l' long, 'b' boolean, 'p' cleanup policy list, 't' timestamp type, 'r' ratio, 'T' throttled replica list */
 	int64_t min;
 } config_types[] = {
 	{"cleanup.policy", 'p', 0}, {"delete.retention.ms", 'l', 0}, {"file.delete.delay.ms", 'l', 0},
@@ -44,7 +44,70 @@ static const struct {
 	{"message.timestamp.before.max.ms", 'l', 0}, {"message.timestamp.after.max.ms", 'l', 0},
 	{"local.retention.ms", 'l', -2}, {"local.retention.bytes", 'l', -2},
 	{"message.timestamp.type", 't', 0}, {"min.cleanable.dirty.ratio", 'r', 0},
+	{SLUICE_TOPIC_LEADER_THROTTLED, 'T', 0}, {SLUICE_TOPIC_FOLLOWER_THROTTLED, 'T', 0},
 };
+
+/* One item of a throttled replica list, trimmed: [start, end). */
+static void trim_span(const char **start, const char **end)
+{
+	while (*start < *end && (**start == ' ' || **start == '\t'))
+		(*start)++;
+	while (*end > *start && ((*end)[-1] == ' ' || (*end)[-1] == '\t'))
+		(*end)--;
+}
+
+/* Kafka's ThrottledReplicaListValidator: every comma-separated item,
+ * trimmed, is empty or digits:digits; or the items joined are "*". */
+static bool throttled_ok(const char *value)
+{
+	bool items_ok = true;
+	size_t stars = 0, other = 0;
+	for (const char *p = value;;) {
+		const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p), *a = p;
+		trim_span(&a, &end);
+		size_t digits1 = 0, digits2 = 0;
+		const char *c = a;
+		while (c < end && *c >= '0' && *c <= '9')
+			c++, digits1++;
+		bool colon = c < end && *c == ':';
+		if (colon)
+			c++;
+		while (c < end && *c >= '0' && *c <= '9')
+			c++, digits2++;
+		items_ok &= a == end || (digits1 && colon && digits2 && c == end);
+		for (const char *x = a; x < end; x++)
+			*x == '*' ? stars++ : other++;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	return items_ok || (stars == 1 && other == 0);
+}
+
+void sluice_topic_throttled_mark(const char *value, int32_t broker, int32_t partitions, uint8_t *flags, uint8_t bit)
+{
+	assert(value && partitions >= 0 && (flags || partitions == 0));
+	if (!throttled_ok(value))
+		return;
+	for (const char *p = value;;) {
+		const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p), *a = p;
+		trim_span(&a, &end);
+		if (end - a == 1 && *a == '*') {
+			for (int32_t i = 0; i < partitions; i++)
+				flags[i] |= bit;
+			return;
+		}
+		char *colon;
+		errno = 0;
+		long long part = a < end ? strtoll(a, &colon, 10) : -1;
+		long long node = part >= 0 && *colon == ':' ? strtoll(colon + 1, NULL, 10) : -1;
+		if (!errno && part >= 0 && part < partitions && node == broker)
+			flags[part] |= bit;
+		if (!comma)
+			return;
+		p = comma + 1;
+	}
+}
 
 /* Whether value is of the type config_types[i] names. */
 static bool value_ok(size_t i, const char *value)
@@ -69,6 +132,8 @@ static bool value_ok(size_t i, const char *value)
 		double d = strtod(value, &end);
 		return *value && !*end && d >= 0 && d <= 1;
 	}
+	case 'T':
+		return throttled_ok(value);
 	}
 	assert(!"a config type is handled");
 	return false;
@@ -83,7 +148,12 @@ int16_t sluice_topic_config_check(const char *key, const char *value, char *msg,
 	}
 	for (size_t i = 0; i < sizeof config_types / sizeof *config_types; i++) {
 		if (strcmp(config_types[i].key, key) == 0 && !value_ok(i, value)) {
-			snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
+			if (config_types[i].type == 'T')
+				snprintf(msg, msglen, "Invalid value %s for configuration %s: %s must be the literal '*' or a "
+					 "list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:"
+					 "[brokerId],...", value, key, key);
+			else
+				snprintf(msg, msglen, "Invalid value %s for configuration %s", value, key);
 			return KERR_INVALID_CONFIG;
 		}
 	}

@@ -51,6 +51,16 @@ static inline bool sluice_topic_limits_delete(const struct sluice_topic_limits *
 	return l->cleanup_compact >= 0 ? l->cleanup_delete : broker_delete;
 }
 
+/* Kafka's throttled replica lists (QuotaConfig): the replicas whose
+ * replication traffic the leader, or the follower, limits to the broker's
+ * leader.replication.throttled.rate / follower.replication.throttled.rate. */
+#define SLUICE_TOPIC_LEADER_THROTTLED "leader.replication.throttled.replicas"
+#define SLUICE_TOPIC_FOLLOWER_THROTTLED "follower.replication.throttled.replicas"
+/* In value (checked: "*" or "partition:broker,..."), the partitions below
+ * partitions that name broker get bit set in flags[partition] ("*": all of
+ * them). */
+void sluice_topic_throttled_mark(const char *value, int32_t broker, int32_t partitions, uint8_t *flags, uint8_t bit);
+
 /* Kafka's topic-name rule: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
 bool sluice_topic_name_valid(const char *name, size_t len);
 /* Topic config keys accepted at creation (Kafka's names). */

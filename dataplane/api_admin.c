@@ -1049,6 +1049,8 @@ static const struct topic_default topic_defaults[] = {
 	{"segment.bytes", CT_INT, NULL},
 	{"segment.ms", CT_LONG, NULL},
 	{"unclean.leader.election.enable", CT_BOOLEAN, "false"},
+	{"leader.replication.throttled.replicas", CT_LIST, ""},
+	{"follower.replication.throttled.replicas", CT_LIST, ""},
 };
 
 static void topic_default_value(const struct sluice_config *c, const char *key, char *out, size_t len)
@@ -2513,6 +2515,161 @@ bool sluice_api_describe_quorum_start(struct req *r, struct krd *rd)
 	}
 	if (!sluice_proto_meta_forward(r, dq_forwarded))
 		dq_forwarded(r, KERR_REQUEST_TIMED_OUT, NULL, 0); /* the backend refused it now: retriable */
+	return true;
+}
+
+/* ---- AlterPartitionReassignments (45), ListPartitionReassignments (46) ------------
+ *
+ * Reassignments are the controller's, as in Kafka's KRaft mode: a broker
+ * checks that the request decodes and relays its body to the active
+ * controller (control/meta.h forward), which decides and answers once the
+ * change is committed; the backend answers an AlterPartitionReassignments
+ * only once this broker's metadata shows it. The answer goes back to the
+ * client as the controller wrote it, without the controller's own tagged
+ * field (SluiceMetadataOffset). api_served() offers both APIs in cluster
+ * mode only. */
+
+#define RA_PARTITION_BYTES_MIN 6 /* PartitionIndex, Replicas (null: 1 byte), tags */
+
+/* The whole body of either request: false when it does not decode. */
+static bool ra_decode(struct req *r, struct krd *rd)
+{
+	(void)krd_i32(rd); /* TimeoutMs */
+	bool alter = r->api_key == API_ALTER_PARTITION_REASSIGNMENTS;
+	if (alter && r->api_version >= 1)
+		(void)krd_bool(rd); /* AllowReplicationFactorChange */
+	int32_t topics = krd_array(rd, true, 3);
+	if (alter && topics < 0)
+		krd_fail(rd, "null Topics");
+	for (int32_t t = 0; t < topics && !rd->err; t++) {
+		struct kstr name = krd_string(rd, true);
+		if (!name.ptr && !rd->err)
+			krd_fail(rd, "null topic name");
+		int32_t n = krd_array(rd, true, alter ? RA_PARTITION_BYTES_MIN : 4);
+		if (n < 0 && !rd->err)
+			krd_fail(rd, "null partitions");
+		for (int32_t p = 0; p < n && !rd->err; p++) {
+			(void)krd_i32(rd); /* PartitionIndex */
+			if (!alter)
+				continue;
+			int32_t replicas = krd_array(rd, true, 4); /* null: cancel */
+			krd_skip(rd, replicas > 0 ? (size_t)replicas * 4 : 0);
+			krd_tags_skip(rd);
+		}
+		krd_tags_skip(rd);
+	}
+	krd_tags_skip(rd);
+	return !rd->err;
+}
+
+/* The error answer when no controller answered: every partition of an
+ * AlterPartitionReassignments gets it too (Kafka's getErrorResponse). */
+static void ra_answer_error(struct req *r, int16_t error, const char *msg)
+{
+	struct kwr *w = &r->out;
+	bool alter = r->api_key == API_ALTER_PARTITION_REASSIGNMENTS;
+	sluice_proto_resp_begin(r);
+	kwr_i32(w, 0); /* ThrottleTimeMs */
+	if (alter && r->api_version >= 1)
+		kwr_bool(w, true);
+	kwr_i16(w, error);
+	kwr_cstr(w, true, msg);
+	if (!alter) {
+		kwr_array(w, true, 0);
+		kwr_tags_empty(w);
+		sluice_proto_resp_end(r);
+		return;
+	}
+	struct krd rd;
+	krd_init(&rd, r->frame + r->body_off, r->frame_len - r->body_off);
+	(void)krd_i32(&rd);
+	if (r->api_version >= 1)
+		(void)krd_bool(&rd);
+	int32_t topics = krd_array(&rd, true, 3);
+	kwr_array(w, true, topics);
+	for (int32_t t = 0; t < topics; t++) {
+		struct kstr name = krd_string(&rd, true);
+		int32_t n = krd_array(&rd, true, RA_PARTITION_BYTES_MIN);
+		kwr_string(w, true, name.ptr, name.len);
+		kwr_array(w, true, n);
+		for (int32_t p = 0; p < n; p++) {
+			kwr_i32(w, krd_i32(&rd));
+			int32_t replicas = krd_array(&rd, true, 4);
+			krd_skip(&rd, replicas > 0 ? (size_t)replicas * 4 : 0);
+			krd_tags_skip(&rd);
+			kwr_i16(w, error);
+			kwr_cstr(w, true, msg);
+			kwr_tags_empty(w);
+		}
+		krd_tags_skip(&rd);
+		kwr_tags_empty(w);
+	}
+	assert(!rd.err); /* decoded once already */
+	kwr_tags_empty(w);
+	sluice_proto_resp_end(r);
+}
+
+/* Where the top-level tagged fields of the controller's answer start, or 0
+ * when it does not decode as the API's response. */
+static size_t ra_answer_body_end(const struct req *r, const uint8_t *resp, size_t len)
+{
+	struct krd rd;
+	krd_init(&rd, resp, len);
+	bool alter = r->api_key == API_ALTER_PARTITION_REASSIGNMENTS;
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	if (alter && r->api_version >= 1)
+		(void)krd_bool(&rd);
+	(void)krd_i16(&rd);
+	(void)krd_string(&rd, true);
+	int32_t topics = krd_array(&rd, true, 3);
+	for (int32_t t = 0; t < topics && !rd.err; t++) {
+		(void)krd_string(&rd, true);
+		int32_t n = krd_array(&rd, true, 8); /* the smallest partition entry of either */
+		for (int32_t p = 0; p < n && !rd.err; p++) {
+			(void)krd_i32(&rd);
+			if (alter) {
+				(void)krd_i16(&rd);
+				(void)krd_string(&rd, true);
+			} else {
+				for (int k = 0; k < 3 && !rd.err; k++) { /* Replicas, AddingReplicas, RemovingReplicas */
+					int32_t ids = krd_array(&rd, true, 4);
+					krd_skip(&rd, ids > 0 ? (size_t)ids * 4 : 0);
+				}
+			}
+			krd_tags_skip(&rd);
+		}
+		krd_tags_skip(&rd);
+	}
+	size_t end = (size_t)(rd.p - resp);
+	krd_tags_skip(&rd);
+	return rd.err || krd_left(&rd) ? 0 : end;
+}
+
+static void ra_answered(struct req *r, int16_t error, const uint8_t *resp, size_t len)
+{
+	assert(error || resp);
+	size_t end = error ? 0 : ra_answer_body_end(r, resp, len);
+	if (error || end == 0) {
+		if (!error)
+			SLOG_WARN("admin", "the controller's answer to a relayed %s does not decode (%zu bytes)",
+				  r->api_key == API_ALTER_PARTITION_REASSIGNMENTS ? "AlterPartitionReassignments"
+										  : "ListPartitionReassignments", len);
+		ra_answer_error(r, error ? error : KERR_UNKNOWN_SERVER_ERROR,
+				error ? "No active controller answered; retry later." : "The controller's answer does not decode.");
+		return;
+	}
+	sluice_proto_resp_begin(r);
+	kwr_raw(&r->out, resp, end);
+	kwr_tags_empty(&r->out); /* the controller's SluiceMetadataOffset is not the client's */
+	sluice_proto_resp_end(r);
+}
+
+bool sluice_api_reassignments_start(struct req *r, struct krd *rd)
+{
+	if (!ra_decode(r, rd))
+		return false;
+	if (!sluice_proto_meta_forward(r, ra_answered))
+		ra_answer_error(r, KERR_REQUEST_TIMED_OUT, "The controller cannot be reached now; retry later.");
 	return true;
 }
 

@@ -12,6 +12,7 @@
 #define SLUICE_CORE_H
 #include "common/config.h"
 #include "common/kafka/codec.h"
+#include "common/rate.h"
 #include "common/ring.h"
 #include "control/meta.h"
 #include "dataplane/deadline.h"
@@ -221,6 +222,11 @@ struct broker {
 	 * every request, nothing more. */
 	int64_t offsets_create_failed_offset;
 	int64_t offsets_create_failed_ms;
+	/* Replication throttles (Kafka's ReplicationQuotaManager, leader and
+	 * follower): the bytes of throttled partitions this broker served to
+	 * followers, and fetched as a follower, over every storage core (set up
+	 * by storage core 0, as hw_ckpt_mu). */
+	struct sluice_rate leader_quota, follower_quota;
 };
 
 _Static_assert(offsetof(struct storecore, rt) == 0 && offsetof(struct netcore, rt) == 0,

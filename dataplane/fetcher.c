@@ -398,11 +398,13 @@ static void conn_connect(struct storecore *sc, struct fconn *c, int64_t now)
 
 /* Whether f may be asked for now; its position in *offset, *last_epoch,
  * *log_start. */
-static bool follow_ready(const struct fconn *c, const struct sluice_follow *f, int64_t now, int64_t *offset,
-			 int32_t *last_epoch, int64_t *log_start)
+static bool follow_ready(struct storecore *sc, const struct fconn *c, const struct sluice_follow *f, int64_t now,
+			 int64_t *offset, int32_t *last_epoch, int64_t *log_start)
 {
 	if (f->inflight || now < f->retry_ms || !sluice_store_follows(f->p, c->leader, f->epoch))
 		return false;
+	if (sluice_store_follower_throttled(sc, f->p, now))
+		return false; /* asked again on a later turn, once the rate allows */
 	return sluice_store_follower_position(f->p, offset, last_epoch, log_start);
 }
 
@@ -471,7 +473,7 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 	struct sluice_follow *f = c->head, *last = NULL;
 	for (; f && c->req_n < FETCH_REQUEST_PARTITIONS_MAX; f = f->next) {
 		uint32_t k = c->req_n;
-		if (!follow_ready(c, f, now, &offsets[k], &last_epochs[k], &log_starts[k]))
+		if (!follow_ready(sc, c, f, now, &offsets[k], &last_epochs[k], &log_starts[k]))
 			continue;
 		c->req[k] = f;
 		c->req_epoch[k] = f->epoch;
@@ -612,9 +614,11 @@ static void answer_apply(struct storecore *sc, struct fconn *c, uint32_t i, cons
 			f->retry_ms = now + backoff;
 		return;
 	}
-	if (!e)
-		e = sluice_store_follower_append(sc, f->p, a->records, a->records_len > 0 ? (size_t)a->records_len : 0,
-						 a->high_watermark, a->log_start);
+	if (!e) {
+		size_t len = a->records_len > 0 ? (size_t)a->records_len : 0;
+		sluice_store_follower_fetched(sc, f->p, len, now);
+		e = sluice_store_follower_append(sc, f->p, a->records, len, a->high_watermark, a->log_start);
+	}
 	/* Out of range: below the leader's log start (retention went past this
 	 * replica) start over there, as Kafka's truncateFullyAndStartAt; past
 	 * its end, truncate by epoch (sluice_store_follower_out_of_range). Only

@@ -336,6 +336,7 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 		return SLUICE_PARTITION_SAME;
 	bool new_term = !p->leadership_known || l->leader_epoch > p->leader_epoch;
 	bool was_leader = p->is_leader;
+	p->isr_stale = false;
 	p->leadership_known = true;
 	p->leader_epoch = l->leader_epoch;
 	p->partition_epoch = l->partition_epoch;
@@ -353,10 +354,20 @@ enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition
 	return p->is_leader ? SLUICE_PARTITION_LEADER : SLUICE_PARTITION_FOLLOWER;
 }
 
+void sluice_partition_stop_replica(struct sluice_partition *p)
+{
+	p->is_leader = false;
+	p->leader_id = -1;
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		p->replicas[i].isr_adding = false;
+	p->isr_pending = false;
+	assert(!p->is_leader);
+}
+
 uint8_t sluice_partition_isr_wanted(const struct sluice_partition *p, int64_t now_ms, int64_t lag_ms,
 				    int32_t isr[SLUICE_PARTITION_REPLICAS_MAX])
 {
-	if (!p->is_leader || p->isr_pending || !p->leadership_known)
+	if (!p->is_leader || p->isr_pending || p->isr_stale || !p->leadership_known)
 		return 0;
 	/* Where this leader's epoch starts: a follower below it may still hold
 	 * another leader's records there (Kafka's leaderEpochStartOffset). */
@@ -395,6 +406,12 @@ void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms)
 {
 	assert(!p->isr_pending);
 	p->isr_join_after_ms = until_ms;
+}
+
+void sluice_partition_isr_stale(struct sluice_partition *p)
+{
+	p->isr_stale = true;
+	assert(sluice_partition_isr_wanted(p, 0, 0, (int32_t[SLUICE_PARTITION_REPLICAS_MAX]){0}) == 0);
 }
 
 void sluice_partition_isr_settled(struct sluice_partition *p)

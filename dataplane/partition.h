@@ -124,6 +124,7 @@ struct sluice_partition {
 	int64_t leader_hw;       /* follower: the leader's high watermark, as its last fetch answer said */
 	bool isr_pending;        /* leader: an ISR change is out to the controller */
 	int64_t isr_join_after_ms; /* leader: no replica asked to join before (a refusal's backoff) */
+	bool isr_stale;          /* leader: the controller moved on (a new epoch): no ISR change until its word comes */
 	struct sluice_replica replicas[SLUICE_PARTITION_REPLICAS_MAX];
 	uint8_t replica_n;
 	/* Leader-epoch cache, oldest first, epochs and start offsets both
@@ -217,6 +218,11 @@ bool sluice_partition_follower_hw(struct sluice_partition *p, int64_t leader_hw)
  * answer. The caller does the rest (see enum sluice_partition_change). */
 enum sluice_partition_change sluice_partition_set_leader(struct sluice_partition *p,
 							 const struct sluice_partition_leadership *l, int64_t now_ms);
+/* This replica is no longer one of the partition's (a reassignment moved it
+ * away): it neither leads nor follows from now on, its acks=all appends
+ * can never become visible here (the caller fails them), and only a word
+ * that names it again, at a higher epoch, makes it a replica again. */
+void sluice_partition_stop_replica(struct sluice_partition *p);
 /* Members of the ISR; max: with the replicas an ISR change in flight adds
  * (Kafka's maximal ISR, which an acks=all answer is checked against). */
 uint8_t sluice_partition_isr_n(const struct sluice_partition *p);
@@ -243,6 +249,10 @@ void sluice_partition_isr_settled(struct sluice_partition *p);
  * thousands of AlterPartition requests a second for as long as the replica
  * stayed ineligible. */
 void sluice_partition_isr_refused(struct sluice_partition *p, int64_t until_ms);
+/* The controller answered that it moved on (a reassignment completed, a new
+ * leader epoch): no ISR change is asked for until its next word arrives
+ * through set_leader, which the metadata brings at once. */
+void sluice_partition_isr_stale(struct sluice_partition *p);
 
 /* Leader-epoch cache (Kafka's LeaderEpochFileCache, in memory). load:
  * the checkpointed entries (before attach; at most

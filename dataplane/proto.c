@@ -62,6 +62,10 @@ static const struct api apis[API_KEY_MAX] = {
 	[API_CREATE_PARTITIONS] = {0, 3, 0, 2, sluice_api_create_partitions_start, NULL, "CreatePartitions"},
 	[API_DELETE_GROUPS] = {0, 2, 0, 2, sluice_api_group_multi_start, sluice_api_group_multi_finish, "DeleteGroups"},
 	[API_INCREMENTAL_ALTER_CONFIGS] = {0, 1, 0, 1, sluice_api_alter_configs_start, NULL, "IncrementalAlterConfigs"},
+	[API_ALTER_PARTITION_REASSIGNMENTS] = {0, 1, 0, 0, sluice_api_reassignments_start, NULL,
+					       "AlterPartitionReassignments"},
+	[API_LIST_PARTITION_REASSIGNMENTS] = {0, 0, 0, 0, sluice_api_reassignments_start, NULL,
+					      "ListPartitionReassignments"},
 	[API_OFFSET_DELETE] = {0, 0, 0, INT16_MAX, sluice_api_group_single_start, sluice_api_group_single_finish,
 			       "OffsetDelete"},
 	[API_DESCRIBE_QUORUM] = {0, 2, 0, 0, sluice_api_describe_quorum_start, NULL, "DescribeQuorum"},
@@ -551,13 +555,18 @@ const struct sluice_topic *sluice_proto_topic_by_id(const struct sluice_meta_sna
 
 /* Whether this broker serves API key now: in the table, and DescribeQuorum
  * only where it can answer (single-node: this node is the quorum; cluster
- * mode: relayed to the controller, so only with a backend that forwards). */
+ * mode: relayed to the controller, so only with a backend that forwards).
+ * The reassignment APIs are the controller's: relayed in cluster mode, not
+ * served by a single node (one broker has nowhere to move a partition). */
 static bool api_served(const struct broker *b, int key)
 {
 	if (key < 0 || key >= API_KEY_MAX || !apis[key].start)
 		return false;
-	if (key == API_DESCRIBE_QUORUM && sluice_config_cluster_mode(&b->cfg))
+	bool cluster = sluice_config_cluster_mode(&b->cfg);
+	if (key == API_DESCRIBE_QUORUM && cluster)
 		return b->meta.ops->forward != NULL;
+	if (key == API_ALTER_PARTITION_REASSIGNMENTS || key == API_LIST_PARTITION_REASSIGNMENTS)
+		return cluster && b->meta.ops->forward != NULL;
 	return true;
 }
 

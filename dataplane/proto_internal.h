@@ -38,6 +38,8 @@ enum sluice_api_key {
 	API_CREATE_PARTITIONS = 37,
 	API_DELETE_GROUPS = 42,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
+	API_ALTER_PARTITION_REASSIGNMENTS = 45,
+	API_LIST_PARTITION_REASSIGNMENTS = 46,
 	API_OFFSET_DELETE = 47,
 	API_DESCRIBE_QUORUM = 55,
 	API_DESCRIBE_CLUSTER = 60,
@@ -76,6 +78,7 @@ bool sluice_api_describe_cluster_start(struct req *r, struct krd *rd);
 bool sluice_api_describe_topic_partitions_start(struct req *r, struct krd *rd);
 bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd);
 bool sluice_api_describe_quorum_start(struct req *r, struct krd *rd);
+bool sluice_api_reassignments_start(struct req *r, struct krd *rd);
 bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd);
 
 /* api_group.c */

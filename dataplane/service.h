@@ -123,6 +123,15 @@ bool sluice_store_follower_position(struct spart *p, int64_t *log_end, int32_t *
  * written, so that what the leader counts as replicated survives this
  * process's crash, as a write to Kafka's page cache does. */
 bool sluice_store_follower_unwritten(const struct spart *p);
+/* Whether p's fetch waits for the follower replication throttle now (as
+ * Kafka's shouldFollowerThrottle): its topic's
+ * follower.replication.throttled.replicas names this replica, it is not
+ * caught up to the leader's high watermark, and the bytes this broker
+ * fetched for throttled partitions lately are above
+ * follower.replication.throttled.rate. fetched: the bytes of an answer
+ * for p, counted when p is throttled (in sync or not, as Kafka does). */
+bool sluice_store_follower_throttled(struct storecore *sc, const struct spart *p, int64_t now_ms);
+void sluice_store_follower_fetched(struct storecore *sc, const struct spart *p, size_t bytes, int64_t now_ms);
 /* Whether p still follows leader at epoch (an answer to an older request
  * is dropped otherwise). */
 bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch);

@@ -65,6 +65,7 @@ static void service_written(struct storecore *sc, struct partop *op, bool ok)
 #define PREALLOC_IDLE_MS 5000
 #define PREALLOC_TRIMS_PER_PASS 32
 #define DELETED_SWEEP_PARTITIONS_MAX 1024 /* partitions of deleted topics removed per pass (1 s) */
+#define MOVED_SWEEP_PARTITIONS_MAX 256    /* replicas moved away removed per loop turn */
 /* Bytes lookups by timestamp (ListOffsets) may read, decompress and scan in
  * one loop turn (a few milliseconds of work); lookups past it wait for the
  * next turn, so pipelined lookups into big compressed batches cannot starve
@@ -147,6 +148,8 @@ struct spart {
 	struct partop *load_head, *load_tail;
 	struct sluice_follow *follow; /* the fetcher's, while this replica follows (fetcher.h) */
 	int64_t isr_retry_ms; /* monotonic: no ISR change is asked for before (the controller refused one) */
+	uint8_t throttle;             /* SLUICE_THROTTLE_* bits of this replica, from the metadata */
+	bool moved;                   /* no longer a replica here (part_stop): serves nobody */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -311,6 +314,7 @@ static void wake_fetch_watchers(struct spart *p)
 }
 
 static const struct sluice_config *core_cfg(const struct storecore *sc);
+static void core_cfg_take(struct storecore *sc, const struct sluice_meta_snapshot *snap);
 static void epochs_persist(struct storecore *sc, struct spart *p);
 static struct spart *part_lookup(struct sstate *st, const char *topic, int32_t partition, uint32_t *slot);
 
@@ -440,6 +444,28 @@ static void on_written(struct sluice_plog *l, void *arg)
  * follows the new leader, from whose first answer a log that diverged
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
+/* p's replica here is no longer one of the partition's: it stops following
+ * and leading, and its acks=all appends and DeleteRecords waiting are refused with
+ * NOT_LEADER_OR_FOLLOWER (the producer retries at the new leader). Its
+ * log stays until removed_sweep proves it garbage. */
+static void part_stop(struct storecore *sc, struct spart *p)
+{
+	sluice_fetcher_unfollow(sc, &p->follow);
+	if (p->moved)
+		return; /* stopped already */
+	p->moved = true;
+	SLOG_INFO("replication", "%s-%d: no longer a replica on this broker (log end %" PRId64 ", high watermark %" PRId64
+		  "): neither leading nor following it", p->topic, p->partition, sluice_plog_log_end(p->log),
+		  sluice_partition_high_watermark(&p->part));
+	sluice_partition_stop_replica(&p->part);
+	for (struct partop *op; (op = sluice_partition_wait_pop_visible(&p->part, true));) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		append_answer(p, op, sluice_partition_high_watermark(&p->part));
+	}
+	deletes_check(sc, p); /* DeleteRecords waiting: NOT_LEADER_OR_FOLLOWER too */
+	assert(!p->part.is_leader && !p->follow && !p->part.del_head);
+}
+
 static enum sluice_partition_change part_leadership_apply(struct storecore *sc, struct spart *p,
 							   const struct sluice_partition_state *st)
 {
@@ -453,10 +479,10 @@ static enum sluice_partition_change part_leadership_apply(struct storecore *sc, 
 	if (c == SLUICE_PARTITION_SAME || c == SLUICE_PARTITION_UPDATED)
 		return c;
 	if (c == SLUICE_PARTITION_REFUSED) {
-		/* No longer a replica here (reassigned away): nothing to follow. */
-		sluice_fetcher_unfollow(sc, &p->follow);
+		part_stop(sc, p); /* no longer a replica here (reassigned away) */
 		return c;
 	}
+	p->moved = false; /* named again (a later reassignment) */
 	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
 	if (c == SLUICE_PARTITION_LEADER) {
 		SLOG_INFO("replication", "%s-%d: leader at epoch %d (log end %" PRId64 ", high watermark %" PRId64 ")",
@@ -480,12 +506,12 @@ static enum sluice_partition_change part_leadership_apply(struct storecore *sc, 
 
 /* part_leadership_apply, then the services hear of a role that changed
  * (the group coordinator loads or unloads the groups of a
- * __consumer_offsets partition). */
+ * __consumer_offsets partition; a replica reassigned away unloads them). */
 static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
 {
 	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
 	deletes_check(sc, p); /* the leader, its replicas or the live brokers may have changed */
-	if (c != SLUICE_PARTITION_LEADER && c != SLUICE_PARTITION_FOLLOWER)
+	if (c != SLUICE_PARTITION_LEADER && c != SLUICE_PARTITION_FOLLOWER && c != SLUICE_PARTITION_REFUSED)
 		return;
 	for (size_t i = 0; i < STORE_SERVICES_N; i++)
 		if (store_services[i]->leadership)
@@ -528,7 +554,18 @@ static void isr_answered(void *arg)
 	if (p && p->log) {
 		sluice_partition_isr_settled(&p->part);
 		char text[SLUICE_REPLICAS_MAX * 12];
-		if (!q->c.error) {
+		/* The partition still holds the word it asked with: the controller's
+		 * newer one has not come yet (else nothing waits for it). */
+		bool asked_now = q->c.leader_epoch == p->part.leader_epoch && q->c.partition_epoch == p->part.partition_epoch;
+		if (!q->c.error && q->c.result.leader_epoch != p->part.leader_epoch) {
+			/* A new leader epoch: the change also moved replicas (a
+			 * reassignment completed), which the answer does not list:
+			 * the metadata that follows says all of it. */
+			SLOG_INFO("replication", "%s-%d: ISR change accepted at leader epoch %d; waiting for the metadata",
+				  p->topic, p->partition, q->c.result.leader_epoch);
+			if (asked_now)
+				sluice_partition_isr_stale(&p->part);
+		} else if (!q->c.error) {
 			struct sluice_partition_state ps = q->c.result;
 			ps.replica_n = p->part.replica_n;
 			for (uint8_t i = 0; i < p->part.replica_n; i++)
@@ -537,11 +574,19 @@ static void isr_answered(void *arg)
 			SLOG_INFO("replication", "%s-%d: ISR now [%s] (partition epoch %d)", p->topic, p->partition, text,
 				  ps.partition_epoch);
 			part_leadership(sc, p, &ps);
+		} else if (q->c.error == KERR_NEW_LEADER_ELECTED) {
+			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
+			SLOG_INFO("replication", "%s-%d: ISR [%s] completed a reassignment that moved the leadership away; "
+				  "waiting for the metadata", p->topic, p->partition, text);
+			if (asked_now)
+				sluice_partition_isr_stale(&p->part);
 		} else {
 			ids_text(text, sizeof text, q->c.isr, q->c.isr_n);
 			int32_t wait_ms = core_cfg(sc)->replica_fetch_wait_max_ms;
 			SLOG_INFO("replication", "%s-%d: the controller refused ISR [%s]: %s; no replica joins for %d ms",
 				  p->topic, p->partition, text, sluice_kafka_error_name(q->c.error), wait_ms);
+			if (asked_now && (q->c.error == KERR_FENCED_LEADER_EPOCH || q->c.error == KERR_NOT_LEADER_OR_FOLLOWER))
+				sluice_partition_isr_stale(&p->part); /* its word is on its way */
 			/* As often as an idle follower's fetch would ask in Kafka. */
 			sluice_partition_isr_refused(&p->part, sluice_now_ms() + wait_ms);
 		}
@@ -932,6 +977,23 @@ bool sluice_store_follower_unwritten(const struct spart *p)
 	return p->log && !sluice_plog_failed(p->log) && sluice_plog_written_end(p->log) < sluice_plog_log_end(p->log);
 }
 
+bool sluice_store_follower_throttled(struct storecore *sc, const struct spart *p, int64_t now_ms)
+{
+	if (!(p->throttle & SLUICE_THROTTLE_FOLLOWER) || !p->log)
+		return false;
+	if (sluice_plog_log_end(p->log) >= p->part.leader_hw)
+		return false; /* in sync: no lag behind the leader's high watermark (Kafka's isReplicaInSync) */
+	const struct sluice_broker_config *bc = ((const struct sstate *)sc->state)->bcfg;
+	int64_t rate = bc ? bc->follower_throttled_rate : INT64_MAX;
+	return sluice_rate_exceeded(&sc->b->follower_quota, rate, now_ms);
+}
+
+void sluice_store_follower_fetched(struct storecore *sc, const struct spart *p, size_t bytes, int64_t now_ms)
+{
+	if ((p->throttle & SLUICE_THROTTLE_FOLLOWER) && bytes > 0)
+		sluice_rate_record(&sc->b->follower_quota, (int64_t)bytes, now_ms);
+}
+
 bool sluice_store_follows(const struct spart *p, int32_t leader, int32_t epoch)
 {
 	return p->log && !p->part.is_leader && p->part.leader_id == leader && p->part.leader_epoch == epoch;
@@ -1054,6 +1116,91 @@ int sluice_store_follower_out_of_range(struct storecore *sc, struct spart *p, in
 	return -1;
 }
 
+static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16],
+		       int16_t error);
+
+/* A replica the metadata moved away from this broker, noted before any is
+ * removed (removal changes the table being walked). */
+struct moved_part {
+	char topic[SLUICE_TOPIC_NAME_MAX + 1];
+	int32_t partition;
+	uint8_t id[16];
+	int32_t leader;
+	char isr[SLUICE_REPLICAS_MAX * 12];
+};
+
+static bool ids_has(const int32_t *ids, int32_t n, int32_t id)
+{
+	for (int32_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* Whether the data of a replica no longer assigned here is provably
+ * garbage: the partition has a leader in a non-empty ISR without this
+ * broker. The controller takes a replica out of a live partition's
+ * replicas only when a reassignment completes (every replica that stays is
+ * in the ISR) or is cancelled (the adding replicas go, the ISR of the
+ * original ones stays), so every record this copy holds below its high
+ * watermark is on every ISR member; what lies above was never committed,
+ * and a follower's truncation would drop it too. Otherwise (the partition
+ * offline) the copy is kept and looked at again at the next change. */
+static bool moved_garbage(const struct sluice_partition_state *ps, int32_t self)
+{
+	if (ps->leader < 0 || ps->isr_n <= 0 || ids_has(ps->isr, ps->isr_n, self))
+		return false;
+	return ids_has(ps->isr, ps->isr_n, ps->leader);
+}
+
+/* Cluster mode, with the leadership sweep: every partition this core holds
+ * whose topic lives on (same topic id) but whose replicas no longer name
+ * this broker stops (part_stop), and its log is removed when that is
+ * provably garbage (moved_garbage), as Kafka's brokers delete a replica
+ * the metadata moved away. At most MOVED_SWEEP_PARTITIONS_MAX are removed
+ * in a pass; true when the pass was cut short (the next turn goes on). */
+static bool removed_sweep(struct storecore *sc, const struct sluice_meta_snapshot *snap)
+{
+	struct sstate *st = sc->state;
+	int32_t self = sc->b->cfg.node_id;
+	struct moved_part *gone = NULL;
+	uint32_t n = 0;
+	bool partial = false;
+	for (uint32_t i = 0; i < st->table_cap && !partial; i++) {
+		struct spart *p = st->table[i];
+		if (!p || !p->log || !p->has_topic_id)
+			continue;
+		const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+		const struct sluice_partition_state *ps =
+			t && !memcmp(t->id, p->topic_id, 16) ? sluice_topic_partition(t, p->partition) : NULL;
+		if (!ps || ids_has(ps->replicas, ps->replica_n, self))
+			continue;
+		part_stop(sc, p);
+		if (!moved_garbage(ps, self))
+			continue;
+		if (n == MOVED_SWEEP_PARTITIONS_MAX || (!gone && !(gone = calloc(MOVED_SWEEP_PARTITIONS_MAX, sizeof *gone)))) {
+			partial = true;
+			break;
+		}
+		struct moved_part *m = &gone[n++];
+		snprintf(m->topic, sizeof m->topic, "%s", p->topic);
+		m->partition = p->partition;
+		memcpy(m->id, p->topic_id, 16);
+		m->leader = ps->leader;
+		ids_text(m->isr, sizeof m->isr, ps->isr, ps->isr_n);
+	}
+	assert(n <= MOVED_SWEEP_PARTITIONS_MAX);
+	for (uint32_t i = 0; i < n; i++) {
+		SLOG_INFO("replication", "%s-%d: moved away from this broker (leader %d, ISR [%s], which hold every "
+			  "committed record): removing its log", gone[i].topic, gone[i].partition, gone[i].leader,
+			  gone[i].isr);
+		if (part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id, KERR_NOT_LEADER_OR_FOLLOWER) < 0)
+			partial = true; /* a rename failed (logged): tried again */
+	}
+	free(gone);
+	return partial;
+}
+
 /* Cluster mode, once per metadata change: every partition the snapshot
  * places a replica of on this broker and that this core owns is opened
  * (a follower's log exists before any client names it) and takes the
@@ -1070,6 +1217,9 @@ static void leadership_sweep(struct storecore *sc)
 	}
 	int32_t self = b->cfg.node_id;
 	bool partial = false;
+	/* The broker configuration this change brings (a replication throttle
+	 * set before a reassignment) holds before the partitions change. */
+	core_cfg_take(sc, snap);
 	for (uint32_t i = 0; i < snap->topic_n; i++) {
 		const struct sluice_topic *t = snap->topics[i];
 		for (int32_t pi = 0; pi < t->partitions; pi++) {
@@ -1090,10 +1240,13 @@ static void leadership_sweep(struct storecore *sc)
 				if (part_open(sc, p) != 0)
 					continue; /* logged; its next op tries again */
 			}
-			if (p)
+			if (p) {
+				p->throttle = ps->throttle;
 				part_leadership(sc, p, ps);
+			}
 		}
 	}
+	partial |= removed_sweep(sc, snap);
 	st->led_offset = snap->metadata_offset;
 	st->led_partial = partial;
 	b->meta.ops->release(b->meta.self, snap);
@@ -1369,9 +1522,11 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 /* Returns 0 once no directory of the partition (of topic id `id`) is left
- * under its name. A directory whose partition.metadata names another topic
- * id is not this topic's data and is left for the start-up check. */
-static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16])
+ * under its name; the ops still waiting on it are answered with error. A
+ * directory whose partition.metadata names another topic id is not this
+ * topic's data and is left for the start-up check. */
+static int part_delete(struct storecore *sc, const char *topic, int32_t partition, const uint8_t id[16],
+		       int16_t error)
 {
 	struct sstate *st = sc->state;
 	char dir[900];
@@ -1382,7 +1537,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		/* Fail anything still waiting, close the log, then drop the entry
 		 * and re-insert the rest of its probe cluster. */
 		for (struct partop *op; (op = sluice_partition_wait_pop(&p->part));) {
-			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op->error = error;
 			service_written(sc, op, false);
 			op_done(sc, op);
 		}
@@ -1392,7 +1547,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		for (struct partop *op = p->load_head, *next; op; op = next) {
 			next = op->next;
 			op->next = NULL;
-			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op->error = error;
 			op_done(sc, op);
 		}
 		p->load_head = p->load_tail = NULL;
@@ -1415,7 +1570,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 			st->parked_n--;
 			p->parked--;
 			op->next = NULL;
-			op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+			op->error = error;
 			op_done(sc, op);
 		}
 		if (p->cleaning) {
@@ -1548,7 +1703,7 @@ static void handle_op(struct storecore *sc, struct partop *op)
 {
 	struct sstate *st = sc->state;
 	if (op->kind == PARTOP_DELETE) {
-		if (part_delete(sc, op->topic, op->partition, op->topic_id) < 0)
+		if (part_delete(sc, op->topic, op->partition, op->topic_id, KERR_UNKNOWN_TOPIC_OR_PARTITION) < 0)
 			op->error = KERR_KAFKA_STORAGE_ERROR; /* the topic keeps its tombstone */
 		op_done(sc, op);
 		return;
@@ -1637,6 +1792,27 @@ static void read_slots_reclaim(struct storecore *sc)
 	st->slots = st->slot_free = NULL;
 }
 
+/* The leader replication throttle in effect on this core: bytes/s, INT64_MAX none. */
+static int64_t leader_rate(const struct storecore *sc)
+{
+	const struct sluice_broker_config *bc = ((const struct sstate *)sc->state)->bcfg;
+	return bc ? bc->leader_throttled_rate : INT64_MAX;
+}
+
+/* Kafka's shouldLeaderThrottle: a replica out of the ISR of a partition
+ * whose leader.replication.throttled.replicas names this replica gets no
+ * records while the bytes served for throttled partitions lately are
+ * above leader.replication.throttled.rate. */
+static bool leader_throttled(struct storecore *sc, const struct spart *p, int32_t replica_id, int64_t now)
+{
+	if (!(p->throttle & SLUICE_THROTTLE_LEADER))
+		return false;
+	for (uint8_t i = 0; i < p->part.replica_n; i++)
+		if (p->part.replicas[i].id == replica_id && p->part.replicas[i].in_isr)
+			return false;
+	return sluice_rate_exceeded(&sc->b->leader_quota, leader_rate(sc), now);
+}
+
 /* A follower's fetch on this replica (Kafka's Partition.fetchRecords for a
  * follower): refused unless this replica leads at the epoch the follower
  * names (FENCED_LEADER_EPOCH older, UNKNOWN_LEADER_EPOCH newer) and the
@@ -1682,6 +1858,11 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 	op->high_watermark = sluice_partition_high_watermark(pt);
 	op->hw_news = sluice_partition_replica_fetch(pt, op->replica_id, op->replica_log_start);
 	deletes_check(sc, p); /* its log start may be what a DeleteRecords waits for */
+	if (leader_throttled(sc, p, op->replica_id, now)) {
+		op->rlen = 0; /* Kafka's leader answers a throttled replica with no records */
+		op_done(sc, op);
+		return true;
+	}
 	return false;
 }
 
@@ -1741,7 +1922,7 @@ static bool read_route(struct storecore *sc, struct spart *p, struct partop *op,
 		*hw = sluice_plog_written_end(p->log);
 		return false;
 	}
-	if (!p->part.is_leader && !op->follower_read) {
+	if (p->moved || (!p->part.is_leader && !op->follower_read)) {
 		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
 		op_done(sc, op);
 		return true;
@@ -1787,6 +1968,9 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 		op->error = KERR_KAFKA_STORAGE_ERROR;
 	else
 		op->rlen = n;
+	/* Kafka counts every throttled partition's bytes sent to followers. */
+	if (n > 0 && op->from_replica && (p->throttle & SLUICE_THROTTLE_LEADER))
+		sluice_rate_record(&sc->b->leader_quota, n, sluice_now_ms());
 	if (n == 0 && op->watch)
 		sluice_partition_watch(&p->part, op->net_core);
 	op->load_retries = 0;
@@ -2017,9 +2201,28 @@ static void expire_waiting(struct storecore *sc, int64_t now)
 	}
 }
 
+/* Cluster mode: whether the newest metadata still places a replica of p
+ * here (or says nothing of it). An op carrying an older word must not
+ * create the log of a replica moved away (removed_sweep deleted it). */
+static bool replica_here(struct storecore *sc, const struct spart *p)
+{
+	struct broker *b = sc->b;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+	const struct sluice_partition_state *ps = t ? sluice_topic_partition(t, p->partition) : NULL;
+	bool here = !ps || ids_has(ps->replicas, ps->replica_n, b->cfg.node_id);
+	b->meta.ops->release(b->meta.self, snap);
+	return here;
+}
+
 static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 {
 	struct sstate *st = sc->state;
+	if (!p->log && sluice_config_cluster_mode(&sc->b->cfg) && !replica_here(sc, p)) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		op_done(sc, op);
+		return;
+	}
 	if (!p->log) {
 		st->opens_turn++;
 		int16_t e = part_open(sc, p);
@@ -2567,7 +2770,7 @@ static void deleted_sweep(struct storecore *sc)
 		sluice_topic_id_base64(gone[i].id, hex);
 		SLOG_WARN("storage", "%s-%d: topic id %s is no longer in the cluster's metadata (deleted through another "
 			  "broker): removing its log", gone[i].topic, gone[i].partition, hex);
-		(void)part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id);
+		(void)part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id, KERR_UNKNOWN_TOPIC_OR_PARTITION);
 	}
 	free(gone);
 }
@@ -2936,6 +3139,11 @@ int sluice_storage_core_start(struct storecore *sc)
 	 * stays until the process exits (a core stopping later merges it). */
 	if (sc->id == 0 && pthread_mutex_init(&sc->b->hw_ckpt_mu, NULL) != 0)
 		return -1;
+	if (sc->id == 0) {
+		int64_t window_ms = (int64_t)cfg->replication_quota_window_size_seconds * 1000;
+		sluice_rate_init(&sc->b->leader_quota, cfg->replication_quota_window_num, window_ms);
+		sluice_rate_init(&sc->b->follower_quota, cfg->replication_quota_window_num, window_ms);
+	}
 	st->fds_max = cfg->open_files_max;
 	if (st->fds_max <= 0) {
 		/* Half of what the process may open, shared by the storage cores;

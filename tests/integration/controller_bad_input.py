@@ -98,12 +98,16 @@ def samples(broker, topic_id):
     pid = Enc().i32(broker.id).i64(broker.epoch).tags().done()
     dcl = Enc().i8(0).i8(2).tags().done()
     av = Enc().string("bad-input", True).string("1", True).tags().done()
+    ra = (Enc().i32(1000).i8(1).array_len(1, True).string("t", True).array_len(1, True).i32(0)
+          .array_len(1, True).i32(broker.id).tags().tags().tags().done())
+    lr = Enc().i32(1000).array_len(1, True).string("t", True).array_len(1, True).i32(0).tags().tags().done()
     return [
         ("DescribeQuorum", 55, 1, dq), ("BrokerRegistration", 62, 3, reg), ("BrokerHeartbeat", 63, 1, hb),
         ("Fetch", 1, 12, fetch), ("FetchSnapshot", 59, 0, fsnap), ("CreateTopics", 19, 7, ct),
         ("DeleteTopics", 20, 6, dt), ("CreatePartitions", 37, 3, cp), ("IncrementalAlterConfigs", 44, 1, iac),
         ("DescribeConfigs", 32, 4, dc), ("AlterPartition", 56, 2, ap), ("AllocateProducerIds", 67, 0, pid),
         ("DescribeCluster", 60, 1, dcl), ("ApiVersions", 18, 3, av),
+        ("AlterPartitionReassignments", 45, 1, ra), ("ListPartitionReassignments", 46, 0, lr),
     ]
 
 

@@ -1513,3 +1513,257 @@ Test(ctl_scale, fencing_a_broker_of_ten_thousand_partitions_is_one_quick_pass, .
 	check_settled(&e, TIMEOUT_MS + 2);
 	env_fini(&e);
 }
+
+/* ---- AlterPartitionReassignments (KIP-455) ------------------------------------------------------ */
+
+static struct sluice_mrec_ids ids_of(int32_t n, const int32_t *v)
+{
+	struct sluice_mrec_ids s = {.n = n};
+	if (n > 0)
+		memcpy(s.id, v, (size_t)n * sizeof v[0]);
+	return s;
+}
+
+static bool ids_are(const struct sluice_mrec_ids *s, int32_t n, const int32_t *v)
+{
+	return s->n == n && memcmp(s->id, v, (size_t)n * sizeof v[0]) == 0;
+}
+#define IDS_ARE(s, ...) ids_are((s), (int32_t)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t)), (int32_t[]){__VA_ARGS__})
+
+static int16_t reassign(struct env *e, const char *topic, int32_t p, int32_t n, const int32_t *target, bool allow_rf)
+{
+	struct sluice_mrec_ids t = n >= 0 ? ids_of(n, target) : (struct sluice_mrec_ids){0};
+	int16_t err = sluice_ctl_reassign(e->ctl, topic, strlen(topic), p, n >= 0 ? &t : NULL, allow_rf, &e->out, e->msg,
+					  sizeof e->msg);
+	if (err)
+		cr_assert_eq(e->out.n, 0, "a refused reassignment appends nothing");
+	apply_out(e);
+	return err;
+}
+
+/* The partition's leader reports ISR isr (AlterPartition at its current epochs). */
+static int16_t isr_report(struct env *e, const char *topic, int32_t pi, int32_t n, const int32_t *isr)
+{
+	const struct sluice_image_topic *t = sluice_image_topic_by_name(e->img, topic, strlen(topic));
+	const struct sluice_image_partition *p = &t->partitions[pi];
+	struct sluice_ctl_alter_partition a = {.broker_id = p->leader,
+					       .broker_epoch = sluice_image_broker(e->img, p->leader)->epoch,
+					       .partition = pi, .leader_epoch = p->leader_epoch,
+					       .partition_epoch = p->partition_epoch};
+	memcpy(a.topic_id, t->id, 16);
+	a.new_isr = ids_of(n, isr);
+	int16_t err = sluice_ctl_alter_partition(e->ctl, &a, &e->out);
+	apply_out(e);
+	return err;
+}
+
+Test(ctl_reassign, a_move_adds_then_completes_once_the_targets_are_in_sync_and_the_leader_moves)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 4; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1}};
+	put_topic(&e, "t", 0x51, 1, 1, r, NULL);
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	int32_t epoch0 = p->leader_epoch, pepoch0 = p->partition_epoch;
+	cr_assert(!sluice_ctl_reassigning(p));
+	/* Stage 1: the targets join the replicas as adding, the old one stays as removing. */
+	cr_assert_eq(reassign(&e, "t", 0, 2, (int32_t[]){2, 3}, true), 0, "%s", e.msg);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 2, 3, 1));
+	cr_assert(IDS_ARE(&p->adding, 2, 3));
+	cr_assert(IDS_ARE(&p->removing, 1));
+	cr_assert(IDS_ARE(&p->isr, 1));
+	cr_assert_eq(p->leader, 1);
+	cr_assert_eq(p->leader_epoch, epoch0, "adding replicas keeps the leader epoch");
+	cr_assert_eq(p->partition_epoch, pepoch0 + 1);
+	cr_assert(sluice_ctl_reassigning(p));
+	check_settled(&e, 0);
+	/* One target in sync: not complete yet. */
+	cr_assert_eq(isr_report(&e, "t", 0, 2, (int32_t[]){1, 2}), 0);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->isr, 1, 2));
+	cr_assert(sluice_ctl_reassigning(p));
+	/* Both: the reassignment completes in the same record; the leader, removed, moves to the first target. */
+	cr_assert_eq(isr_report(&e, "t", 0, 3, (int32_t[]){1, 2, 3}), 0);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 2, 3), "replicas %d", p->replicas.n);
+	cr_assert(IDS_ARE(&p->isr, 2, 3));
+	cr_assert_eq(p->adding.n, 0);
+	cr_assert_eq(p->removing.n, 0);
+	cr_assert_eq(p->leader, 2);
+	cr_assert_eq(p->leader_epoch, epoch0 + 1);
+	cr_assert(!sluice_ctl_reassigning(p));
+	check_settled(&e, 0);
+	env_fini(&e);
+}
+
+Test(ctl_reassign, a_kept_leader_still_gets_a_new_epoch_when_a_replica_leaves)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 4; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1, 2, 3}};
+	put_topic(&e, "t", 0x52, 1, 3, r, NULL);
+	int32_t epoch0 = part(&e, "t", 0)->leader_epoch;
+	cr_assert_eq(reassign(&e, "t", 0, 3, (int32_t[]){1, 2, 4}, true), 0, "%s", e.msg);
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 1, 2, 4, 3));
+	cr_assert(IDS_ARE(&p->adding, 4));
+	cr_assert(IDS_ARE(&p->removing, 3));
+	cr_assert_eq(isr_report(&e, "t", 0, 4, (int32_t[]){1, 2, 3, 4}), 0);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 1, 2, 4));
+	cr_assert(IDS_ARE(&p->isr, 1, 2, 4));
+	cr_assert_eq(p->leader, 1);
+	cr_assert_eq(p->leader_epoch, epoch0 + 1, "Kafka bumps the leader epoch when a replica leaves");
+	check_settled(&e, 0);
+	env_fini(&e);
+}
+
+Test(ctl_reassign, reordering_completes_at_once_and_the_same_target_changes_nothing)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 3; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1, 2, 3}};
+	put_topic(&e, "t", 0x53, 1, 3, r, NULL);
+	int64_t off = sluice_image_offset(e.img);
+	cr_assert_eq(reassign(&e, "t", 0, 3, (int32_t[]){1, 2, 3}, false), 0);
+	cr_assert_eq(sluice_image_offset(e.img), off, "nothing to change: no record");
+	cr_assert_eq(reassign(&e, "t", 0, 3, (int32_t[]){3, 1, 2}, false), 0);
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 3, 1, 2));
+	cr_assert(!sluice_ctl_reassigning(p));
+	cr_assert_eq(p->leader, 1, "the leader stays (the preferred one is restored by the rebalance)");
+	env_fini(&e);
+}
+
+Test(ctl_reassign, cancel_reverts_to_the_original_replicas)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 4; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1, 2}};
+	put_topic(&e, "t", 0x54, 1, 2, r, NULL);
+	cr_assert_eq(reassign(&e, "t", 0, -1, NULL, true), KERR_NO_REASSIGNMENT_IN_PROGRESS);
+	cr_assert_str_eq(e.msg, "No partition reassignment is in progress.");
+	cr_assert_eq(reassign(&e, "t", 0, 2, (int32_t[]){3, 4}, true), 0);
+	cr_assert_eq(isr_report(&e, "t", 0, 3, (int32_t[]){1, 2, 3}), 0, "one adding replica in sync");
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 3, 4, 1, 2));
+	int32_t epoch = p->leader_epoch;
+	cr_assert_eq(reassign(&e, "t", 0, -1, NULL, true), 0, "%s", e.msg);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 1, 2));
+	cr_assert(IDS_ARE(&p->isr, 1, 2), "the adding replica leaves the ISR too");
+	cr_assert_eq(p->adding.n, 0);
+	cr_assert_eq(p->removing.n, 0);
+	cr_assert_eq(p->leader, 1);
+	cr_assert_eq(p->leader_epoch, epoch + 1, "replicas left: a new leader epoch");
+	cr_assert_eq(reassign(&e, "t", 0, -1, NULL, true), KERR_NO_REASSIGNMENT_IN_PROGRESS);
+	check_settled(&e, 0);
+	env_fini(&e);
+}
+
+Test(ctl_reassign, a_cancel_needing_an_unclean_election_is_refused_unless_the_topic_allows_it)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 3; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1}};
+	put_topic(&e, "t", 0x55, 1, 1, r, NULL);
+	cr_assert_eq(reassign(&e, "t", 0, 2, (int32_t[]){2, 3}, true), 0);
+	/* Broker 1 fences: its partition's ISR can only be the adding replicas now... */
+	cr_assert_eq(isr_report(&e, "t", 0, 2, (int32_t[]){1, 2}), 0);
+	struct sluice_mrec f = {.type = SLUICE_MREC_FENCE_BROKER};
+	f.fence_broker.id = 1;
+	f.fence_broker.epoch = sluice_image_broker(e.img, 1)->epoch;
+	apply1(&e, &f);
+	sluice_ctl_tick(e.ctl, 0, &e.out);
+	apply_out(&e);
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->isr, 2), "isr n %d", p->isr.n);
+	cr_assert_eq(p->leader, 2);
+	/* ... so a revert to [1] needs an unclean election. */
+	cr_assert_eq(reassign(&e, "t", 0, -1, NULL, true), KERR_INVALID_REPLICA_ASSIGNMENT);
+	cr_assert_str_eq(e.msg, "Unable to revert partition assignment for t:0 because it would require an unclean "
+				"leader election.");
+	put_config(&e, SLUICE_MREC_RESOURCE_TOPIC, "t", "unclean.leader.election.enable", "true");
+	cr_assert_eq(reassign(&e, "t", 0, -1, NULL, true), 0, "%s", e.msg);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 1));
+	cr_assert(!sluice_ctl_reassigning(p));
+	env_fini(&e);
+}
+
+Test(ctl_reassign, targets_are_checked_as_kafka_does)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 3; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1, 2}};
+	put_topic(&e, "t", 0x56, 1, 2, r, NULL);
+	cr_assert_eq(reassign(&e, "nope", 0, 1, (int32_t[]){1}, true), KERR_UNKNOWN_TOPIC_OR_PARTITION);
+	cr_assert_str_eq(e.msg, "Unable to find a topic named nope.");
+	cr_assert_eq(reassign(&e, "t", 1, 1, (int32_t[]){1}, true), KERR_UNKNOWN_TOPIC_OR_PARTITION);
+	cr_assert_str_eq(e.msg, "Unable to find partition t:1.");
+	cr_assert_eq(reassign(&e, "t", 0, 0, NULL, true), KERR_INVALID_REPLICA_ASSIGNMENT);
+	cr_assert_str_eq(e.msg, "The manual partition assignment includes an empty replica list.");
+	cr_assert_eq(reassign(&e, "t", 0, 2, (int32_t[]){7, 1}, true), KERR_INVALID_REPLICA_ASSIGNMENT);
+	cr_assert_str_eq(e.msg, "The manual partition assignment includes broker 7, but no such broker is registered.");
+	cr_assert_eq(reassign(&e, "t", 0, 3, (int32_t[]){2, 1, 2}, true), KERR_INVALID_REPLICA_ASSIGNMENT);
+	cr_assert_str_eq(e.msg, "The manual partition assignment includes the broker 2 more than once.");
+	cr_assert_eq(reassign(&e, "t", 0, 3, (int32_t[]){1, 2, 3}, false), KERR_INVALID_REPLICATION_FACTOR);
+	cr_assert_str_eq(e.msg, "The replication factor is changed from 2 to 3");
+	cr_assert_eq(reassign(&e, "t", 0, 2, (int32_t[]){3, 2}, false), 0, "the same factor is allowed");
+	/* While it runs, the factor it is headed for counts: [3,2] is 2 long. */
+	cr_assert_eq(reassign(&e, "t", 0, 1, (int32_t[]){3}, false), KERR_INVALID_REPLICATION_FACTOR);
+	cr_assert_str_eq(e.msg, "The replication factor is changed from 2 to 1");
+	env_fini(&e);
+}
+
+Test(ctl_reassign, a_fenced_removing_leader_completes_the_move_through_the_ticks)
+{
+	struct env e;
+	env_init(&e, cfg_default());
+	for (int32_t id = 1; id <= 3; id++)
+		put_broker(&e, id, NULL, false);
+	static const int32_t r[][3] = {{1}};
+	put_topic(&e, "t", 0x57, 1, 1, r, NULL);
+	cr_assert_eq(reassign(&e, "t", 0, 2, (int32_t[]){2, 3}, true), 0);
+	cr_assert_eq(isr_report(&e, "t", 0, 3, (int32_t[]){1, 2, 3}), 0);
+	const struct sluice_image_partition *p = part(&e, "t", 0);
+	cr_assert(!sluice_ctl_reassigning(p));
+	cr_assert(IDS_ARE(&p->replicas, 2, 3));
+	cr_assert_eq(p->leader, 2);
+	/* And a new reassignment back while nothing is in sync but the leader. */
+	cr_assert_eq(reassign(&e, "t", 0, 1, (int32_t[]){1}, true), 0);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 1, 2, 3));
+	cr_assert(IDS_ARE(&p->adding, 1));
+	cr_assert(IDS_ARE(&p->removing, 2, 3));
+	/* The fenced leader's ISR shrink alone cannot complete it (1 is not in sync). */
+	struct sluice_mrec f = {.type = SLUICE_MREC_FENCE_BROKER};
+	f.fence_broker.id = 3;
+	f.fence_broker.epoch = sluice_image_broker(e.img, 3)->epoch;
+	apply1(&e, &f);
+	sluice_ctl_tick(e.ctl, 0, &e.out);
+	apply_out(&e);
+	p = part(&e, "t", 0);
+	cr_assert(sluice_ctl_reassigning(p));
+	cr_assert(IDS_ARE(&p->isr, 2));
+	cr_assert_eq(isr_report(&e, "t", 0, 2, (int32_t[]){2, 1}), 0);
+	p = part(&e, "t", 0);
+	cr_assert(IDS_ARE(&p->replicas, 1));
+	cr_assert(IDS_ARE(&p->isr, 1));
+	cr_assert_eq(p->leader, 1);
+	check_settled(&e, 0);
+	env_fini(&e);
+}

@@ -150,12 +150,25 @@ static struct sluice_mrec *ref_partition_change(int16_t version, int which)
 	case 2:
 		c->partition_id = 1;
 		break;
-	case 3: /* v0: removing and adding replicas are dropped */
+	case 3: /* v0, with a reassignment's removing and adding replicas */
 		c->partition_id = 2;
 		c->has_isr = true;
 		IDS(c->isr, 3);
 		c->has_leader = true;
 		c->leader = 3;
+		c->has_removing = true;
+		IDS(c->removing, 4);
+		c->has_adding = true;
+		IDS(c->adding, 5);
+		break;
+	case 5: /* a reassignment starting: replicas, removing and adding */
+		c->partition_id = 7;
+		c->has_replicas = true;
+		IDS(c->replicas, 2, 3, 1);
+		c->has_removing = true;
+		IDS(c->removing, 1);
+		c->has_adding = true;
+		IDS(c->adding, 2, 3);
 		break;
 	case 4: /* v1: directories are dropped */
 		c->partition_id = 2;
@@ -295,6 +308,10 @@ static const struct reference refs[] = {
 	{"partition_change_v2_leader_none", "010502000000001112131415161718191a1b1c1d1e1f20010104ffffffff", b_change, 2, 1,
 	 0, 0, true},
 	{"partition_change_v2_nothing", "010502000000011112131415161718191a1b1c1d1e1f2000", b_change, 2, 2, 0, 0, true},
+	{"partition_change_v2_reassigning",
+	 "010502000000071112131415161718191a1b1c1d1e1f2003020d04000000020000000300000001030502000000010409030000000200"
+	 "000003",
+	 b_change, 2, 5, 0, 0, true},
 	{"partition_change_v0",
 	 "010500000000021112131415161718191a1b1c1d1e1f2004000502000000030104000000030305020000000404050200000005",
 	 b_change, 0, 3, 0, 0, false},

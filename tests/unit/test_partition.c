@@ -329,6 +329,35 @@ Test(partition, isr_refused)
 	cr_expect(isr[0] == SELF, "and 3 does not join");
 }
 
+/* Proves what a reassignment does to a replica's state: an adding replica
+ * joins the leader's replicas without a new term and is asked into the ISR
+ * once caught up; a leader told the controller moved on (isr_stale) asks
+ * nothing more until the next word; a replica moved away (stop_replica)
+ * neither leads nor asks, and a word naming it again at a higher epoch
+ * makes it a follower. */
+Test(partition, reassignment)
+{
+	int32_t one[] = {SELF}, moving[] = {2, 3, SELF}, isr[SLUICE_PARTITION_REPLICAS_MAX];
+	cr_assert_eq(lead(SELF, 0, 0, one, 1, one, 1, 0), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_on_written(&P, 50);
+	cr_assert_eq(lead(SELF, 0, 1, moving, 3, one, 1, 100), SLUICE_PARTITION_UPDATED, "adding replicas: same term");
+	cr_expect(P.is_leader && P.replica_n == 3);
+	(void)sluice_partition_replica_position(&P, 2, 50, 200);
+	(void)sluice_partition_replica_position(&P, 3, 50, 200);
+	uint8_t n = sluice_partition_isr_wanted(&P, 200, 1000, isr);
+	cr_assert_eq(n, 3, "both new replicas caught up: they join");
+	sluice_partition_isr_inflight(&P, isr, n);
+	sluice_partition_isr_settled(&P);
+	sluice_partition_isr_stale(&P); /* the answer: the controller completed the move (new epoch) */
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 300, 1000, isr), 0, "nothing asked until the word comes");
+	sluice_partition_stop_replica(&P); /* the word: moved away from SELF */
+	cr_expect(!P.is_leader && P.leader_id == -1);
+	cr_expect_eq(sluice_partition_isr_wanted(&P, 400, 1000, isr), 0, "a stopped replica asks for nothing");
+	int32_t back[] = {2, SELF};
+	cr_assert_eq(lead(2, 1, 3, back, 2, back, 2, 500), SLUICE_PARTITION_FOLLOWER, "named again: a follower");
+	cr_expect(!P.is_leader && P.leader_id == 2 && !P.isr_stale);
+}
+
 /* Proves Kafka's truncation rule for a follower told where its log
  * diverged: the end of that epoch here capped by the leader's end; an
  * epoch the leader named that this log lacks cuts to the end of its largest
