@@ -445,9 +445,9 @@ static void on_written(struct sluice_plog *l, void *arg)
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
 /* p's replica here is no longer one of the partition's: it stops following
- * and leading, and its acks=all appends and DeleteRecords waiting are refused with
- * NOT_LEADER_OR_FOLLOWER (the producer retries at the new leader). Its
- * log stays until removed_sweep proves it garbage. */
+ * and leading, and its acks=all appends and DeleteRecords waiting are
+ * refused with NOT_LEADER_OR_FOLLOWER (the producer retries at the new
+ * leader). Its log stays until removed_sweep proves it garbage. */
 static void part_stop(struct storecore *sc, struct spart *p)
 {
 	sluice_fetcher_unfollow(sc, &p->follow);
