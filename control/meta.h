@@ -282,6 +282,14 @@ struct sluice_meta_ops {
 	 * 0, or -1 (not registered, the queue full: nothing sent, done will
 	 * not be called). */
 	int (*alter_partition)(void *self, struct sluice_meta_isr_change *c);
+	/* Optional (NULL in the local backend: always true): whether this
+	 * broker may still act on its leaderships at monotonic time now_ms,
+	 * its lease from the last heartbeat the controller answered unfenced
+	 * (sent less than broker.session.timeout.ms ago, so the controller
+	 * cannot have fenced it yet). A broker paused past its session (SIGSTOP,
+	 * a stall) finds it expired when it runs again, before any heartbeat
+	 * brings the news that its leaderships moved. Any thread. */
+	bool (*lease_valid)(void *self, int64_t now_ms);
 };
 
 struct sluice_meta {

@@ -43,6 +43,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,7 @@ struct mc {
 	uint64_t fetch_sent, fetch_done; /* metadata fetch rounds sent and applied */
 	int64_t fetch_hwm;       /* high watermark of round fetch_done */
 	bool want_shutdown, should_shutdown, hb_kick;
+	_Atomic int64_t lease_until_ms; /* monotonic; 0: none (lease_valid) */
 	char last_error[256];    /* why the heartbeat thread is not registered */
 	struct sluice_meta_controller_stats stats;
 
@@ -1206,7 +1208,8 @@ static int hb_beat(struct mc *m, struct mc_conn *c, int64_t epoch)
 	kwr_bool(&w, want_shutdown);
 	kwr_tags_empty(&w);
 	struct krd r;
-	enum call_result cr = conn_call(m, c, API_BROKER_HEARTBEAT, 1, &w, now_ms() + MC_REQUEST_TIMEOUT_MS, &r);
+	int64_t sent_ms = now_ms();
+	enum call_result cr = conn_call(m, c, API_BROKER_HEARTBEAT, 1, &w, sent_ms + MC_REQUEST_TIMEOUT_MS, &r);
 	kwr_free(&w);
 	if (cr != CALL_OK)
 		return -1;
@@ -1239,6 +1242,9 @@ static int hb_beat(struct mc *m, struct mc_conn *c, int64_t epoch)
 			SLOG_INFO("meta", "node %d is %s", m->cfg.node_id, fenced ? "fenced" : "unfenced");
 		m->fenced = fenced;
 		m->should_shutdown = should_shutdown;
+		/* The controller heard from this broker no earlier than sent_ms:
+		 * it fences no sooner than a session after that. */
+		atomic_store(&m->lease_until_ms, fenced ? 0 : sent_ms + m->cfg.session_timeout_ms);
 	}
 	pthread_cond_broadcast(&m->changed);
 	pthread_mutex_unlock(&m->lock);
@@ -2927,6 +2933,12 @@ static int16_t mc_batch_commit(void *self, char *msg, size_t msglen)
 	return first;
 }
 
+static bool mc_lease_valid(void *self, int64_t now)
+{
+	struct mc *m = self;
+	return now < atomic_load(&m->lease_until_ms);
+}
+
 static const struct sluice_meta_ops controller_ops = {
 	.acquire = mc_acquire,
 	.release = mc_release,
@@ -2941,6 +2953,7 @@ static const struct sluice_meta_ops controller_ops = {
 	.forget_deleted = mc_forget_deleted,
 	.forward = mc_forward,
 	.alter_partition = mc_alter_partition,
+	.lease_valid = mc_lease_valid,
 };
 
 /* ---- open, readiness, controlled shutdown, close ------------------------------------------ */
@@ -2972,6 +2985,9 @@ void sluice_meta_controller_config_from(struct sluice_meta_controller_config *ou
 	out->heartbeat_interval_ms = SLUICE_META_CONTROLLER_HEARTBEAT_MS_DEFAULT;
 	if (config_get(cfg, "broker.heartbeat.interval.ms", v, sizeof v) && atoi(v) > 0)
 		out->heartbeat_interval_ms = atoi(v);
+	out->session_timeout_ms = SLUICE_META_CONTROLLER_SESSION_MS_DEFAULT;
+	if (config_get(cfg, "broker.session.timeout.ms", v, sizeof v) && atoi(v) > 0)
+		out->session_timeout_ms = atoi(v);
 	out->base = cfg;
 }
 
@@ -3025,6 +3041,8 @@ static int mc_configure(struct mc *m, const struct sluice_meta_controller_config
 	}
 	if (cc->heartbeat_interval_ms <= 0)
 		m->cfg.heartbeat_interval_ms = SLUICE_META_CONTROLLER_HEARTBEAT_MS_DEFAULT;
+	if (cc->session_timeout_ms <= 0)
+		m->cfg.session_timeout_ms = SLUICE_META_CONTROLLER_SESSION_MS_DEFAULT;
 	if (!cc->quorum_voters[0] && !cc->bootstrap_servers[0]) {
 		snprintf(err, errlen, "controller.quorum.voters (or controller.quorum.bootstrap.servers) is not set");
 		return -1;

@@ -13,6 +13,7 @@
 #include "control/meta.h"
 
 #define SLUICE_META_CONTROLLER_HEARTBEAT_MS_DEFAULT 2000
+#define SLUICE_META_CONTROLLER_SESSION_MS_DEFAULT 9000 /* broker.session.timeout.ms, as Kafka */
 
 struct sluice_meta_controller_config {
 	int32_t node_id;                                /* node.id */
@@ -24,6 +25,7 @@ struct sluice_meta_controller_config {
 	char listeners[SLUICE_CONFIG_STRING_MAX];
 	char rack[SLUICE_BROKER_RACK_MAX + 1];          /* broker.rack; "": none */
 	int32_t heartbeat_interval_ms;                  /* broker.heartbeat.interval.ms */
+	int32_t session_timeout_ms;                     /* broker.session.timeout.ms: the lease (meta.h lease_valid) */
 	/* The broker's finished static configuration, which the dynamic broker
 	 * configs of the quorum apply over (copied at open); NULL: the defaults. */
 	const struct sluice_config *base;

@@ -119,6 +119,14 @@ static int16_t group_coordinator_error(struct req *r, int32_t p)
 	const struct sluice_partition_state *st = t ? sluice_topic_partition(t, p) : NULL;
 	if (!st)
 		return sluice_proto_cluster_mode(r) ? KERR_COORDINATOR_NOT_AVAILABLE : KERR_NONE;
+	/* Paused past its session (SIGSTOP, a stall), this broker may have been
+	 * replaced as coordinator without knowing it yet: it answers nothing
+	 * from groups it may no longer hold (a stale OffsetFetch would show
+	 * committed offsets going back) until a heartbeat renews its lease. */
+	const struct sluice_meta *m = &r->nc->b->meta;
+	if (st->leader == r->nc->b->cfg.node_id && m->ops->lease_valid &&
+	    !m->ops->lease_valid(m->self, sluice_now_ms()))
+		return KERR_NOT_COORDINATOR;
 	if (st->leader == r->nc->b->cfg.node_id)
 		return KERR_NONE;
 	return st->leader < 0 ? KERR_COORDINATOR_NOT_AVAILABLE : KERR_NOT_COORDINATOR;

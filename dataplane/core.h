@@ -47,8 +47,16 @@ enum {
 /* PARTOP_EPOCH_END (OffsetForLeaderEpoch): offset holds the LeaderEpoch
  * asked about; the answer is base_offset (EndOffset) and last_offset (the
  * LeaderEpoch found), both -1 when unknown. */
+/* PARTOP_LOG_DIR (DescribeLogDirs): where this broker keeps the partition
+ * and how much of it, read from the open log without any I/O and without
+ * creating or opening one: log_dir, log_bytes and offset_lag below, or
+ * UNKNOWN_TOPIC_OR_PARTITION when the storage core holds no open log of it
+ * (never created here, offline, or moved away). PARTOP_DIR_SPACE: the size
+ * of the volume under data directory log_dir (statvfs), sent to a storage
+ * core by core_plus1 (its answer may wait on the filesystem, which no
+ * network core should). */
 enum partop_kind { PARTOP_APPEND = 1, PARTOP_READ, PARTOP_LIST_OFFSETS, PARTOP_DELETE, PARTOP_DELETE_RECORDS,
-		   PARTOP_GROUP, PARTOP_EPOCH_END };
+		   PARTOP_GROUP, PARTOP_EPOCH_END, PARTOP_LOG_DIR, PARTOP_DIR_SPACE };
 
 struct req;
 
@@ -142,6 +150,14 @@ struct partop {
 	struct sluice_read_pins *pins; /* READ answered by reference (rdata NULL), or NULL */
 	uint32_t splice_at;      /* READ: where its pinned records go in the response (0: copied) */
 	uint8_t load_retries;    /* READ: times it waited for a cold extent to load */
+	/* LOG_DIR: the data directory (index into log.dirs) holding the log,
+	 * the bytes of its segments and its offset lag (outputs); DIR_SPACE:
+	 * the directory asked about (input) and its volume's total and usable
+	 * bytes (outputs). */
+	int16_t log_dir;
+	int64_t log_bytes;
+	int64_t offset_lag;
+	int64_t dir_total_bytes, dir_usable_bytes;
 	struct partop *next;     /* storage-side wait list link */
 	struct partop *prev;     /* ... and its back link in a partition's wait lists (partition.c) */
 	struct sluice_deadline deadline; /* storage side: armed while it waits with a timeout (deadline.h) */
@@ -170,6 +186,7 @@ struct partop {
 _Static_assert(SLUICE_CORES_MAX - 1 <= UINT8_MAX, "struct partop's net_core holds a network core id");
 _Static_assert(SLUICE_REPLICAS_MAX <= 16, "struct partop's rack_replicas holds a bit per replica");
 _Static_assert(SLUICE_CORES_MAX < INT16_MAX, "struct partop's core_plus1 holds a storage core id plus one");
+_Static_assert(SLUICE_LOG_DIRS_MAX <= INT16_MAX, "struct partop's log_dir holds a data directory index");
 
 struct broker;
 

@@ -20,7 +20,20 @@
  * an answer that does not parse, no answer within
  * replica.socket.timeout.ms past the wait) is closed and tried again after
  * replica.fetch.backoff.ms; a partition whose answer carries an error
- * waits that long before it is asked for again. */
+ * waits that long before it is asked for again.
+ *
+ * A partition that starts following a leader whose connection has a
+ * request out would wait for that request's answer, which the leader holds
+ * up to replica.fetch.wait.max.ms when the partitions it names are quiet:
+ * while it does, the new partition's acks=all writes wait too (the new
+ * leader's high watermark needs this follower). So the connection is
+ * started over at once instead (the request abandoned, no backoff), and
+ * the next request names the partition (conn_rejoin). For the same
+ * reason a request asks the leader to hold it no longer than until the
+ * first of its connection's partitions waiting out a backoff may be asked
+ * for again; and a leader that does not know yet that it leads a partition
+ * (it learns from the same metadata as this follower, maybe later) is asked
+ * again after FETCH_LEADER_BEHIND_RETRY_MS, not replica.fetch.backoff.ms. */
 #include "dataplane/fetcher.h"
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
@@ -53,6 +66,9 @@
 #define FETCH_API_KEY 1
 #define FETCH_API_VERSION 12 /* flexible, LastFetchedEpoch and DivergingEpoch; names, not topic ids */
 #define FETCH_TAG_DIVERGING_EPOCH 0
+/* A leader not (yet) leading a partition at this follower's epoch: asked
+ * again this soon, or after replica.fetch.backoff.ms if that is shorter. */
+#define FETCH_LEADER_BEHIND_RETRY_MS 50
 _Static_assert(FETCH_REQUEST_PARTITIONS_MAX <= UINT16_MAX, "a request's partition count");
 
 enum { UD_CONNECT, UD_SEND, UD_RECV };
@@ -84,6 +100,7 @@ struct fconn {
 	bool done[SLUICE_FETCHER_UD_KINDS];   /* completions recorded, not yet acted on */
 	int32_t res[SLUICE_FETCHER_UD_KINDS];
 	bool failing;                         /* failed since the last answer: log no more */
+	bool rejoin;                          /* a partition joined with a request out: start over */
 	struct sockaddr_in addr;              /* what connect points at while in flight */
 	int64_t deadline_ms;                  /* the operation in flight must complete by then */
 	int64_t retry_ms;                     /* IDLE: connect again not before this */
@@ -233,6 +250,9 @@ void sluice_fetcher_follow(struct storecore *sc, struct sluice_follow **fp, stru
 		return;
 	}
 	list_add(c, f);
+	/* The request out does not name it: the next tick, at once, starts over. */
+	if (c->state == C_SENDING || c->state == C_RECEIVING)
+		c->rejoin = fetcher_of(sc)->pending = true;
 }
 
 void sluice_fetcher_unfollow(struct storecore *sc, struct sluice_follow **fp)
@@ -343,6 +363,24 @@ static void conn_fail(struct storecore *sc, struct fconn *c, const char *why, in
 	c->state = C_IDLE;
 }
 
+/* A partition joined c while its request was out: the request is
+ * abandoned and the connection started over with no backoff (the leader is
+ * well: this is no failure), so that the next request, which names the
+ * partition, goes out as soon as the new connection is up instead of after
+ * the old request's answer (up to replica.fetch.wait.max.ms). */
+static void conn_rejoin(struct storecore *sc, struct fconn *c, int64_t now)
+{
+	c->rejoin = false;
+	if (c->state != C_SENDING && c->state != C_RECEIVING)
+		return; /* the answer came meanwhile: the next request names it */
+	SLOG_DEBUG("replication", "fetching from broker %d: partitions joined; starting the connection over", c->leader);
+	bool failing = c->failing;
+	c->failing = true; /* conn_fail says nothing: nothing failed */
+	conn_fail(sc, c, "restart", 0);
+	c->failing = failing;
+	c->retry_ms = now;
+}
+
 /* The leader's endpoint from the metadata (an unfenced broker's). */
 static bool leader_address(struct storecore *sc, int32_t leader, struct sockaddr_in *out)
 {
@@ -420,13 +458,13 @@ static int32_t topic_runs(const struct fconn *c)
 
 /* The request's body after its header: Kafka's FetchRequest v12 as a
  * replica sends it (no session, no rack). */
-static void request_body(struct storecore *sc, struct fconn *c, const int64_t *offsets, const int32_t *last_epochs,
-			 const int64_t *log_starts)
+static void request_body(struct storecore *sc, struct fconn *c, int32_t max_wait_ms, const int64_t *offsets,
+			 const int32_t *last_epochs, const int64_t *log_starts)
 {
 	const struct sluice_config *cfg = cfg_of(sc);
 	struct kwr *w = &c->out;
 	kwr_i32(w, cfg->node_id); /* ReplicaId */
-	kwr_i32(w, cfg->replica_fetch_wait_max_ms);
+	kwr_i32(w, max_wait_ms);
 	kwr_i32(w, cfg->replica_fetch_min_bytes);
 	kwr_i32(w, cfg->replica_fetch_response_max_bytes);
 	kwr_i8(w, 0);  /* IsolationLevel: READ_UNCOMMITTED, as replicas */
@@ -482,6 +520,12 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 	}
 	if (c->req_n == 0)
 		return;
+	/* The leader holds the request no longer than until a partition left
+	 * out for its backoff may be asked for again. */
+	int64_t max_wait = cfg_of(sc)->replica_fetch_wait_max_ms;
+	for (struct sluice_follow *g = c->head; g; g = g->next)
+		if (!g->inflight && g->retry_ms > now && g->retry_ms - now < max_wait)
+			max_wait = g->retry_ms - now;
 	/* Fairness: the partitions after the last one asked for go first next time. */
 	if (last && last->next) {
 		struct sluice_follow *first = c->head, *tail = last->next;
@@ -501,7 +545,7 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 	kwr_i32(w, ++c->correlation_id);
 	kwr_string(w, false, fetcher_of(sc)->client_id, (int32_t)strlen(fetcher_of(sc)->client_id));
 	kwr_tags_empty(w);
-	request_body(sc, c, offsets, last_epochs, log_starts);
+	request_body(sc, c, (int32_t)max_wait, offsets, last_epochs, log_starts);
 	if (w->err) {
 		req_release(c);
 		conn_fail(sc, c, "request larger than its buffer", 0);
@@ -629,9 +673,11 @@ static void answer_apply(struct storecore *sc, struct fconn *c, uint32_t i, cons
 		return;
 	if (!e)
 		return;
-	f->retry_ms = now + backoff;
-	if (e == KERR_NOT_LEADER_OR_FOLLOWER || e == KERR_FENCED_LEADER_EPOCH || e == KERR_UNKNOWN_LEADER_EPOCH ||
-	    e == KERR_UNKNOWN_TOPIC_OR_PARTITION)
+	bool leader_behind = e == KERR_NOT_LEADER_OR_FOLLOWER || e == KERR_UNKNOWN_LEADER_EPOCH ||
+			     e == KERR_UNKNOWN_TOPIC_OR_PARTITION;
+	f->retry_ms = now + (leader_behind && backoff > FETCH_LEADER_BEHIND_RETRY_MS ? FETCH_LEADER_BEHIND_RETRY_MS
+										 : backoff);
+	if (leader_behind || e == KERR_FENCED_LEADER_EPOCH)
 		SLOG_DEBUG("replication", "%s-%d: broker %d answered %s (metadata to follow)", f->topic, f->partition,
 			   c->leader, sluice_kafka_error_name(e));
 	else
@@ -770,6 +816,8 @@ static void conn_step(struct storecore *sc, struct fconn *c, int64_t now)
 		c->state = C_IDLE;
 	}
 	conn_completions(sc, c, now);
+	if (c->rejoin)
+		conn_rejoin(sc, c, now);
 	bool waiting = c->state == C_CONNECTING || c->state == C_SENDING || c->state == C_RECEIVING;
 	if (waiting && now >= c->deadline_ms)
 		conn_fail(sc, c, "no answer in time", ETIMEDOUT);

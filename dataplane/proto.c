@@ -5,9 +5,9 @@
  * they are back, free), the response's framing, ApiVersions (which answers
  * from the table itself), and the per-partition request iterator the API
  * families share (proto_internal.h). The handlers live by API family in
- * api_records.c, api_admin.c and api_group.c. A decode failure closes the
- * connection (as Kafka does) after a log line naming the API, version and
- * byte offset. */
+ * api_records.c, api_admin.c, api_logdirs.c and api_group.c. A decode
+ * failure closes the connection (as Kafka does) after a log line naming
+ * the API, version and byte offset. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "dataplane/proto_internal.h"
@@ -59,6 +59,11 @@ static const struct api apis[API_KEY_MAX] = {
 					 sluice_api_offset_for_leader_epoch_finish, "OffsetForLeaderEpoch"},
 	[API_DESCRIBE_CONFIGS] = {1, 4, 1, 4, sluice_api_describe_configs_start, NULL, "DescribeConfigs"},
 	[API_ALTER_CONFIGS] = {0, 2, 0, 2, sluice_api_alter_configs_start, NULL, "AlterConfigs"},
+	/* DescribeLogDirs v5 only adds IsCordoned, but kafka-python takes a
+	 * broker advertising it for Kafka 4.3+ (its version guess): up to v4,
+	 * as Kafka 3.3 to 4.2 advertise. */
+	[API_DESCRIBE_LOG_DIRS] = {1, 4, 1, 2, sluice_api_describe_log_dirs_start, sluice_api_describe_log_dirs_finish,
+				   "DescribeLogDirs"},
 	[API_CREATE_PARTITIONS] = {0, 3, 0, 2, sluice_api_create_partitions_start, NULL, "CreatePartitions"},
 	[API_DELETE_GROUPS] = {0, 2, 0, 2, sluice_api_group_multi_start, sluice_api_group_multi_finish, "DeleteGroups"},
 	[API_INCREMENTAL_ALTER_CONFIGS] = {0, 1, 0, 1, sluice_api_alter_configs_start, NULL, "IncrementalAlterConfigs"},

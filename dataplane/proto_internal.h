@@ -1,7 +1,8 @@
 /* What the protocol layer's files share, and nobody else: dispatch and
  * framing (proto.c) and the API families (api_records.c: Produce, Fetch,
  * ListOffsets, DeleteRecords; api_admin.c: Metadata and the admin APIs;
- * api_group.c: the group APIs, forwarded to the coordinator). The transport
+ * api_logdirs.c: DescribeLogDirs; api_group.c: the group APIs, forwarded
+ * to the coordinator). The transport
  * sees only req.h. Here are the API keys, the handler prototypes the api
  * table in proto.c points at, the response helpers, and the per-partition
  * request iterator that every API naming topics and partitions (Produce,
@@ -35,6 +36,7 @@ enum sluice_api_key {
 	API_OFFSET_FOR_LEADER_EPOCH = 23,
 	API_DESCRIBE_CONFIGS = 32,
 	API_ALTER_CONFIGS = 33,
+	API_DESCRIBE_LOG_DIRS = 35,
 	API_CREATE_PARTITIONS = 37,
 	API_DELETE_GROUPS = 42,
 	API_INCREMENTAL_ALTER_CONFIGS = 44,
@@ -80,6 +82,10 @@ bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd);
 bool sluice_api_describe_quorum_start(struct req *r, struct krd *rd);
 bool sluice_api_reassignments_start(struct req *r, struct krd *rd);
 bool sluice_api_init_producer_id_start(struct req *r, struct krd *rd);
+
+/* api_logdirs.c */
+bool sluice_api_describe_log_dirs_start(struct req *r, struct krd *rd);
+void sluice_api_describe_log_dirs_finish(struct req *r);
 
 /* api_group.c */
 bool sluice_api_group_single_start(struct req *r, struct krd *rd);

@@ -29,6 +29,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1699,9 +1700,65 @@ static void run_parked(struct storecore *sc)
 	}
 }
 
+/* DescribeLogDirs, one partition: what its open log says, in memory. A
+ * partition without one here (never created on this broker: a single node
+ * creates a partition's files at its first use; open failed; moved away
+ * and awaiting removal; in a failed directory) is not described, as Kafka
+ * describes only the logs it holds. No table entry is made for it. The
+ * lag is Kafka's max(high watermark - log end offset, 0), with a
+ * follower's high watermark the leader's as its last fetch answer said
+ * (Kafka's follower caps its own at its log end, so its lag reads 0). */
+static void op_log_dir(struct storecore *sc, struct partop *op)
+{
+	struct sstate *st = sc->state;
+	assert(op->kind == PARTOP_LOG_DIR && op->topic);
+	uint32_t slot;
+	struct spart *p = st->table_cap ? part_lookup(st, op->topic, op->partition, &slot) : NULL;
+	if (!p || !p->log || p->moved || p->dir < 0 || dir_offline(sc->b, p->dir) || sluice_plog_failed(p->log)) {
+		op->error = KERR_UNKNOWN_TOPIC_OR_PARTITION;
+		op_done(sc, op);
+		return;
+	}
+	assert(p->dir < sc->b->cfg.log_dir_count);
+	int64_t leo = sluice_plog_log_end(p->log);
+	int64_t hw = p->part.is_leader ? sluice_partition_high_watermark(&p->part) : p->part.leader_hw;
+	op->log_dir = (int16_t)p->dir;
+	op->log_bytes = sluice_plog_size_bytes(p->log);
+	op->offset_lag = hw > leo ? hw - leo : 0;
+	assert(op->log_bytes >= 0 && op->offset_lag >= 0);
+	op_done(sc, op);
+}
+
+/* DescribeLogDirs, one data directory: its volume's size (Kafka's
+ * FileStore total and usable space). A failed directory, or one statvfs
+ * cannot read, is KAFKA_STORAGE_ERROR. */
+static void op_dir_space(struct storecore *sc, struct partop *op)
+{
+	const struct broker *b = sc->b;
+	assert(op->kind == PARTOP_DIR_SPACE);
+	assert(op->log_dir >= 0 && op->log_dir < b->cfg.log_dir_count);
+	struct statvfs vfs;
+	op->dir_total_bytes = op->dir_usable_bytes = -1;
+	if (dir_offline(b, op->log_dir) || statvfs(b->cfg.log_dir[op->log_dir], &vfs) != 0) {
+		op->error = KERR_KAFKA_STORAGE_ERROR;
+	} else {
+		op->dir_total_bytes = (int64_t)vfs.f_blocks * (int64_t)vfs.f_frsize;
+		op->dir_usable_bytes = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
+	}
+	op_done(sc, op);
+}
+
 static void handle_op(struct storecore *sc, struct partop *op)
 {
 	struct sstate *st = sc->state;
+	if (op->kind == PARTOP_LOG_DIR) {
+		op_log_dir(sc, op);
+		return;
+	}
+	if (op->kind == PARTOP_DIR_SPACE) {
+		op_dir_space(sc, op);
+		return;
+	}
 	if (op->kind == PARTOP_DELETE) {
 		if (part_delete(sc, op->topic, op->partition, op->topic_id, KERR_UNKNOWN_TOPIC_OR_PARTITION) < 0)
 			op->error = KERR_KAFKA_STORAGE_ERROR; /* the topic keeps its tombstone */

@@ -9,16 +9,26 @@
 #      time until it is fenced and all of its partitions are offline (leader -1) in
 #      every other broker's Metadata; then its restart until they lead again;
 #   3. controller failover, --rounds times: kill -9 of the active controller, time until
-#      another answers DescribeQuorum as the leader and until CreateTopics works again.
+#      another answers DescribeQuorum as the leader and until CreateTopics works again;
+#   4. leader failover (replication): a topic of --leader-partitions partitions, RF=3;
+#      --kills times kill -9 of the broker leading the most of them, the time until each
+#      of its partitions accepts an acks=all write again (p50/p99 over the kills), then
+#      --stops times SIGTERM (controlled shutdown), each partition's write unavailability.
 # Both clusters run with the same, default, timeouts: broker.session.timeout.ms=9000,
 # broker.heartbeat.interval.ms=2000, controller.quorum.election.timeout.ms=1000 (Kafka's
-# followers also wait controller.quorum.fetch.timeout.ms=2000 before an election).
+# followers also wait controller.quorum.fetch.timeout.ms=2000 before an election),
+# replica.lag.time.max.ms=30000. One difference, between rounds only: Kafka's controller
+# gives leadership back to preferred replicas every leader.imbalance.check.interval.seconds,
+# set to 5 here (default 300), as Sluice does when a broker returns.
 #
 #   perf/cluster-failover.sh [--targets sluice,kafka] [--partitions 1000] [--topics 50]
-#                            [--rounds 3] [--out DIR] [--keep]
+#                            [--rounds 3] [--kills 10] [--stops 5] [--leader-partitions 100]
+#                            [--tests propagation,broker,controller,leader]
+#                            [--base-port P] [--kafka-base-port K] [--out DIR] [--keep]
 #
 # Ports: Sluice 35000-35002 (brokers), 35100-35105 (controllers and their Raft ports);
-# Kafka 35500-35502 and 35600-35604. Data under --out (default
+# Kafka 35500-35502 and 35600-35604; --base-port P moves Sluice's to P.. and P+100..,
+# --kafka-base-port K (default P+500) Kafka's to K.. and K+100... Data under --out (default
 # build-release/perf/cluster-failover), removed at the end unless --keep. Prints one
 # line per figure and a table; writes DIR/results.json. Needs python3, java (Kafka).
 # Environment: KAFKA_VERSION (kafka-ref.sh's default), KAFKA_NODE_HEAP (default -Xmx512m),
@@ -28,9 +38,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SELF=$ROOT/perf/cluster-failover.sh
 LOCAL_CLUSTER=$ROOT/deploy/local-cluster.sh
 SLUICE_BASE=35000
-KAFKA_BASE=35500
+KAFKA_BASE=
 HOST=127.0.0.1
 NODE_HEAP=${KAFKA_NODE_HEAP:--Xmx512m}
+BROKER_HEAP=${KAFKA_BROKER_HEAP:-$NODE_HEAP}
 
 die() { echo "cluster-failover: $*" >&2; exit 1; }
 say() { echo "cluster-failover: $*"; }
@@ -49,10 +60,11 @@ kafka_lib() {
 }
 
 kafka_java() {  # NODE_DIR class args...   (replaces the calling subshell)
-    local dir=$1
+    local dir=$1 heap=$NODE_HEAP
     shift
+    [[ $dir == */node-[1-9] || $dir == */node-[1-9][0-9] ]] && heap=$BROKER_HEAP
     # shellcheck disable=SC2086
-    exec java $NODE_HEAP -XX:+UseG1GC -XX:ActiveProcessorCount=2 -Djava.awt.headless=true \
+    exec java $heap -XX:+UseG1GC -XX:ActiveProcessorCount=2 -Djava.awt.headless=true \
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$KAFKA_LIB/*" "$@"
 }
 
@@ -91,6 +103,7 @@ kafka_write() {  # DIR CLUSTER_ID
             echo "num.network.threads=2"
             echo "num.io.threads=2"
             echo "num.recovery.threads.per.data.dir=1"
+            echo "leader.imbalance.check.interval.seconds=5"
             if ((id > 1000)); then
                 echo "process.roles=controller"
                 echo "listeners=CONTROLLER://$HOST:$(kafka_port "$id")"
@@ -105,6 +118,10 @@ kafka_write() {  # DIR CLUSTER_ID
                 echo "share.coordinator.state.topic.replication.factor=1"
                 echo "share.coordinator.state.topic.min.isr=1"
                 echo "auto.create.topics.enable=false"
+                if [[ -n ${KAFKA_BROKER_SET:-} ]]; then
+                    echo "# KAFKA_BROKER_SET (a later line wins)"
+                    tr ' ' '\n' <<<"$KAFKA_BROKER_SET" | sed '/^$/d'
+                fi
             fi
         } >"$nd/server.properties"
         cat >"$nd/log4j2.properties" <<'L4J'
@@ -137,18 +154,32 @@ s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.
 }
 
 kafka_start() {  # DIR NODE_ID
-    local dir=$1 id=$2 nd=$1/node-$2 pid deadline
-    wait_bindable "$(kafka_port "$id")"
-    (kafka_java "$nd" kafka.Kafka "$nd/server.properties" </dev/null >>"$nd/kafka.out" 2>&1) &
-    pid=$!
-    disown "$pid" 2>/dev/null || true  # the benchmark kills it: no job notice from this shell
-    echo "$pid" >"$nd/pid"
-    kafka_env_write "$dir"
-    deadline=$((SECONDS + 120))
-    until port_open "$(kafka_port "$id")"; do
-        kill -0 "$pid" 2>/dev/null || { tail -20 "$nd/kafka.out" >&2; die "Kafka node $id exited during its start"; }
-        ((SECONDS < deadline)) || die "Kafka node $id did not listen within 120s"
-        sleep 0.2
+    local dir=$1 id=$2 nd=$1/node-$2 pid deadline attempt lines
+    for attempt in 1 2 3; do
+        wait_bindable "$(kafka_port "$id")"
+        lines=0
+        [[ -f $nd/kafka.out ]] && lines=$(wc -l <"$nd/kafka.out")
+        (kafka_java "$nd" kafka.Kafka "$nd/server.properties" </dev/null >>"$nd/kafka.out" 2>&1) &
+        pid=$!
+        disown "$pid" 2>/dev/null || true  # the benchmark kills it: no job notice from this shell
+        echo "$pid" >"$nd/pid"
+        kafka_env_write "$dir"
+        deadline=$((SECONDS + 120))
+        until port_open "$(kafka_port "$id")"; do
+            if ! kill -0 "$pid" 2>/dev/null; then
+                # Its port is in Linux's ephemeral range: between the check and the JVM's
+                # bind, some other connection may have taken it as its local port.
+                if ((attempt < 3)) && tail -n +"$((lines + 1))" "$nd/kafka.out" | grep -q "BindException"; then
+                    say "Kafka node $id: port $(kafka_port "$id") taken by another connection meanwhile; starting it again"
+                    continue 2
+                fi
+                tail -20 "$nd/kafka.out" >&2
+                die "Kafka node $id exited during its start"
+            fi
+            ((SECONDS < deadline)) || die "Kafka node $id did not listen within 120s"
+            sleep 0.2
+        done
+        return 0
     done
 }
 
@@ -243,7 +274,8 @@ run_target() {  # TARGET
     fi
     CURRENT=$t
     python3 "$ROOT/perf/cluster_failover.py" --env "$dir/cluster.env" --start-cmd "$start" --label "$LABEL" \
-        --partitions "$PARTITIONS" --topics "$TOPICS" --rounds "$ROUNDS" --json "$OUT/$t.json"
+        --partitions "$PARTITIONS" --topics "$TOPICS" --rounds "$ROUNDS" --kills "$KILLS" --stops "$STOPS" \
+        --leader-partitions "$LEADER_PARTITIONS" --tests "$TESTS" --json "$OUT/$t.json"
     stop_target "$t"
     CURRENT=
 }
@@ -272,29 +304,55 @@ out, targets = sys.argv[1], sys.argv[2].split(",")
 res = {t: json.load(open(os.path.join(out, f"{t}.json"))) for t in targets if os.path.exists(os.path.join(out, f"{t}.json"))}
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=1)
 f = lambda v, d=2: "–" if v is None else f"{v:,.{d}f}"
-print("| peer | propagation p50 ms | p99 ms | broker kill -9 -> fenced s | -> all its partitions offline s | restart -> leading again s | controller kill -9 -> new leader s (median / max) | -> CreateTopics works s (median) |")
-print("|---|---|---|---|---|---|---|---|")
-for t, r in res.items():
-    p, b, c = r["propagation"], r["broker_death"], r["controller_failover"]
-    print(f"| {r['label']} | {f(p['p50_ms'], 1)} | {f(p['p99_ms'], 1)} | {f(b['fenced_s'])} | {f(b['offline_s'])} | "
-          f"{f(b['back_s'])} | {f(c['elected_median_s'])} / {f(c['elected_max_s'])} | {f(c['create_ok_median_s'])} |")
+if any(k in r for r in res.values() for k in ("propagation", "broker_death", "controller_failover")):
+    print("| peer | propagation p50 ms | p99 ms | broker kill -9 -> fenced s | -> all its partitions offline s | restart -> leading again s | controller kill -9 -> new leader s (median / max) | -> CreateTopics works s (median) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t, r in res.items():
+        p, b, c = r.get("propagation", {}), r.get("broker_death", {}), r.get("controller_failover", {})
+        print(f"| {r['label']} | {f(p.get('p50_ms'), 1)} | {f(p.get('p99_ms'), 1)} | {f(b.get('fenced_s'))} | "
+              f"{f(b.get('offline_s'))} | {f(b.get('back_s'))} | {f(c.get('elected_median_s'))} / "
+              f"{f(c.get('elected_max_s'))} | {f(c.get('create_ok_median_s'))} |")
+if any("leader_failover" in r for r in res.values()):
+    print()
+    print("| peer | leader kill -9 -> every partition writes again s: p50 / p99 / max (kills) | per partition s: p50 / p99 | SIGTERM: write unavailability per partition ms: p50 / p99 / max (stops) | Metadata round trip ms (median) |")
+    print("|---|---|---|---|---|")
+    for t, r in res.items():
+        lf = r.get("leader_failover")
+        if not lf:
+            continue
+        k, s = lf.get("kill", {}), lf.get("stop", {})
+        print(f"| {r['label']} | {f(k.get('all_resumed_p50_s'))} / {f(k.get('all_resumed_p99_s'))} / "
+              f"{f(k.get('all_resumed_max_s'))} ({k.get('kills', 0)}{', %d failed' % k['failed'] if k.get('failed') else ''}) | "
+              f"{f(k.get('partition_p50_s'))} / {f(k.get('partition_p99_s'))} | {f(s.get('gap_p50_ms'), 1)} / "
+              f"{f(s.get('gap_p99_ms'), 1)} / {f(s.get('gap_max_ms'), 1)} ({s.get('stops', 0)}"
+              f"{', %d failed' % s['failed'] if s.get('failed') else ''}) | {f(s.get('metadata_rtt_ms_median'), 1)} |")
 PY
 }
 
 main() {
     TARGETS=sluice,kafka PARTITIONS=1000 TOPICS=50 ROUNDS=3 OUT=$ROOT/build-release/perf/cluster-failover KEEP=
+    KILLS=10 STOPS=5 LEADER_PARTITIONS=100 TESTS=propagation,broker,controller,leader
     while (($#)); do
         case $1 in
+        --base-port) SLUICE_BASE=$2; shift 2 ;;
+        --kafka-base-port) KAFKA_BASE=$2; shift 2 ;;
         --targets) TARGETS=$2; shift 2 ;;
         --partitions) PARTITIONS=$2; shift 2 ;;
         --topics) TOPICS=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
+        --kills) KILLS=$2; shift 2 ;;
+        --stops) STOPS=$2; shift 2 ;;
+        --leader-partitions) LEADER_PARTITIONS=$2; shift 2 ;;
+        --tests) TESTS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option '$1' (--help)" ;;
         esac
     done
+    [[ $SLUICE_BASE =~ ^[0-9]+$ ]] || die "--base-port: '$SLUICE_BASE' is not a port"
+    KAFKA_BASE=${KAFKA_BASE:-$((SLUICE_BASE + 500))}
+    [[ $KAFKA_BASE =~ ^[0-9]+$ ]] || die "--kafka-base-port: '$KAFKA_BASE' is not a port"
     mkdir -p "$OUT"
     OUT=$(cd "$OUT" && pwd)
     CURRENT=
@@ -308,11 +366,30 @@ main() {
     report
 }
 
+# kafka_base_of DIR: KAFKA_BASE from a cluster's cluster.env (broker 1's port).
+kafka_base_of() {
+    local p
+    p=$(sed -n 's/^PORT_1=//p' "$1/cluster.env" 2>/dev/null)
+    [[ $p =~ ^[0-9]+$ ]] || die "$1/cluster.env: no PORT_1 (not a Kafka cluster of this script)"
+    KAFKA_BASE=$p
+}
+
 case ${1:-} in
 kafka-start)  # internal: perf/cluster_failover.py restarts a killed Kafka node with it
     [[ $# -eq 3 ]] || die "usage: $0 kafka-start DIR NODE_ID"
+    kafka_base_of "$2"
     kafka_lib
     kafka_start "$2" "$3"
+    ;;
+kafka-up)  # perf/run-all.sh's rf3 workload: a fresh Kafka 3+3 in DIR, brokers from PORT
+    [[ $# -eq 3 && $3 =~ ^[0-9]+$ ]] || die "usage: $0 kafka-up DIR PORT"
+    [[ ! -e $2 || -z $(ls -A "$2" 2>/dev/null) ]] || die "kafka-up: $2 is not empty"
+    KAFKA_BASE=$3
+    kafka_up "$2"
+    ;;
+kafka-down)
+    [[ $# -eq 2 ]] || die "usage: $0 kafka-down DIR"
+    kafka_down "$2"
     ;;
 *) main "$@" ;;
 esac

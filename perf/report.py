@@ -47,6 +47,11 @@ WORKLOADS = {
     "alloc": {"name": "alloc", "title": "Allocations per request (Sluice)",
               "issue": "allocations per produce and per fetch request in steady state "
                        "(issue 11: about 5 today, target 0)"},
+    "rf3": {"name": "rf3", "title": "Replication (RF=3): three brokers of each",
+            "issue": "RF=3, acks=all, 1 KiB records, 100 partitions: maximum throughput and "
+                     "end-to-end p50/p99 at 50% load, three local Sluice brokers beside three "
+                     "Apache Kafka 4.x brokers on the same machine in the same run (issue 13; "
+                     "goal: at least 2x Kafka's throughput, at most 1/5 of its p99)"},
 }
 SLUICE_FAMILY_FIXED = ("sluice", "sluice-fsync")
 KAFKA_PEER = "kafka"
@@ -198,6 +203,76 @@ def wl2_table(w):
                   "p99.99 / max"], rows)
 
 
+def rf3_rounds(w):
+    """The round numbers with a phase of any peer, in order."""
+    rounds = set()
+    for e in w.values():
+        for name in e["phases"]:
+            if name.startswith("r") and "-" in name and name[1:name.index("-")].isdigit():
+                rounds.add(int(name[1:name.index("-")]))
+    return sorted(rounds)
+
+
+def rf3_figures(w, peer, rnd, which="half"):
+    """(max records/s, max MB/s, the rate of phase `which`, its e2e p50 us, e2e p99 us) of
+    one round; None where missing."""
+    e = w.get(peer)
+    if not e:
+        return None, None, None, None, None
+    mx = stream(e["phases"].get(f"r{rnd}-max"), "produce")
+    half = e["phases"].get(f"r{rnd}-{which}")
+    e2e = stream(half, "e2e")
+    rate = ((half or {}).get("result") or {}).get("config", {}).get("rate")
+    l = (e2e or {}).get("latency_us") or {}
+    return (mx and mx.get("records_per_s"), mx and mx.get("mb_per_s"), rate,
+            l.get("p50"), l.get("p99"))
+
+
+def rf3_table(w):
+    rows = []
+    for rnd in rf3_rounds(w):
+        for p in peers_in(w):
+            e = w[p]
+            mx = stream(e["phases"].get(f"r{rnd}-max"), "produce")
+            cells = [rnd, label(p), fmt_rate(mx and mx["records_per_s"]), fmt_mb(mx and mx["mb_per_s"]), lat(mx)]
+            for which in ("half", "fixed"):
+                ph = e["phases"].get(f"r{rnd}-{which}")
+                res = (ph or {}).get("result") or {}
+                rate = res.get("config", {}).get("rate")
+                e2e = stream(ph, "e2e")
+                held = "–"
+                if rate and e2e:
+                    held = f"{e2e['records_per_s'] / rate:.0%}"
+                cells += [fmt_rate(rate) if rate else "–", held, lat(stream(ph, "produce")), lat(e2e)]
+            rows.append(cells)
+    return table(["round", "peer", "max: produce rec/s", "MB/s", "produce latency at max ms "
+                  "p50 / p99 / p99.9 / p99.99 / max",
+                  "50% rate rec/s", "read of rate", "at 50%: produce ms p50 / p99 / p99.9 / p99.99 / max",
+                  "at 50%: end-to-end ms p50 / p99 / p99.9 / p99.99 / max",
+                  "fixed rate rec/s", "read of rate", "fixed: produce ms p50 / p99 / p99.9 / p99.99 / max",
+                  "fixed: end-to-end ms p50 / p99 / p99.9 / p99.99 / max"], rows)
+
+
+def rf3_ratios(w):
+    """Sluice against Kafka per round, with the issue's goals."""
+    if "sluice" not in w or KAFKA_PEER not in w:
+        return ""
+    rows = []
+    for rnd in rf3_rounds(w):
+        s, k = rf3_figures(w, "sluice", rnd), rf3_figures(w, KAFKA_PEER, rnd)
+        sf, kf = rf3_figures(w, "sluice", rnd, "fixed"), rf3_figures(w, KAFKA_PEER, rnd, "fixed")
+        thr = s[0] / k[0] if s[0] and k[0] else None
+        ratio = lambda a, b: a / b if a and b else None  # noqa: E731
+        p50, p99 = ratio(s[3], k[3]), ratio(s[4], k[4])
+        f50, f99 = ratio(sf[3], kf[3]), ratio(sf[4], kf[4])
+        goal = lambda r: "yes" if r and r <= 0.2 else ("no" if r else "–")  # noqa: E731
+        rows.append([rnd, fmt_x(thr), "yes" if thr and thr >= 2 else ("no" if thr else "–"),
+                     fmt_x(p50), fmt_x(p99), goal(p99), fmt_x(f50), fmt_x(f99), goal(f99)])
+    return table(["round", "max throughput Sluice/Kafka", "goal >= 2x met",
+                  "at 50%: e2e p50 Sluice/Kafka", "e2e p99 Sluice/Kafka", "goal <= 0.2x met",
+                  "fixed rate: e2e p50 Sluice/Kafka", "e2e p99 Sluice/Kafka", "goal <= 0.2x met"], rows)
+
+
 def held(res, target):
     """Held = acknowledged at >= 99% of the target, at most 0.1% of the schedule unsent (the
     producers stop by the wall clock, a few records short), and every group read every
@@ -294,6 +369,8 @@ EFF_PHASES = [("1", "produce", "produce"), ("1", "consume", "consume"),
               ("4", "write", "produce"), ("4", "drain", "consume"),
               ("readback", "write", "produce"), ("readback", "read", "consume"),
               ("alloc", "produce", "produce"), ("alloc", "fetch", "consume")]
+EFF_PHASES += [("rf3", f"r{r}-{k}", s) for r in range(1, 10)
+               for k, s in (("max", "produce"), ("half", "e2e"), ("fixed", "e2e"))]
 
 
 def is_sluice(peer):
@@ -728,6 +805,15 @@ def scaled_sizes(a):
         "readback": f"{a.readback_bytes / 1e9:g} GB of 1 KiB records, 8 partitions, 1 producer, "
                     f"acks=1, then read back at once by 1 consumer (warm); page faults are the "
                     f"broker's over the read",
+        "rf3": f"{a.rf3_rounds} round(s), each with fresh clusters of 3 brokers + 3 controllers "
+               f"per peer on this machine (peers sluice and kafka only), one topic of 100 "
+               f"partitions with replication factor 3, 1 KiB values without keys, acks=all, 4 "
+               f"producers (librdkafka defaults: linger.ms 5, batch.size 1,000,000, no "
+               f"compression; each producer's queue bounded to {a.rf3_queue:,} records); "
+               f"{a.rf3_warmup:g} s warm-up + {a.duration} s at maximum rate without consumers, then "
+               f"{a.warmup} s + {a.duration} s at half of it with 4 consumers, then the same at "
+               f"{a.rf3_rate:,} records/s for every peer; default flush "
+               f"(no fsync per write) in both",
         "alloc": f"the broker started with perf/alloc-count preloaded; 1 producer of 100 B records, "
                  f"6 partitions, acks=1, at maximum rate for {a.alloc_warm + a.alloc_measure + 1:g} s, "
                  f"then 1 consumer reads them back; in each phase the counters are dumped "
@@ -774,7 +860,7 @@ def markdown(data, a, charts):
         "",
     ]
     sizes = scaled_sizes(a)
-    for wl in ("1", "2", "3", "4", "readback", "alloc"):
+    for wl in ("1", "2", "3", "4", "readback", "alloc", "rf3"):
         if wl not in data:
             continue
         info = WORKLOADS[wl]
@@ -797,6 +883,16 @@ def markdown(data, a, charts):
             lines.append(wl4_table(data[wl]))
         elif wl == "readback":
             lines.append(readback_table(data))
+        elif wl == "rf3":
+            lines += [rf3_table(data[wl]), "", rf3_ratios(data[wl]), "",
+                      "Each round started fresh clusters of every peer, one after the other "
+                      "(interleaved), and ran both phases on it. Max: 4 producers at the "
+                      "highest rate the cluster acknowledges, no consumers. 50%: half of that "
+                      "round's own maximum, with 4 consumers; fixed: the same rate for every peer, "
+                      "with 4 consumers; read of rate: records read end to end per second over the "
+                      "rate (below 100%: the peer did not keep up) (end-to-end = intended send time "
+                      "to a consumer seeing the record, which it can only once the high "
+                      "watermark has passed it, i.e. once every ISR replica has it)."]
         else:
             lines += [alloc_table(a.raw, data), "",
                       "Allocation calls = malloc + calloc + realloc + posix_memalign + "
@@ -950,6 +1046,10 @@ def main():
     ap.add_argument("--readback-bytes", type=int, default=10**9)
     ap.add_argument("--alloc-warm", type=float, default=3)
     ap.add_argument("--alloc-measure", type=float, default=10)
+    ap.add_argument("--rf3-rounds", type=int, default=2)
+    ap.add_argument("--rf3-queue", type=int, default=10000)
+    ap.add_argument("--rf3-warmup", type=float, default=15)
+    ap.add_argument("--rf3-rate", type=int, default=10000)
     ap.add_argument("--readme", help="README whose latest-run block to rewrite")
     a = ap.parse_args()
     data = collect(a.raw)

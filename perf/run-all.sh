@@ -29,6 +29,14 @@
 #                  100 B records (6 partitions, acks=1) produced, then read back; the
 #                  allocations per Produce and per Fetch request between two dumps taken
 #                  after a warm-up (requests counted by the client's librdkafka statistics)
+#   rf3            replication: peers sluice and kafka only, each a cluster on this
+#                  machine, 3 brokers + 3 controllers (Sluice: deploy/local-cluster.sh;
+#                  Kafka 4.x KRaft: perf/cluster-failover.sh kafka-up), 1 topic x 100
+#                  partitions, replication factor 3, 1 KiB records, acks=all, 4 producers:
+#                  maximum producer rate (no consumers), then end-to-end latency at 50% of
+#                  each peer's own maximum with 4 consumers, and at one fixed rate for all
+#                  (--rf3-rate, default 10,000 records/s); --rf3-rounds rounds (default
+#                  2), each running every peer in turn (interleaved), fresh clusters each
 #
 # Every phase also records the broker process's CPU time (utime + stime of all its
 # threads, from /proc/PID/stat; Kafka: the JVM; RabbitMQ: the Erlang VM) and its minor and
@@ -39,10 +47,15 @@
 #          [--membership group|assign] [--quiet-wait S] [--no-install] [--no-build]
 #          [--keep] [--warmup S] [--duration S] [--readback-bytes B]
 #          [--sluice NAME=BROKER-BINARY]... [--label NAME=TEXT]...
+#          [--ports BASE] [--rf3-rounds N] [--rf3-rate R]
 # --sluice NAME=PATH adds a peer NAME that runs Sluice from another binary, configured as
 # the sluice peer (perf/compare-revs.sh uses it to run two revisions side by side);
 # --label NAME=TEXT is the version string reported for peer NAME;
 # --warmup, --duration, --readback-bytes override the scale's sizes.
+# --ports BASE: every port the run listens on from BASE up (rf3: Sluice's cluster BASE..
+# and BASE+100.., Kafka's BASE+200.. and BASE+300..; single-node peers from BASE+400);
+# default: rf3 clusters at 36000 and 36200, single-node peers on random free ports
+# between 20000 and 30000.
 # --membership group (default): Kafka-protocol consumers are real consumer-group members
 # (subscribe, the group's assignor, auto-commit); assign: direct partition assignment, for
 # a broker without consumer groups. RabbitMQ's stream consumers are always assigned their
@@ -62,7 +75,10 @@ root=$(cd "$here/.." && pwd)
 build="$root/build-release"
 scale=full
 peers="sluice kafka rabbitmq null sluice-fsync"
-workloads="1 2 3 4 readback alloc"
+workloads="1 2 3 4 readback alloc rf3"
+ports_base=""
+rf3_rounds=""
+RF3_RATE=10000
 declare -A sluice_bin=() sluice_label=() sluice_conf=()
 sluice_extra=()
 opt_warmup="" opt_duration="" opt_readback=""
@@ -93,6 +109,9 @@ while [ $# -gt 0 ]; do
     --warmup) opt_warmup=$2; shift 2 ;;
     --duration) opt_duration=$2; shift 2 ;;
     --readback-bytes) opt_readback=$2; shift 2 ;;
+    --ports) ports_base=$2; shift 2 ;;
+    --rf3-rounds) rf3_rounds=$2; shift 2 ;;
+    --rf3-rate) RF3_RATE=$2; shift 2 ;;
     --sluice)
       [[ $2 == *=* ]] || die "--sluice needs NAME=BROKER-BINARY"
       sluice_extra+=("$2"); shift 2 ;;
@@ -112,18 +131,35 @@ case "$scale" in
     WARMUP=5; DURATION=20; TAIL=10
     W3_RATE=172000; W3_LOW_RATE=17200
     W4_BYTES=$((2 * 1000 * 1000 * 1000))
-    ALLOC_WARM=3; ALLOC_MEASURE=10 ;;
+    ALLOC_WARM=3; ALLOC_MEASURE=10
+    RF3_ROUNDS=2 RF3_WARMUP=15 ;;
   quick)
     WARMUP=2; DURATION=5; TAIL=5
     W3_RATE=172000; W3_LOW_RATE=0
     W4_BYTES=$((200 * 1000 * 1000))
-    ALLOC_WARM=2; ALLOC_MEASURE=3 ;;
+    ALLOC_WARM=2; ALLOC_MEASURE=3
+    RF3_ROUNDS=1 RF3_WARMUP=5 ;;
   *) die "--scale must be quick or full" ;;
 esac
 RB_BYTES=$((1000 * 1000 * 1000))
 [ -n "$opt_warmup" ] && WARMUP=$opt_warmup
 [ -n "$opt_duration" ] && DURATION=$opt_duration
 [ -n "$opt_readback" ] && RB_BYTES=$opt_readback
+[ -n "$rf3_rounds" ] && RF3_ROUNDS=$rf3_rounds
+[[ $RF3_ROUNDS =~ ^[1-9][0-9]?$ ]] || die "--rf3-rounds must be 1..99"
+[[ $RF3_RATE =~ ^[0-9]+$ ]] || die "--rf3-rate must be records/s (0: no fixed-rate phase)"
+if [ -n "$ports_base" ]; then
+  [[ $ports_base =~ ^[0-9]+$ ]] && [ "$ports_base" -ge 1024 ] && [ "$ports_base" -le 64000 ] ||
+    die "--ports must be a port from 1024 to 64000"
+  RF3_SLUICE_PORT=$ports_base RF3_KAFKA_PORT=$((ports_base + 200))
+else
+  RF3_SLUICE_PORT=36000 RF3_KAFKA_PORT=36200
+fi
+# Each producer's queue in librdkafka (queue.buffering.max.messages; its default, 100,000
+# records = 100 MB of 1 KiB records, would hold seconds of a slow cluster's traffic, and
+# the maximum rate would count warm-up records acknowledged late). 10,000 records = 10 MB
+# per producer, 40 MB over the four.
+RF3_QUEUE=10000
 W4_RECORDS=$((W4_BYTES / 1024))
 RB_RECORDS=$((RB_BYTES / 1024))
 
@@ -154,6 +190,7 @@ build_tools() {
   # Only the targets the benchmark runs: an unrelated test that does not build does not
   # stop a benchmark of the broker.
   local targets=(dataplane/sluice-broker perf/sluice-perf perf/null-sink perf/liballoc-count.so)
+  [[ " $workloads " == *" rf3 "* ]] && targets+=(control/sluice-controller)
   [[ " $peers " == *" rabbitmq "* ]] && targets+=(perf/amqp-perf)
   ninja -C "$build" "${targets[@]}" >&2
 }
@@ -197,6 +234,7 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # distribution port and epmd use PORT+1 and PORT+2), outside the ephemeral range.
 free_port() {
   local p=$((20000 + RANDOM % 10000))
+  [ -n "$ports_base" ] && p=$((ports_base + 400))
   while port_open "$p" || port_open $((p + 1)) || port_open $((p + 2)); do p=$((p + 3)); done
   echo "$p"
 }
@@ -266,6 +304,8 @@ peer_start() {
 peer_stop() {
   [ -n "$cur_peer" ] || return 0
   case "$cur_peer" in
+    rf3-sluice) "$root/deploy/local-cluster.sh" down "$cur_dir/cluster" >/dev/null 2>&1 || true ;;
+    rf3-kafka) "$here/cluster-failover.sh" kafka-down "$cur_dir/cluster" >/dev/null 2>&1 || true ;;
     kafka) "$root/tests/reference/kafka-ref.sh" stop "$cur_dir/data" >/dev/null 2>&1 || true ;;
     rabbitmq) "$here/rabbitmq-ref.sh" stop "$cur_dir/data" >/dev/null 2>&1 || true ;;
     *)
@@ -277,7 +317,7 @@ peer_stop() {
         wait "$cur_pid" 2>/dev/null || true
       fi ;;
   esac
-  [ "$keep" = 1 ] || rm -rf "$cur_dir/data"
+  [ "$keep" = 1 ] || rm -rf "$cur_dir/data" "$cur_dir/cluster"
   cur_peer="" cur_dir="" cur_pid="" cur_bpid=""
 }
 # Sluice keeps its own cache of segment extents (O_DIRECT bypasses the page cache), which
@@ -362,16 +402,17 @@ wait_quiet() {
 # ------------------------------------------------------------------ running one phase
 # The broker process's CPU time (clock ticks, utime + stime: every thread, live or gone)
 # and its minor and major page faults, from /proc/PID/stat; "0 0 0" without a broker.
+# A cluster (rf3) has several broker PIDs in cur_bpid: their sum (controllers not counted).
 broker_sample() {
-  local st
-  if [ -n "$cur_bpid" ] && st=$(cat "/proc/$cur_bpid/stat" 2>/dev/null); then
+  local st pid cpu=0 minflt=0 majflt=0
+  for pid in $cur_bpid; do
+    st=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
     # Fields after the ')' closing the command name: 3 state ... 10 minflt, 12 majflt,
     # 14 utime, 15 stime (proc(5)); the name itself may hold spaces.
     set -- ${st##*) }
-    echo "$(( ${12} + ${13} )) ${8} ${10}"
-  else
-    echo "0 0 0"
-  fi
+    cpu=$((cpu + ${12} + ${13})) minflt=$((minflt + ${8})) majflt=$((majflt + ${10}))
+  done
+  echo "$cpu $minflt $majflt"
 }
 clk_tck=$(getconf CLK_TCK)
 
@@ -511,6 +552,102 @@ wl_alloc() { # Sluice only, alloc-count preloaded: allocations per Produce / Fet
   alloc_warm_now=""
 }
 
+# ------------------------------------------------------------------ rf3: replication
+# Both clusters keep their defaults for failure detection and replication (the same in
+# both: broker.session.timeout.ms 9000, broker.heartbeat.interval.ms 2000,
+# replica.lag.time.max.ms 30000, replica.fetch.wait.max.ms 500, min.insync.replicas 1),
+# and their default flush (no fsync per write). Kafka's brokers: Kafka's documented G1
+# settings with a 2 GB heap each (three share the machine), default 3 network and 8 I/O
+# threads, 1 replica fetcher; its controllers -Xmx512m. Sluice's brokers: 1 network and 1
+# storage core each (the defaults), no CPU pinning.
+RF3_KAFKA_BROKER_HEAP="-Xmx2g -Xms2g -XX:MetaspaceSize=96m -XX:MaxGCPauseMillis=20 \
+-XX:InitiatingHeapOccupancyPercent=35 -XX:G1HeapRegionSize=16M \
+-XX:MinMetaspaceFreeRatio=50 -XX:MaxMetaspaceFreeRatio=80"
+
+# rf3_start PEER DIR: a fresh 3+3 cluster of PEER under DIR/cluster; sets cur_* and addr.
+rf3_start() {
+  local peer=$1 dir=$2 cdir=$2/cluster
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cur_peer=rf3-$peer cur_dir=$dir cur_pid="" cur_bpid=""
+  case "$peer" in
+    sluice)
+      SLUICE_BROKER=$broker SLUICE_CONTROLLER=$build/control/sluice-controller \
+        "$root/deploy/local-cluster.sh" up "$cdir" --base-port "$RF3_SLUICE_PORT" \
+        --set-broker group.initial.rebalance.delay.ms=0 >"$dir/server.log" 2>&1 || return 1 ;;
+    kafka)
+      KAFKA_BROKER_HEAP=$RF3_KAFKA_BROKER_HEAP \
+        KAFKA_BROKER_SET="num.network.threads=3 num.io.threads=8 group.initial.rebalance.delay.ms=0" \
+        "$here/cluster-failover.sh" kafka-up "$cdir" "$RF3_KAFKA_PORT" >"$dir/server.log" 2>&1 || return 1 ;;
+    *) return 1 ;;
+  esac
+  # shellcheck disable=SC1091
+  addr=$(. "$cdir/cluster.env" && echo "$BOOTSTRAP")
+  cur_bpid=$(. "$cdir/cluster.env" && echo "$PID_1 $PID_2 $PID_3")
+}
+
+rf3_config() {
+  case "$1" in
+    sluice) echo "3 brokers (sluice-broker: 1 network + 1 storage core each) + 3 sluice-controller, deploy/local-cluster.sh defaults: broker.session.timeout.ms 9000, replica.lag.time.max.ms 30000, replica.fetch.wait.max.ms 500, min.insync.replicas 1; consumers: $membership" ;;
+    kafka) echo "3 brokers (-Xmx2g G1, 3 network + 8 I/O threads, 1 replica fetcher) + 3 controllers (-Xmx512m), KRaft, Kafka's defaults: broker.session.timeout.ms 9000, replica.lag.time.max.ms 30000, replica.fetch.wait.max.ms 500, min.insync.replicas 1; consumers: $membership" ;;
+  esac
+}
+
+# wl_rf3 PEER ROUND: the maximum producer rate, then end-to-end latency at half of it.
+wl_rf3() {
+  local peer=$1 rnd=$2
+  local common=(-t rf3 -p 100 --create --replication-factor 3 -s 1024 --acks all
+                --producers 4 -d "$DURATION" --tail "$TAIL"
+                -P "queue.buffering.max.messages=$RF3_QUEUE")
+  # A fresh cluster's first seconds (Kafka's JIT above all) are not its maximum: the
+  # first phase warms up longer.
+  phase rf3 "$peer" "r$rnd-max" produce "${common[@]}" --warmup "$RF3_WARMUP"
+  local r; r=$(json_get "$raw/rf3/$peer/r$rnd-max.json" 'int(d["produce"]["records_per_s"] / 2)') || r=0
+  [ "${r:-0}" -gt 0 ] || { log "rf3 round $rnd, $peer: no max rate measured; skipping 50%"; return 0; }
+  phase rf3 "$peer" "r$rnd-half" e2e "${common[@]}" --warmup "$WARMUP" --consumers 4 --rate "$r"
+  # The same rate for every peer, one each can hold: latency not of an overloaded machine.
+  [ "$RF3_RATE" -gt 0 ] || return 0
+  phase rf3 "$peer" "r$rnd-fixed" e2e "${common[@]}" --warmup "$WARMUP" --consumers 4 --rate "$RF3_RATE"
+}
+
+# The rf3 workload: RF3_ROUNDS rounds, each starting a fresh cluster of every peer in
+# turn, so that the machine's drift touches both alike.
+run_rf3() {
+  local rnd peer t0 idle waited
+  preload=""
+  for rnd in $(seq 1 "$RF3_ROUNDS"); do
+    for peer in $peers; do
+      case "$peer" in sluice|kafka) ;; *) continue ;; esac
+      mkdir -p "$raw/rf3/$peer"
+      if [ "$quiet_wait" -gt 0 ] && [ "$quiet_budget" -gt 0 ]; then
+        read -r idle waited < <(wait_quiet)
+        quiet_budget=$((quiet_budget - waited))
+        [ "$idle" -ge 70 ] || log "rf3 round $rnd, $peer: CPUs only ${idle}% idle after ${waited} s of waiting; running anyway"
+      fi
+      t0=$SECONDS
+      log "rf3 round $rnd: starting the $peer cluster (3 brokers + 3 controllers)"
+      if ! rf3_start "$peer" "$workdir/rf3-$peer"; then
+        log "rf3 round $rnd: the $peer cluster did not start; see $workdir/rf3-$peer/server.log"
+        tail -n 20 "$workdir/rf3-$peer/server.log" >&2 || true
+        cp "$workdir/rf3-$peer/server.log" "$raw/rf3/$peer/r$rnd-start.log" 2>/dev/null || true
+        [ -f "$raw/rf3/$peer/peer.json" ] || echo '{"start_failed": true}' >"$raw/rf3/$peer/peer.json"
+        peer_stop
+        continue
+      fi
+      log "rf3 round $rnd: $peer cluster up in $((SECONDS - t0)) s, bootstrap $addr"
+      wl_rf3 "$peer" "$rnd"
+      python3 - "$raw/rf3/$peer/peer.json" "$peer" "$(peer_version "$peer")" \
+        "$(peer_flush "$peer")" "$(rf3_config "$peer")" $((SECONDS - t0)) <<'EOF'
+import json, sys
+path, peer, version, flush, config, wall = sys.argv[1:]
+json.dump({"peer": peer, "version": version, "flush": flush, "config": config,
+           "wall_s": int(wall)}, open(path, "w"))
+EOF
+      peer_stop
+    done
+  done
+}
+
 partitions_of() {
   case "$1" in 1) echo 6 ;; 2) echo 100 ;; 3) echo 2 ;; 4|readback) echo 8 ;; alloc) echo 6 ;; esac
 }
@@ -520,11 +657,16 @@ df_line=$(df -h "$workdir" | tail -1)
 log "scale $scale; peers: $peers; workloads: $workloads; data under $workdir ($df_line)"
 avail_kb=$(df -Pk "$workdir" | tail -1 | awk '{print $4}')
 need_kb=$(( (W4_BYTES / 1024) * 3 + 8 * 1024 * 1024 ))
+# rf3 (one cluster's data at a time, deleted after it): three replicas of up to 400 MB/s
+# through the maximum phase, of half that through the 50% phase (the fixed rate is less)
+rf3_kb=$((3 * 400 * 1000 * (RF3_WARMUP + DURATION) + 3 * 200 * 1000 * (WARMUP + DURATION)))
+[[ " $workloads " == *" rf3 "* ]] && [ "$rf3_kb" -gt "$need_kb" ] && need_kb=$rf3_kb
 [ "$avail_kb" -gt "$need_kb" ] || die "only $((avail_kb / 1024)) MB free under $workdir; need about $((need_kb / 1024)) MB"
 
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 run_t0=$SECONDS
 for wl in $workloads; do
+  [ "$wl" = rf3 ] && { run_rf3; continue; }
   for peer in $peers; do
     [ "$peer" = sluice-fsync ] && [ "$wl" != 2 ] && continue
     # Allocation counting needs Sluice's thread names and the preloaded counter.
@@ -569,5 +711,6 @@ $(free -g | awk '/^Mem:/{print $2}') GiB, kernel $(uname -r), $(df -PT "$workdir
   --warmup "$WARMUP" --duration "$DURATION" --tail "$TAIL" --w3-rate "$W3_RATE" --w3-low-rate "$W3_LOW_RATE" \
   --w4-bytes "$W4_BYTES" --readback-bytes "$RB_BYTES" \
   --alloc-warm "$ALLOC_WARM" --alloc-measure "$ALLOC_MEASURE" \
+  --rf3-rounds "$RF3_ROUNDS" --rf3-queue "$RF3_QUEUE" --rf3-warmup "$RF3_WARMUP" --rf3-rate "$RF3_RATE" \
   $([ "$out" = "$here/results" ] && echo "--readme $here/README.md")
 log "done in $((SECONDS - run_t0)) s: $out/latest.md"

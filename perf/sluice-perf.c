@@ -51,6 +51,7 @@
 #define PERF_GROUPS_MAX 64
 #define PERF_CONSUMERS_PER_GROUP_MAX 64
 #define PERF_CREATE_BATCH 100      /* topics per CreateTopics request */
+#define PERF_REPLICATION_MAX 16    /* --replication-factor */
 #define PERF_CONSUME_BATCH 1024
 #define PERF_POLL_EVERY 32         /* produce calls between two rd_kafka_poll(0) */
 #define PERF_ERRORS_LOGGED 5       /* first errors printed in full, the rest counted */
@@ -79,6 +80,7 @@ struct perf_config {
     int topics;
     int32_t partitions;     /* expected count per topic (0 = whatever the broker has) */
     bool create;            /* CreateTopics before starting; falls back to auto-create */
+    int16_t replication;    /* --create's replication factor; > 1: wait for a full ISR */
     uint64_t records;       /* measured records over all producers (0 with --duration) */
     bool records_set;
     double duration_s;
@@ -101,6 +103,8 @@ struct perf_config {
     const char *stats_path; /* --stats: librdkafka's statistics, one JSON line each */
     const char *extra[PERF_CONF_EXTRA_MAX]; /* -X key=value, passed to librdkafka */
     int extra_count;
+    const char *producer_extra[PERF_CONF_EXTRA_MAX]; /* -P key=value: producers only */
+    int producer_extra_count;
 };
 
 /* The run's topics as the broker reported them: the partitions of topic t are the
@@ -202,8 +206,10 @@ static void usage(FILE *out)
 "                              (default sluice-perf); auto-created by the broker unless --create\n"
 "      --topics N              number of topics (default 1)\n"
 "  -p, --partitions P          expected partitions per topic, and the count for --create\n"
-"      --create                create the topics with CreateTopics first (replication 1);\n"
-"                              if the broker refuses, fall back to auto-creation\n"
+"      --create                create the topics with CreateTopics first; if the broker\n"
+"                              refuses, fall back to auto-creation\n"
+"      --replication-factor R  --create's replication factor (default 1); above 1 the\n"
+"                              run starts once every partition's ISR holds all R replicas\n"
 "  -n, --records N             measured records over all producers (k/M/G suffixes;\n"
 "                              default 1M); consume: stop each group after N records\n"
 "                              (default: at the end of every partition)\n"
@@ -240,7 +246,8 @@ static void usage(FILE *out)
 "                              100 ms, one JSON object a line (request counts per type\n"
 "                              and librdkafka's monotonic clock: perf/run-all.sh's alloc\n"
 "                              workload counts requests with it)\n"
-"  -X key=value                any librdkafka property, for producers and consumers\n",
+"  -X key=value                any librdkafka property, for producers and consumers\n"
+"  -P key=value                a librdkafka property for the producers only (after -X)\n",
         out);
 }
 
@@ -267,7 +274,8 @@ static const char *mode_name(enum perf_mode m)
 
 enum { OPT_CREATE = 256, OPT_KEY, OPT_ACKS, OPT_COMPRESSION, OPT_LINGER, OPT_BATCH,
        OPT_RATE, OPT_WARMUP, OPT_INTERVAL, OPT_TIMEOUT, OPT_JSON, OPT_TOPICS,
-       OPT_PRODUCERS, OPT_CONSUMERS, OPT_GROUPS, OPT_TAIL, OPT_MEMBERSHIP, OPT_STATS };
+       OPT_PRODUCERS, OPT_CONSUMERS, OPT_GROUPS, OPT_TAIL, OPT_MEMBERSHIP, OPT_STATS,
+       OPT_REPLICATION };
 
 static const struct option long_options[] = {
     {"bootstrap", required_argument, NULL, 'b'},
@@ -275,6 +283,7 @@ static const struct option long_options[] = {
     {"topics", required_argument, NULL, OPT_TOPICS},
     {"partitions", required_argument, NULL, 'p'},
     {"create", no_argument, NULL, OPT_CREATE},
+    {"replication-factor", required_argument, NULL, OPT_REPLICATION},
     {"records", required_argument, NULL, 'n'},
     {"duration", required_argument, NULL, 'd'},
     {"record-size", required_argument, NULL, 's'},
@@ -306,6 +315,13 @@ static void parse_option(struct perf_config *cfg, int c, const char *arg)
     case OPT_TOPICS: cfg->topics = (int)perf_parse_count(arg, "--topics"); break;
     case 'p': cfg->partitions = (int32_t)perf_parse_count(arg, "--partitions"); break;
     case OPT_CREATE: cfg->create = true; break;
+    case OPT_REPLICATION: {
+        uint64_t r = perf_parse_count(arg, "--replication-factor");
+        if (r < 1 || r > PERF_REPLICATION_MAX)
+            perf_die("--replication-factor must be 1..%d", PERF_REPLICATION_MAX);
+        cfg->replication = (int16_t)r;
+        break;
+    }
     case 'n':
         cfg->records = perf_parse_count(arg, "--records");
         cfg->records_set = true;
@@ -338,6 +354,13 @@ static void parse_option(struct perf_config *cfg, int c, const char *arg)
         if (!strchr(arg, '='))
             perf_die("-X needs key=value, got '%s'", arg);
         cfg->extra[cfg->extra_count++] = arg;
+        break;
+    case 'P':
+        if (cfg->producer_extra_count == PERF_CONF_EXTRA_MAX)
+            perf_die("too many -P options (max %d)", PERF_CONF_EXTRA_MAX);
+        if (!strchr(arg, '='))
+            perf_die("-P needs key=value, got '%s'", arg);
+        cfg->producer_extra[cfg->producer_extra_count++] = arg;
         break;
     case 'h': usage(stdout); exit(0);
     default: usage(stderr); exit(2);
@@ -382,7 +405,7 @@ static void parse_args(struct perf_config *cfg, int argc, char **argv)
 {
     *cfg = (struct perf_config){
         .bootstrap = "127.0.0.1:9092", .topic = "sluice-perf", .topics = 1,
-        .record_size = 100, .key = KEY_NONE, .acks = "1", .compression = "none",
+        .replication = 1, .record_size = 100, .key = KEY_NONE, .acks = "1", .compression = "none",
         .linger_ms = -1, .batch_size = -1, .timeout_s = PERF_DEFAULT_TIMEOUT_S,
         .tail_s = PERF_DEFAULT_TIMEOUT_S,
         .producers = 1, .consumers = 1, .groups = 1,
@@ -405,7 +428,7 @@ static void parse_args(struct perf_config *cfg, int argc, char **argv)
         perf_die("unknown mode '%s' (produce|consume|e2e)", argv[1]);
     int c;
     optind = 2;
-    while ((c = getopt_long(argc, argv, "b:t:p:n:d:s:X:h", long_options, NULL)) != -1)
+    while ((c = getopt_long(argc, argv, "b:t:p:n:d:s:X:P:h", long_options, NULL)) != -1)
         parse_option(cfg, c, optarg);
     if (optind != argc)
         perf_die("unexpected argument '%s'", argv[optind]);
@@ -450,19 +473,26 @@ static void conf_stats(rd_kafka_conf_t *conf, const struct perf_config *cfg)
     rd_kafka_conf_set_stats_cb(conf, stats_cb);
 }
 
-static void conf_extra(rd_kafka_conf_t *conf, const struct perf_config *cfg)
+/* Sets each "key=value" of props (checked for its '=' when parsed). */
+static void conf_props(rd_kafka_conf_t *conf, const char *const *props, int count)
 {
-    conf_stats(conf, cfg);
-    for (int i = 0; i < cfg->extra_count; i++) {
+    for (int i = 0; i < count; i++) {
         char buf[1024];
-        const char *eq = strchr(cfg->extra[i], '=');
-        size_t klen = (size_t)(eq - cfg->extra[i]);
+        const char *eq = strchr(props[i], '=');
+        assert(eq);
+        size_t klen = (size_t)(eq - props[i]);
         if (klen >= sizeof buf)
-            perf_die("-X key too long");
-        memcpy(buf, cfg->extra[i], klen);
+            perf_die("property name too long: %s", props[i]);
+        memcpy(buf, props[i], klen);
         buf[klen] = '\0';
         conf_set(conf, buf, eq + 1);
     }
+}
+
+static void conf_extra(rd_kafka_conf_t *conf, const struct perf_config *cfg)
+{
+    conf_stats(conf, cfg);
+    conf_props(conf, cfg->extra, cfg->extra_count);
 }
 
 static rd_kafka_t *client_new(rd_kafka_type_t type, rd_kafka_conf_t *conf)
@@ -506,13 +536,14 @@ static void topics_name(struct perf_topics *tp, const struct perf_config *cfg)
 /* Creates the topics with CreateTopics, PERF_CREATE_BATCH per request; an existing
  * topic is fine, and so is a broker without CreateTopics (auto-creation then does it). */
 static void topics_create_batch(rd_kafka_t *rk, struct perf_topics *tp, int first, int n,
-                                int32_t partitions)
+                                int32_t partitions, int16_t replication)
 {
     char err[512];
     rd_kafka_NewTopic_t *nt[PERF_CREATE_BATCH];
     assert(n > 0 && n <= PERF_CREATE_BATCH);
     for (int i = 0; i < n; i++)
-        if (!(nt[i] = rd_kafka_NewTopic_new(tp->names[first + i], partitions, 1, err, sizeof err)))
+        if (!(nt[i] = rd_kafka_NewTopic_new(tp->names[first + i], partitions, replication,
+                                            err, sizeof err)))
             perf_die("NewTopic: %s", err);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_AdminOptions_t *opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
@@ -544,10 +575,12 @@ static void topics_create_batch(rd_kafka_t *rk, struct perf_topics *tp, int firs
 }
 
 /* One metadata round over the locally known topics (those with a handle on `rk`): the
- * number of the run's topics that exist with a leader for every partition; their
- * partition counts go into tp->partitions. A metadata request for an unknown topic is
- * also what makes a broker with auto.create.topics.enable create it. */
-static int topics_ready(rd_kafka_t *rk, struct perf_topics *tp, char *why, size_t why_len)
+ * number of the run's topics that exist with a leader for every partition (and, with
+ * replication > 1, that many replicas all in the ISR); their partition counts go into
+ * tp->partitions. A metadata request for an unknown topic is also what makes a broker
+ * with auto.create.topics.enable create it. */
+static int topics_ready(rd_kafka_t *rk, struct perf_topics *tp, int16_t replication,
+                        char *why, size_t why_len)
 {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, NULL, &md, 10000);
@@ -563,13 +596,21 @@ static int topics_ready(rd_kafka_t *rk, struct perf_topics *tp, char *why, size_
             if (strcmp(mt->topic, tp->names[t]) != 0)
                 continue;
             bool led = !mt->err && mt->partition_cnt > 0;
-            for (int p = 0; led && p < mt->partition_cnt; p++)
-                led = mt->partitions[p].leader >= 0;
-            if (led)
+            bool in_sync = true;
+            for (int p = 0; led && p < mt->partition_cnt; p++) {
+                const rd_kafka_metadata_partition_t *mp = &mt->partitions[p];
+                led = mp->leader >= 0;
+                if (replication > 1)
+                    in_sync = in_sync && mp->replica_cnt >= replication &&
+                              mp->isr_cnt >= replication;
+            }
+            if (led && in_sync)
                 tp->partitions[t] = mt->partition_cnt, ready++;
             else
                 snprintf(why, why_len, "%s: %s", tp->names[t],
-                         mt->err ? rd_kafka_err2str(mt->err) : "a partition has no leader");
+                         mt->err ? rd_kafka_err2str(mt->err)
+                         : !led ? "a partition has no leader"
+                                : "a partition's ISR is not all its replicas yet");
         }
         if (!tp->partitions[t] && !why[0])
             snprintf(why, why_len, "%s missing from metadata", tp->names[t]);
@@ -617,7 +658,8 @@ static void topics_setup(struct perf_topics *tp, const struct perf_config *cfg)
     if (cfg->create && cfg->partitions > 0)
         for (int t = 0; t < tp->count; t += PERF_CREATE_BATCH)
             topics_create_batch(rk, tp, t, tp->count - t < PERF_CREATE_BATCH
-                                ? tp->count - t : PERF_CREATE_BATCH, cfg->partitions);
+                                ? tp->count - t : PERF_CREATE_BATCH, cfg->partitions,
+                                cfg->replication);
     rd_kafka_topic_t **rkts = calloc((size_t)tp->count, sizeof *rkts);
     if (!rkts)
         perf_die("out of memory");
@@ -625,7 +667,7 @@ static void topics_setup(struct perf_topics *tp, const struct perf_config *cfg)
         rkts[t] = topic_handle(rk, tp->names[t], t);
     uint64_t deadline = perf_now_ns() + perf_seconds_to_ns(PERF_METADATA_WAIT_S);
     char why[512] = "";
-    while (topics_ready(rk, tp, why, sizeof why) < tp->count) {
+    while (topics_ready(rk, tp, cfg->replication, why, sizeof why) < tp->count) {
         if (g_stop || perf_now_ns() > deadline)
             perf_die("topics not ready after %.0f s: %s", PERF_METADATA_WAIT_S, why);
         why[0] = '\0';
@@ -733,6 +775,7 @@ static rd_kafka_t *producer_client(struct perf_producer *p, const struct perf_co
     if (cfg->key == KEY_RANDOM)
         conf_set(conf, "partitioner", "murmur2_random");
     conf_extra(conf, cfg);
+    conf_props(conf, cfg->producer_extra, cfg->producer_extra_count);
     rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
     rd_kafka_conf_set_opaque(conf, p);
     return client_new(RD_KAFKA_PRODUCER, conf);
@@ -1438,9 +1481,10 @@ static void print_header(const struct perf_run *run)
         snprintf(amount, sizeof amount, "%" PRIu64 " records", cfg->records);
     else
         snprintf(amount, sizeof amount, "to end of partitions");
-    printf("sluice-perf %s: bootstrap %s, %d topic(s) %s%s (%d partitions in all), %s, "
-           "librdkafka %s\n", mode_name(cfg->mode), cfg->bootstrap, cfg->topics, cfg->topic,
-           cfg->topics > 1 ? "-*" : "", run->topics.toppars, amount, rd_kafka_version_str());
+    printf("sluice-perf %s: bootstrap %s, %d topic(s) %s%s (%d partitions in all, "
+           "replication factor %d), %s, librdkafka %s\n", mode_name(cfg->mode),
+           cfg->bootstrap, cfg->topics, cfg->topic, cfg->topics > 1 ? "-*" : "",
+           run->topics.toppars, cfg->replication, amount, rd_kafka_version_str());
     printf("  %d producer(s), %d consumer(s) per group, %.2f group(s) per topic (%d readers, %s)\n",
            run->producer_count, cfg->consumers, groups_per_topic(cfg), run->consumer_count,
            membership_group(cfg) ? "group members" : "direct assignment");
@@ -1466,9 +1510,11 @@ static void json_config(FILE *f, const struct perf_run *run)
     perf_json_string(f, cfg->bootstrap);
     fprintf(f, ", \"topic\": ");
     perf_json_string(f, cfg->topic);
-    fprintf(f, ", \"topics\": %d, \"partitions\": %d, \"toppars\": %d, \"records\": %" PRIu64
+    fprintf(f, ", \"topics\": %d, \"partitions\": %d, \"replication_factor\": %d, "
+            "\"toppars\": %d, \"records\": %" PRIu64
             ", \"duration_s\": %.3f, \"record_size\": %" PRIu64 ", \"key\": \"%s\", \"acks\": ",
-            cfg->topics, run->topics.partitions[0], run->topics.toppars, cfg->records,
+            cfg->topics, run->topics.partitions[0], cfg->replication, run->topics.toppars,
+            cfg->records,
             cfg->duration_s, cfg->record_size, key_name(cfg->key));
     perf_json_string(f, cfg->acks);
     fprintf(f, ", \"compression\": ");

@@ -72,22 +72,24 @@ rootLogger.appenderRef.stderr.ref = STDERR
 class Java:
     """The Apache Kafka jars (clients, tools) and a `java` to run them with."""
 
-    def __init__(self):
+    def __init__(self, version=None):
+        """version: the Kafka release whose jars to run (default KAFKA_VERSION)."""
+        version = version or KAFKA_VERSION
         self.java = shutil.which("java")
         if not self.java:
             skip("java not installed (tests/install-deps.sh)")
-        self.lib = os.path.join(CACHE, f"kafka-{KAFKA_VERSION}", "lib")
+        self.lib = os.path.join(CACHE, f"kafka-{version}", "lib")
         if not os.path.exists(os.path.join(self.lib, ".complete")):
             if not shutil.which("mvn"):
                 skip("Kafka jars not cached and mvn not installed (tests/install-deps.sh)")
-            log(f"fetching Apache Kafka {KAFKA_VERSION} jars from Maven Central (first use)")
+            log(f"fetching Apache Kafka {version} jars from Maven Central (first use)")
             with _locked("kafka-jars"):
                 r = subprocess.run([lib.kafka_ref_path(), "install"], capture_output=True, text=True,
-                                   timeout=1200, env=dict(os.environ, KAFKA_VERSION=KAFKA_VERSION,
+                                   timeout=1200, env=dict(os.environ, KAFKA_VERSION=version,
                                                           SLUICE_CACHE=CACHE))
             if r.returncode != 0:
                 skip(f"could not fetch the Kafka jars: {r.stderr.strip()[-500:]}")
-        self.clients_jar = os.path.join(self.lib, f"kafka-clients-{KAFKA_VERSION}.jar")
+        self.clients_jar = os.path.join(self.lib, f"kafka-clients-{version}.jar")
         if not os.path.exists(self.clients_jar):
             skip(f"{self.clients_jar} missing")
         self.log4j = os.path.join(CACHE, "tools-log4j2.properties")
@@ -95,7 +97,7 @@ class Java:
             with open(self.log4j + ".tmp", "w") as f:
                 f.write(TOOLS_LOG4J)
             os.replace(self.log4j + ".tmp", self.log4j)
-        self.version = KAFKA_VERSION
+        self.version = version
 
     def cmd(self, cls, *args, classpath=(), heap="-Xmx512m"):
         """argv running class `cls` with the Kafka jars (plus classpath) on the class path.
@@ -116,7 +118,7 @@ class Java:
         javac = shutil.which("javac")
         if not javac:
             skip("javac not installed (a JDK is needed for the Java test client)")
-        out = os.path.join(CACHE, f"java-client-{KAFKA_VERSION}-{_tree_hash(src)}")
+        out = os.path.join(CACHE, f"java-client-{self.version}-{_tree_hash(src)}")
         if os.path.exists(os.path.join(out, ".complete")):
             return out
         with _locked("java-client"):

@@ -77,7 +77,8 @@ OFFSETS = "__consumer_offsets"
 GROUP, TOPIC, PARTS = "failover-group", "events", 3
 # records per partition before the kill, after it, and for the new member
 PER_PART, AFTER, LATER = 200, 50, 20
-NONE, COORDINATOR_NOT_AVAILABLE = 0, 15
+NONE, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
+PAUSED_GROUP = "paused-coordinator-group"
 ISR_REQUESTS_MAX = 200  # AlterPartition requests of all brokers over the whole test (~15 needed)
 times = {}
 
@@ -370,6 +371,60 @@ def step_rejoin(cl, killed, b, p, node_before):
     b.close()
 
 
+def step_paused_coordinator(cl):
+    """The coordinator of a group is paused past its session (SIGSTOP): another broker takes
+    the group over and takes a newer commit. An OffsetFetch the paused broker finds waiting
+    when it runs again gets NOT_COORDINATOR (its lease from the controller expired while it
+    was stopped) or the new offset, never the one it held before the pause: that answer
+    would show a committed offset going back (the fault campaign found it so)."""
+    group = PAUSED_GROUP
+
+    def coordinator_of(avoid=()):
+        try:
+            err, node = find_coordinator(live_port(cl, avoid), group)
+        except (OSError, lib.ProtocolError):
+            return None
+        return node if err == NONE and node not in avoid and cl.running(node) else None
+
+    def commit(node, offset):
+        try:
+            d = clu.call(cl.port(node), lambda c: c.request(8, 7, lib.offset_commit_body(
+                group, {TOPIC: [(0, offset, "")]})))
+            return all(e == NONE for e in lib.offset_commit_decode(d).values())
+        except (OSError, lib.ProtocolError):
+            return False
+
+    old = wait_for(f"a coordinator for {group}", coordinator_of, 30)
+    wait_for(f"commit 100 at broker {old}", lambda: commit(old, 100), 20)
+    pid = cl.pid(old)
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    conn = None
+    try:
+        new = wait_for(f"another coordinator for {group} while broker {old} is stopped",
+                       lambda: coordinator_of(avoid=(old,)), 40)
+        wait_for(f"commit 200 at broker {new}", lambda: commit(new, 200), 20)
+        conn = lib.Conn(cl.port(old), timeout=30)  # the kernel accepts while the broker is stopped
+        conn.send(lib.frame(lib.request_header(9, 5, 1) + lib.offset_fetch_body(group, {TOPIC: [0]})))
+        times["coordinator replaced while paused"] = time.monotonic() - t0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        d = lib.Dec(conn.recv_frame())
+        check(d.i32() == 1, "OffsetFetch answer: correlation id")
+        got, err = lib.offset_fetch_decode(d)
+    finally:
+        conn.close()
+    offset = got.get((TOPIC.encode(), 0), (None,))[0]
+    check(err == NOT_COORDINATOR or (err == NONE and offset == 200),
+          f"OffsetFetch read by broker {old} as it ran again after its pause: error {err}, offset {offset} "
+          f"(broker {new} coordinates {group} and has 200; 100 would be the committed offset going back)")
+    log(f"paused coordinator {old}, replaced by {new}: the OffsetFetch waiting for it got "
+        f"{'NOT_COORDINATOR' if err else 'the new offset'}")
+    check(committed_from(cl, new, [(TOPIC, 0)]) is not None, "the new coordinator answers")
+    wait_for(f"broker {old} unfenced again", lambda: coordinator_of() is not None and cl.running(old), 40)
+
+
 def check_isr_requests(cl):
     """The leaders asked the controller for ISR changes a bounded number of times: an idle
     partition (most of __consumer_offsets) whose killed follower was still caught up by
@@ -399,6 +454,7 @@ def main():
         step_first_start(cl)
         killed, b, p, took_over = step_commit_and_kill(cl)
         step_rejoin(cl, killed, b, p, took_over)
+        step_paused_coordinator(cl)
         check_isr_requests(cl)
         cl.sh("down", cl.dir, timeout=120)
         ok = True

@@ -444,6 +444,7 @@ static struct partop **queue;
 static size_t queue_head, queue_len, queue_cap;
 
 static struct fpart parts[STUB_PARTITIONS_MAX];
+int64_t stub_lag;
 static bool store_held; /* stub_store_hold */
 static int64_t ops_seen;
 
@@ -525,6 +526,7 @@ void stub_store_reset(void)
 		free(parts[i].data);
 	memset(parts, 0, sizeof parts);
 	ops_seen = 0;
+	stub_lag = 0;
 }
 
 int64_t stub_store_ops(void) { return ops_seen; }
@@ -748,6 +750,23 @@ static void fake_storage(struct netcore *nc, struct partop *op)
 		break;
 	case PARTOP_GROUP:
 		break; /* no coordinator here: gout stays empty */
+	case PARTOP_LOG_DIR: {
+		/* as a storage core: only partitions holding a log (here: ever
+		 * touched), in the one directory, their stored bytes, no lag */
+		const struct fpart *p = part_find(op->topic, op->partition, false);
+		if (!p) {
+			op->error = 3;
+			break;
+		}
+		op->log_dir = 0;
+		op->log_bytes = (int64_t)p->len;
+		op->offset_lag = stub_lag;
+		break;
+	}
+	case PARTOP_DIR_SPACE:
+		op->dir_total_bytes = STUB_DIR_TOTAL_BYTES;
+		op->dir_usable_bytes = STUB_DIR_USABLE_BYTES;
+		break;
 	case PARTOP_APPEND:
 	case PARTOP_READ:
 	case PARTOP_LIST_OFFSETS:

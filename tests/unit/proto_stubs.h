@@ -121,6 +121,12 @@ int64_t stub_store_ops(void);
  * epoch 0 from offset 0, as a single node's. */
 #define STUB_EPOCHS_MAX 8
 void stub_store_epochs(const char *topic, int32_t partition, const int32_t *epochs, const int64_t *starts, int n);
+/* DescribeLogDirs: a partition's log is in the one directory (log.dirs)
+ * once touched, its size the bytes stored, its offset lag stub_lag; the
+ * directory's volume has these sizes. */
+#define STUB_DIR_TOTAL_BYTES ((int64_t)1 << 40)
+#define STUB_DIR_USABLE_BYTES ((int64_t)3 << 37)
+extern int64_t stub_lag;
 /* READs answered by reference, as a storage core answers them: the
  * records in a pinned copy of their own (STUB_PINS_MAX at once; past that
  * a read is copied, as past the storage core's pool), cut into ranges of

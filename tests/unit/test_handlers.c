@@ -142,6 +142,7 @@ static bool flex_of(int16_t key, int16_t v)
 	case 23: return v >= 4;
 	case 32: return v >= 4;
 	case 33: return v >= 2;
+	case 35: return v >= 2;
 	case 44: return v >= 1;
 	case 37: return v >= 2;
 	case 8: return v >= 8;
@@ -339,7 +340,7 @@ static const struct { int16_t key, min, max; } compat_advertise[] = {
 /* The APIs this suite encodes, with the versions to exercise. */
 static const struct { int16_t key, min, max; } covered[] = {
 	{18, 0, 4}, {3, 0, 12}, {0, 3, 11}, {1, 4, 12}, {2, 1, 7}, {19, 2, 7}, {20, 1, 6}, {32, 1, 4},
-	{10, 0, 4}, {22, 0, 4}, {23, 2, 4},
+	{10, 0, 4}, {22, 0, 4}, {23, 2, 4}, {35, 1, 4},
 };
 
 /* Proves ApiVersions v0-v4 answer error 0 with header v0, the v3+ flexible
@@ -4560,4 +4561,367 @@ Test(dynamic_configs, single_node_broker_configs_are_read_only, .init = setup, .
 	cr_expect(strstr(o.msg[0], "read-only"), "%s", o.msg[0]);
 	alter_roundtrip(33, 0, req, 1, &o);
 	cr_expect_eq(o.err[0], KERR_INVALID_REQUEST);
+}
+
+/* ---- DescribeLogDirs ---------------------------------------------------------------------------- */
+
+#define LDT_DIRS_MAX 4
+#define LDT_TOPICS_MAX 8
+#define LDT_PARTS_MAX 8
+
+struct ldt_req {
+	const char *topic;
+	int np;
+	int32_t p[LDT_PARTS_MAX];
+};
+struct ldt_part {
+	int32_t index;
+	int64_t size, lag;
+	bool future;
+};
+struct ldt_topic {
+	char name[64];
+	int np;
+	struct ldt_part p[LDT_PARTS_MAX];
+};
+struct ldt_dir {
+	int16_t err;
+	char path[1024];
+	int nt;
+	struct ldt_topic t[LDT_TOPICS_MAX];
+	int64_t total, usable;
+};
+struct ldt_out {
+	int16_t err;
+	int nd;
+	struct ldt_dir d[LDT_DIRS_MAX];
+};
+
+/* A DescribeLogDirs request: nt topics (-1: Topics null). */
+static void enc_log_dirs(struct rq *q, int16_t v, const struct ldt_req *t, int nt)
+{
+	rq_start(q, 35, v);
+	rq_arr(q, nt);
+	for (int i = 0; i < nt; i++) {
+		rq_str(q, t[i].topic);
+		rq_arr(q, t[i].np);
+		for (int k = 0; k < t[i].np; k++)
+			kwr_i32(&q->w, t[i].p[k]);
+		rq_tags(q);
+	}
+	rq_tags(q);
+}
+
+static void dec_log_dirs(struct rs *s, struct ldt_out *o)
+{
+	memset(o, 0, sizeof *o);
+	cr_expect_eq(krd_i32(&s->r), 0, "ThrottleTimeMs");
+	o->err = s->ver >= 3 ? krd_i16(&s->r) : 0;
+	o->nd = rs_arr(s, false);
+	cr_assert_leq(o->nd, LDT_DIRS_MAX);
+	for (int i = 0; i < o->nd; i++) {
+		struct ldt_dir *d = &o->d[i];
+		d->err = krd_i16(&s->r);
+		rs_str(s, d->path, sizeof d->path, false);
+		d->nt = rs_arr(s, false);
+		cr_assert_leq(d->nt, LDT_TOPICS_MAX);
+		for (int k = 0; k < d->nt; k++) {
+			struct ldt_topic *t = &d->t[k];
+			rs_str(s, t->name, sizeof t->name, false);
+			t->np = rs_arr(s, false);
+			cr_assert_leq(t->np, LDT_PARTS_MAX);
+			for (int j = 0; j < t->np; j++) {
+				t->p[j].index = krd_i32(&s->r);
+				t->p[j].size = krd_i64(&s->r);
+				t->p[j].lag = krd_i64(&s->r);
+				t->p[j].future = krd_bool(&s->r);
+				rs_tags(s);
+			}
+			rs_tags(s);
+		}
+		d->total = d->usable = -2; /* absent below v4 */
+		if (s->ver >= 4) {
+			d->total = krd_i64(&s->r);
+			d->usable = krd_i64(&s->r);
+		}
+		rs_tags(s);
+	}
+	rs_tags(s);
+}
+
+static void log_dirs_roundtrip(int16_t v, const struct ldt_req *t, int nt, struct ldt_out *o)
+{
+	struct rq q;
+	enc_log_dirs(&q, v, t, nt);
+	cr_assert(rq_send(&q), "DescribeLogDirs v%d refused", v);
+	struct rs s;
+	rs_take(&s, 35, v, q.corr);
+	dec_log_dirs(&s, o);
+	rs_end(&s);
+}
+
+/* One batch of nrec records to topic-partition; its stored bytes. */
+static int64_t ldt_produce(const char *topic, int32_t partition, int nrec)
+{
+	size_t len = 0;
+	uint8_t *b = now_batch(nrec, &len);
+	struct ptopic_req t = {topic, 1, {{partition, b, (int32_t)len}}};
+	struct pr o;
+	produce_roundtrip(7, -1, &t, 1, &o);
+	cr_assert_eq(o.t[0].p[0].err, 0);
+	free(b);
+	return (int64_t)len;
+}
+
+/* Topics "la" (3 partitions: 0 and 2 written) and "lb" (2: 1 written), and
+ * "lc" (never written); returns the bytes of la-0, la-2 and lb-1. */
+static void ldt_fill(int64_t sizes[3])
+{
+	create_topic("la", 3);
+	create_topic("lb", 2);
+	create_topic("lc", 1);
+	sizes[0] = ldt_produce("la", 0, 3);
+	sizes[1] = ldt_produce("la", 2, 2);
+	sizes[1] += ldt_produce("la", 2, 5);
+	sizes[2] = ldt_produce("lb", 1, 1);
+}
+
+/* Proves DescribeLogDirs v1-v4 (flexible from v2): Topics null describes
+ * the one data directory (its absolute path, error 0) with every partition
+ * holding a log there (topics in name order, partitions ascending): its
+ * stored bytes as PartitionSize, OffsetLag 0, IsFutureKey false; a
+ * partition never written (no log) is left out; the top-level ErrorCode
+ * from v3, the volume's TotalBytes and UsableBytes from v4. Named
+ * partitions: each once however often named, unknown topics and partitions
+ * left out, a topic naming none left out; an empty Topics array lists the
+ * directory alone. */
+Test(describe_log_dirs, every_version, .init = setup, .fini = teardown)
+{
+	int64_t size[3];
+	ldt_fill(size);
+	for (int16_t v = 1; v <= 4; v++) {
+		struct ldt_out o;
+		log_dirs_roundtrip(v, NULL, -1, &o);
+		cr_expect_eq(o.err, 0);
+		cr_assert_eq(o.nd, 1, "v%d: %d directories", v, o.nd);
+		const struct ldt_dir *d = &o.d[0];
+		cr_expect_eq(d->err, 0);
+		cr_expect_str_eq(d->path, tmpdir, "v%d", v);
+		cr_assert_eq(d->nt, 2, "v%d: %d topics", v, d->nt);
+		cr_expect_str_eq(d->t[0].name, "la");
+		cr_expect_str_eq(d->t[1].name, "lb");
+		cr_assert_eq(d->t[0].np, 2);
+		cr_expect(d->t[0].p[0].index == 0 && d->t[0].p[0].size == size[0]);
+		cr_expect(d->t[0].p[1].index == 2 && d->t[0].p[1].size == size[1], "v%d: la-2 %" PRId64 " bytes", v,
+			  d->t[0].p[1].size);
+		cr_assert_eq(d->t[1].np, 1);
+		cr_expect(d->t[1].p[0].index == 1 && d->t[1].p[0].size == size[2]);
+		for (int k = 0; k < d->nt; k++)
+			for (int j = 0; j < d->t[k].np; j++)
+				cr_expect(d->t[k].p[j].lag == 0 && !d->t[k].p[j].future);
+		cr_expect_eq(d->total, v >= 4 ? STUB_DIR_TOTAL_BYTES : -2);
+		cr_expect_eq(d->usable, v >= 4 ? STUB_DIR_USABLE_BYTES : -2);
+
+		const struct ldt_req named[] = {{"la", 5, {2, 0, 2, 7, -1}}, {"nosuch", 1, {0}}, {"lb", 0, {0}},
+						{"lc", 1, {0}}, {"la", 1, {0}}};
+		log_dirs_roundtrip(v, named, 5, &o);
+		cr_assert_eq(o.nd, 1);
+		d = &o.d[0];
+		cr_assert_eq(d->nt, 1, "v%d: %d topics named", v, d->nt);
+		cr_expect_str_eq(d->t[0].name, "la");
+		cr_assert_eq(d->t[0].np, 2, "v%d: la-0 and la-2 once each", v);
+		cr_expect(d->t[0].p[0].index == 0 && d->t[0].p[1].index == 2);
+		cr_expect_eq(d->t[0].p[1].size, size[1]);
+
+		log_dirs_roundtrip(v, NULL, 0, &o);
+		cr_assert_eq(o.nd, 1);
+		cr_expect_eq(o.d[0].err, 0);
+		cr_expect_eq(o.d[0].nt, 0, "v%d: no partition asked for", v);
+	}
+}
+
+/* Proves a failed data directory is described with KAFKA_STORAGE_ERROR
+ * (56), no topics, and TotalBytes and UsableBytes -1 (Kafka's defaults). */
+Test(describe_log_dirs, failed_directory, .init = setup, .fini = teardown)
+{
+	int64_t size[3];
+	ldt_fill(size);
+	__atomic_store_n(&BR->offline_dirs, 1u, __ATOMIC_RELEASE);
+	for (int16_t v = 1; v <= 4; v++) {
+		struct ldt_out o;
+		log_dirs_roundtrip(v, NULL, -1, &o);
+		cr_assert_eq(o.nd, 1);
+		cr_expect_eq(o.err, 0, "the request itself succeeds");
+		cr_expect_eq(o.d[0].err, 56, "v%d: %d", v, o.d[0].err);
+		cr_expect_str_eq(o.d[0].path, tmpdir);
+		cr_expect_eq(o.d[0].nt, 0);
+		cr_expect_eq(o.d[0].total, v >= 4 ? -1 : -2);
+		cr_expect_eq(o.d[0].usable, v >= 4 ? -1 : -2);
+	}
+	__atomic_store_n(&BR->offline_dirs, 0u, __ATOMIC_RELEASE);
+}
+
+static const char *const ldt_rel_dirs[] = {"log.dirs", "ldt-rel-a, /ldt-abs/b ,ldt-rel-a", NULL};
+static void ldt_setup_rel_dirs(void) { setup_with(ldt_rel_dirs); }
+
+/* Proves the directories are described as Kafka does: in log.dirs order,
+ * each once (a repeated one is not listed twice), a relative one under the
+ * working directory (Paths.toAbsolutePath), and a directory holding no
+ * partition with an empty topic list. */
+Test(describe_log_dirs, directories_absolute_and_distinct, .init = ldt_setup_rel_dirs, .fini = teardown)
+{
+	create_topic("lr", 1);
+	int64_t size = ldt_produce("lr", 0, 2);
+	char cwd[512], want[600];
+	cr_assert_not_null(getcwd(cwd, sizeof cwd));
+	snprintf(want, sizeof want, "%s/ldt-rel-a", cwd);
+	struct ldt_out o;
+	log_dirs_roundtrip(4, NULL, -1, &o);
+	cr_assert_eq(o.nd, 2, "%d directories", o.nd);
+	cr_expect_str_eq(o.d[0].path, want);
+	cr_expect_str_eq(o.d[1].path, "/ldt-abs/b");
+	cr_assert_eq(o.d[0].nt, 1);
+	cr_expect_eq(o.d[0].t[0].p[0].size, size);
+	cr_expect_eq(o.d[1].nt, 0);
+	cr_expect(o.d[0].err == 0 && o.d[1].err == 0);
+}
+
+/* Proves that in cluster mode only the partitions the metadata places on
+ * this broker are described (no op reaches storage for the others, named or
+ * not), that a follower's offset lag is the storage core's, and that the
+ * request needs no leadership (a replica led elsewhere is described). */
+Test(describe_log_dirs, cluster_placement, .init = cl_setup, .fini = teardown)
+{
+	int64_t size = ldt_produce("cl", 0, 4);
+	struct sluice_partition_state st = cl_state(2, 3, 2);
+	st.replicas[st.replica_n++] = 1; /* a follower here */
+	stub_cluster_partition("cl", 1, &st);
+	const int32_t no_epochs[1] = {0};
+	const int64_t no_starts[1] = {0};
+	stub_store_epochs("cl", 1, no_epochs, no_starts, 0); /* its log exists here (the stub's: ever touched) */
+	stub_lag = 7;
+	for (int round = 0; round < 2; round++) {
+		int64_t ops = stub_store_ops();
+		struct ldt_out o;
+		const struct ldt_req named[] = {{"cl", 3, {2, 1, 0}}};
+		log_dirs_roundtrip(3, round ? named : NULL, round ? 1 : -1, &o);
+		cr_expect_eq(stub_store_ops() - ops, 3, "one directory op and two partitions: %" PRId64,
+			     stub_store_ops() - ops);
+		cr_assert_eq(o.nd, 1);
+		cr_assert_eq(o.d[0].nt, 1);
+		cr_assert_eq(o.d[0].t[0].np, 2);
+		cr_expect(o.d[0].t[0].p[0].index == 0 && o.d[0].t[0].p[0].size == size);
+		cr_expect(o.d[0].t[0].p[1].index == 1 && o.d[0].t[0].p[1].size == 0);
+		cr_expect_eq(o.d[0].t[0].p[1].lag, 7);
+	}
+}
+
+/* Proves a broker holding more partitions than one round of ops (1024)
+ * describes them all, in several rounds, named or not: 2,500 partitions
+ * placed here, three of them written; 2,501 ops reach storage (one for the
+ * directory); a request naming every partition backwards, some twice,
+ * gets the same answer. */
+Test(describe_log_dirs, many_partitions_in_rounds, .init = setup, .fini = teardown)
+{
+	create_topic("lm", 2500);
+	const int32_t written[3] = {0, 1024, 2499};
+	int64_t size[3];
+	for (int i = 0; i < 3; i++)
+		size[i] = ldt_produce("lm", written[i], i + 1);
+	for (int named = 0; named < 2; named++) {
+		struct rq q;
+		rq_start(&q, 35, 2);
+		if (named) {
+			rq_arr(&q, 2);
+			for (int t = 0; t < 2; t++) {
+				rq_str(&q, "lm");
+				rq_arr(&q, t ? 100 : 2500);
+				for (int p = 0; p < (t ? 100 : 2500); p++)
+					kwr_i32(&q.w, t ? p * 25 : 2499 - p);
+				rq_tags(&q);
+			}
+		} else
+			rq_arr(&q, -1);
+		rq_tags(&q);
+		int64_t ops = stub_store_ops();
+		cr_assert(rq_send(&q));
+		struct rs s;
+		rs_take(&s, 35, 2, q.corr);
+		struct ldt_out o;
+		dec_log_dirs(&s, &o);
+		rs_end(&s);
+		cr_expect_eq(stub_store_ops() - ops, 2501, "%" PRId64 " ops", stub_store_ops() - ops);
+		cr_assert(o.nd == 1 && o.d[0].nt == 1);
+		cr_assert_eq(o.d[0].t[0].np, 3);
+		for (int i = 0; i < 3; i++)
+			cr_expect(o.d[0].t[0].p[i].index == written[i] && o.d[0].t[0].p[i].size == size[i], "named %d: %d",
+				  named, o.d[0].t[0].p[i].index);
+	}
+}
+
+/* Proves DescribeLogDirs is advertised as v1-v4 (Kafka 3.3 to 4.2's
+ * range): kafka-python 3.x takes a broker advertising v5 for Kafka 4.3+
+ * (its broker-version guess), which the rest of the table is not. */
+Test(describe_log_dirs, advertised_1_to_4, .init = setup, .fini = teardown)
+{
+	struct rq q;
+	enc_api_versions(&q, 3);
+	cr_assert(rq_send(&q));
+	struct rs s;
+	rs_take(&s, 18, 3, q.corr);
+	struct av a;
+	dec_api_versions(&s, &a);
+	rs_end(&s);
+	int16_t mn, mx;
+	cr_assert(av_range(&a, 35, &mn, &mx), "DescribeLogDirs advertised");
+	cr_expect(mn == 1 && mx == 4, "DescribeLogDirs %d-%d", mn, mx);
+}
+
+/* Proves a malformed DescribeLogDirs closes the connection with nothing
+ * lent to storage: every truncation of a v1 and a v2 request, a null topic
+ * name, a null Partitions array, counts past the bytes left, and more
+ * partitions than a request may name (100,000). */
+Test(describe_log_dirs, malformed_closes, .init = setup, .fini = teardown)
+{
+	create_topic("lx", 2);
+	int64_t ops = stub_store_ops();
+	const struct ldt_req ok[] = {{"lx", 2, {0, 1}}, {"ly", 1, {3}}};
+	for (int16_t v = 1; v <= 2; v++) {
+		struct rq q;
+		enc_log_dirs(&q, v, ok, 2);
+		size_t body = 2 + 2 + 4 + 2 + strlen("sluice-unit") + (v >= 2);
+		for (size_t cut = body; cut < q.w.len; cut++) {
+			reconnect();
+			cr_expect(!stub_frame(C, q.w.buf, cut), "v%d cut at %zu of %zu answered", v, cut, q.w.len);
+		}
+		kwr_free(&q.w);
+	}
+	for (int k = 0; k < 5; k++) {
+		struct rq q;
+		int16_t v = k % 2 ? 2 : 1;
+		rq_start(&q, 35, v);
+		if (k == 4) { /* 100,001 partitions */
+			rq_arr(&q, 1);
+			rq_str(&q, "lx");
+			rq_arr(&q, 100001);
+			for (int i = 0; i < 100001; i++)
+				kwr_i32(&q.w, i % 2);
+			rq_tags(&q);
+			rq_tags(&q);
+		} else {
+			rq_arr(&q, k == 2 ? 1000 : 1);
+			if (k <= 1)
+				kwr_string(&q.w, q.flex, NULL, -1); /* null Topic */
+			else
+				rq_str(&q, "lx");
+			kwr_array(&q.w, q.flex, k == 3 ? -1 : 1); /* k 3: null Partitions */
+			kwr_i32(&q.w, 0);
+			rq_tags(&q);
+			rq_tags(&q);
+		}
+		reconnect();
+		cr_expect(!rq_send(&q), "malformed request %d answered", k);
+	}
+	cr_expect_eq(stub_store_ops(), ops, "nothing reached storage");
+	reconnect();
 }

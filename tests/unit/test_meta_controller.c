@@ -151,9 +151,9 @@ static int64_t fake_create(struct fake *f, const char *name, int32_t parts, cons
 		memset(&r, 0, sizeof r);
 		r.type = SLUICE_MREC_CONFIG;
 		r.config.resource_type = SLUICE_MREC_RESOURCE_TOPIC;
-		snprintf(r.config.resource_name, sizeof r.config.resource_name, "%s", name);
-		snprintf(r.config.name, sizeof r.config.name, "%s", cfgs[c].key);
-		snprintf(r.config.value, sizeof r.config.value, "%s", cfgs[c].value);
+		snprintf(r.config.resource_name, sizeof r.config.resource_name, "%.*s", (int)sizeof r.config.resource_name - 1, name);
+		snprintf(r.config.name, sizeof r.config.name, "%.*s", (int)sizeof r.config.name - 1, cfgs[c].key);
+		snprintf(r.config.value, sizeof r.config.value, "%.*s", (int)sizeof r.config.value - 1, cfgs[c].value);
 		last = fake_append(f, &r);
 	}
 	return last;
