@@ -197,6 +197,7 @@ static bool has_transactional_batch(const uint8_t *recs, int32_t len)
 struct produce_walk {
 	struct kstr txn_id;
 	int16_t acks;
+	int32_t timeout_ms;   /* TimeoutMs: how long acks=all may wait for the ISR */
 	bool txn_denied;      /* a transactional batch without a TransactionalId: the whole request */
 	const uint8_t *recs;  /* the entry just decoded, for produce_admit */
 	int32_t recs_len;
@@ -217,6 +218,7 @@ static void produce_decode(struct req *r, struct krd *rd, struct partop *op, voi
 	op->partition = krd_i32(rd);
 	pw->recs_len = krd_bytes(rd, r->flexible, &pw->recs);
 	op->acks = pw->acks;
+	op->timeout_ms = pw->timeout_ms;
 	op->base_offset = -1;
 }
 
@@ -278,7 +280,7 @@ bool sluice_api_produce_start(struct req *r, struct krd *rd)
 	if (r->api_version >= 3)
 		pw.txn_id = krd_string(rd, r->flexible); /* TransactionalId */
 	pw.acks = krd_i16(rd);
-	(void)krd_i32(rd); /* TimeoutMs */
+	pw.timeout_ms = krd_i32(rd);
 	if (!sluice_proto_partitions_decode(r, rd, &produce_partitions, &pw))
 		return false;
 	r->no_response = pw.acks == 0;
@@ -342,16 +344,20 @@ static void produce_write_errors(struct kwr *w, bool flex, const struct partop *
 }
 
 
+/* A partition refused answers -1 for its offsets; one that timed out
+ * waiting for the ISR (REQUEST_TIMED_OUT) was appended, and Kafka's answer
+ * keeps where (its DelayedProduce only sets the error). */
 static void produce_write_partition(struct req *r, struct kwr *w, const struct partop *op, void *ctx)
 {
 	int16_t v = r->api_version;
+	bool appended = !op->error || op->error == KERR_REQUEST_TIMED_OUT;
 	(void)ctx;
 	kwr_i16(w, op->error);
-	kwr_i64(w, op->error ? -1 : op->base_offset);
+	kwr_i64(w, appended ? op->base_offset : -1);
 	if (v >= 2) /* LogAppendTimeMs: -1 for CreateTime topics */
-		kwr_i64(w, op->error || op->timestamp <= 0 ? -1 : op->timestamp);
+		kwr_i64(w, !appended || op->timestamp <= 0 ? -1 : op->timestamp);
 	if (v >= 5)
-		kwr_i64(w, op->error ? -1 : op->log_start);
+		kwr_i64(w, appended ? op->log_start : -1);
 	if (v >= 8)
 		produce_write_errors(w, r->flexible, op);
 }
@@ -950,11 +956,13 @@ bool sluice_api_delete_records_start(struct req *r, struct krd *rd)
 {
 	if (!sluice_proto_partitions_decode(r, rd, &delete_records_partitions, NULL))
 		return false;
-	(void)krd_i32(rd); /* TimeoutMs */
+	int32_t timeout_ms = krd_i32(rd); /* how long to wait for the replicas' log starts */
 	if (r->flexible)
 		krd_tags_skip(rd);
 	if (rd->err)
 		return false;
+	for (int32_t i = 0; i < r->nops; i++)
+		r->ops[i].timeout_ms = timeout_ms;
 	sluice_proto_dispatch(r);
 	return true;
 }
@@ -963,7 +971,10 @@ static void delete_records_write_partition(struct req *r, struct kwr *w, const s
 {
 	(void)r;
 	(void)ctx;
-	kwr_i64(w, op->error ? -1 : op->log_start); /* LowWatermark */
+	/* LowWatermark: -1 with an error, but for REQUEST_TIMED_OUT (the
+	 * records were deleted on the leader): then the one Kafka gives, the
+	 * low watermark at the deletion. */
+	kwr_i64(w, op->error && op->error != KERR_REQUEST_TIMED_OUT ? -1 : op->log_start);
 	kwr_i16(w, op->error);
 }
 

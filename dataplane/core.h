@@ -15,6 +15,7 @@
 #include "common/rate.h"
 #include "common/ring.h"
 #include "control/meta.h"
+#include "dataplane/deadline.h"
 #include "dataplane/runtime.h"
 #include "dataplane/transport.h"
 #include <liburing.h>
@@ -100,8 +101,13 @@ struct partop {
 	const uint8_t *data;
 	uint32_t len;
 	int16_t acks;
-	/* READ / LIST_OFFSETS */
-	int64_t offset;          /* fetch offset, or timestamp for LIST_OFFSETS */
+	/* APPEND with acks=all, DELETE_RECORDS: the request's TimeoutMs, how
+	 * long the op may wait for the other replicas once done here (Kafka's
+	 * DelayedProduce and DelayedDeleteRecords); then REQUEST_TIMED_OUT. */
+	int32_t timeout_ms;
+	/* READ / LIST_OFFSETS / DELETE_RECORDS */
+	int64_t offset;          /* fetch offset, timestamp for LIST_OFFSETS, DeleteRecords' Offset (-1: the
+				  * high watermark; the storage core puts the offset it deleted to here) */
 	int32_t max_bytes;
 	bool min_one;
 	/* READ: bytes the whole request may still read, shared by its ops on
@@ -126,7 +132,7 @@ struct partop {
 	int64_t last_offset;
 	int64_t timestamp;       /* LIST_OFFSETS */
 	int64_t high_watermark;
-	int64_t log_start;
+	int64_t log_start;       /* DELETE_RECORDS: the answer's LowWatermark */
 	/* READ from a follower whose log diverges from the leader's
 	 * (LastFetchedEpoch and FetchOffset against the epoch cache): the
 	 * leader's largest epoch <= LastFetchedEpoch and its end offset, the
@@ -153,6 +159,8 @@ struct partop {
 	int64_t offset_lag;
 	int64_t dir_total_bytes, dir_usable_bytes;
 	struct partop *next;     /* storage-side wait list link */
+	struct partop *prev;     /* ... and its back link in a partition's wait lists (partition.c) */
+	struct sluice_deadline deadline; /* storage side: armed while it waits with a timeout (deadline.h) */
 	/* PARTOP_GROUP: the group coordinator decodes data[0..len) (the request
 	 * body, or one group's part of it) and encodes its answer into gout. */
 	int16_t api_key, api_version;

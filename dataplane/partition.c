@@ -25,7 +25,7 @@ void sluice_partition_init(struct sluice_partition *p, int32_t self_id)
 
 void sluice_partition_fini(struct sluice_partition *p)
 {
-	assert(!p->wait_head && !p->local_head);
+	assert(!p->wait_head && !p->local_head && !p->del_head);
 	free(p->prods);
 	p->prods = NULL;
 	p->prod_cap = p->prod_n = 0;
@@ -81,7 +81,8 @@ void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log
 }
 
 /* Take the ops of a wait list whose last offset is at or past end (a
- * suffix: the list is in offset order), in order. */
+ * suffix: the list is in offset order), in order, linked through next
+ * only, their deadlines cancelled. */
 static struct partop *list_cut(struct partop **head, struct partop **tail, int64_t end)
 {
 	struct partop **q = head, *prev = NULL;
@@ -93,6 +94,10 @@ static struct partop *list_cut(struct partop **head, struct partop **tail, int64
 	*q = NULL;
 	*tail = prev;
 	assert(!*head == !*tail);
+	for (struct partop *op = gone; op; op = op->next) {
+		op->prev = NULL;
+		sluice_deadline_cancel(&op->deadline);
+	}
 	return gone;
 }
 
@@ -682,11 +687,13 @@ enum sluice_producer_verdict sluice_partition_producer_check(struct sluice_parti
 
 /* ---- waiters ------------------------------------------------------------- */
 
-void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op, bool all)
+/* The wait lists are doubly linked (op->next, op->prev), so that an op whose
+ * timeout passed leaves from wherever it is in O(1). */
+static void list_append(struct partop **head, struct partop **tail, struct partop *op)
 {
-	struct partop **head = all ? &p->wait_head : &p->local_head, **tail = all ? &p->wait_tail : &p->local_tail;
-	assert(op && op != *tail);
+	assert(op && op != *tail && !op->prev);
 	op->next = NULL;
+	op->prev = *tail;
 	if (*tail)
 		(*tail)->next = op;
 	else
@@ -694,22 +701,46 @@ void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op,
 	*tail = op;
 }
 
+/* op (in the list) taken out, its deadline with it. */
+static void list_unlink(struct partop **head, struct partop **tail, struct partop *op)
+{
+	assert(op->prev ? op->prev->next == op : *head == op);
+	assert(op->next ? op->next->prev == op : *tail == op);
+	if (op->prev)
+		op->prev->next = op->next;
+	else
+		*head = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	else
+		*tail = op->prev;
+	op->next = op->prev = NULL;
+	sluice_deadline_cancel(&op->deadline);
+	assert(!*head == !*tail);
+}
+
 static struct partop *list_pop(struct partop **head, struct partop **tail)
 {
 	struct partop *op = *head;
-	if (!op)
-		return NULL;
-	*head = op->next;
-	if (!*head)
-		*tail = NULL;
-	op->next = NULL;
+	if (op)
+		list_unlink(head, tail, op);
 	return op;
+}
+
+void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op, bool all)
+{
+	if (all)
+		list_append(&p->wait_head, &p->wait_tail, op);
+	else
+		list_append(&p->local_head, &p->local_tail, op);
 }
 
 struct partop *sluice_partition_wait_pop(struct sluice_partition *p)
 {
 	struct partop *op = list_pop(&p->wait_head, &p->wait_tail);
-	return op ? op : list_pop(&p->local_head, &p->local_tail);
+	if (!op)
+		op = list_pop(&p->local_head, &p->local_tail);
+	return op ? op : list_pop(&p->del_head, &p->del_tail);
 }
 
 struct partop *sluice_partition_wait_pop_visible(struct sluice_partition *p, bool failed)
@@ -726,9 +757,63 @@ struct partop *sluice_partition_wait_pop_written(struct sluice_partition *p, boo
 	return list_pop(&p->local_head, &p->local_tail);
 }
 
+void sluice_partition_wait_remove(struct sluice_partition *p, struct partop *op)
+{
+	list_unlink(&p->wait_head, &p->wait_tail, op);
+}
+
 bool sluice_partition_waiting(const struct sluice_partition *p)
 {
 	return p->wait_head || p->local_head;
+}
+
+/* ---- DeleteRecords waiting for the low watermark ---------------------------- */
+
+/* The log start of self (without a log, in unit tests, the one noted for it). */
+static int64_t local_start(const struct sluice_partition *p)
+{
+	if (p->log)
+		return sluice_plog_log_start(p->log);
+	for (uint8_t i = 0; i < p->replica_n; i++)
+		if (p->replicas[i].id == p->self_id)
+			return p->replicas[i].log_start > 0 ? p->replicas[i].log_start : 0;
+	return 0;
+}
+
+int64_t sluice_partition_low_watermark(const struct sluice_partition *p, bool (*alive)(void *arg, int32_t id),
+				       void *arg)
+{
+	assert(p->is_leader);
+	int64_t low = local_start(p);
+	for (uint8_t i = 0; i < p->replica_n; i++) {
+		const struct sluice_replica *r = &p->replicas[i];
+		if (r->id != p->self_id && r->log_start < low && alive(arg, r->id))
+			low = r->log_start;
+	}
+	assert(low >= -1);
+	return low;
+}
+
+void sluice_partition_delete_wait(struct sluice_partition *p, struct partop *op)
+{
+	assert(op->kind == PARTOP_DELETE_RECORDS && op->offset >= 0);
+	list_append(&p->del_head, &p->del_tail, op);
+}
+
+struct partop *sluice_partition_delete_pop(struct sluice_partition *p, int64_t low_watermark, bool all)
+{
+	/* Few wait at once (one per DeleteRecords in flight on the partition). */
+	for (struct partop *op = p->del_head; op; op = op->next)
+		if (all || op->offset <= low_watermark) {
+			list_unlink(&p->del_head, &p->del_tail, op);
+			return op;
+		}
+	return NULL;
+}
+
+void sluice_partition_delete_remove(struct sluice_partition *p, struct partop *op)
+{
+	list_unlink(&p->del_head, &p->del_tail, op);
 }
 
 void sluice_partition_watch(struct sluice_partition *p, int core)

@@ -4,8 +4,9 @@
  * (leader or follower, as the controller last said), the leader epoch and
  * its epoch -> start offset cache, the replicas' positions and the ISR, the
  * idempotent-producer table, the appends waiting for their data to become
- * visible (acks=all) or written (acks=0/1), and the network cores whose
- * fetches wait for new data. It is where replication's rules live as pure
+ * visible (acks=all) or written (acks=0/1), the DeleteRecords waiting for
+ * every live replica's log start (the low watermark), and the network cores
+ * whose fetches wait for new data. It is where replication's rules live as pure
  * functions: a leader's high watermark is the least position over the ISR
  * (each follower's position comes with its fetch,
  * sluice_partition_replica_position), a follower's the leader's high
@@ -140,6 +141,7 @@ struct sluice_partition {
 	uint32_t prod_cap, prod_n;
 	struct partop *wait_head, *wait_tail;   /* acks=all appends waiting to become visible */
 	struct partop *local_head, *local_tail; /* acks=0/1 appends waiting to be written here */
+	struct partop *del_head, *del_tail;     /* leader: DeleteRecords waiting for the replicas' log starts */
 	uint64_t fetch_waiters[SLUICE_PARTITION_WAITER_WORDS]; /* bit per network core */
 };
 
@@ -343,16 +345,38 @@ void sluice_partition_producer_record(struct sluice_partition *p, const struct s
 struct sluice_producer *sluice_partition_producer(struct sluice_partition *p, int64_t pid, bool create);
 
 /* Appends waiting to be answered, in offset order (linked through
- * op->next): acks=all (all) until the high watermark passes their last
- * offset, acks=0/1 until the local written end does. pop_visible: the first
- * acks=all one the high watermark passed (all of them when failed), else
- * NULL; pop_written: the same for the others against the written end;
- * pop: the first of either list, whatever its offset. */
+ * op->next and op->prev): acks=all (all) until the high watermark passes
+ * their last offset, acks=0/1 until the local written end does.
+ * pop_visible: the first acks=all one the high watermark passed (all of
+ * them when failed), else NULL; pop_written: the same for the others
+ * against the written end; pop: the first of either list (then of the
+ * waiting DeleteRecords), whatever its offset; remove: op (an acks=all one,
+ * waiting) taken out wherever it is, as its timeout passed. An op leaving a
+ * wait list, by any of these or by sluice_partition_on_truncate, leaves its
+ * deadline too (op->deadline cancelled). waiting: appends wait (not
+ * DeleteRecords). */
 void sluice_partition_wait_append(struct sluice_partition *p, struct partop *op, bool all);
 struct partop *sluice_partition_wait_pop_visible(struct sluice_partition *p, bool failed);
 struct partop *sluice_partition_wait_pop_written(struct sluice_partition *p, bool failed);
 struct partop *sluice_partition_wait_pop(struct sluice_partition *p);
+void sluice_partition_wait_remove(struct sluice_partition *p, struct partop *op);
 bool sluice_partition_waiting(const struct sluice_partition *p);
+
+/* DeleteRecords on a replicated partition (Kafka's DelayedDeleteRecords).
+ * low_watermark: leader, the least log start over this replica and every
+ * follower whose broker alive(arg, id) says is alive (registered and not
+ * fenced), as each follower's last fetch from this leadership reported it
+ * (-1 while one has not: nothing is known of it), Kafka's
+ * lowWatermarkIfLeader. A DeleteRecords whose required offset (op->offset)
+ * is above it waits: delete_wait adds it, delete_pop takes a waiting one
+ * whose offset the low watermark reached (any, with all), else NULL;
+ * delete_remove takes op out as its timeout passed. Like the appends, an op
+ * taken out leaves its deadline. */
+int64_t sluice_partition_low_watermark(const struct sluice_partition *p, bool (*alive)(void *arg, int32_t id),
+				       void *arg);
+void sluice_partition_delete_wait(struct sluice_partition *p, struct partop *op);
+struct partop *sluice_partition_delete_pop(struct sluice_partition *p, int64_t low_watermark, bool all);
+void sluice_partition_delete_remove(struct sluice_partition *p, struct partop *op);
 
 /* Fetch waiters: network core `core` has a fetch waiting for data here.
  * take: the next waiting core at or after *from (cleared), or -1. */

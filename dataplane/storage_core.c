@@ -111,6 +111,16 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
  * times a second. */
 #define STORE_ISR_REFUSED_BACKOFF_MS 500
 #define STORE_READ_PINS_MAX 1024
+/* Ops whose timeout passed answered in one loop turn (REQUEST_TIMED_OUT);
+ * more wait for the next turn, which comes at once. An acks=all append
+ * whose timeout passes before its own write completed is looked at again
+ * this much later: Kafka's timeout starts after the leader's append, so the
+ * local write is not what times out (a single replica's acks=all, whose
+ * high watermark moves with the write, never does). */
+#define STORE_EXPIRIES_PER_TURN 4096
+#define STORE_EXPIRY_WRITE_RECHECK_MS 1
+_Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN + STORE_EXPIRIES_PER_TURN < SLUICE_RT_BACKLOG_MAX / 2,
+	       "a turn's ops and expiries (each owing one reply) fit in the backlog above drain_rings' cut-off");
 #define STORE_READ_LOAD_RETRIES_MAX 32
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
 _Static_assert(STORE_READ_LOAD_RETRIES_MAX * SLUICE_PLOG_LOADS_MAX >= 2 * SLUICE_READ_RANGES_MAX,
@@ -236,6 +246,9 @@ struct sstate {
 	uint32_t hw_ck_n, hw_ck_cap; /* at most SLUICE_STORE_PARTITIONS_MAX */
 	int64_t next_hw_ckpt_ms;
 	uint32_t epochs_rebuilt; /* partitions opened with no usable leader-epoch-checkpoint */
+	/* Ops waiting for other replicas with a timeout (acks=all appends,
+	 * DeleteRecords): their deadlines (dataplane/deadline.h). */
+	struct sluice_deadlines deadlines;
 };
 
 struct hw_entry {
@@ -353,7 +366,60 @@ static void answer_waiting(struct spart *p, bool failed)
 		}
 		append_answer(p, op, hw);
 	}
+	for (struct partop *op; failed && (op = sluice_partition_delete_pop(&p->part, 0, true));) {
+		op->error = KERR_KAFKA_STORAGE_ERROR;
+		op_done(p->sc, op);
+	}
 	wake_fetch_watchers(p);
+}
+
+/* Whether broker id counts for the low watermark (arg: a snapshot): among
+ * the snapshot's brokers, registered and not fenced (nor shutting down),
+ * as Kafka's metadataCache.hasAliveBroker. */
+static bool broker_alive(void *arg, int32_t id)
+{
+	const struct sluice_meta_snapshot *snap = arg;
+	for (uint32_t i = 0; i < snap->broker_n; i++)
+		if (snap->brokers[i].node_id == id)
+			return true;
+	return false;
+}
+
+/* Leader p's low watermark under the current metadata. */
+static int64_t low_watermark(struct storecore *sc, struct spart *p)
+{
+	struct broker *b = sc->b;
+	if (p->part.replica_n == 1)
+		return sluice_plog_log_start(p->log);
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	int64_t low = sluice_partition_low_watermark(&p->part, broker_alive, snap);
+	b->meta.ops->release(b->meta.self, snap);
+	return low;
+}
+
+/* The DeleteRecords waiting on p whose offset the low watermark reached are
+ * answered with it (Kafka's DelayedDeleteRecords.tryComplete): after a
+ * follower's fetch told its log start, or when the replicas, the ISR or
+ * the live brokers changed. Once p no longer leads, every one of them gets
+ * NOT_LEADER_OR_FOLLOWER (low watermark -1). */
+static void deletes_check(struct storecore *sc, struct spart *p)
+{
+	struct sluice_partition *pt = &p->part;
+	if (!pt->del_head)
+		return;
+	if (!pt->is_leader || !p->log) {
+		for (struct partop *op; (op = sluice_partition_delete_pop(pt, 0, true));) {
+			op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+			op_done(sc, op);
+		}
+		return;
+	}
+	int64_t low = low_watermark(sc, p);
+	for (struct partop *op; (op = sluice_partition_delete_pop(pt, low, false));) {
+		assert(low >= op->offset);
+		op->log_start = low;
+		op_done(sc, op);
+	}
 }
 
 /* Hook from the plog: its written end moved (or it failed). The high
@@ -380,9 +446,9 @@ static void on_written(struct sluice_plog *l, void *arg)
  * learns where to truncate. Either way the high watermark may have moved
  * (an ISR that shrank lets it advance). */
 /* p's replica here is no longer one of the partition's: it stops following
- * and leading, and its acks=all appends waiting are refused with
- * NOT_LEADER_OR_FOLLOWER (the producer retries at the new leader). Its
- * log stays until removed_sweep proves it garbage. */
+ * and leading, and its acks=all appends and DeleteRecords waiting are
+ * refused with NOT_LEADER_OR_FOLLOWER (the producer retries at the new
+ * leader). Its log stays until removed_sweep proves it garbage. */
 static void part_stop(struct storecore *sc, struct spart *p)
 {
 	sluice_fetcher_unfollow(sc, &p->follow);
@@ -397,7 +463,8 @@ static void part_stop(struct storecore *sc, struct spart *p)
 		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
 		append_answer(p, op, sluice_partition_high_watermark(&p->part));
 	}
-	assert(!p->part.is_leader && !p->follow);
+	deletes_check(sc, p); /* DeleteRecords waiting: NOT_LEADER_OR_FOLLOWER too */
+	assert(!p->part.is_leader && !p->follow && !p->part.del_head);
 }
 
 static enum sluice_partition_change part_leadership_apply(struct storecore *sc, struct spart *p,
@@ -444,6 +511,7 @@ static enum sluice_partition_change part_leadership_apply(struct storecore *sc, 
 static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
 {
 	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
+	deletes_check(sc, p); /* the leader, its replicas or the live brokers may have changed */
 	if (c != SLUICE_PARTITION_LEADER && c != SLUICE_PARTITION_FOLLOWER && c != SLUICE_PARTITION_REFUSED)
 		return;
 	for (size_t i = 0; i < STORE_SERVICES_N; i++)
@@ -1846,6 +1914,7 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 	isr_check(sc, p, now); /* a follower caught up rejoins the ISR at once */
 	op->high_watermark = sluice_partition_high_watermark(pt);
 	op->hw_news = sluice_partition_replica_fetch(pt, op->replica_id, op->replica_log_start);
+	deletes_check(sc, p); /* its log start may be what a DeleteRecords waits for */
 	if (leader_throttled(sc, p, op->replica_id, now)) {
 		op->rlen = 0; /* Kafka's leader answers a throttled replica with no records */
 		op_done(sc, op);
@@ -1965,20 +2034,42 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 	op_done(sc, op);
 }
 
-/* Run op on p (its earlier ops all ran): open the log first when needed. */
-/* DeleteRecords: up to the high watermark (-1: to it), never into what
- * consumers cannot see yet. */
+/* DeleteRecords (Kafka's deleteRecordsOnLeader, then DelayedDeleteRecords):
+ * the leader's log start moves up to the offset (-1: the high watermark),
+ * never into what consumers cannot see yet; the answer waits until the low
+ * watermark reached it, that is until every replica on a live broker moved
+ * its log start there too (a follower moves it from its next Fetch answer,
+ * up to its high watermark, and says so in the Fetch after: within about
+ * replica.fetch.wait.max.ms on an idle partition), and is then the low
+ * watermark. At the request's TimeoutMs it is REQUEST_TIMED_OUT instead,
+ * with the low watermark as it was at the deletion, as Kafka answers (the
+ * leader's log start stays where it moved). A single replica answers at
+ * once. */
 static void op_delete_records(struct storecore *sc, struct spart *p, struct partop *op, int64_t hw)
 {
+	struct sstate *st = sc->state;
 	assert(op->kind == PARTOP_DELETE_RECORDS);
+	if (!p->part.is_leader) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER; /* a follower's log start follows its leader's only */
+		op_done(sc, op);
+		return;
+	}
 	int64_t to = op->offset == -1 ? hw : op->offset;
-	int64_t ls = to > hw ? -1 : sluice_plog_delete_records(p->log, to);
-	if (ls < 0)
+	int64_t ls = to > hw || to < 0 ? -1 : sluice_plog_delete_records(p->log, to);
+	if (ls < 0) {
 		op->error = KERR_OFFSET_OUT_OF_RANGE;
-	else
-		sluice_partition_epoch_truncate_from_start(&p->part, ls); /* as Kafka's log start moves */
-	op->log_start = ls;
-	op_done(sc, op);
+		op_done(sc, op);
+		return;
+	}
+	sluice_partition_epoch_truncate_from_start(&p->part, ls); /* as Kafka's log start moves */
+	op->offset = to; /* from here on: the offset every live replica's log start must reach */
+	op->log_start = low_watermark(sc, p);
+	if (op->log_start >= to) {
+		op_done(sc, op);
+		return;
+	}
+	sluice_partition_delete_wait(&p->part, op);
+	sluice_deadlines_arm(&st->deadlines, &op->deadline, sluice_now_ms(), op->timeout_ms > 0 ? op->timeout_ms : 0);
 }
 
 /* OffsetForLeaderEpoch: where the epoch asked about ends, from the epoch
@@ -2125,6 +2216,46 @@ static void op_append(struct storecore *sc, struct spart *p, struct partop *op, 
 		}
 	}
 	sluice_partition_wait_append(&p->part, op, op->acks == -1); /* answered once visible, or written */
+	if (op->acks == -1) /* or REQUEST_TIMED_OUT at its request's TimeoutMs (expire_waiting) */
+		sluice_deadlines_arm(&st->deadlines, &op->deadline, sluice_now_ms(),
+				     op->timeout_ms > 0 ? op->timeout_ms : 0);
+}
+
+/* The ops whose request's TimeoutMs passed while they waited for other
+ * replicas are answered REQUEST_TIMED_OUT (Kafka's purgatory expiring a
+ * DelayedProduce or DelayedDeleteRecords; each partition of a request
+ * alone, so a request's other partitions keep the answers they had, as in
+ * Kafka's). An acks=all append's answer keeps its offsets: its records stay
+ * in the log and become visible once the ISR has them, as in Kafka, and an
+ * idempotent producer's retry of the batch is answered with them. A
+ * DeleteRecords keeps the low watermark it had at the deletion. */
+static void expire_waiting(struct storecore *sc, int64_t now)
+{
+	struct sstate *st = sc->state;
+	for (uint32_t k = 0; k < STORE_EXPIRIES_PER_TURN; k++) {
+		struct sluice_deadline *d = sluice_deadlines_expired(&st->deadlines, now);
+		if (!d)
+			return;
+		struct partop *op = (struct partop *)(void *)((char *)d - offsetof(struct partop, deadline));
+		uint32_t slot;
+		struct spart *p = part_lookup(st, op->topic, op->partition, &slot);
+		assert(p && p->log); /* an armed op waits on its partition, which answers it before it goes */
+		if (op->kind == PARTOP_DELETE_RECORDS) {
+			sluice_partition_delete_remove(&p->part, op);
+			op->error = KERR_REQUEST_TIMED_OUT;
+			op_done(sc, op);
+			continue;
+		}
+		assert(op->kind == PARTOP_APPEND && op->acks == -1);
+		if (op->last_offset >= sluice_plog_written_end(p->log)) {
+			/* Its own write is still out: not what the timeout is for. */
+			sluice_deadlines_arm(&st->deadlines, d, now, STORE_EXPIRY_WRITE_RECHECK_MS);
+			continue;
+		}
+		sluice_partition_wait_remove(&p->part, op);
+		op->error = KERR_REQUEST_TIMED_OUT;
+		append_answer(p, op, sluice_partition_high_watermark(&p->part));
+	}
 }
 
 /* Cluster mode: whether the newest metadata still places a replica of p
@@ -2911,6 +3042,7 @@ static void store_work(void *core, int64_t now_ms)
 	}
 	for (size_t i = 0; i < STORE_SERVICES_N; i++)
 		store_services[i]->tick(sc, now_ms);
+	expire_waiting(sc, now_ms);
 	housekeeping(sc, now_ms);
 	submit_writes(sc);
 }
@@ -2929,14 +3061,14 @@ static bool store_pending(void *core)
 	return false;
 }
 
-/* A consumer group's join phase ending, else at least 1 ms away; 1 ms
- * while ops are parked (descriptors or lookup work to come free). The
- * runtime caps it at sleep_max_ms (STORE_SLEEP_MS_MAX). */
+/* A consumer group's join phase ending or a waiting op's timeout, else at
+ * least 1 ms away; 1 ms while ops are parked (descriptors or lookup work to
+ * come free). The runtime caps it at sleep_max_ms (STORE_SLEEP_MS_MAX). */
 static int64_t store_deadline(void *core, int64_t now_ms)
 {
 	struct storecore *sc = core;
 	struct sstate *st = sc->state;
-	int64_t d = INT64_MAX; /* the soonest of the services' timers (a consumer group's join phase) */
+	int64_t d = sluice_deadlines_next(&st->deadlines); /* and the services' timers (a group's join phase) */
 	for (size_t i = 0; i < STORE_SERVICES_N; i++) {
 		int64_t sd = store_services[i]->next_deadline(sc);
 		d = sd < d ? sd : d;
@@ -3055,6 +3187,7 @@ int sluice_storage_core_start(struct storecore *sc)
 	st->plog_cfg.segment_ms = cfg->log_roll_ms;
 	st->plog_cfg.preallocate = cfg->log_preallocate;
 	sc->state = st;
+	sluice_deadlines_init(&st->deadlines);
 	table_grow(st);
 	st->next_retention_ms = sluice_now_ms() + cfg->log_retention_check_interval_ms;
 	st->next_hw_ckpt_ms = sluice_now_ms() + cfg->replica_hw_checkpoint_interval_ms;

@@ -10,7 +10,9 @@
  * watermark, epochs, producers and waiters following; a checkpointed high
  * watermark and epoch cache checked against the log at attach; the
  * idempotent-producer rules (duplicates, order, epoch fencing) and the
- * producer table's bound; the append wait list; a fetch-waiter bit for
+ * producer table's bound; the append wait list, an op whose timeout passed
+ * taken out of it and deadlines dropped whenever an op leaves it; the low
+ * watermark a DeleteRecords waits for and its wait list; a fetch-waiter bit for
  * every core id up to SLUICE_CORES_MAX - 1; and the replica a leader points
  * a consumer in another rack at (KIP-392), with the high watermark news a
  * follower's fetch is answered at once for. */
@@ -929,6 +931,132 @@ Test(partition, append_waiters)
 	cr_expect_null(P.wait_head);
 	cr_expect_null(P.wait_tail);
 	cr_expect_not(sluice_partition_waiting(&P));
+}
+
+/* Proves an acks=all append whose timeout passed leaves the wait list from
+ * wherever it is (head, middle, tail) with the others kept in order, and
+ * that every way an op leaves a wait list (answered, refused, cut by a
+ * truncation, removed) drops its deadline, so none expires after it was
+ * answered. */
+Test(partition, wait_remove_drops_deadlines)
+{
+	struct sluice_deadlines ds;
+	sluice_deadlines_init(&ds);
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(lead(SELF, 1, 0, all, 2, all, 2, 0), SLUICE_PARTITION_LEADER);
+	struct partop op[5];
+	memset(op, 0, sizeof op);
+	for (int i = 0; i < 5; i++) {
+		op[i].last_offset = 10 * i + 9;
+		sluice_partition_wait_append(&P, &op[i], true);
+		sluice_deadlines_arm(&ds, &op[i].deadline, 0, 1000 + i);
+	}
+	sluice_partition_wait_remove(&P, &op[2]); /* the middle */
+	cr_expect_not(sluice_deadline_armed(&op[2].deadline));
+	cr_expect(op[1].next == &op[3] && op[3].prev == &op[1]);
+	sluice_partition_wait_remove(&P, &op[0]); /* the head */
+	sluice_partition_wait_remove(&P, &op[4]); /* the tail */
+	cr_expect(P.wait_head == &op[1] && P.wait_tail == &op[3]);
+	(void)sluice_partition_on_written(&P, 50);
+	(void)sluice_partition_replica_position(&P, 2, 20, 0);
+	cr_expect_eq(sluice_partition_wait_pop_visible(&P, false), &op[1]);
+	cr_expect_not(sluice_deadline_armed(&op[1].deadline), "answered: no longer timed");
+	cr_expect_null(sluice_partition_wait_pop_visible(&P, false));
+	cr_expect_eq(sluice_partition_wait_pop(&P), &op[3]);
+	cr_expect_not(sluice_deadline_armed(&op[3].deadline));
+	cr_expect_null(P.wait_head);
+	cr_expect_null(P.wait_tail);
+	cr_expect_eq(sluice_deadlines_next(&ds), INT64_MAX, "no deadline left behind");
+}
+
+/* Proves the truncation of a follower's log hands back the waiting appends
+ * past the new end with their deadlines dropped. */
+Test(partition, truncation_drops_deadlines)
+{
+	struct sluice_deadlines ds;
+	sluice_deadlines_init(&ds);
+	struct sluice_plog *l = open_log();
+	int32_t all[] = {SELF, 2};
+	cr_assert_eq(lead(SELF, 3, 0, all, 2, all, 2, 0), SLUICE_PARTITION_LEADER);
+	sluice_partition_attach(&P, l, 0);
+	follow(l, 0, 1, 4, -1, 0);
+	follow(l, 4, 1, 4, -1, 0);
+	flush(l);
+	struct partop a = {.last_offset = 3}, b = {.last_offset = 7};
+	sluice_partition_wait_append(&P, &a, true);
+	sluice_partition_wait_append(&P, &b, true);
+	sluice_deadlines_arm(&ds, &a.deadline, 0, 100);
+	sluice_deadlines_arm(&ds, &b.deadline, 0, 100);
+	char err[256];
+	cr_assert_eq(sluice_plog_truncate_to(l, 4, err, sizeof err), 0, "%s", err);
+	cr_expect_eq(sluice_partition_on_truncate(&P, false), &b);
+	cr_expect_not(sluice_deadline_armed(&b.deadline));
+	cr_expect_null(b.prev);
+	cr_expect(sluice_deadline_armed(&a.deadline), "still waiting, still timed");
+	cr_expect_eq(sluice_partition_wait_pop(&P), &a);
+	cr_expect_eq(sluice_deadlines_next(&ds), INT64_MAX);
+	close_log(l);
+}
+
+/* Which brokers the low watermark tests call alive: a bit per id. */
+static bool alive_bits(void *arg, int32_t id) { return (*(const uint32_t *)arg >> id) & 1; }
+
+/* Proves the low watermark (Kafka's lowWatermarkIfLeader) is the least log
+ * start over the leader and the followers on live brokers, in or out of
+ * the ISR, as their fetches reported it; -1 while a live follower has not
+ * reported one under this leadership (a new leader knows nothing of them);
+ * and that a follower on a dead (fenced) broker does not hold it back. */
+Test(partition, low_watermark)
+{
+	int32_t all[] = {SELF, 2, 3}, isr[] = {SELF, 2};
+	uint32_t alive = 1u << SELF | 1u << 2 | 1u << 3;
+	cr_assert_eq(lead(SELF, 1, 0, all, 3, isr, 2, 0), SLUICE_PARTITION_LEADER);
+	P.replicas[0].log_start = 50; /* this replica's (no log in this test) */
+	cr_expect_eq(sluice_partition_low_watermark(&P, alive_bits, &alive), -1, "nothing heard from the followers");
+	(void)sluice_partition_replica_fetch(&P, 2, 50);
+	(void)sluice_partition_replica_fetch(&P, 3, 20);
+	cr_expect_eq(sluice_partition_low_watermark(&P, alive_bits, &alive), 20, "broker 3 is out of the ISR but alive");
+	alive &= ~(1u << 3);
+	cr_expect_eq(sluice_partition_low_watermark(&P, alive_bits, &alive), 50, "a fenced broker does not count");
+	alive |= 1u << 3;
+	(void)sluice_partition_replica_fetch(&P, 3, 70);
+	cr_expect_eq(sluice_partition_low_watermark(&P, alive_bits, &alive), 50, "never above the leader's own");
+	(void)sluice_partition_replica_fetch(&P, 2, -1);
+	cr_expect_eq(sluice_partition_low_watermark(&P, alive_bits, &alive), -1, "a fetch without LogStartOffset");
+	cr_assert_eq(lead(SELF, 2, 0, all, 3, isr, 2, 0), SLUICE_PARTITION_LEADER);
+	(void)sluice_partition_replica_fetch(&P, 2, 50);
+	cr_expect_eq(sluice_partition_low_watermark(&P, alive_bits, &alive), -1, "a new leadership asks broker 3 again");
+}
+
+/* Proves waiting DeleteRecords are taken as the low watermark reaches
+ * their offsets (in any order), removed as their timeouts pass with their
+ * deadlines dropped, and all taken when asked (a lost leadership). */
+Test(partition, delete_waiters)
+{
+	struct sluice_deadlines ds;
+	sluice_deadlines_init(&ds);
+	struct partop d[4];
+	memset(d, 0, sizeof d);
+	int64_t offsets[] = {30, 10, 20, 40};
+	for (int i = 0; i < 4; i++) {
+		d[i].kind = PARTOP_DELETE_RECORDS;
+		d[i].offset = offsets[i];
+		sluice_partition_delete_wait(&P, &d[i]);
+		sluice_deadlines_arm(&ds, &d[i].deadline, 0, 500);
+	}
+	cr_expect_not(sluice_partition_waiting(&P), "DeleteRecords are not appends");
+	cr_expect_null(sluice_partition_delete_pop(&P, 9, false));
+	cr_expect_null(sluice_partition_delete_pop(&P, -1, false), "an unknown follower holds everything");
+	cr_expect_eq(sluice_partition_delete_pop(&P, 20, false), &d[1]);
+	cr_expect_eq(sluice_partition_delete_pop(&P, 20, false), &d[2]);
+	cr_expect_null(sluice_partition_delete_pop(&P, 20, false));
+	cr_expect_not(sluice_deadline_armed(&d[1].deadline));
+	sluice_partition_delete_remove(&P, &d[0]); /* its timeout passed */
+	cr_expect_not(sluice_deadline_armed(&d[0].deadline));
+	cr_expect_eq(sluice_partition_delete_pop(&P, 0, true), &d[3]);
+	cr_expect_null(sluice_partition_delete_pop(&P, 0, true));
+	cr_expect(!P.del_head && !P.del_tail);
+	cr_expect_eq(sluice_deadlines_next(&ds), INT64_MAX);
 }
 
 /* Proves every core id from 0 to SLUICE_CORES_MAX - 1 has its own waiter
