@@ -5,6 +5,8 @@ Standard library only.
 Safety anomalies (each makes the run fail):
   lost            an acknowledged value is not at its acknowledged offset in a final read
                   (the offset is past the end, below the start, missing, or holds another)
+                  or, acknowledged without an offset (librdkafka's implicit
+                  acknowledgement), is in no final read of its partition
   lost-read       a value a consumer read (so the broker exposed it as committed) is
                   missing from its offset in a final read
   duplicate       one value at two or more offsets (reads, final reads, acknowledgements)
@@ -86,6 +88,7 @@ def check(history_path, faults, partitions):
     r = Report()
     ev = load(history_path)
     sends, acks, fails, unresolved = {}, {}, {}, {}
+    unplaced = {}  # v -> (p, t): acknowledged without an offset
     refused = set()
     reads = []  # (t, c, p, o, v)
     finals = collections.defaultdict(dict)  # n -> {(p, o): v}
@@ -103,6 +106,11 @@ def check(history_path, faults, partitions):
         k = e["k"]
         if k == "send":
             sends[e["v"]] = (e["p"], e["t"])
+        elif k == "ack" and (e["o"] is None or e["o"] < 0):
+            # librdkafka acknowledges without an offset the values of a request whose
+            # answer it lost (a timeout, a broken connection) once a later batch of the
+            # same producer succeeds ("implicitly acked"): they must be in the log.
+            unplaced[e["v"]] = (e["p"], e["t"])
         elif k == "ack":
             acks[e["v"]] = (e["p"], e["o"], e["t"])
             obs[(e["p"], e["o"])][e["v"]].append(f"ack@{e['t']:.1f}s")
@@ -149,7 +157,7 @@ def check(history_path, faults, partitions):
         r.errors.append("the workload never finished (no 'done' in its history): nothing after that was checked")
     if topic is None:
         r.errors.append("the workload never created its topic")
-    if not acks:
+    if not acks and not unplaced:
         r.errors.append("no value was acknowledged: the workload could not run")
     if torn and done is not None:
         r.errors.append(f"unreadable history lines {[t['line'] for t in torn][:5]}")
@@ -161,7 +169,7 @@ def check(history_path, faults, partitions):
                 r.errors.append(f"final read {n} of partition {p} did not reach the partition's end: {fe}")
 
     r.stats["sent"] = len(sends)
-    r.stats["acknowledged"] = len(acks)
+    r.stats["acknowledged"] = len(acks) + len(unplaced)
     r.stats["failed"] = len(fails)
     r.stats["unresolved"] = len(unresolved)
     r.stats["consumer reads"] = len(reads)
@@ -174,6 +182,7 @@ def check(history_path, faults, partitions):
         r.notes.append(f"fatal client error x{n}: {what}")
 
     check_lost(r, acks, reads, finals, final_ends, faults)
+    check_unplaced(r, unplaced, finals, faults)
     check_locations(r, obs, where, faults)
     timed_out = sum(n for err, n in fail_errors.items() if "_MSG_TIMED_OUT" in err)
     if "duplicate" in r.anomalies and timed_out:
@@ -219,6 +228,22 @@ def check_lost(r, acks, reads, finals, final_ends, faults):
                 r.add("lost-read", f"{v!r} read by consumer {c} at partition {p} offset {o} at {t:.1f}s"
                       f"{faults_at(faults, t)}; final read {n} has no offset {o} (log {fe.get('low')}.."
                       f"{fe.get('high')})", t)
+
+
+def check_unplaced(r, unplaced, finals, faults):
+    """Values acknowledged without an offset: librdkafka's idempotent producer reports
+    those of a request whose answer it never got (a timeout, a broken connection) as
+    delivered once a later batch succeeds, its sequence proving them written. Each must
+    be in every final read of its partition (at most once: check_locations)."""
+    if unplaced:
+        r.notes.append(f"{len(unplaced)} value(s) acknowledged without an offset (librdkafka's implicit "
+                       "acknowledgement after a lost answer); each is looked for in the final reads")
+    held = {n: {(fp, fv) for (fp, _), fv in final.items()} for n, final in finals.items()}
+    for v, (p, t) in sorted(unplaced.items(), key=lambda kv: kv[1][1]):
+        for n in sorted(held):
+            if (p, v) not in held[n]:
+                r.add("lost", f"{v!r} acknowledged (without an offset) at partition {p} at {t:.1f}s"
+                      f"{faults_at(faults, t)}; final read {n} does not have it", t)
 
 
 def check_locations(r, obs, where, faults):
