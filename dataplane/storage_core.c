@@ -122,6 +122,9 @@ _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN < SLUICE_RT_
 _Static_assert((uint64_t)SLUICE_CORES_MAX * STORE_OPS_PER_RING_TURN + STORE_EXPIRIES_PER_TURN < SLUICE_RT_BACKLOG_MAX / 2,
 	       "a turn's ops and expiries (each owing one reply) fit in the backlog above drain_rings' cut-off");
 #define STORE_READ_LOAD_RETRIES_MAX 32
+/* A partition directory's path: a data directory, '/', a topic name of up
+ * to 249 bytes, '-' and a partition number. */
+#define STORE_PART_PATH_BYTES 900
 _Static_assert(SLUICE_READ_PINS_RANGES_MAX == SLUICE_READ_RANGES_MAX, "a read's pins hold every range of its result");
 _Static_assert(STORE_READ_LOAD_RETRIES_MAX * SLUICE_PLOG_LOADS_MAX >= 2 * SLUICE_READ_RANGES_MAX,
 	       "a read loading every extent of a full result converges before the retries run out");
@@ -249,6 +252,15 @@ struct sstate {
 	/* Ops waiting for other replicas with a timeout (acks=all appends,
 	 * DeleteRecords): their deadlines (dataplane/deadline.h). */
 	struct sluice_deadlines deadlines;
+	/* Partition directories whose leader-epoch-checkpoint was written but
+	 * not yet synced although the change must survive a crash (a new
+	 * epoch, a truncation): synced together by epochs_sync before this
+	 * turn's log writes go out, so that a broker taking many leaderships
+	 * waits for one journal commit rather than one per partition. */
+	char (*sync_path)[STORE_PART_PATH_BYTES]; /* SLUICE_CKPT_SYNC_BATCH_MAX of them */
+	int sync_dir[SLUICE_CKPT_SYNC_BATCH_MAX];  /* each one's data directory */
+	uint32_t sync_n;
+	uint64_t sync_batches, sync_files; /* for the stats line */
 };
 
 struct hw_entry {
@@ -1382,11 +1394,41 @@ static void epochs_load(struct storecore *sc, struct spart *p, const char *dir)
 	}
 }
 
-/* Write p's leader-epoch-checkpoint when its cache changed (synced when
- * the change must survive a crash: partition.h). A failed write takes the
- * directory offline, as Kafka does for a checkpoint it cannot write. */
+/* The checkpoints epochs_persist wrote since the last call made durable
+ * together (sluice_ckpt_epochs_sync); a failure takes the directory
+ * offline, as Kafka does for a checkpoint it cannot write. Called before
+ * a turn's log writes go out and when the queue is full, so that no
+ * record of a new epoch is written, and nothing answered, before the
+ * epoch's start is durable: the order Kafka's synchronous checkpoint
+ * write gives, at the cost of one journal commit per turn. */
+static void epochs_sync(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	if (!st->sync_n)
+		return;
+	const char *dirs[SLUICE_CKPT_SYNC_BATCH_MAX];
+	for (uint32_t i = 0; i < st->sync_n; i++)
+		dirs[i] = st->sync_path[i];
+	uint32_t failed = 0;
+	int rc = sluice_ckpt_epochs_sync(dirs, st->sync_n, &failed);
+	if (rc < 0) {
+		assert(failed < st->sync_n);
+		SLOG_ERR("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": sync failed: %s", dirs[failed], strerror(-rc));
+		sluice_dir_failed(sc->b, st->sync_dir[failed], SLUICE_CKPT_EPOCHS_FILE " sync failed");
+	}
+	st->sync_batches++;
+	st->sync_files += st->sync_n;
+	st->sync_n = 0;
+}
+
+/* Write p's leader-epoch-checkpoint when its cache changed. A change that
+ * must survive a crash (partition.h) is renamed into place now and synced
+ * with the turn's others (epochs_sync); the rest are renamed only. A
+ * failed write takes the directory offline, as Kafka does for a
+ * checkpoint it cannot write. */
 static void epochs_persist(struct storecore *sc, struct spart *p)
 {
+	struct sstate *st = sc->state;
 	struct sluice_partition *pt = &p->part;
 	if (!pt->epochs_dirty || p->dir < 0)
 		return;
@@ -1396,13 +1438,24 @@ static void epochs_persist(struct storecore *sc, struct spart *p)
 	assert(pt->epoch_n <= SLUICE_PARTITION_EPOCHS_MAX);
 	for (uint8_t i = 0; i < pt->epoch_n; i++)
 		e[i] = (struct sluice_ckpt_epoch){pt->epochs[i].epoch, pt->epochs[i].start_offset};
-	char dir[900];
+	char dir[STORE_PART_PATH_BYTES];
 	part_path(sc, p, dir, sizeof dir);
-	int rc = sluice_ckpt_epochs_write(dir, e, pt->epoch_n, durable);
+	int rc = sluice_ckpt_epochs_write(dir, e, pt->epoch_n, false);
 	if (rc < 0) {
 		SLOG_ERR("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": write failed: %s", dir, strerror(-rc));
 		sluice_dir_failed(sc->b, p->dir, SLUICE_CKPT_EPOCHS_FILE " write failed");
+		return;
 	}
+	if (!durable)
+		return;
+	for (uint32_t i = 0; i < st->sync_n; i++)
+		if (!strcmp(st->sync_path[i], dir))
+			return; /* queued already: its sync covers this write */
+	if (st->sync_n == SLUICE_CKPT_SYNC_BATCH_MAX)
+		epochs_sync(sc);
+	_Static_assert(sizeof dir == sizeof st->sync_path[0], "a queued path is a partition directory's");
+	memcpy(st->sync_path[st->sync_n], dir, sizeof dir);
+	st->sync_dir[st->sync_n++] = p->dir;
 }
 
 static int hw_entry_cmp(const void *a, const void *b)
@@ -1448,7 +1501,7 @@ static int64_t part_hw_start(struct storecore *sc, const struct spart *p, bool r
 static int16_t part_open(struct storecore *sc, struct spart *p)
 {
 	struct sstate *st = sc->state;
-	char dir[900], err[512];
+	char dir[STORE_PART_PATH_BYTES], err[512];
 	assert(!p->log);
 	if (offline_find(st, p->topic, p->partition) < st->offline_n)
 		return KERR_KAFKA_STORAGE_ERROR; /* offline until a restart: its files are not opened again */
@@ -1530,7 +1583,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		       int16_t error)
 {
 	struct sstate *st = sc->state;
-	char dir[900];
+	char dir[STORE_PART_PATH_BYTES];
 	uint32_t slot = 0;
 	offline_remove(st, topic, partition);
 	struct spart *p = st->table_cap ? part_lookup(st, topic, partition, &slot) : NULL;
@@ -2866,6 +2919,9 @@ static void housekeeping(struct storecore *sc, int64_t now)
 					      " evictions, %" PRIu64 " past budget",
 				   sc->id, ps.bytes_allocated, ps.bytes_budget, ps.registered, ps.bytes_cached, ps.hits,
 				   ps.misses, ps.evictions, ps.unbudgeted);
+		if (st->sync_batches)
+			SLOG_DEBUG("storage", "storage core %d: %" PRIu64 " leader-epoch checkpoints synced in %" PRIu64
+					      " batches", sc->id, st->sync_files, st->sync_batches);
 	}
 	if (cfg->log_flush_interval_ms >= 0 && now >= st->next_flush_ms) {
 		int64_t step = cfg->log_flush_interval_ms > 0 ? cfg->log_flush_interval_ms : 10;
@@ -3044,6 +3100,7 @@ static void store_work(void *core, int64_t now_ms)
 		store_services[i]->tick(sc, now_ms);
 	expire_waiting(sc, now_ms);
 	housekeeping(sc, now_ms);
+	epochs_sync(sc); /* before the writes of records in a new epoch */
 	submit_writes(sc);
 }
 
@@ -3122,6 +3179,9 @@ static void store_end(void *core)
 	struct sstate *st = sc->state;
 	cleaner_stop(sc);
 	read_slots_reclaim(sc);
+	epochs_sync(sc);
+	free(st->sync_path);
+	st->sync_path = NULL;
 	int64_t t0 = sluice_rt_now_ms();
 	uint32_t closed = 0;
 	close_files_parallel(sc);
@@ -3224,7 +3284,8 @@ int sluice_storage_core_start(struct storecore *sc)
 		return -1;
 	st->plog_cfg.pool = st->pool;
 	st->slots = calloc(STORE_READ_PINS_MAX, sizeof *st->slots);
-	if (!st->slots)
+	st->sync_path = calloc(SLUICE_CKPT_SYNC_BATCH_MAX, sizeof *st->sync_path);
+	if (!st->slots || !st->sync_path)
 		return -1;
 	for (uint32_t i = STORE_READ_PINS_MAX; i-- > 0;) {
 		st->slots[i].free_next = st->slot_free;

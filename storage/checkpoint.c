@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,88 @@ int sluice_ckpt_epochs_write(const char *dir, const struct sluice_ckpt_epoch *e,
 	int hl = snprintf(head, sizeof head, "0\n%" PRIu32 "\n", n);
 	int rc = file_replace(path, head, (size_t)hl, body, len, durable);
 	free(body);
+	return rc;
+}
+
+int sluice_ckpt_epochs_sync(const char *const *dirs, uint32_t n, uint32_t *failed)
+{
+	assert(n <= SLUICE_CKPT_SYNC_BATCH_MAX);
+	*failed = 0;
+	if (n == 0)
+		return 0;
+	int fds[2 * SLUICE_CKPT_SYNC_BATCH_MAX];
+	uint32_t owner[2 * SLUICE_CKPT_SYNC_BATCH_MAX]; /* fds[k] belongs to dirs[owner[k]] */
+	uint32_t nfd = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i < n && rc == 0; i++) {
+		char path[CKPT_PATH_BYTES];
+		if (snprintf(path, sizeof path, "%s/" SLUICE_CKPT_EPOCHS_FILE, dirs[i]) >= (int)sizeof path) {
+			rc = -ENAMETOOLONG;
+			*failed = i;
+			break;
+		}
+		int f = open(path, O_RDONLY | O_CLOEXEC);
+		int d = f >= 0 ? open(dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+		if (f < 0 || d < 0) {
+			int e = errno;
+			if (f >= 0)
+				close(f);
+			if (e == ENOENT)
+				continue; /* the partition is gone: nothing of it to keep */
+			rc = -e;
+			*failed = i;
+			break;
+		}
+		fds[nfd] = f;
+		owner[nfd++] = i;
+		fds[nfd] = d;
+		owner[nfd++] = i;
+	}
+	struct io_uring ring;
+	int q = rc == 0 && nfd ? io_uring_queue_init(nfd, &ring, 0) : 0;
+	if (rc == 0 && nfd && q < 0) {
+		/* No ring to be had (memlock, descriptors): one by one. */
+		for (uint32_t k = 0; k < nfd && rc == 0; k++)
+			if ((k % 2 == 0 ? fdatasync(fds[k]) : fsync(fds[k])) < 0) {
+				rc = -errno;
+				*failed = owner[k];
+			}
+	} else if (rc == 0 && nfd) {
+		for (uint32_t k = 0; k < nfd; k++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			assert(sqe); /* the ring holds nfd entries */
+			io_uring_prep_fsync(sqe, fds[k], k % 2 == 0 ? IORING_FSYNC_DATASYNC : 0);
+			io_uring_sqe_set_data64(sqe, k);
+		}
+		uint32_t done = 0;
+		int s = io_uring_submit(&ring);
+		if (s < 0) {
+			rc = s;
+			*failed = owner[0];
+		}
+		while (rc == 0 && done < nfd) {
+			struct io_uring_cqe *cqe;
+			int w = io_uring_wait_cqe(&ring, &cqe);
+			if (w == -EINTR)
+				continue;
+			if (w < 0) {
+				rc = w;
+				*failed = owner[0];
+				break;
+			}
+			if (cqe->res < 0) {
+				rc = cqe->res;
+				*failed = owner[io_uring_cqe_get_data64(cqe)];
+			}
+			io_uring_cqe_seen(&ring, cqe);
+			done++;
+		}
+		/* A submission or wait failure may leave syncs in flight: they
+		 * hold their own references to the files past the closes. */
+		io_uring_queue_exit(&ring);
+	}
+	for (uint32_t k = 0; k < nfd; k++)
+		close(fds[k]);
 	return rc;
 }
 

@@ -37,6 +37,15 @@ struct sluice_ckpt_epoch {
  * only (atomic, but a crash may leave the previous file or none: the
  * caller rebuilds from the log then). Returns 0 or -errno. */
 int sluice_ckpt_epochs_write(const char *dir, const struct sluice_ckpt_epoch *e, uint32_t n, bool durable);
+/* Make the leader-epoch-checkpoints of n partition directories durable
+ * (written before with durable false): each file and each directory is
+ * synced, all at once through an io_uring of the call's own, so that a
+ * filesystem's journal commits them together instead of one by one (a
+ * broker taking the leadership of many partitions). A directory or file
+ * gone meanwhile (the partition deleted) has nothing left to keep.
+ * Returns 0, or -errno of the first failure with *failed its index. */
+#define SLUICE_CKPT_SYNC_BATCH_MAX 64
+int sluice_ckpt_epochs_sync(const char *const *dirs, uint32_t n, uint32_t *failed);
 /* Read dir's leader-epoch-checkpoint into e (at most max entries: the
  * newest max of a longer file, *dropped then set). Returns 1 when read, 0
  * when absent, -1 when it cannot be read or trusted (err says why). */

@@ -6,11 +6,13 @@
  * fields that are not numbers or out of range, epochs not increasing,
  * bytes after the last entry, a last line without its newline) answers -1
  * with a reason, never a guess; that a longer epoch file keeps its newest
- * entries; that no temporary file stays behind; and that a topic name
+ * entries; that no temporary file stays behind; that unsynced writes are
+ * synced as one batch; and that a topic name
  * Kafka's format cannot hold is refused when a line is built. */
 #include "storage/checkpoint.h"
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +92,46 @@ Test(checkpoint, epochs_round_trip)
 	cr_expect_str_eq(slurp(SLUICE_CKPT_EPOCHS_FILE), "0\n0\n");
 	cr_expect_eq(sluice_ckpt_epochs_read(dir, r, 8, &n, &dropped, err, sizeof err), 1);
 	cr_expect_eq(n, 0);
+}
+
+/* Proves checkpoints written unsynced are synced as one batch: every
+ * directory's file and the directory itself are opened and synced (a
+ * checkpoint that cannot be opened fails, named by its index), a
+ * directory gone meanwhile (its partition deleted) is passed over, and
+ * the files read back as written. */
+Test(checkpoint, epochs_sync_batch)
+{
+	struct sluice_ckpt_epoch e[2] = {{1, 0}, {3, 40}};
+	char sub[4][96];
+	const char *dirs[4];
+	for (int i = 0; i < 4; i++) {
+		snprintf(sub[i], sizeof sub[i], "%s/t-%d", dir, i);
+		cr_assert_eq(mkdir(sub[i], 0755), 0);
+		cr_assert_eq(sluice_ckpt_epochs_write(sub[i], e, 2, false), 0);
+		dirs[i] = sub[i];
+	}
+	uint32_t failed = 99;
+	cr_expect_eq(sluice_ckpt_epochs_sync(dirs, 0, &failed), 0, "nothing to sync");
+	cr_expect_eq(sluice_ckpt_epochs_sync(dirs, 4, &failed), 0);
+	char gone[128];
+	snprintf(gone, sizeof gone, "%s/" SLUICE_CKPT_EPOCHS_FILE, sub[1]);
+	cr_assert_eq(unlink(gone), 0);
+	cr_assert_eq(rmdir(sub[1]), 0);
+	cr_expect_eq(sluice_ckpt_epochs_sync(dirs, 4, &failed), 0, "a deleted partition is passed over");
+	/* A checkpoint that cannot be opened (a symbolic link to itself). */
+	snprintf(gone, sizeof gone, "%s/" SLUICE_CKPT_EPOCHS_FILE, sub[2]);
+	cr_assert_eq(unlink(gone), 0);
+	cr_assert_eq(symlink(gone, gone), 0);
+	int rc = sluice_ckpt_epochs_sync(dirs, 4, &failed);
+	cr_expect_eq(rc, -ELOOP, "a checkpoint that cannot be opened fails");
+	cr_expect_eq(failed, 2, "the failure names its directory");
+	cr_assert_eq(unlink(gone), 0);
+	struct sluice_ckpt_epoch r[4];
+	uint32_t n = 0;
+	bool dropped = false;
+	char err[200] = "";
+	cr_assert_eq(sluice_ckpt_epochs_read(sub[3], r, 4, &n, &dropped, err, sizeof err), 1, "%s", err);
+	cr_expect(n == 2 && r[1].epoch == 3 && r[1].start_offset == 40);
 }
 
 /* Proves a file longer than the reader's room keeps its newest entries. */
