@@ -38,10 +38,7 @@ Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42510
 """
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 
@@ -166,7 +163,7 @@ class KafkaProducer(threading.Thread):
 
 
 def wait_partition(cl, topic, p, cond, what, timeout, skip=()):
-    return fl.wait_for(f"{topic}-{p}: {what}", lambda: (lambda st: st if st and cond(st) else None)(
+    return clu.wait_for(f"{topic}-{p}: {what}", lambda: (lambda st: st if st and cond(st) else None)(
         fl.md_any(cl, topic, p, skip=skip)), timeout)
 
 
@@ -215,8 +212,8 @@ def check_cs(cl, raw, kp):
         st = wait_partition(cl, CS, p, lambda s, pref=(3, 1, 2)[p]: s[0] == fl.NONE and s[1] == pref and
                             sorted(s[4]) == [1, 2, 3], "its preferred leader and an ISR of three", 40)
         top = max([o for v, (q, o) in kp.acked.items() if q == p] + (list(raw.acked) if p == 0 else []))
-        fl.wait_for(f"{CS}-{p}'s high watermark past the acknowledged records",
-                    lambda: fl.high_watermark(cl.port(st[1]), CS, p) > top, 20)
+        clu.wait_for(f"{CS}-{p}'s high watermark past the acknowledged records",
+                     lambda: fl.high_watermark(cl.port(st[1]), CS, p) > top, 20)
         got = fl.read_values(cl.port(st[1]), CS, p)
         at = dict(got)
         values = [v for _o, v in got]
@@ -255,7 +252,7 @@ def lose_unflushed(cl, broker, topic, offset):
     except FileNotFoundError:
         rp = 0  # never written: nothing synced, recovery checks the whole log
     check(rp <= offset, f"broker {broker} {topic}-0: recovery point {rp} past {offset}: those records were synced")
-    for path in fl.segments(cl, broker, topic, 0):
+    for path in cl.segments(broker, topic, 0):
         for base, _last, pos, _n, _e, _pid in fl.segment_batches(path):
             if base >= offset:
                 os.truncate(path, pos)
@@ -269,8 +266,8 @@ def step_unclean(cl, tools, a):
     na = len(a[SAFE])
     acked = {t: {**a[t], **b[t]} for t in (SAFE, UNSAFE)}
     for t in (SAFE, UNSAFE):
-        fl.wait_for(f"broker 2 holding {t}-0's records B",
-                    lambda: len(fl.log_records(cl, 2, t, 0)) == na + n, 20)
+        clu.wait_for(f"broker 2 holding {t}-0's records B",
+                     lambda: len(fl.log_records(cl, 2, t, 0)) == na + n, 20)
     log(f"records A ({na}) acknowledged by brokers 1, 2, 3; records B ({n}) by 1 and 2 (3 stopped) "
         f"in {SAFE} and {UNSAFE}")
 
@@ -280,7 +277,7 @@ def step_unclean(cl, tools, a):
                        skip=(2, 3))
     err, _base, msg = fl.produce(cl.port(1), SAFE, 0, lib.record_batch([(None, b"refused", [])]))
     check(err == fl.NOT_ENOUGH_REPLICAS, f"acks=all with ISR {{1}}: error {err} {msg}")
-    dp = fl.wait_for(f"{SAFE}-0: broker 2 an eligible leader replica", lambda: (
+    dp = clu.wait_for(f"{SAFE}-0: broker 2 an eligible leader replica", lambda: (
         lambda x: x if x and x["elr"] == [2] else None)(fl.describe_partition(cl.port(1), SAFE, 0)), 10)
     log(f"{SAFE}-0 (DescribeTopicPartitions): leader {dp['leader']}, ISR {dp['isr']}, ELR {dp['elr']}")
     cuts = {t: lose_unflushed(cl, 2, t, na) for t in (SAFE, UNSAFE)}
@@ -303,7 +300,7 @@ def step_unclean(cl, tools, a):
           f"{UNSAFE}: broker 2 leads with {len(got)} records; {len(lost)} acknowledged ones missing, want the {n} of B")
     log(f"{UNSAFE} (unclean.leader.election.enable=true): broker 2 elected with its cut log after "
         f"{times['unsafe: broker 2 elected uncleanly']:.2f}s: the {n} acknowledged records B are lost")
-    dp = fl.wait_for(f"{SAFE}-0: ELR without broker 2", lambda: (
+    dp = clu.wait_for(f"{SAFE}-0: ELR without broker 2", lambda: (
         lambda x: x if x and x["elr"] == [1] else None)(fl.describe_partition(cl.port(2), SAFE, 0)), 10)
     check(dp["leader"] == -1 and dp["isr"] == [] and dp["last_known_elr"] == [1],
           f"{SAFE}-0 while broker 1 is away: {dp}")
@@ -329,15 +326,15 @@ def step_unclean(cl, tools, a):
     cl.start(1)
     wait_partition(cl, SAFE, 0, lambda st: st[1] == 1, "broker 1 leading", 30)
     times["safe: broker 1 leads again"] = time.monotonic() - t0
-    fl.wait_for(f"{SAFE}-0's high watermark at the end",
-                lambda: fl.high_watermark(cl.port(1), SAFE, 0) >= na + n, 20)
+    clu.wait_for(f"{SAFE}-0's high watermark at the end",
+                 lambda: fl.high_watermark(cl.port(1), SAFE, 0) >= na + n, 20)
     got = dict(fl.read_values(cl.port(1), SAFE, 0))
     lost = [o for o, v in acked[SAFE].items() if got.get(o) != v]
     check(not lost and len(got) == na + n, f"{SAFE}: {len(lost)} acknowledged records lost, {len(got)} read")
     wait_partition(cl, SAFE, 0, lambda st: sorted(st[4]) == [1, 2, 3], "ISR {1,2,3}", 30)
     for broker in (2, 3):
-        fl.wait_for(f"broker {broker}'s {SAFE}-0 the leader's",
-                    lambda: fl.log_records(cl, broker, SAFE, 0) == got, 20)
+        clu.wait_for(f"broker {broker}'s {SAFE}-0 the leader's",
+                     lambda: fl.log_records(cl, broker, SAFE, 0) == got, 20)
     log(f"broker 1 restarted: leads {SAFE} after {times['safe: broker 1 leads again']:.2f}s with all {na + n} "
         f"acknowledged records; brokers 2 and 3 caught up (ISR of three, logs identical)")
     st = wait_partition(cl, UNSAFE, 0, lambda s: s[1] >= 0 and 1 in s[4], "broker 1 in the ISR", 30)
@@ -347,20 +344,8 @@ def step_unclean(cl, tools, a):
 
 
 def main():
-    root = tempfile.mkdtemp(prefix="sluice-shutdowns-")
-    cl = fl.Cluster(root, BASE_PORT)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
+    with clu.temp_cluster("sluice-shutdowns-", lambda root: fl.Cluster(root, BASE_PORT)) as cl:
+        cl.up_timed(times)
         mir = ("min.insync.replicas", "2")
         fl.create_topic(cl.port(1), CS, 3, assignment=[[3, 1, 2], [1, 2, 3], [2, 3, 1]], configs=[mir])
         fl.create_topic(cl.port(1), SAFE, 1, assignment=[[1, 2, 3]], configs=[mir])
@@ -371,22 +356,13 @@ def main():
                            f"led by {leader}, ISR of three", 20)
         a = produce_to(cl, 1, (SAFE, UNSAFE), "A", 200)
         for t in (SAFE, UNSAFE):
-            fl.wait_for(f"every replica holding {t}-0's records A",
-                        lambda: all(len(fl.log_records(cl, b, t, 0)) == 200 for b in cl.brokers), 20)
+            clu.wait_for(f"every replica holding {t}-0's records A",
+                         lambda: all(len(fl.log_records(cl, b, t, 0)) == 200 for b in cl.brokers), 20)
         raw, kp = step_controlled_shutdown(cl)
         step_unclean(cl, clu.Tools(clients.Java()), a)
         check_cs(cl, raw, kp)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        fl.summary(times)
-    finally:
-        clu.close_all()
-        fl.dump_on_failure(cl, ok)
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ small snapshot threshold so that the controllers snapshot and compact while the 
 runs. Measured times (election, fencing, catch-up) are printed. Ports 34000-34105 on
 127.0.0.1 (brokers 34000-34002, controllers 34100/34102/34104 and their Raft ports +1).
 """
+import contextlib
+import glob
 import json
 import os
 import re
@@ -73,10 +75,13 @@ times = {}
 # ----------------------------------------------------------------- the cluster
 
 class Cluster:
-    """deploy/local-cluster.sh on one directory, and what its cluster.env says."""
+    """deploy/local-cluster.sh on one directory, and what its cluster.env says.
+    `up` passes --base-port base_port and the options sets (--set and the like); the
+    other tests that run the script use this class with their own ports and sets."""
 
-    def __init__(self, root):
-        self.dir = os.path.join(root, "cluster")
+    def __init__(self, root, base_port=BASE_PORT, sets=SETS):
+        self.root, self.dir = root, os.path.join(root, "cluster")
+        self.base_port, self.sets = base_port, list(sets)
         self.run_env = dict(os.environ, SLUICE_BROKER=broker_exe(), SLUICE_CONTROLLER=cb.controller_path(),
                             SLUICE_CLUSTER_WAIT_S="90", SLUICE_CLUSTER_STOP_S="30")
         self.env = {}
@@ -146,8 +151,26 @@ class Cluster:
         for node in self.controllers + self.brokers:
             log(f"--- last lines of node {node}'s output ---\n{self.tail(node)}---")
 
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, timeout=240)
+    def up(self, *extra):
+        self.sh("up", self.dir, "--base-port", str(self.base_port), *self.sets, *extra, timeout=240)
+
+    def up_timed(self, times, name="up", brokers=None):
+        """up, its duration in times[name]; brokers: the ids cluster.env must list."""
+        t0 = time.monotonic()
+        self.up()
+        times[name] = time.monotonic() - t0
+        if brokers is not None:
+            check(self.brokers == brokers, f"cluster.env: brokers {self.brokers}")
+
+    def down(self, timeout=120):
+        return self.sh("down", self.dir, timeout=timeout)
+
+    def data_dir(self, broker, topic, p):
+        return os.path.join(self.dir, f"broker-{broker}", "data", f"{topic}-{p}")
+
+    def segments(self, broker, topic, p):
+        """The paths of broker's segment files of topic-p, in offset order."""
+        return sorted(glob.glob(os.path.join(self.data_dir(broker, topic, p), "*.log")))
 
     def kill(self, node, sig="KILL"):
         pid = self.pid(node)
@@ -189,6 +212,59 @@ def cli_path():
     if not (os.path.isfile(p) and os.access(p, os.X_OK)):
         raise lib.TestFailure(f"the sluice CLI is not built at {p} (ninja -C build tools/sluice)")
     return p
+
+
+# The tests that run local-cluster.sh (replication.py, failover_lib.py's tests, and
+# others) share what follows: the cluster's life in a temporary directory, the wait
+# for a condition, and a few requests.
+
+@contextlib.contextmanager
+def temp_cluster(prefix, make_cluster=Cluster):
+    """`with temp_cluster(prefix, make_cluster) as cl:` the cluster make_cluster(root)
+    (not started) in a fresh temporary directory root (cl.root), for the block.
+
+    SIGTERM and SIGINT clean the cluster up and exit. On the way out: the kept
+    connections are closed; if the block failed, the last lines of every node's
+    output are printed; `down`, then SIGKILL by PID of whatever of ours still runs;
+    root is removed unless the block failed or SLUICE_TEST_KEEP=1 (then it is named).
+    """
+    root = tempfile.mkdtemp(prefix=prefix)
+    cl = make_cluster(root)
+
+    def on_signal(sig, _frame):
+        cl.cleanup()
+        sys.exit(128 + sig)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ok = False
+    try:
+        yield cl
+        ok = True
+    finally:
+        close_all()
+        if not ok and cl.env:
+            cl.dump()
+        cl.cleanup()
+        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
+            log(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_for(what, cond, timeout, step=0.1):
+    """cond()'s first true value, asked every step seconds; fails naming what after timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
+        time.sleep(step)
+
+
+def summary(times):
+    log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
 
 
 # ----------------------------------------------------------------- Kafka protocol
@@ -275,6 +351,35 @@ def wait_identical(cl, ports, timeout=20.0, what="Metadata"):
             raise lib.TestFailure(f"{what}: brokers still disagree after {timeout}s; {ports[0]}: {first}\n" +
                                   "\n".join(diff))
         time.sleep(0.1)
+
+
+def md_partition(port, topic, p):
+    """(error, leader, epoch, replicas, isr) of topic-p as the broker at port sees it, or None."""
+    try:
+        _b, _c, _ctl, topics = metadata(port)
+    except (OSError, lib.ProtocolError):
+        return None
+    t = topics.get(topic)
+    if not t or p not in t[3]:
+        return None
+    return t[3][p][:5]
+
+
+def delete_records(port, topic, p, offset, timeout_ms=15000, conn=None):
+    """DeleteRecords v1 of topic-p up to offset, on conn when given, else on the kept
+    connection to port: (error, low watermark)."""
+    body = Enc().array_len(1).string(topic).array_len(1).i32(p).i64(offset).i32(timeout_ms).done()
+    if conn is not None:
+        d = conn.request(21, 1, body)
+    else:
+        d = call(port, lambda c: c.request(21, 1, body))
+    d.i32()
+    d.array_len()
+    d.string()
+    d.array_len()
+    d.i32()
+    low, err = d.i64(), d.i16()
+    return err, low
 
 
 def leaders(topics, topic):
@@ -365,9 +470,7 @@ def kcat_consume(kcat, bootstrap, topic, partition):
 # ----------------------------------------------------------------- steps
 
 def step_up(cl):
-    t0 = time.monotonic()
-    cl.up()
-    times["up"] = time.monotonic() - t0
+    cl.up_timed(times)
     check(cl.brokers == [1, 2, 3] and cl.controllers == [1001, 1002, 1003],
           f"cluster.env: brokers {cl.brokers}, controllers {cl.controllers}")
     check(cl.env["BOOTSTRAP"] == ",".join(f"127.0.0.1:{BASE_PORT + i}" for i in range(3)),
@@ -749,7 +852,7 @@ def step_broker_away(cl, tools, victim=1):
 def step_down(cl):
     pids = {n: cl.pid(n) for n in cl.brokers + cl.controllers}
     t0 = time.monotonic()
-    cl.sh("down", cl.dir, timeout=200)
+    cl.down(timeout=200)
     times["down"] = time.monotonic() - t0
     alive = [n for n, pid in pids.items() if cl.ours(pid)]
     check(not alive, f"still running after down: {alive}")
@@ -762,17 +865,7 @@ def main():
     kcat = lib.kcat_path()
     java = clients.Java()
     tools = Tools(java)
-    root = tempfile.mkdtemp(prefix="sluice-cluster-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
+    with temp_cluster("sluice-cluster-") as cl:
         step_up(cl)
         step_spread(cl, tools, kcat)
         killed = step_controller_failover(cl, tools, kcat)
@@ -781,17 +874,7 @@ def main():
         step_broker_failover(cl, kcat)
         step_broker_away(cl, tools)
         step_down(cl)
-        ok = True
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        summary(times)
 
 
 if __name__ == "__main__":

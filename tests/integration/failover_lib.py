@@ -1,18 +1,16 @@
-"""Helpers shared by the failover tests (idempotent_failover.py, unclean_shutdown.py,
-follower_out_of_range.py): a three-controller, three-broker cluster through
-deploy/local-cluster.sh on a fixed base port, and the raw Kafka requests they need
-(CreateTopics with assignments and configs, InitProducerId, Produce of prepared batches,
-DeleteRecords, Metadata of one partition, a read of a whole partition) plus a reader of
+"""Helpers shared by the failover tests (idempotent_failover.py, broker_shutdowns.py,
+follower_out_of_range.py, purgatory.py): a three-controller, three-broker cluster through
+deploy/local-cluster.sh on a fixed base port (cluster.py's Cluster with these tests'
+settings), and the raw Kafka requests they need (CreateTopics with assignments and
+configs, InitProducerId, Produce of prepared batches, Metadata of one partition from any
+live broker, DescribeTopicPartitions, a read of a whole partition) plus a reader of
 partition segment files as they lie on disk. Standard library only.
 """
-import glob
-import os
 import struct
-import time
 
 import cluster as clu
 import lib
-from lib import Enc, check, log
+from lib import Enc, check
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -37,27 +35,10 @@ SETS = ["--set", f"broker.session.timeout.ms={SESSION_MS}",
 
 class Cluster(clu.Cluster):
     """local-cluster.sh with 3 controllers and 3 brokers on base_port (brokers base_port..+2,
-    controllers base_port+100..+105)."""
+    controllers base_port+100..+105), with SETS (or sets) and then extra."""
 
-    def __init__(self, root, base_port, extra=()):
-        super().__init__(root)
-        self.base_port, self.extra = base_port, list(extra)
-
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(self.base_port), *SETS, *self.extra, timeout=240)
-
-    def data_dir(self, broker, topic, p):
-        return os.path.join(self.dir, f"broker-{broker}", "data", f"{topic}-{p}")
-
-
-def wait_for(what, cond, timeout, step=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
-        time.sleep(step)
+    def __init__(self, root, base_port, extra=(), sets=SETS):
+        super().__init__(root, base_port, [*sets, *extra])
 
 
 # ----------------------------------------------------------------- requests
@@ -109,37 +90,12 @@ def produce(port, topic, p, blob, acks=-1, conn=None):
     return clu.call(port, lambda c: c.produce(topic, p, blob, version=8, acks=acks, timeout_ms=15000))
 
 
-def delete_records(port, topic, p, offset):
-    """DeleteRecords v1 at the leader: (error, low watermark)."""
-    body = Enc().array_len(1).string(topic).array_len(1).i32(p).i64(offset).i32(15000).done()
-    d = clu.call(port, lambda c: c.request(21, 1, body))
-    d.i32()
-    d.array_len()
-    d.string()
-    d.array_len()
-    d.i32()
-    low, err = d.i64(), d.i16()
-    return err, low
-
-
-def md_partition(port, topic, p):
-    """(error, leader, epoch, replicas, isr) of topic-p as the broker at port sees it, or None."""
-    try:
-        _b, _c, _ctl, topics = clu.metadata(port)
-    except (OSError, lib.ProtocolError):
-        return None
-    t = topics.get(topic)
-    if not t or p not in t[3]:
-        return None
-    return t[3][p][:5]
-
-
 def md_any(cl, topic, p, skip=()):
     """md_partition from the first live broker not in skip that answers."""
     for b in cl.brokers:
         if b in skip or not cl.running(b):
             continue
-        st = md_partition(cl.port(b), topic, p)
+        st = clu.md_partition(cl.port(b), topic, p)
         if st:
             return st
     return None
@@ -224,27 +180,14 @@ def segment_batches(path):
     return out
 
 
-def segments(cl, broker, topic, p):
-    return sorted(glob.glob(os.path.join(cl.data_dir(broker, topic, p), "*.log")))
-
-
 def log_records(cl, broker, topic, p):
     """{offset: value str} of every record in broker's segment files of topic-p (what
     its disk holds, below and above any high watermark)."""
     got = {}
-    for path in segments(cl, broker, topic, p):
+    for path in cl.segments(broker, topic, p):
         with open(path, "rb") as f:
             data = f.read()
         for _base, _last, pos, n, _e, _pid in segment_batches(path):
             for off, _k, v, _h in lib.decode_records(data[pos:pos + n]):
                 got[off] = v.decode()
     return got
-
-
-def dump_on_failure(cl, ok):
-    if not ok and cl.env:
-        cl.dump()
-
-
-def summary(times):
-    log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))

@@ -41,15 +41,12 @@ broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
 replica.lag.time.max.ms=6000, replica.fetch.wait.max.ms=3000. Ports 43500-43605 on
 127.0.0.1 (brokers 43500-43502, controllers 43600/43602/43604 and their Raft ports + 1).
 """
-import glob
 import hashlib
 import os
 import re
-import shutil
 import signal
 import struct
 import sys
-import tempfile
 import threading
 import time
 
@@ -82,11 +79,6 @@ FOLLOWER_READ = re.compile(rf"{TOPIC}-0: a consumer reads from this follower at 
                            r"\(high watermark (\d+)\)")
 SENT = re.compile(rf"{TOPIC}-0: a consumer at offset (\d+) is sent to broker (\d+), in its rack")
 times = {}
-
-
-class Cluster(clu.Cluster):
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, timeout=240)
 
 
 def fetch(port, version, offset, rack="", replica_id=-1, epoch=-1, max_bytes=1 << 20, max_wait_ms=0,
@@ -165,7 +157,7 @@ def batches_digest(cl, broker, topic=TOPIC, p=0):
     order: the bytes a log holds, whatever zeros pad a segment's tail (a running
     broker's active segment ends in its last 4 KiB block's padding, a recovered or
     closed one does not)."""
-    files = sorted(glob.glob(os.path.join(cl.dir, f"broker-{broker}", "data", f"{topic}-{p}", "*.log")))
+    files = cl.segments(broker, topic, p)
     check(files, f"broker {broker} holds no segment of {topic}-{p}")
     h = hashlib.sha256()
     for name in files:
@@ -185,7 +177,7 @@ def wait_same_batches(cl, brokers, timeout=20):
     def same():
         d = {b: batches_digest(cl, b) for b in brokers}
         return d if len(set(d.values())) == 1 else None
-    return rep.wait_for(f"{TOPIC}-0's batches identical on brokers {brokers}", same, timeout)
+    return clu.wait_for(f"{TOPIC}-0's batches identical on brokers {brokers}", same, timeout)
 
 
 def log_mark(cl, node):
@@ -213,7 +205,7 @@ def leader_hw(cl):
 
 def wait_hw(cl, broker, want, timeout=10):
     """Until broker's answer to a consumer (rack b) names high watermark want."""
-    return rep.wait_for(f"broker {broker}'s high watermark {want}",
+    return clu.wait_for(f"broker {broker}'s high watermark {want}",
                         lambda: fetch(cl.port(broker), 11, want, rack="b")["hw"] == want, timeout)
 
 
@@ -233,7 +225,7 @@ def step_create(cl, tools, kcat):
                         "--replica-assignment", assignment)
         check(f"Created topic {topic}." in out, f"kafka-topics --create {topic}: {out!r}")
     clu.wait_identical(cl, [cl.port(b) for b in cl.brokers])
-    parts = rep.wait_for(f"{TOPIC}: ISR 1,2,3", lambda: (
+    parts = clu.wait_for(f"{TOPIC}: ISR 1,2,3", lambda: (
         lambda d: d if sorted(d[0][2]) == [1, 2, 3] else None)(tools.describe(bootstrap, TOPIC)), 20)
     check(parts[0][:2] == (1, [1, 2, 3]), f"{TOPIC}-0: leader, replicas {parts[0]}")
     t0 = time.monotonic()
@@ -274,7 +266,7 @@ def step_follower_side(cl):
     check(r["err"] == NOT_LEADER_OR_FOLLOWER, f"v10 on follower 2: error {r['err']}")
     r = fetch(cl.port(3), 11, 0, rack="c", topic=APART)
     check(r["err"] == NOT_LEADER_OR_FOLLOWER, f"v11 on broker 3 (no replica of {APART}): error {r['err']}")
-    epoch = rep.md_partition(cl.port(1), TOPIC, 0)[2]
+    epoch = clu.md_partition(cl.port(1), TOPIC, 0)[2]
     r = fetch(cl.port(2), 12, 0, rack="b", epoch=epoch)
     check(r["err"] == NONE and r["records"], f"v12 on follower 2 at the leader epoch {epoch}: error {r['err']}")
     r = fetch(cl.port(2), 12, 0, rack="b", epoch=epoch + 1)
@@ -435,7 +427,7 @@ def step_hw_limit(cl):
 
 
 def isr_of(cl):
-    st = rep.md_partition(cl.port(1), TOPIC, 0)
+    st = clu.md_partition(cl.port(1), TOPIC, 0)
     return sorted(st[4]) if st else None
 
 
@@ -443,7 +435,7 @@ def step_isr(cl, tools):
     bootstrap = cl.env["BOOTSTRAP"].split(",", 1)[0]
     cl.kill(3)
     t0 = time.monotonic()
-    rep.wait_for("broker 3 out of the ISR (Metadata)", lambda: isr_of(cl) == [1, 2], (SESSION_MS + LAG_MS) / 1000 + 15)
+    clu.wait_for("broker 3 out of the ISR (Metadata)", lambda: isr_of(cl) == [1, 2], (SESSION_MS + LAG_MS) / 1000 + 15)
     times["isr shrink"] = time.monotonic() - t0
     d = tools.describe(bootstrap, TOPIC)
     check(d[0][:2] == (1, [1, 2, 3]) and sorted(d[0][2]) == [1, 2],
@@ -455,12 +447,12 @@ def step_isr(cl, tools):
         "replicas 1,2,3, ISR 1,2; rack c is now served by the leader")
     t0 = time.monotonic()
     cl.start(3)
-    rep.wait_for("broker 3 back in the ISR (Metadata)", lambda: isr_of(cl) == [1, 2, 3], 60)
+    clu.wait_for("broker 3 back in the ISR (Metadata)", lambda: isr_of(cl) == [1, 2, 3], 60)
     times["isr expand"] = time.monotonic() - t0
     d = tools.describe(bootstrap, TOPIC)
     check(d[0][:2] == (1, [1, 2, 3]) and sorted(d[0][2]) == [1, 2, 3],
           f"kafka-topics --describe after broker 3's return: {d[0]}")
-    rep.wait_for("rack c sent to broker 3 again", lambda: fetch(cl.port(1), 11, 0, rack="c")["preferred"] == 3, 20)
+    clu.wait_for("rack c sent to broker 3 again", lambda: fetch(cl.port(1), 11, 0, rack="c")["preferred"] == 3, 20)
     wait_same_batches(cl, [1, 3])
     wait_hw(cl, 3, N + M + LATE)
     got, _ = read_whole(cl.port(3), "c")
@@ -473,21 +465,8 @@ def main():
     kcat = lib.kcat_path()
     java = clients.Java()
     tools = rep.Tools(java)
-    root = tempfile.mkdtemp(prefix="sluice-follower-fetch-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
-        check(cl.brokers == [1, 2, 3], f"cluster.env: brokers {cl.brokers}")
+    with clu.temp_cluster("sluice-follower-fetch-", lambda root: clu.Cluster(root, BASE_PORT, SETS)) as cl:
+        cl.up_timed(times, brokers=[1, 2, 3])
         step_racks(cl)
         step_create(cl, tools, kcat)
         step_leader_side(cl)
@@ -497,18 +476,8 @@ def main():
         step_java(cl, java, total)
         step_hw_limit(cl)
         step_isr(cl, tools)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        clu.close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

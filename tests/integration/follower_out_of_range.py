@@ -32,11 +32,9 @@ Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42520
 """
 import os
 import re
-import shutil
 import signal
 import struct
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,18 +65,18 @@ def isr_has(cl, broker, timeout):
     def ok():
         st = fl.md_any(cl, TOPIC, 0)
         return st if st and broker in st[4] else None
-    return fl.wait_for(f"broker {broker} in {TOPIC}-0's ISR", ok, timeout)
+    return clu.wait_for(f"broker {broker} in {TOPIC}-0's ISR", ok, timeout)
 
 
 def step_below_log_start(cl):
     n1, n2 = 400, 600
     acked = produce_values(cl, 1, "a", n1)
-    fl.wait_for("every replica holding the first records",
-                lambda: all(len(fl.log_records(cl, b, TOPIC, 0)) == n1 for b in cl.brokers), 20)
+    clu.wait_for("every replica holding the first records",
+                 lambda: all(len(fl.log_records(cl, b, TOPIC, 0)) == n1 for b in cl.brokers), 20)
     cl.kill(3, "TERM")
     acked.update(produce_values(cl, 1, "b", n2))
     cut = n1 + n2 // 2
-    err, low = fl.delete_records(cl.port(1), TOPIC, 0, cut)
+    err, low = clu.delete_records(cl.port(1), TOPIC, 0, cut)
     check(err == fl.NONE and low == cut, f"DeleteRecords to {cut}: error {err}, low watermark {low}")
     log(f"broker 3 stopped at log end {n1}; {n2} more records on the leader; DeleteRecords moved the leader's "
         f"log start to {cut}, past broker 3's end")
@@ -91,7 +89,7 @@ def step_below_log_start(cl):
     check(min(disk) == cut and disk == want,
           f"broker 3's log: offsets {min(disk)}..{max(disk)} ({len(disk)} records), want the leader's {cut}.."
           f"{n1 + n2 - 1}")
-    first = os.path.basename(fl.segments(cl, 3, TOPIC, 0)[0])
+    first = os.path.basename(cl.segments(3, TOPIC, 0)[0])
     check(first == f"{cut:020d}.log", f"broker 3's first segment is {first}, not at the leader's log start {cut}")
     with open(cl.out_log(3), errors="replace") as f:
         check(re.search(rf"{TOPIC}-0: the leader's log starts at {cut}, past this log's end {n1}", f.read()),
@@ -99,7 +97,7 @@ def step_below_log_start(cl):
     log(f"broker 3 started over at the leader's log start {cut} and rejoined the ISR after "
         f"{times['below log start: back in the ISR']:.2f}s; its log holds the leader's {len(want)} records from {cut}")
     # Broker 2, which followed all along, moved its log start with the leader's.
-    fl.wait_for("broker 2's log start at the leader's", lambda: log_start_file(cl, 2) == cut, 10)
+    clu.wait_for("broker 2's log start at the leader's", lambda: log_start_file(cl, 2) == cut, 10)
     return n1 + n2, cut
 
 
@@ -115,7 +113,7 @@ def strip_epochs(cl, broker):
     """Every batch of broker's TOPIC-0 segments gets PartitionLeaderEpoch -1 (outside the
     CRC) and the leader-epoch checkpoint goes: the log of a writer without epochs."""
     n = 0
-    for path in fl.segments(cl, broker, TOPIC, 0):
+    for path in cl.segments(broker, TOPIC, 0):
         batches = fl.segment_batches(path)
         with open(path, "r+b") as f:
             for _base, _last, pos, _len, _e, _pid in batches:
@@ -139,16 +137,16 @@ def step_above_log_end(cl, end, cut):
         check(min(extra) == end, f"acks=1 records at {min(extra)}, not {end}")
         pid = cl.pid(1)
         os.kill(pid, signal.SIGKILL)
-        fl.wait_for("broker 1 gone after SIGKILL", lambda: not cl.ours(pid), 30)
+        clu.wait_for("broker 1 gone after SIGKILL", lambda: not cl.ours(pid), 30)
     finally:
         for b in followers:
             os.kill(cl.pid(b), signal.SIGCONT)
-    st = fl.wait_for("a new leader of oor-0", lambda: (
+    st = clu.wait_for("a new leader of oor-0", lambda: (
         lambda s: s if s and s[0] == fl.NONE and s[1] in followers and 1 not in s[4] else None)(
         fl.md_any(cl, TOPIC, 0, skip=(1,))), fl.SESSION_MS / 1000 + 15)
     leader = st[1]
-    fl.wait_for("the new leader's high watermark at the old end",
-                lambda: fl.high_watermark(cl.port(leader), TOPIC, 0, cut) >= end, 15)
+    clu.wait_for("the new leader's high watermark at the old end",
+                 lambda: fl.high_watermark(cl.port(leader), TOPIC, 0, cut) >= end, 15)
     with lib.Conn(cl.port(leader), timeout=5) as c:
         err, _hw, _blob = c.fetch(TOPIC, 0, 0, max_wait_ms=0)
     check(err == fl.OFFSET_OUT_OF_RANGE, f"the new leader serves offset 0 (error {err}): DeleteRecords undone")
@@ -161,10 +159,10 @@ def step_above_log_end(cl, end, cut):
     isr_has(cl, 1, 40)
     times["above log end: back in the ISR"] = time.monotonic() - t0
     # Back in the ISR, broker 1 may lead again (it is the preferred replica).
-    st = fl.wait_for("oor-0's leader", lambda: (lambda s: s if s and s[0] == fl.NONE and s[1] >= 0 else None)(
+    st = clu.wait_for("oor-0's leader", lambda: (lambda s: s if s and s[0] == fl.NONE and s[1] >= 0 else None)(
         fl.md_any(cl, TOPIC, 0)), 15)
-    fl.wait_for(f"broker {st[1]}'s high watermark at the end",
-                lambda: fl.high_watermark(cl.port(st[1]), TOPIC, 0, cut) >= end, 15)
+    clu.wait_for(f"broker {st[1]}'s high watermark at the end",
+                 lambda: fl.high_watermark(cl.port(st[1]), TOPIC, 0, cut) >= end, 15)
     want = dict(fl.read_values(cl.port(st[1]), TOPIC, 0, start=cut))
     check(min(want) == cut and len(want) == end - cut,
           f"the leader serves {len(want)} records from {min(want)}, {end - cut} were kept from {cut}")
@@ -182,36 +180,15 @@ def step_above_log_end(cl, end, cut):
 
 
 def main():
-    root = tempfile.mkdtemp(prefix="sluice-oor-")
-    cl = fl.Cluster(root, BASE_PORT)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
+    with clu.temp_cluster("sluice-oor-", lambda root: fl.Cluster(root, BASE_PORT)) as cl:
+        cl.up_timed(times)
         fl.create_topic(cl.port(1), TOPIC, 1, assignment=[[1, 2, 3]], configs=[("min.insync.replicas", "1")])
-        fl.wait_for("oor-0 led by broker 1 with an ISR of three", lambda: (
+        clu.wait_for("oor-0 led by broker 1 with an ISR of three", lambda: (
             lambda s: s and s[1] == 1 and sorted(s[4]) == [1, 2, 3])(fl.md_any(cl, TOPIC, 0)), 20)
         end, cut = step_below_log_start(cl)
         step_above_log_end(cl, end, cut)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        fl.summary(times)
-    finally:
-        clu.close_all()
-        fl.dump_on_failure(cl, ok)
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

@@ -46,10 +46,8 @@ offsets.topic.num.partitions=10 for speed. Ports 42000-42105 on 127.0.0.1 (broke
 """
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -81,21 +79,6 @@ NONE, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
 PAUSED_GROUP = "paused-coordinator-group"
 ISR_REQUESTS_MAX = 200  # AlterPartition requests of all brokers over the whole test (~15 needed)
 times = {}
-
-
-class Cluster(clu.Cluster):
-    def up(self, *extra):
-        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, *extra, timeout=240)
-
-
-def wait_for(what, cond, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
-        time.sleep(0.1)
 
 
 def offsets_partition(group):
@@ -164,7 +147,7 @@ def committed_from(cl, node, tps):
         except (OSError, lib.ProtocolError):
             return None
         return got if err == NONE else None
-    return wait_for(f"OffsetFetch from broker {node}", ask, 20)
+    return clu.wait_for(f"OffsetFetch from broker {node}", ask, 20)
 
 
 # ----------------------------------------------------------------- the steps
@@ -198,10 +181,10 @@ def step_first_start(cl):
                   f"broker 1 did not log why {OFFSETS} could not be created:\n{cl.tail(1)}")
         cl.start(alive + 1)
     t0 = time.monotonic()
-    node = wait_for("a coordinator once 3 brokers are up", lambda: coordinator(cl), 30)
+    node = clu.wait_for("a coordinator once 3 brokers are up", lambda: coordinator(cl), 30)
     times["coordinator after the 3rd broker"] = time.monotonic() - t0
-    parts = wait_for(f"{OFFSETS} with an ISR of 3 everywhere",
-                     lambda: (lambda t: t if t and len(t) == OFFSETS_PARTITIONS and
+    parts = clu.wait_for(f"{OFFSETS} with an ISR of 3 everywhere",
+                         lambda: (lambda t: t if t and len(t) == OFFSETS_PARTITIONS and
                               all(len(r) == 3 and sorted(i) == [1, 2, 3] for _l, r, i in t.values()) else None)(
                          offsets_topic(p1)), 30)
     log(f"3 brokers up: {OFFSETS} created with {len(parts)} partitions of 3 replicas, ISR of 3; FindCoordinator "
@@ -264,7 +247,7 @@ def step_commit_and_kill(cl):
     assignments = listener.assigned  # (a first one may come before the topic's metadata)
     committed = {(TOPIC, tp.partition): a.position(tp) for tp in tps}
     check(sum(committed.values()) == len(got), f"committed {committed} for {len(got)} records read")
-    node = wait_for("the coordinator", lambda: coordinator(cl), 10)
+    node = clu.wait_for("the coordinator", lambda: coordinator(cl), 10)
     got_off = committed_from(cl, node, committed)
     check(got_off == committed, f"OffsetFetch answered {got_off}, committed {committed}")
     p = offsets_partition(GROUP)
@@ -275,7 +258,7 @@ def step_commit_and_kill(cl):
 
     cl.kill(node)
     t0 = time.monotonic()
-    new = wait_for("FindCoordinator naming another broker", lambda: coordinator(cl, avoid=(node,)), 30)
+    new = clu.wait_for("FindCoordinator naming another broker", lambda: coordinator(cl, avoid=(node,)), 30)
     times["coordinator moved"] = time.monotonic() - t0
     new_leader = offsets_topic(cl.port(new))[p][0]
     check(new_leader == new, f"FindCoordinator names broker {new}, {OFFSETS}-{p} is led by {new_leader}")
@@ -329,7 +312,7 @@ def step_rejoin(cl, killed, b, p, node_before):
         mine = [q for q, (_l, r, _i) in t.items() if killed in r]
         return t if mine and all(killed in t[q][2] for q in mine) else None
 
-    parts = wait_for(f"broker {killed} back in the ISR of every {OFFSETS} partition it replicates", back, 60)
+    parts = clu.wait_for(f"broker {killed} back in the ISR of every {OFFSETS} partition it replicates", back, 60)
     times["rejoined"] = time.monotonic() - t0
     with open(cl.out_log(killed), errors="replace") as f:
         text = f.read().split("local-cluster: starting")[-1]
@@ -346,7 +329,7 @@ def step_rejoin(cl, killed, b, p, node_before):
     end = PER_PART + AFTER + LATER
     time.sleep(1)
     for round_ in (1, 2):
-        node = wait_for("the coordinator", lambda: coordinator(cl), 20)
+        node = clu.wait_for("the coordinator", lambda: coordinator(cl), 20)
         want = {(TOPIC, q): end for q in range(PARTS)}
         got_off = committed_from(cl, node, want)
         check(got_off == want, f"OffsetFetch from broker {node} answered {got_off}, want {want}")
@@ -363,7 +346,7 @@ def step_rejoin(cl, killed, b, p, node_before):
             # before, at an older leader epoch; it reads the partition afresh.
             cl.kill(node)
             t0 = time.monotonic()
-            wait_for("FindCoordinator naming another broker", lambda: coordinator(cl, avoid=(node,)), 30)
+            clu.wait_for("FindCoordinator naming another broker", lambda: coordinator(cl, avoid=(node,)), 30)
             times["coordinator moved again"] = time.monotonic() - t0
         else:
             log(f"broker {node} took over after {times['coordinator moved again']:.2f}s (it coordinated G before, at "
@@ -394,16 +377,16 @@ def step_paused_coordinator(cl):
         except (OSError, lib.ProtocolError):
             return False
 
-    old = wait_for(f"a coordinator for {group}", coordinator_of, 30)
-    wait_for(f"commit 100 at broker {old}", lambda: commit(old, 100), 20)
+    old = clu.wait_for(f"a coordinator for {group}", coordinator_of, 30)
+    clu.wait_for(f"commit 100 at broker {old}", lambda: commit(old, 100), 20)
     pid = cl.pid(old)
     t0 = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     conn = None
     try:
-        new = wait_for(f"another coordinator for {group} while broker {old} is stopped",
-                       lambda: coordinator_of(avoid=(old,)), 40)
-        wait_for(f"commit 200 at broker {new}", lambda: commit(new, 200), 20)
+        new = clu.wait_for(f"another coordinator for {group} while broker {old} is stopped",
+                           lambda: coordinator_of(avoid=(old,)), 40)
+        clu.wait_for(f"commit 200 at broker {new}", lambda: commit(new, 200), 20)
         conn = lib.Conn(cl.port(old), timeout=30)  # the kernel accepts while the broker is stopped
         conn.send(lib.frame(lib.request_header(9, 5, 1) + lib.offset_fetch_body(group, {TOPIC: [0]})))
         times["coordinator replaced while paused"] = time.monotonic() - t0
@@ -422,7 +405,7 @@ def step_paused_coordinator(cl):
     log(f"paused coordinator {old}, replaced by {new}: the OffsetFetch waiting for it got "
         f"{'NOT_COORDINATOR' if err else 'the new offset'}")
     check(committed_from(cl, new, [(TOPIC, 0)]) is not None, "the new coordinator answers")
-    wait_for(f"broker {old} unfenced again", lambda: coordinator_of() is not None and cl.running(old), 40)
+    clu.wait_for(f"broker {old} unfenced again", lambda: coordinator_of() is not None and cl.running(old), 40)
 
 
 def check_isr_requests(cl):
@@ -440,34 +423,14 @@ def check_isr_requests(cl):
 
 
 def main():
-    root = tempfile.mkdtemp(prefix="sluice-group-failover-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
+    with clu.temp_cluster("sluice-group-failover-", lambda root: clu.Cluster(root, BASE_PORT, SETS)) as cl:
         step_first_start(cl)
         killed, b, p, took_over = step_commit_and_kill(cl)
         step_rejoin(cl, killed, b, p, took_over)
         step_paused_coordinator(cl)
         check_isr_requests(cl)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        clu.close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,7 @@ Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42500
 42600-42605 on 127.0.0.1.
 """
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 
@@ -62,8 +59,8 @@ def wait_leader(cl, topic, p, not_in=(), want=None, timeout=None):
         if not st or st[0] != fl.NONE or st[1] < 0 or st[1] in not_in or any(b in st[4] for b in not_in):
             return None
         return (st[1], st[2], st[4]) if want is None or st[1] == want else None
-    return fl.wait_for(f"{topic}-{p}: a leader" + (f" {want}" if want else ""), ok,
-                       timeout or fl.SESSION_MS / 1000 + 20)
+    return clu.wait_for(f"{topic}-{p}: a leader" + (f" {want}" if want else ""), ok,
+                        timeout or fl.SESSION_MS / 1000 + 20)
 
 
 def send(cl, broker, blob, what):
@@ -85,8 +82,8 @@ def step_raw(cl):
         batches.append((blob, base, i * PER_BATCH))
     err, base = send(cl, 1, batches[9][0], "batch 9 again (same leader)")
     check((err, base) == (fl.NONE, 45), f"a retry on the same leader: error {err}, base {base}, want 45")
-    fl.wait_for("every replica holding the 50 records",
-                lambda: all(len(fl.log_records(cl, b, TOPIC, 0)) == 50 for b in cl.brokers), 20)
+    clu.wait_for("every replica holding the 50 records",
+                 lambda: all(len(fl.log_records(cl, b, TOPIC, 0)) == 50 for b in cl.brokers), 20)
 
     t0 = time.monotonic()
     cl.kill(1)
@@ -183,7 +180,7 @@ def step_real_producer(cl):
         times[f"stream: broker {victim} killed, leaders moved"] = time.monotonic() - t0
         cl.start(victim)
         for p in range(3):
-            fl.wait_for(f"broker {victim} back in {STREAM}-{p}'s ISR", lambda: (
+            clu.wait_for(f"broker {victim} back in {STREAM}-{p}'s ISR", lambda: (
                 lambda st: st and victim in st[4])(fl.md_any(cl, STREAM, p)), 40)
         times[f"stream: broker {victim} back"] = time.monotonic() - t0
         log(f"broker {victim}: kill -9, its partitions led elsewhere, restarted, back in every ISR after "
@@ -195,7 +192,7 @@ def step_real_producer(cl):
     check(len(prod.acked) == prod.sent, f"{len(prod.acked)} acknowledged of {prod.sent} sent")
     for p in range(3):
         leader, _e, _isr = wait_leader(cl, STREAM, p)
-        fl.wait_for(f"{STREAM}-{p}'s high watermark past every acknowledgement", lambda: (
+        clu.wait_for(f"{STREAM}-{p}'s high watermark past every acknowledgement", lambda: (
             fl.high_watermark(cl.port(leader), STREAM, p) > max(o for (q, o) in prod.acked.values() if q == p)), 15)
         got = fl.read_values(cl.port(leader), STREAM, p)
         values = [v for _o, v in got]
@@ -210,20 +207,8 @@ def step_real_producer(cl):
 
 
 def main():
-    root = tempfile.mkdtemp(prefix="sluice-idem-")
-    cl = fl.Cluster(root, BASE_PORT)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
+    with clu.temp_cluster("sluice-idem-", lambda root: fl.Cluster(root, BASE_PORT)) as cl:
+        cl.up_timed(times)
         mir = [("min.insync.replicas", "2")]
         fl.create_topic(cl.port(1), TOPIC, 1, assignment=[[1, 2, 3]], configs=mir)
         fl.create_topic(cl.port(1), STREAM, 3, assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]], configs=mir)
@@ -232,17 +217,8 @@ def main():
         wait_leader(cl, TOPIC, 0, want=1)
         step_raw(cl)
         step_real_producer(cl)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        fl.summary(times)
-    finally:
-        clu.close_all()
-        fl.dump_on_failure(cl, ok)
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

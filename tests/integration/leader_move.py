@@ -22,10 +22,7 @@ their Raft ports + 1).
 """
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,11 +38,6 @@ NONE = 0
 RESUME_MAX_S = 5.0       # with the fix: well under a second on an idle machine
 REFUSALS_MAX = 300       # per broker in the few seconds after the SIGTERM; without the backoff: thousands
 times = {}
-
-
-class Cluster(clu.Cluster):
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, timeout=240)
 
 
 def create_rf3(port):
@@ -69,16 +61,6 @@ def partitions(port):
     return {p: (v[1], v[3], v[4]) for p, v in t[3].items()} if t else {}
 
 
-def wait_for(what, cond, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
-        time.sleep(0.05)
-
-
 def produce(port, p, value, timeout_ms=10000):
     """(error, base offset, message) of one acks=all Produce v3, on a connection of its own
     that waits as long as the request may (the kept ones give up after 5 s)."""
@@ -93,9 +75,7 @@ def refusals(cl, broker):
 
 
 def run(cl):
-    t0 = time.monotonic()
-    cl.up()
-    times["up"] = time.monotonic() - t0
+    cl.up_timed(times)
     ports = {b: cl.port(b) for b in cl.brokers}
     create_rf3(ports[1])
 
@@ -103,7 +83,7 @@ def run(cl):
         views = [partitions(ports[b]) for b in cl.brokers]
         return views[0] if all(len(v) == PARTITIONS and all(ld >= 0 and len(isr) == 3 for ld, _r, isr in v.values())
                                for v in views) else None
-    parts = wait_for("every partition led, ISR of three on every broker", replicated, 60)
+    parts = clu.wait_for("every partition led, ISR of three on every broker", replicated, 60, step=0.05)
     victim = parts[0][0]
     survivors = [b for b in cl.brokers if b != victim]
     log(f"{TOPIC}: leaders {[parts[p][0] for p in range(PARTITIONS)]}; stopping broker {victim}, partition 0's leader")
@@ -123,7 +103,7 @@ def run(cl):
     def moved():
         v = partitions(ports[survivors[0]])
         return v if v.get(0, (-1,))[0] in survivors else None
-    leader = wait_for("partition 0 led by a survivor", moved, 30)[0][0]
+    leader = clu.wait_for("partition 0 led by a survivor", moved, 30, step=0.05)[0][0]
     t = time.monotonic()
     err, base, msg = produce(ports[leader], 0, "after", timeout_ms=FETCH_WAIT_MS * 2)
     times["acks=all write at the new leader"] = time.monotonic() - t
@@ -144,30 +124,10 @@ def run(cl):
 
 
 def main():
-    root = tempfile.mkdtemp(prefix="sluice-leader-move-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
+    with clu.temp_cluster("sluice-leader-move-", lambda root: clu.Cluster(root, BASE_PORT, SETS)) as cl:
         run(cl)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        clu.close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,7 @@ import glob
 import json
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -285,35 +282,12 @@ def main():
     t0 = time.monotonic()
     step_single_node(java_old, java_new)
     times["single node"] = time.monotonic() - t0
-    root = tempfile.mkdtemp(prefix="sluice-log-dirs-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t1 = time.monotonic()
-        cl.up()
-        times["cluster up"] = time.monotonic() - t1
-        check(cl.brokers == [1, 2], f"cluster.env: brokers {cl.brokers}")
-        step_reassign(cl, java_new, root)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
+    with clu.temp_cluster("sluice-log-dirs-", Cluster) as cl:
+        cl.up_timed(times, "cluster up", brokers=[1, 2])
+        step_reassign(cl, java_new, cl.root)
+        cl.down()
         times["total"] = time.monotonic() - t0
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        clu.close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        clu.summary(times)
 
 
 if __name__ == "__main__":

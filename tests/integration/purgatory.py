@@ -39,10 +39,8 @@ Ports 42800-42802 (brokers) and 42900-42905 (controllers) on 127.0.0.1.
 import json
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,21 +53,16 @@ from lib import Enc, check, log  # noqa: E402
 BASE_PORT = 42800
 ACKS, PAIR = "acks", "pair"
 STALL_MS = 20000  # replica.lag.time.max.ms and broker.session.timeout.ms
+SETS = ["--set", f"broker.session.timeout.ms={STALL_MS}",
+        "--set", f"broker.heartbeat.interval.ms={fl.HEARTBEAT_MS}",
+        "--set-controller", f"controller.quorum.election.timeout.ms={fl.ELECTION_MS}",
+        "--set-broker", f"replica.lag.time.max.ms={STALL_MS}"]
 TIMEOUT_MS = 1000  # the requests' TimeoutMs while broker 3 is stopped
 # Answered within this after the timeout (a loaded 2-core machine; the storage core's
 # timer itself is exact to a millisecond).
 SLACK_S = 1.5
 DELETE_RECORDS_CMD = "org.apache.kafka.tools.DeleteRecordsCommand"
 times = {}
-
-
-class Cluster(fl.Cluster):
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(self.base_port),
-                "--set", f"broker.session.timeout.ms={STALL_MS}",
-                "--set", f"broker.heartbeat.interval.ms={fl.HEARTBEAT_MS}",
-                "--set-controller", f"controller.quorum.election.timeout.ms={fl.ELECTION_MS}",
-                "--set-broker", f"replica.lag.time.max.ms={STALL_MS}", timeout=240)
 
 
 def produce_multi(conn, parts, timeout_ms, acks=-1):
@@ -107,17 +100,10 @@ def batch(prefix, n):
 
 def delete_records(port, topic, p, offset, timeout_ms):
     """DeleteRecords v1 on its own connection (it may wait): (error, low watermark, seconds)."""
-    body = Enc().array_len(1).string(topic).array_len(1).i32(p).i64(offset).i32(timeout_ms).done()
     t0 = time.monotonic()
     with lib.Conn(port, timeout=timeout_ms / 1000 + 10) as c:
-        d = c.request(21, 1, body)
-    took = time.monotonic() - t0
-    d.i32()
-    d.array_len()
-    d.string()
-    d.array_len()
-    d.i32()
-    low, err = d.i64(), d.i16()
+        err, low = clu.delete_records(port, topic, p, offset, timeout_ms, conn=c)
+        took = time.monotonic() - t0
     return err, low, took
 
 
@@ -216,8 +202,8 @@ def step_stopped_follower(cl, end, pair_end, cut1):
 def step_consistent(cl, end, appended, idem, cut2):
     new_end = max(appended) + 1
     t0 = time.monotonic()
-    fl.wait_for("the high watermark past the timed-out records",
-                lambda: fl.high_watermark(cl.port(1), ACKS, 0, cut2) >= new_end, 20)
+    clu.wait_for("the high watermark past the timed-out records",
+                 lambda: fl.high_watermark(cl.port(1), ACKS, 0, cut2) >= new_end, 20)
     times["caught up after SIGCONT"] = time.monotonic() - t0
     st = fl.md_any(cl, ACKS, 0)
     check(st and st[1] == 1 and sorted(st[4]) == [1, 2, 3], f"acks-0 after SIGCONT: {st}")
@@ -229,9 +215,9 @@ def step_consistent(cl, end, appended, idem, cut2):
     check(err == fl.NONE and again == base, f"the idempotent batch again: error {err} at {again}, want NONE at "
           f"{base} (a duplicate)")
     check(fl.high_watermark(cl.port(1), ACKS, 0, cut2) == new_end, "the duplicate was appended again")
-    fl.wait_for("broker 3's log start at the timed-out deletion", lambda: log_start_file(cl, 3, ACKS) == cut2, 15)
-    fl.wait_for("identical logs on the three brokers", lambda: fl.log_records(cl, 1, ACKS, 0) ==
-                fl.log_records(cl, 2, ACKS, 0) == fl.log_records(cl, 3, ACKS, 0), 15)
+    clu.wait_for("broker 3's log start at the timed-out deletion", lambda: log_start_file(cl, 3, ACKS) == cut2, 15)
+    clu.wait_for("identical logs on the three brokers", lambda: fl.log_records(cl, 1, ACKS, 0) ==
+                 fl.log_records(cl, 2, ACKS, 0) == fl.log_records(cl, 3, ACKS, 0), 15)
     log(f"broker 3 caught up in {times['caught up after SIGCONT']:.2f}s and stayed in the ISR; {len(appended)} "
         f"timed-out records served where their answers said; the idempotent retry answered with its original "
         f"offset {base}; broker 3's log start at {cut2}; the three logs identical")
@@ -261,24 +247,12 @@ def step_delete_records_tool(cl, new_end):
 
 
 def main():
-    root = tempfile.mkdtemp(prefix="sluice-purgatory-")
-    cl = Cluster(root, BASE_PORT)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
+    with clu.temp_cluster("sluice-purgatory-", lambda root: fl.Cluster(root, BASE_PORT, sets=SETS)) as cl:
+        cl.up_timed(times)
         fl.create_topic(cl.port(1), ACKS, 1, assignment=[[1, 2, 3]], configs=[("min.insync.replicas", "2")])
         fl.create_topic(cl.port(1), PAIR, 1, assignment=[[1, 2]], configs=[("min.insync.replicas", "2")])
         for t, isr in ((ACKS, [1, 2, 3]), (PAIR, [1, 2])):
-            fl.wait_for(f"{t}-0 led by broker 1 with ISR {isr}", lambda: (
+            clu.wait_for(f"{t}-0 led by broker 1 with ISR {isr}", lambda: (
                 lambda s: s and s[0] == fl.NONE and s[1] == 1 and sorted(s[4]) == isr)(fl.md_any(cl, t, 0)), 30)
         end = 0
         for i in range(10):
@@ -290,24 +264,15 @@ def main():
         err, base, msg = fl.produce(cl.port(1), PAIR, 0, blob)
         check(err == fl.NONE and base == 0, f"produce to pair: error {err} {msg} at {base}")
         # Let the followers' fetches settle (parked, idle) before the deletion.
-        fl.wait_for("the followers holding every record",
-                    lambda: all(len(fl.log_records(cl, b, ACKS, 0)) == end for b in (2, 3)), 15)
+        clu.wait_for("the followers holding every record",
+                     lambda: all(len(fl.log_records(cl, b, ACKS, 0)) == end for b in (2, 3)), 15)
         time.sleep(0.6)
         cut1 = step_delete_waits_for_followers(cl, end)
         appended, idem, cut2 = step_stopped_follower(cl, end, 7, cut1)
         new_end = step_consistent(cl, end, appended, idem, cut2)
         step_delete_records_tool(cl, new_end)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        fl.summary(times)
-    finally:
-        clu.close_all()
-        fl.dump_on_failure(cl, ok)
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":

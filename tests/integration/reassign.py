@@ -37,15 +37,11 @@ Proves, in order:
 Short timeouts through local-cluster.sh's --set. Ports 43000-43105 on 127.0.0.1
 (brokers 43000-43002, controllers 43100/43102/43104 and their Raft ports + 1).
 """
-import glob
 import json
 import os
 import re
-import shutil
-import signal
 import struct
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,23 +72,8 @@ INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGR
 times = {}
 
 
-class Cluster(clu.Cluster):
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, timeout=240)
-
-
 def ids(text):
     return [int(x) for x in text.split(",") if x]
-
-
-def wait_for(what, cond, timeout, every=0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
-        time.sleep(every)
 
 
 class Tools(clu.Tools):
@@ -142,14 +123,7 @@ def produce_all(port, topic):
 
 def delete_records(port, topic, offset):
     """Raw DeleteRecords v1 of topic-0 up to offset at port: its new log start."""
-    e = Enc().array_len(1).string(topic).array_len(1).i32(0).i64(offset).i32(30000)
-    d = clu.call(port, lambda c: c.request(21, 1, e.done()))
-    d.i32()
-    d.array_len()
-    d.string()
-    d.array_len()
-    d.i32()
-    low, err = d.i64(), d.i16()
+    err, low = clu.delete_records(port, topic, 0, offset, 30000)
     check(err == NONE, f"DeleteRecords {topic}-0 to {offset}: error {err}")
     return low
 
@@ -173,7 +147,7 @@ def read_all(port, topic, start=0):
 
 def disk_batches(cl, broker, topic):
     """The batches of topic-0's .log files on broker (offset order), or None without them."""
-    files = sorted(glob.glob(os.path.join(cl.dir, f"broker-{broker}", "data", f"{topic}-0", "*.log")))
+    files = cl.segments(broker, topic, 0)
     if not files:
         return None
     blob = b"".join(open(f, "rb").read() for f in files)
@@ -253,8 +227,8 @@ def step_move(cl, tools, root):
     tools.run("topics", TOPICS, "--bootstrap-server", tools.b, "--create", "--topic", MOVED,
               "--replica-assignment", "1")
     acked = produce_all(port1, MOVED)
-    before = wait_for("broker 1's batches on disk", lambda: (lambda b: b if b and len(b) == N // PER_BATCH else None)(
-        disk_batches(cl, 1, MOVED)), 20)
+    before = clu.wait_for("broker 1's batches on disk", lambda: (
+        lambda b: b if b and len(b) == N // PER_BATCH else None)(disk_batches(cl, 1, MOVED)), 20)
     check(delete_records(port1, MOVED, LOG_START) == LOG_START, "DeleteRecords")
     before = [b for b in before if struct.unpack_from(">q", b)[0] >= LOG_START]  # what the leader still serves
     total = sum(len(b) for b in before)
@@ -280,7 +254,7 @@ def step_move(cl, tools, root):
     check(topic_cfg.get("leader.replication.throttled.replicas") == "0:1" and
           topic_cfg.get("follower.replication.throttled.replicas") == "0:2,0:3",
           f"the topic's throttled replica lists: {topic_cfg}")
-    wait_for(f"{MOVED}-0's reassignment to complete", lambda: not list_reassignments(port1), 60, every=0.2)
+    clu.wait_for(f"{MOVED}-0's reassignment to complete", lambda: not list_reassignments(port1), 60, step=0.2)
     took = time.monotonic() - t0
     times["throttled move"] = took
     # Each new follower fetches the partition's bytes under its broker's follower
@@ -301,17 +275,17 @@ def step_move(cl, tools, root):
 
 
 def step_data_followed(cl, tools, acked, before):
-    leader, replicas, isr = wait_for(f"{MOVED}: replicas and ISR [2,3]",
-                                     lambda: (lambda d: d if sorted(d[1]) == [2, 3] and sorted(d[2]) == [2, 3]
+    leader, replicas, isr = clu.wait_for(f"{MOVED}: replicas and ISR [2,3]",
+                                         lambda: (lambda d: d if sorted(d[1]) == [2, 3] and sorted(d[2]) == [2, 3]
                                               and d[0] in (2, 3) else None)(tools.describe(MOVED)), 20)
     log(f"kafka-topics --describe {MOVED}: leader {leader}, replicas {replicas}, ISR {isr}")
     for b in (2, 3):
-        got = wait_for(f"broker {b}'s batches of {MOVED}-0", lambda: (lambda x: x if x and len(x) >= len(before)
+        got = clu.wait_for(f"broker {b}'s batches of {MOVED}-0", lambda: (lambda x: x if x and len(x) >= len(before)
                                                                       else None)(disk_batches(cl, b, MOVED)), 20)
         check(got == before, f"broker {b}'s batches of {MOVED}-0 differ from broker 1's")
     log(f"brokers 2 and 3 hold broker 1's {len(before)} batches from its log start on, byte for byte")
-    wait_for(f"broker 1's copy of {MOVED}-0 removed",
-             lambda: not os.path.exists(os.path.join(cl.dir, "broker-1", "data", f"{MOVED}-0")), 20)
+    clu.wait_for(f"broker 1's copy of {MOVED}-0 removed",
+                 lambda: not os.path.exists(os.path.join(cl.dir, "broker-1", "data", f"{MOVED}-0")), 20)
     got, batches = read_all(cl.port(leader), MOVED, LOG_START)
     kept = {o: v for o, v in acked.items() if o >= LOG_START}
     check(got == kept, f"the new leader serves {len(got)} records, {len(kept)} acknowledged from the log start")
@@ -336,14 +310,14 @@ def step_cancel(cl, tools, root):
     out = tools.reassign(plan, "--execute", "--throttle", str(CANCEL_THROTTLE))
     check(f"Successfully started partition reassignment for {CANCELLED}-0" in out, f"--execute: {out!r}")
     check(list_reassignments(port1).get((CANCELLED, 0)) == ([2, 1], [2], [1]), f"{CANCELLED}-0 not listed")
-    wait_for(f"broker 2 fetching {CANCELLED}-0", lambda: os.path.exists(
+    clu.wait_for(f"broker 2 fetching {CANCELLED}-0", lambda: os.path.exists(
         os.path.join(cl.dir, "broker-2", "data", f"{CANCELLED}-0")), 20)
     out = tools.reassign(plan, "--cancel")
     check(f"Successfully cancelled partition reassignment for: {CANCELLED}-0" in out, f"--cancel: {out!r}")
     check(not list_reassignments(port1), "a reassignment still listed after --cancel")
     leader, replicas, isr = tools.describe(CANCELLED)
     check((leader, replicas, isr) == (1, [1], [1]), f"{CANCELLED} after --cancel: {leader} {replicas} {isr}")
-    wait_for(f"broker 2's partial copy of {CANCELLED}-0 removed", lambda: not os.path.exists(
+    clu.wait_for(f"broker 2's partial copy of {CANCELLED}-0 removed", lambda: not os.path.exists(
         os.path.join(cl.dir, "broker-2", "data", f"{CANCELLED}-0")), 20)
     got, _ = read_all(port1, CANCELLED)
     check(got == acked, f"broker 1 serves {len(got)} records of {CANCELLED} after the cancel, {len(acked)} acknowledged")
@@ -377,39 +351,17 @@ def step_refusals(cl):
 
 def main():
     java = clients.Java()
-    root = tempfile.mkdtemp(prefix="sluice-reassign-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
+    with clu.temp_cluster("sluice-reassign-", lambda root: clu.Cluster(root, BASE_PORT, SETS)) as cl:
         t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
-        check(cl.brokers == [1, 2, 3], f"cluster.env: brokers {cl.brokers}")
+        cl.up_timed(times, brokers=[1, 2, 3])
         tools = Tools(java, cl.env["BOOTSTRAP"])
-        acked, before = step_move(cl, tools, root)
+        acked, before = step_move(cl, tools, cl.root)
         step_data_followed(cl, tools, acked, before)
-        step_cancel(cl, tools, root)
+        step_cancel(cl, tools, cl.root)
         step_refusals(cl)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
+        cl.down()
         times["total"] = time.monotonic() - t0
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        clu.close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        clu.summary(times)
 
 
 if __name__ == "__main__":

@@ -37,14 +37,11 @@ broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
 replica.lag.time.max.ms=3000. Ports 40500-40605 on 127.0.0.1 (brokers 40500-40502,
 controllers 40600/40602/40604 and their Raft ports + 1).
 """
-import glob
 import hashlib
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 
@@ -68,11 +65,6 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 20
 times = {}
 
 
-class Cluster(clu.Cluster):
-    def up(self):
-        self.sh("up", self.dir, "--base-port", str(BASE_PORT), *SETS, timeout=240)
-
-
 def ids(text):
     return [int(x) for x in text.split(",") if x]
 
@@ -94,28 +86,6 @@ class Tools(clu.Tools):
             args += ["--config", c]
         out = self.run("topics", TOPICS, *args)
         check(f"Created topic {topic}." in out, f"kafka-topics --create {topic}: {out!r}")
-
-
-def wait_for(what, cond, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        check(time.monotonic() < deadline, f"{what}: not within {timeout}s")
-        time.sleep(0.1)
-
-
-def md_partition(port, topic, p):
-    """(error, leader, epoch, replicas, isr) of topic-p from the broker at port."""
-    try:
-        _b, _c, _ctl, topics = clu.metadata(port)
-    except (OSError, lib.ProtocolError):
-        return None
-    t = topics.get(topic)
-    if not t or p not in t[3]:
-        return None
-    return t[3][p][:5]
 
 
 def produce(port, topic, p, values, acks=-1):
@@ -224,7 +194,7 @@ class Consumer(threading.Thread):
 def segments_digest(cl, broker, topic, p):
     """sha256 over partition topic-p's .log files on broker (in offset order)."""
     h = hashlib.sha256()
-    files = sorted(glob.glob(os.path.join(cl.dir, f"broker-{broker}", "data", f"{topic}-{p}", "*.log")))
+    files = cl.segments(broker, topic, p)
     check(files, f"broker {broker} holds no segment of {topic}-{p}")
     for f in files:
         with open(f, "rb") as fh:
@@ -236,7 +206,7 @@ def wait_same_logs(cl, brokers, topic, p, timeout=20):
     def same():
         d = {b: segments_digest(cl, b, topic, p) for b in brokers}
         return d if len(set(d.values())) == 1 else None
-    return wait_for(f"{topic}-{p}'s segments identical on brokers {brokers}", same, timeout)
+    return clu.wait_for(f"{topic}-{p}'s segments identical on brokers {brokers}", same, timeout)
 
 
 # ----------------------------------------------------------------- steps
@@ -248,8 +218,8 @@ def step_create(cl, tools):
     ports = [cl.port(b) for b in cl.brokers]
     clu.wait_identical(cl, ports)
     for topic in (TOPIC, STRICT):
-        parts = wait_for(f"{topic}: ISR of all three in kafka-topics --describe",
-                         lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
+        parts = clu.wait_for(f"{topic}: ISR of all three in kafka-topics --describe",
+                             lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
                                   else None)(tools.describe(bootstrap, topic)), 20)
         for p, (leader, replicas, isr) in parts.items():
             check(sorted(replicas) == cl.brokers and leader == replicas[0] and leader in isr,
@@ -262,7 +232,7 @@ def step_acks_all_waits(cl, tools):
     answer comes only once the leader has dropped it from the ISR (after
     replica.lag.time.max.ms, through AlterPartition, or the controller's fencing),
     and then, the ISR below min.insync.replicas=3, as NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
-    _e, leader, _ep, replicas, isr = md_partition(cl.port(1), STRICT, 0)
+    _e, leader, _ep, replicas, isr = clu.md_partition(cl.port(1), STRICT, 0)
     stopped = [b for b in replicas if b != leader][0]
     pid = cl.pid(stopped)
     os.kill(pid, signal.SIGSTOP)
@@ -276,13 +246,13 @@ def step_acks_all_waits(cl, tools):
           f"acks=all with follower {stopped} stopped: error {err} {msg} after {waited:.2f}s")
     log(f"{STRICT}-0: acks=all with follower {stopped} stopped answered after {waited:.2f}s, once the ISR dropped "
         f"it, with NOT_ENOUGH_REPLICAS_AFTER_APPEND (ISR below min.insync.replicas=3)")
-    wait_for(f"broker {stopped} back in {STRICT}-0's ISR", lambda: (
-        lambda st: st and sorted(st[4]) == cl.brokers)(md_partition(cl.port(1), STRICT, 0)), 30)
+    clu.wait_for(f"broker {stopped} back in {STRICT}-0's ISR", lambda: (
+        lambda st: st and sorted(st[4]) == cl.brokers)(clu.md_partition(cl.port(1), STRICT, 0)), 30)
     return 1  # strict-0's log end: the record was appended (only its answer is the error)
 
 
 def step_produce(cl):
-    _e, leader, epoch, _r, _i = md_partition(cl.port(1), TOPIC, 0)
+    _e, leader, epoch, _r, _i = clu.md_partition(cl.port(1), TOPIC, 0)
     port = cl.port(leader)
     consumer = Consumer(port)
     consumer.start()
@@ -296,7 +266,7 @@ def step_produce(cl):
             acked[base + k] = v
     times["produce acks=all"] = time.monotonic() - t0
     check(sorted(acked) == list(range(N)), f"acknowledged offsets are not 0..{N - 1}")
-    wait_for("the consumer to read every acknowledged record", lambda: len(consumer.seen) >= N, 20)
+    clu.wait_for("the consumer to read every acknowledged record", lambda: len(consumer.seen) >= N, 20)
     consumer.stop.set()
     consumer.join(10)
     check(not consumer.violations, f"records at or past the high watermark were served: {consumer.violations[:5]}")
@@ -328,7 +298,7 @@ def step_kill_leader(cl, tools, old_leader, acked, seen, strict_end):
         pid = cl.pid(old_leader)
         t0 = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        wait_for(f"broker {old_leader} gone after SIGKILL", lambda: not cl.ours(pid), 30)
+        clu.wait_for(f"broker {old_leader} gone after SIGKILL", lambda: not cl.ours(pid), 30)
     finally:
         for b in survivors:
             os.kill(cl.pid(b), signal.SIGCONT)
@@ -336,16 +306,16 @@ def step_kill_leader(cl, tools, old_leader, acked, seen, strict_end):
         f"leader killed (kill -9)")
 
     def moved():
-        st = md_partition(port, TOPIC, 0)
+        st = clu.md_partition(port, TOPIC, 0)
         return st if st and st[0] == NONE and st[1] in survivors and old_leader not in st[4] else None
-    err, leader, epoch, replicas, isr = wait_for("a new leader from the ISR for partition 0", moved,
-                                                 SESSION_MS / 1000 + 15)
+    err, leader, epoch, replicas, isr = clu.wait_for("a new leader from the ISR for partition 0", moved,
+                                                     SESSION_MS / 1000 + 15)
     times["new leader"] = time.monotonic() - t0
     check(leader in survivors and sorted(isr) == survivors, f"after the kill: leader {leader}, isr {isr}")
     # A new leader's high watermark is the one it had as a follower (its last answer
     # from the old leader) until its ISR has fetched from it, as in Kafka: the
     # acknowledged records become visible then.
-    wait_for(f"the new leader's high watermark to reach {N}", lambda: high_watermark(cl.port(leader)) >= N, 15)
+    clu.wait_for(f"the new leader's high watermark to reach {N}", lambda: high_watermark(cl.port(leader)) >= N, 15)
     got = read_all(cl.port(leader), TOPIC, 0)
     lost = [o for o in acked if got.get(o) != acked[o]]
     check(not lost, f"{len(lost)} acknowledged records lost or changed after the failover (first {lost[:5]})")
@@ -356,14 +326,14 @@ def step_kill_leader(cl, tools, old_leader, acked, seen, strict_end):
     def produced():
         r = produce(cl.port(leader), TOPIC, 0, [f"after-{i}" for i in range(PER_BATCH)])
         return r if r[0] == NONE else None
-    err, base, _msg = wait_for("acks=all produce to the new leader", produced, 15)
+    err, base, _msg = clu.wait_for("acks=all produce to the new leader", produced, 15)
     times["writes again"] = time.monotonic() - t0
     check(base == N, f"the first record after the failover went to offset {base}, not {N}")
     log(f"broker {old_leader} killed: broker {leader} leads {TOPIC}-0 at epoch {epoch} after "
         f"{times['new leader']:.2f}s, ISR {isr}; all {N} acknowledged records there at their offsets; "
         f"acks=all works again after {times['writes again']:.2f}s")
-    parts = wait_for("kafka-topics --describe: the ISR without the dead broker",
-                     lambda: (lambda d: d if all(old_leader not in isr for _l, _r, isr in d.values()) else None)(
+    parts = clu.wait_for("kafka-topics --describe: the ISR without the dead broker",
+                         lambda: (lambda d: d if all(old_leader not in isr for _l, _r, isr in d.values()) else None)(
                          tools.describe(cl.env["BOOTSTRAP"], TOPIC)), 20)
     log(f"kafka-topics --describe {TOPIC}: {parts}")
 
@@ -384,8 +354,9 @@ def step_kill_leader(cl, tools, old_leader, acked, seen, strict_end):
     log(f"replica Fetch v12 to leader {leader}: FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, "
         f"NOT_LEADER_OR_FOLLOWER for a non-replica, DivergingEpoch {div} for a log past epoch {epoch - 1}'s end")
 
-    _e, sleader, _ep, _r, sisr = wait_for(f"{STRICT}: ISR of two", lambda: (
-        lambda st: st if st and st[1] in survivors and len(st[4]) == 2 else None)(md_partition(port, STRICT, 0)), 20)
+    _e, sleader, _ep, _r, sisr = clu.wait_for(f"{STRICT}: ISR of two", lambda: (
+        lambda st: st if st and st[1] in survivors and len(st[4]) == 2 else None)(
+            clu.md_partition(port, STRICT, 0)), 20)
     err, _b, msg = produce(cl.port(sleader), STRICT, 0, ["strict-all"], acks=-1)
     check(err == NOT_ENOUGH_REPLICAS, f"acks=all with ISR {sisr} < min.insync.replicas=3: error {err} {msg}")
     err, base, msg = produce(cl.port(sleader), STRICT, 0, ["strict-one"], acks=1)
@@ -401,14 +372,14 @@ def step_rejoin(cl, tools, old_leader, leader):
     cl.start(old_leader)
     bootstrap = cl.env["BOOTSTRAP"]
     for topic in (TOPIC, STRICT):
-        parts = wait_for(f"{topic}: broker {old_leader} back in every ISR (kafka-topics --describe)",
-                         lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
+        parts = clu.wait_for(f"{topic}: broker {old_leader} back in every ISR (kafka-topics --describe)",
+                             lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
                                   else None)(tools.describe(bootstrap, topic)), 40)
     times["rejoined"] = time.monotonic() - t0
     log(f"broker {old_leader} restarted: back in the ISR of every partition after {times['rejoined']:.2f}s: "
         f"{parts}")
     wait_same_logs(cl, cl.brokers, TOPIC, 0)
-    st = md_partition(cl.port(1), TOPIC, 0)
+    st = clu.md_partition(cl.port(1), TOPIC, 0)
     got = read_all(cl.port(st[1]), TOPIC, 0)
     check(len(got) == N + PER_BATCH and not any(v.startswith("unreplicated") for v in got.values()),
           f"{TOPIC}-0 holds {len(got)} records after the return, {N + PER_BATCH} were acknowledged")
@@ -422,38 +393,15 @@ def step_rejoin(cl, tools, old_leader, leader):
 def main():
     java = clients.Java()
     tools = Tools(java)
-    root = tempfile.mkdtemp(prefix="sluice-replication-")
-    cl = Cluster(root)
-
-    def on_signal(sig, _frame):
-        cl.cleanup()
-        sys.exit(128 + sig)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        t0 = time.monotonic()
-        cl.up()
-        times["up"] = time.monotonic() - t0
-        check(cl.brokers == [1, 2, 3], f"cluster.env: brokers {cl.brokers}")
+    with clu.temp_cluster("sluice-replication-", lambda root: clu.Cluster(root, BASE_PORT, SETS)) as cl:
+        cl.up_timed(times, brokers=[1, 2, 3])
         step_create(cl, tools)
         strict_end = step_acks_all_waits(cl, tools)
         old_leader, acked, seen = step_produce(cl)
         leader = step_kill_leader(cl, tools, old_leader, acked, seen, strict_end)
         step_rejoin(cl, tools, old_leader, leader)
-        cl.sh("down", cl.dir, timeout=120)
-        ok = True
-        log("measured: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))
-    finally:
-        clu.close_all()
-        if not ok and cl.env:
-            cl.dump()
-        cl.cleanup()
-        if os.environ.get("SLUICE_TEST_KEEP") == "1" or not ok:
-            log(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        cl.down()
+        clu.summary(times)
 
 
 if __name__ == "__main__":
