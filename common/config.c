@@ -78,6 +78,7 @@ static const struct cfg_key keys[] = {
 	{"group.min.session.timeout.ms", CFG_INT, F(group_min_session_timeout_ms), 0, INT32_MAX, "6000"},
 	{"group.max.session.timeout.ms", CFG_INT, F(group_max_session_timeout_ms), 0, INT32_MAX, "1800000"},
 	{"offset.metadata.max.bytes", CFG_INT, F(offset_metadata_max_bytes), 0, INT32_MAX, "4096"},
+	{"offsets.commit.timeout.ms", CFG_INT, F(offsets_commit_timeout_ms), 1, INT32_MAX, "5000"},
 	{"offsets.retention.minutes", CFG_INT, F(offsets_retention_minutes), 1, INT32_MAX, "10080"},
 	{"offsets.retention.check.interval.ms", CFG_LONG, F(offsets_retention_check_interval_ms), 1, INT64_MAX, "600000"},
 	{"group.max.size", CFG_INT, F(group_max_size), 1, 100000, "10000"},

@@ -101,6 +101,10 @@ struct sluice_config {
 	int32_t group_min_session_timeout_ms;
 	int32_t group_max_session_timeout_ms;
 	int32_t offset_metadata_max_bytes;
+	/* How long a group coordinator's write to __consumer_offsets (an
+	 * OffsetCommit's offsets, a SyncGroup's group record) may wait for the
+	 * ISR before it is answered as failed (the records stay in the log). */
+	int32_t offsets_commit_timeout_ms;
 	int32_t group_max_size;
 	int32_t offsets_retention_minutes;
 	int64_t offsets_retention_check_interval_ms;

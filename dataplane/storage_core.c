@@ -250,7 +250,8 @@ struct sstate {
 	int64_t next_hw_ckpt_ms;
 	uint32_t epochs_rebuilt; /* partitions opened with no usable leader-epoch-checkpoint */
 	/* Ops waiting for other replicas with a timeout (acks=all appends,
-	 * DeleteRecords): their deadlines (dataplane/deadline.h). */
+	 * DeleteRecords, group coordinator writes): their deadlines
+	 * (dataplane/deadline.h). */
 	struct sluice_deadlines deadlines;
 	/* Partition directories whose leader-epoch-checkpoint was written but
 	 * not yet synced although the change must survive a crash (a new
@@ -855,7 +856,10 @@ void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct
 }
 
 /* Append a batch built by the broker itself (group coordinator records);
- * wait_op, when given, is answered once the batch is committed. */
+ * wait_op, when given, is answered once the batch is committed, or failed
+ * with REQUEST_TIMED_OUT once offsets.commit.timeout.ms passed without
+ * that (expire_waiting; Kafka's coordinator runtime times its writes out
+ * so), the batch staying in the log. */
 int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t *batch, size_t len,
 			    struct partop *wait_op)
 {
@@ -878,8 +882,12 @@ int16_t sluice_store_append(struct storecore *sc, struct spart *p, const uint8_t
 		st->dirty_head = p;
 	}
 	if (wait_op) {
+		/* expire_waiting finds the partition the op waits on by its name */
+		assert(wait_op->partition == p->partition && strcmp(wait_op->topic, p->topic) == 0);
 		wait_op->last_offset = last;
 		sluice_partition_wait_append(&p->part, wait_op, true);
+		sluice_deadlines_arm(&st->deadlines, &wait_op->deadline, sluice_now_ms(),
+				     (wait_op->cfg ? wait_op->cfg : core_cfg(sc))->offsets_commit_timeout_ms);
 	}
 	return KERR_NONE;
 }
@@ -2281,7 +2289,10 @@ static void op_append(struct storecore *sc, struct spart *p, struct partop *op, 
  * Kafka's). An acks=all append's answer keeps its offsets: its records stay
  * in the log and become visible once the ISR has them, as in Kafka, and an
  * idempotent producer's retry of the batch is answered with them. A
- * DeleteRecords keeps the low watermark it had at the deletion. */
+ * DeleteRecords keeps the low watermark it had at the deletion. A group
+ * coordinator's write (offsets.commit.timeout.ms) is failed the same way:
+ * its service hears REQUEST_TIMED_OUT and answers as Kafka's coordinator
+ * does (group.c), its records staying in the log. */
 static void expire_waiting(struct storecore *sc, int64_t now)
 {
 	struct sstate *st = sc->state;
@@ -2299,7 +2310,7 @@ static void expire_waiting(struct storecore *sc, int64_t now)
 			op_done(sc, op);
 			continue;
 		}
-		assert(op->kind == PARTOP_APPEND && op->acks == -1);
+		assert((op->kind == PARTOP_APPEND && op->acks == -1) || op->kind == PARTOP_GROUP);
 		if (op->last_offset >= sluice_plog_written_end(p->log)) {
 			/* Its own write is still out: not what the timeout is for. */
 			sluice_deadlines_arm(&st->deadlines, d, now, STORE_EXPIRY_WRITE_RECHECK_MS);

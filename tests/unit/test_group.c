@@ -780,7 +780,8 @@ Test(group, sync_record_not_stored_rebalances, .init = setup, .fini = teardown)
 }
 
 /* Commits are acknowledged only once committed, with Kafka's coordinator
- * errors otherwise; a commit that failed is not visible. */
+ * errors otherwise (a write that timed out included); a commit that failed
+ * is not visible. */
 Test(group, commit_errors_mapped, .init = setup, .fini = teardown)
 {
 	int32_t p0 = 0;
@@ -803,6 +804,21 @@ Test(group, commit_errors_mapped, .init = setup, .fini = teardown)
 	(void)krd_i32(&r);
 	(void)krd_i32(&r);
 	cr_assert_eq(krd_i16(&r), 16);
+	call_free(&c);
+	cr_assert_eq(fetch(KS("gc"), KS("a"), 0, NULL, NULL), 5);
+	/* offsets.commit.timeout.ms passed (the storage core's REQUEST_TIMED_OUT):
+	 * COORDINATOR_NOT_AVAILABLE, as Kafka 4's coordinator answers it */
+	commit_body(&c.body, KS("gc"), KS("a"), &p0, 1, 9, KS(""));
+	call(&c, 8, 7, KS("gc"));
+	cr_assert_eq(nwaiting, 1);
+	written_err(7);
+	krd_init(&r, c.op.gout.buf, c.op.gout.len);
+	(void)krd_i32(&r);
+	(void)krd_i32(&r);
+	(void)krd_string(&r, false);
+	(void)krd_i32(&r);
+	(void)krd_i32(&r);
+	cr_assert_eq(krd_i16(&r), 15);
 	call_free(&c);
 	cr_assert_eq(fetch(KS("gc"), KS("a"), 0, NULL, NULL), 5);
 }
