@@ -350,6 +350,13 @@ int sluice_meta_controller_wait_ready(struct sluice_meta *m, unsigned timeout_ms
  * ShouldShutDown, or timeout_ms. Returns 0 when the controller agreed. */
 int sluice_meta_controller_shutdown(struct sluice_meta *m, unsigned timeout_ms);
 void sluice_meta_controller_close(struct sluice_meta *m);
+/* fn(arg) on the metadata thread after each snapshot it publishes: the
+ * broker wakes its storage cores, which apply a snapshot's leaderships on
+ * their next loop turn and would otherwise sleep through it while no
+ * request comes (a follower then learns of its new leader up to a sleep
+ * late, and the new leader's acks=all writes wait for it). NULL stops the
+ * calls: once it returns, no call is under way. */
+void sluice_meta_controller_on_publish(struct sluice_meta *m, void (*fn)(void *arg), void *arg);
 /* Whether m is the controller backend. */
 bool sluice_meta_is_controller(const struct sluice_meta *m);
 

@@ -198,6 +198,10 @@ struct mc {
 	struct sluice_meta_controller_stats stats;
 
 	pthread_mutex_t pub_lock; /* readers: held only to take a reference */
+	/* sluice_meta_controller_on_publish's hook, called under hook_lock. */
+	pthread_mutex_t hook_lock;
+	void (*hook)(void *arg);
+	void *hook_arg;
 	struct sluice_meta_snapshot *current;
 
 	/* The metadata thread's own. */
@@ -646,6 +650,10 @@ static int snap_publish(struct mc *m)
 	m->applied_offset = s->metadata_offset;
 	pthread_cond_broadcast(&m->changed);
 	pthread_mutex_unlock(&m->lock);
+	pthread_mutex_lock(&m->hook_lock);
+	if (m->hook)
+		m->hook(m->hook_arg);
+	pthread_mutex_unlock(&m->hook_lock);
 	return 0;
 oom:
 	if (s && s->topics)
@@ -3086,6 +3094,7 @@ static struct mc *mc_new(void)
 	m->stop_fd = -1;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_mutex_init(&m->pub_lock, NULL);
+	pthread_mutex_init(&m->hook_lock, NULL);
 	pthread_mutex_init(&m->q_lock, NULL);
 	pthread_mutex_init(&m->stage_lock, NULL);
 	cond_init_monotonic(&m->changed);
@@ -3133,6 +3142,7 @@ static void mc_free(struct mc *m)
 		close(m->stop_fd);
 	pthread_mutex_destroy(&m->lock);
 	pthread_mutex_destroy(&m->pub_lock);
+	pthread_mutex_destroy(&m->hook_lock);
 	pthread_mutex_destroy(&m->q_lock);
 	pthread_mutex_destroy(&m->stage_lock);
 	pthread_cond_destroy(&m->changed);
@@ -3272,6 +3282,16 @@ void sluice_meta_controller_close(struct sluice_meta *mm)
 bool sluice_meta_is_controller(const struct sluice_meta *m)
 {
 	return m && m->ops == &controller_ops;
+}
+
+void sluice_meta_controller_on_publish(struct sluice_meta *mm, void (*fn)(void *arg), void *arg)
+{
+	struct mc *m = mm->self;
+	assert(m && mm->ops == &controller_ops);
+	pthread_mutex_lock(&m->hook_lock);
+	m->hook = fn;
+	m->hook_arg = arg;
+	pthread_mutex_unlock(&m->hook_lock);
 }
 
 void sluice_meta_controller_stats(const struct sluice_meta *mm, struct sluice_meta_controller_stats *out)

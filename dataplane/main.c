@@ -771,6 +771,15 @@ static int cores_init(struct broker *b)
 	return 0;
 }
 
+/* The metadata thread published a snapshot: every storage core takes it
+ * on its next turn (leadership_sweep), now rather than after its sleep. */
+static void wake_stores(void *arg)
+{
+	struct broker *b = arg;
+	for (int s = 0; s < b->store_n; s++)
+		sluice_rt_wake(&b->store[s].rt);
+}
+
 /* Storage cores first (they recover their logs), then the network cores. */
 static int cores_start(struct broker *b)
 {
@@ -779,6 +788,8 @@ static int cores_start(struct broker *b)
 			fprintf(stderr, "sluice-broker: cannot start storage core %d\n", s);
 			return -1;
 		}
+	if (sluice_config_cluster_mode(&b->cfg))
+		sluice_meta_controller_on_publish(&b->meta, wake_stores, b);
 	for (int n = 0; n < b->net_n; n++)
 		if (sluice_netcore_start(&b->net[n]) < 0) {
 			fprintf(stderr, "sluice-broker: cannot start network core %d\n", n);
@@ -794,6 +805,8 @@ static int cores_start(struct broker *b)
 static void cores_stop(struct broker *b)
 {
 	assert(__atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE) >= 1);
+	if (sluice_config_cluster_mode(&b->cfg))
+		sluice_meta_controller_on_publish(&b->meta, NULL, NULL);
 	for (int n = 0; n < b->net_n; n++)
 		sluice_rt_stop(&b->net[n].rt);
 	for (int n = 0; n < b->net_n; n++)
