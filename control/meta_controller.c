@@ -13,8 +13,9 @@
  * when a BROKER config record of the cluster-wide default or of this node
  * applied (control/broker_config.h); the admin thread sends the changes of
  * submitted batches to the active controller (CreateTopics, DeleteTopics,
- * CreatePartitions, IncrementalAlterConfigs, AllocateProducerIds) and the
- * requests relayed through forward(), and completes a batch (or answers a
+ * CreatePartitions, IncrementalAlterConfigs, AllocateProducerIds), the
+ * requests relayed through forward() and the leaders' ISR changes (every
+ * change waiting goes in one AlterPartition, as Kafka batches them), and completes a batch (or answers a
  * relayed config change) only once the image has reached the metadata
  * offset the controller named in its answer (tag 1000,
  * SluiceMetadataOffset), so that the snapshot the submitter reads next
@@ -94,6 +95,17 @@ _Static_assert((uint64_t)SLUICE_ASSIGNMENT_LISTS_MAX * (MC_ASSIGNMENT_LIST_BYTES
 			       MC_CHANGE_BYTES_MAX + 4096 <= MC_REQUEST_BYTES_MAX,
 	       "a topic with the largest assignment fits a request");
 #define MC_FORWARDS_MAX 256 /* forward() requests queued */
+#define MC_ISR_QUEUED_MAX 4096 /* alter_partition() changes waiting for the next AlterPartition */
+/* A partition of an AlterPartition v2 request at most: PartitionIndex,
+ * LeaderEpoch, NewIsr (its length and ids), LeaderRecoveryState,
+ * PartitionEpoch, tags; and its own Topics entry (TopicId, lengths, tags). */
+#define MC_ISR_CHANGE_BYTES_MAX (4 + 4 + 5 + 4 * SLUICE_REPLICAS_MAX + 1 + 4 + 1 + 16 + 5 + 1)
+_Static_assert(SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX <= MC_ISR_QUEUED_MAX &&
+		       SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX <= SLUICE_TOPICS_MAX,
+	       "a request's changes fit the queue and the controller's entries per request");
+_Static_assert((uint64_t)SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX * MC_ISR_CHANGE_BYTES_MAX + 64 <=
+		       SLUICE_META_FORWARD_BYTES_MAX,
+	       "a full AlterPartition fits a relayed body");
 _Static_assert(SLUICE_META_FORWARD_BYTES_MAX + 1024 <= MC_REQUEST_BYTES_MAX, "a relayed body and its header fit a frame");
 /* Topics named by the records of one response, past which the whole
  * snapshot is rebuilt instead of only these. */
@@ -222,6 +234,9 @@ struct mc {
 	uint32_t q_changes;
 	struct mc_forward *f_head, *f_tail;
 	uint32_t f_n;
+	/* ISR changes waiting for the next AlterPartition: a ring, oldest at isr_head. */
+	struct sluice_meta_isr_change *isr_q[MC_ISR_QUEUED_MAX];
+	uint32_t isr_head, isr_n;
 	bool q_stopping;
 	int64_t pid_next, pid_end; /* the producer id block being handed out (admin thread) */
 
@@ -2606,52 +2621,209 @@ static int mc_forward(void *self, int16_t api_key, int16_t api_version, const ui
 	return 0;
 }
 
-/* ---- alter_partition(): a leader's ISR change -------------------------------------- */
+/* ---- alter_partition(): a leader's ISR changes, batched -------------------------------- */
 
-/* The answer to an AlterPartition v2 naming one partition: its error, or
- * the partition as the controller has it now. */
-static int16_t alter_partition_parse(const uint8_t *resp, size_t len, struct sluice_meta_isr_change *c)
+/* As Kafka's AlterPartitionManager: the ISR changes submitted wait in one
+ * queue (isr_q) and the admin thread sends every one waiting, up to
+ * SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX, as one AlterPartition v2;
+ * the changes that come while it is out go together in the next. Each
+ * change's done gets its own partition's answer; an error of the whole
+ * request (no controller answered in time, a top-level error, an answer
+ * that does not parse) is given to every change it carried. */
+struct mc_isr_batch {
+	uint32_t n;
+	struct sluice_meta_isr_change *v[SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX];
+};
+
+static bool isr_same_topic(const struct sluice_meta_isr_change *a, const struct sluice_meta_isr_change *b)
 {
+	return memcmp(a->topic_id, b->topic_id, 16) == 0;
+}
+
+static bool isr_same_partition(const struct sluice_meta_isr_change *a, const struct sluice_meta_isr_change *b)
+{
+	return a->partition == b->partition && isr_same_topic(a, b);
+}
+
+/* Moves the waiting changes into b (q_lock held), oldest first. A
+ * partition appears once in a request (the controller refuses a
+ * duplicate): a second change of one already taken stays, with those
+ * after it, for the next request. */
+static void isr_take(struct mc *m, struct mc_isr_batch *b)
+{
+	b->n = 0;
+	while (m->isr_n > 0 && b->n < SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX) {
+		struct sluice_meta_isr_change *c = m->isr_q[m->isr_head];
+		for (uint32_t i = 0; i < b->n; i++)
+			if (isr_same_partition(b->v[i], c))
+				return;
+		b->v[b->n++] = c;
+		m->isr_head = (m->isr_head + 1) % MC_ISR_QUEUED_MAX;
+		m->isr_n--;
+	}
+	assert(b->n > 0 || m->isr_n == 0);
+}
+
+/* Orders v so that the changes of a topic are adjacent (one entry of
+ * Topics each), topics in the order they first appear. */
+static void isr_group(struct sluice_meta_isr_change **v, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		if (isr_same_topic(v[i], v[i - 1]))
+			continue;
+		for (uint32_t j = i + 1; j < n; j++) {
+			if (!isr_same_topic(v[j], v[i - 1]))
+				continue;
+			struct sluice_meta_isr_change *c = v[j];
+			memmove(&v[i + 1], &v[i], (j - i) * sizeof v[0]);
+			v[i] = c;
+			break;
+		}
+	}
+}
+
+/* The AlterPartition v2 body for v[0..n), grouped (isr_group). */
+static void isr_encode(struct kwr *w, int32_t node_id, int64_t broker_epoch, struct sluice_meta_isr_change *const *v,
+		       uint32_t n)
+{
+	int32_t topics = 0;
+	for (uint32_t i = 0; i < n; i++)
+		topics += i == 0 || !isr_same_topic(v[i], v[i - 1]);
+	kwr_i32(w, node_id);     /* BrokerId */
+	kwr_i64(w, broker_epoch); /* BrokerEpoch */
+	kwr_array(w, true, topics);
+	for (uint32_t i = 0; i < n;) {
+		uint32_t j = i + 1;
+		while (j < n && isr_same_topic(v[j], v[i]))
+			j++;
+		kwr_uuid(w, v[i]->topic_id);
+		kwr_array(w, true, (int32_t)(j - i));
+		for (uint32_t k = i; k < j; k++) {
+			const struct sluice_meta_isr_change *c = v[k];
+			assert(c->isr_n >= 0 && c->isr_n <= SLUICE_REPLICAS_MAX);
+			kwr_i32(w, c->partition);
+			kwr_i32(w, c->leader_epoch);
+			kwr_array(w, true, c->isr_n); /* NewIsr (v2) */
+			for (int32_t r = 0; r < c->isr_n; r++)
+				kwr_i32(w, c->isr[r]);
+			kwr_i8(w, 0); /* LeaderRecoveryState: RECOVERED */
+			kwr_i32(w, c->partition_epoch);
+			kwr_tags_empty(w);
+		}
+		kwr_tags_empty(w);
+		i = j;
+	}
+	kwr_tags_empty(w);
+}
+
+/* One partition of the answer into *st; its PartitionIndex and ErrorCode
+ * through *index and *error. Returns false when its ISR is larger than
+ * any replica set (the entry is read past, and refused by the caller). */
+static bool isr_parse_partition(struct krd *r, int32_t *index, int16_t *error, struct sluice_partition_state *st)
+{
+	*st = (struct sluice_partition_state){0};
+	*index = krd_i32(r);
+	*error = krd_i16(r);
+	st->leader = krd_i32(r);
+	st->leader_epoch = krd_i32(r);
+	int32_t n = krd_array(r, true, 4);
+	for (int32_t i = 0; i < n && !r->err; i++) {
+		int32_t id = krd_i32(r);
+		if (st->isr_n < SLUICE_REPLICAS_MAX)
+			st->isr[st->isr_n++] = id;
+	}
+	(void)krd_i8(r); /* LeaderRecoveryState */
+	st->partition_epoch = krd_i32(r);
+	krd_tags_skip(r);
+	return n <= SLUICE_REPLICAS_MAX;
+}
+
+/* The answer to b's request: each change's error and result. A change the
+ * answer does not name gets UNKNOWN_SERVER_ERROR (a broken controller),
+ * as does every change when the answer does not parse or names more
+ * partitions than were asked; a top-level error is every change's. */
+static void isr_parse(const uint8_t *resp, size_t len, struct mc_isr_batch *b)
+{
+	for (uint32_t k = 0; k < b->n; k++)
+		b->v[k]->error = KERR_UNKNOWN_SERVER_ERROR;
 	struct krd r;
 	krd_init(&r, resp, len);
 	(void)krd_i32(&r); /* ThrottleTimeMs */
 	int16_t top = krd_i16(&r);
 	int32_t topics = krd_array(&r, true, 18);
-	int16_t e = top ? top : KERR_UNKNOWN_SERVER_ERROR; /* no entry for our partition: the controller is broken */
+	uint32_t seen = 0;
 	for (int32_t t = 0; t < topics && !r.err; t++) {
 		uint8_t id[16];
 		krd_uuid(&r, id);
 		int32_t parts = krd_array(&r, true, 16);
-		for (int32_t k = 0; k < parts && !r.err; k++) {
-			struct sluice_partition_state st = {0};
-			int32_t index = krd_i32(&r);
-			int16_t pe = krd_i16(&r);
-			st.leader = krd_i32(&r);
-			st.leader_epoch = krd_i32(&r);
-			int32_t n = krd_array(&r, true, 4);
-			for (int32_t i = 0; i < n && !r.err; i++) {
-				int32_t id32 = krd_i32(&r);
-				if (st.isr_n < SLUICE_REPLICAS_MAX)
-					st.isr[st.isr_n++] = id32;
+		for (int32_t p = 0; p < parts && !r.err; p++) {
+			struct sluice_partition_state st;
+			int32_t index;
+			int16_t error;
+			bool fits = isr_parse_partition(&r, &index, &error, &st);
+			if (!r.err && ++seen > b->n)
+				krd_fail(&r, "more partitions than the request named");
+			for (uint32_t k = 0; k < b->n && !r.err; k++) {
+				struct sluice_meta_isr_change *c = b->v[k];
+				if (c->partition != index || memcmp(c->topic_id, id, 16) != 0)
+					continue;
+				c->error = fits ? error : KERR_UNKNOWN_SERVER_ERROR;
+				c->result = st;
 			}
-			(void)krd_i8(&r); /* LeaderRecoveryState */
-			st.partition_epoch = krd_i32(&r);
-			krd_tags_skip(&r);
-			if (r.err || index != c->partition || memcmp(id, c->topic_id, 16) != 0 || n > SLUICE_REPLICAS_MAX)
-				continue;
-			e = pe;
-			c->result = st;
 		}
 		krd_tags_skip(&r);
 	}
-	return r.err ? KERR_UNKNOWN_SERVER_ERROR : e;
+	krd_tags_skip(&r);
+	if (!r.err && krd_left(&r))
+		krd_fail(&r, "bytes after the response");
+	if (r.err)
+		SLOG_WARN("meta", "AlterPartition v2 answer (api %d) does not parse at offset %zu of %zu: %s; "
+			  "failing its %u ISR changes", API_ALTER_PARTITION, krd_offset(&r), len,
+			  r.err_what ? r.err_what : "short", b->n);
+	for (uint32_t k = 0; k < b->n && (r.err || top); k++)
+		b->v[k]->error = r.err ? KERR_UNKNOWN_SERVER_ERROR : top;
 }
 
-static void alter_partition_done(void *arg, int16_t error, const uint8_t *resp, size_t len)
+/* forward_run's completion: every change of b answered, then done. */
+static void isr_batch_done(void *arg, int16_t error, const uint8_t *resp, size_t len)
 {
-	struct sluice_meta_isr_change *c = arg;
-	c->error = error ? error : alter_partition_parse(resp, len, c);
-	c->done(c);
+	struct mc_isr_batch *b = arg;
+	if (error)
+		for (uint32_t k = 0; k < b->n; k++)
+			b->v[k]->error = error;
+	else
+		isr_parse(resp, len, b);
+	for (uint32_t k = 0; k < b->n; k++) {
+		struct sluice_meta_isr_change *c = b->v[k];
+		b->v[k] = NULL;
+		c->done(c); /* may free c */
+	}
+}
+
+/* On the admin thread: the changes of b as one AlterPartition, answered. */
+static void isr_batch_run(struct mc *m, struct mc_conn *conn, struct mc_isr_batch *b)
+{
+	assert(b->n > 0 && b->n <= SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX);
+	pthread_mutex_lock(&m->lock);
+	int64_t epoch = m->broker_epoch; /* now: a re-registration since the submit gave a new one */
+	m->stats.alter_partition_requests++;
+	m->stats.alter_partition_changes += b->n;
+	pthread_mutex_unlock(&m->lock);
+	isr_group(b->v, b->n);
+	struct kwr w;
+	kwr_init(&w, 256 + (size_t)b->n * 32, SLUICE_META_FORWARD_BYTES_MAX);
+	isr_encode(&w, m->cfg.node_id, epoch, b->v, b->n);
+	if (w.err) { /* out of memory: the callers ask again */
+		kwr_free(&w);
+		isr_batch_done(b, KERR_REQUEST_TIMED_OUT, NULL, 0);
+		return;
+	}
+	if (b->n > 1)
+		SLOG_INFO("meta", "asking the controller for %u ISR changes in one AlterPartition", b->n);
+	struct mc_forward f = {.api_key = API_ALTER_PARTITION, .api_version = 2, .body = w.buf, .len = w.len,
+			       .done = isr_batch_done, .arg = b};
+	forward_run(m, conn, &f);
+	kwr_free(&w);
 }
 
 static int mc_alter_partition(void *self, struct sluice_meta_isr_change *c)
@@ -2663,25 +2835,15 @@ static int mc_alter_partition(void *self, struct sluice_meta_isr_change *c)
 	pthread_mutex_unlock(&m->lock);
 	if (epoch < 0)
 		return -1;
-	uint8_t buf[128 + 4 * SLUICE_REPLICAS_MAX];
-	struct kwr w = {.buf = buf, .cap = sizeof buf, .cap_max = sizeof buf};
-	kwr_i32(&w, m->cfg.node_id); /* BrokerId */
-	kwr_i64(&w, epoch);          /* BrokerEpoch */
-	kwr_array(&w, true, 1);
-	kwr_uuid(&w, c->topic_id);
-	kwr_array(&w, true, 1);
-	kwr_i32(&w, c->partition);
-	kwr_i32(&w, c->leader_epoch);
-	kwr_array(&w, true, c->isr_n); /* NewIsr (v2) */
-	for (int32_t i = 0; i < c->isr_n; i++)
-		kwr_i32(&w, c->isr[i]);
-	kwr_i8(&w, 0); /* LeaderRecoveryState: RECOVERED */
-	kwr_i32(&w, c->partition_epoch);
-	kwr_tags_empty(&w);
-	kwr_tags_empty(&w);
-	kwr_tags_empty(&w);
-	assert(!w.err && w.buf == buf); /* sized for the largest ISR */
-	return mc_forward(self, API_ALTER_PARTITION, 2, w.buf, w.len, alter_partition_done, c);
+	pthread_mutex_lock(&m->q_lock);
+	bool full = m->q_stopping || m->isr_n >= MC_ISR_QUEUED_MAX;
+	if (!full) {
+		m->isr_q[(m->isr_head + m->isr_n) % MC_ISR_QUEUED_MAX] = c;
+		m->isr_n++;
+		pthread_cond_signal(&m->q_cond);
+	}
+	pthread_mutex_unlock(&m->q_lock);
+	return full ? -1 : 0;
 }
 
 /* ---- the admin thread and its queue ---------------------------------------------------- */
@@ -2691,11 +2853,21 @@ static void *admin_main(void *arg)
 	struct mc *m = arg;
 	struct mc_conn c;
 	conn_init(&c, "admin");
+	struct mc_isr_batch isr = {0};
+	bool isr_turn = true;
 	pthread_mutex_lock(&m->q_lock);
 	for (;;) {
-		while (!m->q_head && !m->f_head && !m->q_stopping)
+		while (!m->q_head && !m->f_head && !m->isr_n && !m->q_stopping)
 			pthread_cond_wait(&m->q_cond, &m->q_lock);
-		if (m->f_head) {
+		/* ISR changes and forwards take turns: neither waits behind a
+		 * stream of the other. */
+		if (m->isr_n && (isr_turn || !m->f_head)) {
+			isr_take(m, &isr);
+			pthread_mutex_unlock(&m->q_lock);
+			isr_batch_run(m, &c, &isr);
+			isr_turn = false;
+		} else if (m->f_head) {
+			isr_turn = true;
 			struct mc_forward *f = m->f_head;
 			m->f_head = f->next;
 			if (!m->f_head)
@@ -3173,7 +3345,7 @@ static void mc_stop(struct mc *m)
 	if (m->hb_started)
 		pthread_join(m->hb_thread, NULL);
 	m->admin_started = m->fetch_started = m->hb_started = false;
-	assert(!m->q_head && !m->f_head && m->q_changes == 0);
+	assert(!m->q_head && !m->f_head && !m->isr_n && m->q_changes == 0);
 }
 
 int sluice_meta_controller_open_config(struct sluice_meta *out, const struct sluice_meta_controller_config *cc,

@@ -14,6 +14,10 @@
 
 #define SLUICE_META_CONTROLLER_HEARTBEAT_MS_DEFAULT 2000
 #define SLUICE_META_CONTROLLER_SESSION_MS_DEFAULT 9000 /* broker.session.timeout.ms, as Kafka */
+/* The ISR changes (alter_partition) one AlterPartition request carries at
+ * most: the changes submitted while a request is out wait and go together
+ * in the next one, up to this many (the rest in the one after). */
+#define SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX 500
 
 struct sluice_meta_controller_config {
 	int32_t node_id;                                /* node.id */
@@ -45,6 +49,8 @@ struct sluice_meta_controller_stats {
 	uint64_t snapshots_loaded; /* FetchSnapshot loads completed */
 	uint64_t reconnects;      /* connections dropped: errors, garbage, NOT_CONTROLLER */
 	uint64_t records_applied;
+	uint64_t alter_partition_requests; /* AlterPartition requests sent (not counting resends) */
+	uint64_t alter_partition_changes;  /* the ISR changes they carried */
 };
 void sluice_meta_controller_stats(const struct sluice_meta *m, struct sluice_meta_controller_stats *out);
 
