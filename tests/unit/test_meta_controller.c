@@ -5,7 +5,7 @@
  * from a real metadata log with sluice_mlog_read, FetchSnapshot from
  * sluice_image_encode, CreateTopics with the tag-1000 extensions,
  * DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
- * AllocateProducerIds, and any other api echoed back). Proves that the
+ * AllocateProducerIds, AlterPartition, and any other api echoed back). Proves that the
  * client registers and its snapshot shows this broker and the topics the
  * controller's records created; that a submitted create completes only
  * once the local image shows the topic (the completion itself finds it in
@@ -20,7 +20,8 @@
  * replaced as a difference), validate-only changes nothing, batch_begin ..
  * batch_commit sends one batch and reports the first failure; that
  * producer ids come from blocks handed out by the controller; that
- * forward() relays; that a controlled shutdown waits for ShouldShutDown and
+ * forward() relays; that the ISR changes submitted while an AlterPartition
+ * is out go together in the next, each answered alone; that a controlled shutdown waits for ShouldShutDown and
  * leaves the epoch the next registration names; and that without any
  * controller wait_ready says what is missing and a batch fails at close. */
 #include "common/kafka/codec.h"
@@ -81,9 +82,12 @@ struct fake {
 	int32_t fetch_delay_ms;    /* metadata fetches are answered no sooner */
 	int32_t assign_node;       /* >= 0: the replica of every partition fake_create makes */
 	int alter_refusals;        /* the next IncrementalAlterConfigs answered NOT_CONTROLLER throughout */
+	int32_t alter_delay_ms;    /* each AlterPartition is answered this much later (the fake waits) */
+	bool alter_garbage;        /* AlterPartition answers cut short by a byte */
 	int64_t pid_next;
 	/* what it saw */
 	int requests, registrations, heartbeats, fetches, snapshot_pages, creates, config_ops;
+	int alter_requests, alter_partitions, alter_last_n, alter_most_n; /* atomic: read while the fake waits */
 	int64_t previous_epoch; /* of the last registration */
 	bool want_shutdown;
 	/* the snapshot being paged */
@@ -665,6 +669,66 @@ static void on_alter_configs(struct fake *f, struct fake_conn *c, int32_t corr, 
 	kwr_free(&w);
 }
 
+/* AlterPartition v2: every partition accepted as asked (leader NODE, the
+ * partition epoch one more) but partition 13, refused with
+ * FENCED_LEADER_EPOCH; answered alter_delay_ms late. */
+static void on_alter_partition(struct fake *f, struct fake_conn *c, int32_t corr, struct krd *r)
+{
+	struct kwr w;
+	begin(&w);
+	kwr_i32(&w, 0);
+	kwr_i16(&w, 0);
+	cr_assert_eq(krd_i32(r), NODE, "BrokerId");
+	(void)krd_i64(r);
+	int32_t topics = krd_array(r, true, 18), total = 0;
+	kwr_array(&w, true, topics);
+	for (int32_t t = 0; t < topics && !r->err; t++) {
+		uint8_t id[16];
+		krd_uuid(r, id);
+		kwr_uuid(&w, id);
+		int32_t parts = krd_array(r, true, 11);
+		kwr_array(&w, true, parts);
+		for (int32_t p = 0; p < parts && !r->err; p++) {
+			int32_t index = krd_i32(r), leader_epoch = krd_i32(r);
+			int32_t isr[SLUICE_REPLICAS_MAX], n = krd_array(r, true, 4);
+			cr_assert(n >= 0 && n <= SLUICE_REPLICAS_MAX);
+			for (int32_t i = 0; i < n; i++)
+				isr[i] = krd_i32(r);
+			(void)krd_i8(r);
+			int32_t partition_epoch = krd_i32(r);
+			krd_tags_skip(r);
+			bool refused = index == 13;
+			kwr_i32(&w, index);
+			kwr_i16(&w, refused ? KERR_FENCED_LEADER_EPOCH : 0);
+			kwr_i32(&w, refused ? -1 : NODE);
+			kwr_i32(&w, refused ? -1 : leader_epoch);
+			kwr_array(&w, true, refused ? 0 : n);
+			for (int32_t i = 0; !refused && i < n; i++)
+				kwr_i32(&w, isr[i]);
+			kwr_i8(&w, 0);
+			kwr_i32(&w, refused ? -1 : partition_epoch + 1);
+			kwr_tags_empty(&w);
+			total++;
+		}
+		krd_tags_skip(r);
+		kwr_tags_empty(&w);
+	}
+	krd_tags_skip(r);
+	cr_assert(!r->err && krd_left(r) == 0, "AlterPartition decodes");
+	kwr_tags_empty(&w);
+	__atomic_add_fetch(&f->alter_requests, 1, __ATOMIC_ACQ_REL);
+	__atomic_add_fetch(&f->alter_partitions, total, __ATOMIC_ACQ_REL);
+	__atomic_store_n(&f->alter_last_n, total, __ATOMIC_RELEASE);
+	if (total > f->alter_most_n)
+		__atomic_store_n(&f->alter_most_n, total, __ATOMIC_RELEASE);
+	if (f->alter_delay_ms)
+		usleep((useconds_t)f->alter_delay_ms * 1000);
+	if (f->alter_garbage)
+		w.len--;
+	respond(c, &w, corr, true);
+	kwr_free(&w);
+}
+
 /* Any other api: the request body back, for forward(). */
 static void on_echo(struct fake_conn *c, int32_t corr, struct krd *r)
 {
@@ -714,6 +778,8 @@ static void fake_request(struct fake *f, struct fake_conn *c, const uint8_t *p, 
 		on_echo(c, corr, &r); /* IncrementalAlterConfigs v0: only relayed, by forward() */
 	else if (key == 55)
 		on_echo(c, corr, &r);
+	else if (key == 56 && ver == 2)
+		on_alter_partition(f, c, corr, &r);
 	else
 		cr_assert_fail("fake controller: unexpected api %d v%d", key, ver);
 }
@@ -1652,4 +1718,127 @@ Test(meta_controller, settings_from_config_and_refusals)
 	cr_assert_eq(sluice_meta_controller_open_config(&m, &cc, dir, err, sizeof err), 0, "bootstrap servers: %s", err);
 	cr_assert(sluice_meta_is_controller(&m));
 	sluice_meta_controller_close(&m);
+}
+
+/* ---- AlterPartition: ISR changes batched ----------------------------------------- */
+
+#define ISR_CHANGES 41
+#define ISR_MANY 600
+
+static void isr_change_done(struct sluice_meta_isr_change *c)
+{
+	sem_post(c->arg);
+}
+
+/* An ISR change of partition `partition` of one of three topics. */
+static void isr_change_fill(struct sluice_meta_isr_change *c, int32_t partition, sem_t *sem)
+{
+	memset(c, 0, sizeof *c);
+	memset(c->topic_id, 0xa0 + partition % 3, 16);
+	c->partition = partition;
+	c->leader_epoch = 5;
+	c->partition_epoch = 10 + partition;
+	c->isr_n = 2;
+	c->isr[0] = NODE;
+	c->isr[1] = 8;
+	c->done = isr_change_done;
+	c->arg = sem;
+}
+
+static void isr_wait_all(sem_t *sem, int n)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(sem_timedwait(sem, &ts), 0, "ISR change %d of %d answered", i, n);
+}
+
+/* Submits the first of changes[0..n), waits until the fake holds its
+ * request, then submits the rest: they wait for the answer together. */
+static void isr_submit_behind_one(struct sluice_meta *m, struct fake *f, struct sluice_meta_isr_change *changes, int n)
+{
+	int before = __atomic_load_n(&f->alter_requests, __ATOMIC_ACQUIRE);
+	cr_assert_eq(m->ops->alter_partition(m->self, &changes[0]), 0);
+	int64_t deadline = mono_ms() + READY_MS;
+	while (__atomic_load_n(&f->alter_requests, __ATOMIC_ACQUIRE) == before && mono_ms() < deadline)
+		usleep(1000);
+	cr_assert_eq(__atomic_load_n(&f->alter_requests, __ATOMIC_ACQUIRE), before + 1);
+	for (int i = 1; i < n; i++)
+		cr_assert_eq(m->ops->alter_partition(m->self, &changes[i]), 0);
+}
+
+/* Proves that the ISR changes submitted while an AlterPartition is out go
+ * together in the next one (three topics, one request), each answered
+ * with its own partition's result (one refused among accepted ones); that
+ * a request carries at most SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX
+ * (the rest go in the one after); that an answer that does not parse
+ * fails every change it answers; and that the counters say how many
+ * requests carried how many changes. */
+Test(meta_controller, alter_partition_batches_isr_changes)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	sem_t sem;
+	sem_init(&sem, 0, 0);
+	pthread_mutex_lock(&f.lock);
+	f.alter_delay_ms = 300;
+	pthread_mutex_unlock(&f.lock);
+
+	static struct sluice_meta_isr_change changes[ISR_MANY + 1];
+	for (int i = 0; i < ISR_CHANGES; i++)
+		isr_change_fill(&changes[i], i, &sem);
+	isr_submit_behind_one(&m, &f, changes, ISR_CHANGES);
+	isr_wait_all(&sem, ISR_CHANGES);
+	cr_assert_eq(__atomic_load_n(&f.alter_requests, __ATOMIC_ACQUIRE), 2, "one request, then one for the rest");
+	cr_assert_eq(__atomic_load_n(&f.alter_partitions, __ATOMIC_ACQUIRE), ISR_CHANGES);
+	cr_assert_eq(__atomic_load_n(&f.alter_last_n, __ATOMIC_ACQUIRE), ISR_CHANGES - 1);
+	for (int i = 0; i < ISR_CHANGES; i++) {
+		const struct sluice_meta_isr_change *c = &changes[i];
+		if (i == 13) {
+			cr_assert_eq(c->error, KERR_FENCED_LEADER_EPOCH, "partition 13 refused alone");
+			continue;
+		}
+		cr_assert_eq(c->error, 0, "partition %d: %d", i, c->error);
+		cr_assert_eq(c->result.leader, NODE);
+		cr_assert_eq(c->result.leader_epoch, 5);
+		cr_assert_eq(c->result.partition_epoch, 11 + i, "partition %d has its own answer", i);
+		cr_assert_eq(c->result.isr_n, 2);
+		cr_assert_eq(c->result.isr[1], 8);
+	}
+	struct sluice_meta_controller_stats st;
+	sluice_meta_controller_stats(&m, &st);
+	cr_assert_eq(st.alter_partition_requests, 2);
+	cr_assert_eq(st.alter_partition_changes, ISR_CHANGES);
+
+	/* More than one request holds: the rest go in the next. */
+	for (int i = 0; i < ISR_MANY + 1; i++)
+		isr_change_fill(&changes[i], i, &sem);
+	isr_submit_behind_one(&m, &f, changes, ISR_MANY + 1);
+	isr_wait_all(&sem, ISR_MANY + 1);
+	cr_assert_eq(__atomic_load_n(&f.alter_most_n, __ATOMIC_ACQUIRE), SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX);
+	cr_assert_eq(__atomic_load_n(&f.alter_requests, __ATOMIC_ACQUIRE), 5, "1, 500, then 100");
+	cr_assert_eq(__atomic_load_n(&f.alter_last_n, __ATOMIC_ACQUIRE), ISR_MANY - SLUICE_META_CONTROLLER_ALTER_PARTITIONS_MAX);
+	for (int i = 0; i < ISR_MANY + 1; i++)
+		cr_assert_eq(changes[i].error, i == 13 ? KERR_FENCED_LEADER_EPOCH : 0, "partition %d", i);
+
+	/* An answer that does not parse: every change of it fails. */
+	pthread_mutex_lock(&f.lock);
+	f.alter_garbage = true;
+	pthread_mutex_unlock(&f.lock);
+	for (int i = 0; i < 4; i++)
+		isr_change_fill(&changes[i], i, &sem);
+	isr_submit_behind_one(&m, &f, changes, 4);
+	isr_wait_all(&sem, 4);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(changes[i].error, KERR_UNKNOWN_SERVER_ERROR, "change %d", i);
+	sluice_meta_controller_stats(&m, &st);
+	cr_assert_eq(st.alter_partition_requests, 7);
+	cr_assert_eq(st.alter_partition_changes, ISR_CHANGES + ISR_MANY + 1 + 4);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
+	sem_destroy(&sem);
 }
