@@ -30,7 +30,9 @@ Proves, in order:
 - the killed broker restarted truncates its unreplicated records at the divergence
   point the new leader's epochs give (Fetch's DivergingEpoch), catches up as a follower
   and rejoins the ISR of every partition (kafka-topics --describe), its log again byte
-  for byte the leader's.
+  for byte the leader's; the leaders' ISR changes that bring it back into the 40
+  partitions of topic `many` go to the controller batched, several in one AlterPartition
+  (their logs say "asking the controller for N ISR changes in one AlterPartition", N > 1).
 
 Short timeouts through local-cluster.sh's --set: broker.session.timeout.ms=4000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
@@ -58,7 +60,8 @@ SETS = ["--set", f"broker.session.timeout.ms={SESSION_MS}",
         "--set-controller", f"controller.quorum.election.timeout.ms={ELECTION_MS}",
         "--set-broker", f"replica.lag.time.max.ms={LAG_MS}"]
 TOPICS = "org.apache.kafka.tools.TopicCommand"
-TOPIC, STRICT = "replicated", "strict"
+TOPIC, STRICT, MANY = "replicated", "strict", "many"
+MANY_PARTITIONS = 40
 N, PER_BATCH = 3000, 50
 NONE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS = 0, 6, 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 20, 74, 75
@@ -215,9 +218,10 @@ def step_create(cl, tools):
     bootstrap = cl.env["BOOTSTRAP"]
     tools.create_rf3(bootstrap, TOPIC, 3, "min.insync.replicas=2")
     tools.create_rf3(bootstrap, STRICT, 1, "min.insync.replicas=3")
+    tools.create_rf3(bootstrap, MANY, MANY_PARTITIONS)
     ports = [cl.port(b) for b in cl.brokers]
     clu.wait_identical(cl, ports)
-    for topic in (TOPIC, STRICT):
+    for topic in (TOPIC, STRICT, MANY):
         parts = clu.wait_for(f"{topic}: ISR of all three in kafka-topics --describe",
                              lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
                                   else None)(tools.describe(bootstrap, topic)), 20)
@@ -368,16 +372,28 @@ def step_kill_leader(cl, tools, old_leader, acked, seen, strict_end):
 
 
 def step_rejoin(cl, tools, old_leader, leader):
+    others = [b for b in cl.brokers if b != old_leader]
+    log_at = {b: os.path.getsize(cl.out_log(b)) for b in others}
     t0 = time.monotonic()
     cl.start(old_leader)
     bootstrap = cl.env["BOOTSTRAP"]
-    for topic in (TOPIC, STRICT):
+    for topic in (TOPIC, STRICT, MANY):
         parts = clu.wait_for(f"{topic}: broker {old_leader} back in every ISR (kafka-topics --describe)",
                              lambda: (lambda d: d if all(sorted(isr) == cl.brokers for _l, _r, isr in d.values())
                                   else None)(tools.describe(bootstrap, topic)), 40)
     times["rejoined"] = time.monotonic() - t0
     log(f"broker {old_leader} restarted: back in the ISR of every partition after {times['rejoined']:.2f}s: "
         f"{parts}")
+    batched = []
+    for b in others:
+        with open(cl.out_log(b), errors="replace") as f:
+            f.seek(log_at[b])
+            batched += [int(n) for n in
+                        re.findall(r"asking the controller for (\d+) ISR changes in one AlterPartition", f.read())]
+    check(batched and max(batched) > 1,
+          f"brokers {others} sent no AlterPartition with more than one ISR change while broker {old_leader} "
+          f"rejoined the ISR of {MANY_PARTITIONS + 4} partitions (batches: {batched})")
+    log(f"the leaders batched those ISR changes: AlterPartition requests of {batched} changes (and single ones)")
     wait_same_logs(cl, cl.brokers, TOPIC, 0)
     st = clu.md_partition(cl.port(1), TOPIC, 0)
     got = read_all(cl.port(st[1]), TOPIC, 0)
