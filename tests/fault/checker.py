@@ -196,7 +196,7 @@ def check(history_path, faults, partitions):
     check_consumers(r, per_consumer, faults)
     check_committed(r, commits, committed, per_consumer, final_ends, faults)
     indeterminate(r, fails, unresolved, finals, acks)
-    unavailability(r, acks, sends, partitions)
+    unavailability(r, acks, sends, partitions, faults)
     return r
 
 
@@ -390,16 +390,24 @@ def indeterminate(r, fails, unresolved, finals, acks):
                        "(a failed acknowledgement is not a promise that the value is absent)")
 
 
-def unavailability(r, acks, sends, partitions):
+def unavailability(r, acks, sends, partitions, faults=()):
     by_p = collections.defaultdict(list)
     for v, (p, o, t) in acks.items():
         by_p[p].append(t)
-    worst = []
+    worst, top = [], None  # top: (gap, p, from, to)
     for p in range(partitions):
         ts = sorted(by_p.get(p, []))
-        gap = max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
+        gap, a, b = max(((b - a, a, b) for a, b in zip(ts, ts[1:])), default=(0.0, 0.0, 0.0))
         worst.append(f"p{p} {gap:.1f}s")
+        if top is None or gap > top[0]:
+            top = (gap, p, a, b)
     r.stats["longest time without an acknowledgement"] = ", ".join(worst)
+    if top and top[0] > 0:
+        gap, p, a, b = top
+        during = [f"#{f['i']} {f['text']} ({f['t_start']:.1f}-{f.get('t_end') or f['t_start']:.1f}s)"
+                  for f in faults if f["t_start"] <= b and (f.get("t_end") or f["t_start"]) >= a]
+        r.stats["longest of them"] = (f"p{p} {gap:.1f}s, from {a:.1f}s to {b:.1f}s; faults in it: "
+                                      + ("; ".join(during) if during else "none"))
 
 
 def render(r, out):
