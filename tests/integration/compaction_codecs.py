@@ -49,14 +49,21 @@ def log_files(datadir, topic):
 
 
 def batches(datadir, topic):
-    out = []
-    for f in log_files(datadir, topic):
-        with open(f, "rb") as fh:
-            for x in lib.parse_batches(fh.read()):
-                if x["length"] < 49:
-                    break  # zeros preallocated past the data of the active segment
-                out.append(x)
-    return out
+    """Every batch of the partition's segments. The cleaner may replace or remove a
+    segment between the listing and its read: the whole read then starts over."""
+    for _ in range(50):
+        out = []
+        try:
+            for f in log_files(datadir, topic):
+                with open(f, "rb") as fh:
+                    for x in lib.parse_batches(fh.read()):
+                        if x["length"] < 49:
+                            break  # zeros preallocated past the data of the active segment
+                        out.append(x)
+            return out
+        except FileNotFoundError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{topic}: the segments kept changing under 50 reads")
 
 
 def batch_bytes(got):
