@@ -76,6 +76,7 @@ struct orphan {
 	int32_t partition;
 	int has_id; /* partition.metadata: 1 read, 0 absent, -1 unreadable */
 	uint8_t id[16];
+	bool earlier; /* an earlier topic of the name (another topic id): cluster mode sets it aside as stray */
 	char why[400];
 };
 
@@ -193,6 +194,7 @@ static void classify_dir(struct broker *b, const struct sluice_meta_snapshot *sn
 		snprintf(x->why, sizeof x->why, "topic %s has %d partition(s), this is partition %d", topic, t->partitions,
 			 part);
 	else {
+		x->earlier = true;
 		sluice_topic_id_base64(t->id, live);
 		snprintf(x->why, sizeof x->why, "it belongs to topic id %s, the topic %s now has id %s", hex, topic, live);
 	}
@@ -353,7 +355,10 @@ static int check_partition_dirs(struct broker *b, enum orphan_mode mode, const c
 }
 
 /* Partition directories ("<topic>-<n>") in a data directory; stray
- * "-delete" directories left by a crash during topic deletion are removed. */
+ * "-delete" directories left by a crash during topic deletion are removed.
+ * Kafka's "-stray" directories (an earlier topic of the same name, set
+ * aside in cluster mode: storage_core.c part_stray) are never partitions:
+ * kept, with a warning at each start, as Kafka's "Loaded stray log". */
 static int32_t count_partition_dirs(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -369,6 +374,11 @@ static int32_t count_partition_dirs(const char *dir)
 			char path[SLUICE_CONFIG_STRING_MAX + 300];
 			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
 			(void)nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+			continue;
+		}
+		if (!strcmp(dash, "-stray")) {
+			SLOG_WARN("broker", "%s/%s: a stray partition directory (an earlier topic of the same name, set aside); "
+				  "left as it is: remove it once its data is not needed", dir, e->d_name);
 			continue;
 		}
 		bool digits = dash[1] != '\0';
@@ -698,8 +708,13 @@ static void check_partition_dirs_cluster(struct broker *b)
 	scan_partition_dirs(b, &o);
 	assert(o.removed == 0);
 	for (size_t i = 0; i < o.n; i++)
-		SLOG_WARN("broker", "%s: %s; left in place (cluster mode never removes a directory it does not know)",
-			  o.v[i].path, o.v[i].why);
+		if (o.v[i].earlier)
+			SLOG_WARN("broker", "%s: %s; renamed to %s.<random hex>-stray and kept when its storage core opens the "
+				  "partition, which then starts empty (Kafka's stray logs)", o.v[i].path, o.v[i].why,
+				  o.v[i].path);
+		else
+			SLOG_WARN("broker", "%s: %s; left in place (cluster mode never removes a directory it does not know)",
+				  o.v[i].path, o.v[i].why);
 	free(o.v);
 }
 

@@ -1504,6 +1504,79 @@ static int64_t part_hw_start(struct storecore *sc, const struct spart *p, bool r
 	return e ? e->hw : 0;
 }
 
+/* Make the rename of a directory entry in data directory d durable. */
+static int data_dir_sync(const char *d)
+{
+	int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return rc;
+}
+
+/* Cluster mode: Kafka's stray logs (KAFKA-14616). A topic deleted and
+ * created again under its name while this broker was down leaves the old
+ * topic's directory here, its partition.metadata naming the old topic id;
+ * this broker never saw the deletion, so nothing proves the bytes are
+ * garbage. As Kafka does, the directory is renamed in its data directory
+ * to <topic>-<partition>.<32 random hex>-stray (the rename made durable
+ * with a sync of that directory), which no scan takes for a partition
+ * again (main.c warns of it at each start), and the partition starts
+ * empty here and follows its leader. Only when the metadata knows the
+ * topic under another id: an unknown topic is left alone, and single-node
+ * mode keeps refusing such a directory (part_metadata_check). Returns 0
+ * when dir may be opened (nothing to do, or set aside for a replica of the
+ * current topic), otherwise the error for the op. */
+static int16_t part_stray(struct storecore *sc, const struct spart *p, const char *dir)
+{
+	struct broker *b = sc->b;
+	uint8_t have[16], live[16];
+	if (!sluice_config_cluster_mode(&b->cfg) || sluice_partition_metadata_read(dir, have) != 1)
+		return 0;
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+	const struct sluice_partition_state *ps = t ? sluice_topic_partition(t, p->partition) : NULL;
+	bool other = t && memcmp(have, t->id, 16) != 0;
+	bool replica = ps && ids_has(ps->replicas, ps->replica_n, b->cfg.node_id);
+	if (t)
+		memcpy(live, t->id, 16);
+	b->meta.ops->release(b->meta.self, snap);
+	if (!other)
+		return 0;
+	assert(p->dir >= 0 && p->dir < b->cfg.log_dir_count);
+	uint8_t u[16];
+	if (getrandom(u, sizeof u, 0) != (ssize_t)sizeof u)
+		memset(u, 0, sizeof u); /* a name already taken fails the rename: nothing is overwritten */
+	char stray[STORE_PART_PATH_BYTES + 48], hex[33], a[23], c[23];
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", u[i]);
+	snprintf(stray, sizeof stray, "%s.%s-stray", dir, hex);
+	sluice_topic_id_base64(have, a);
+	sluice_topic_id_base64(live, c);
+	struct stat taken;
+	errno = 0;
+	if (stat(stray, &taken) == 0 || rename(dir, stray) < 0) {
+		SLOG_ERR("storage", "%s belongs to topic id %s, not to topic %s's id %s, and cannot be renamed to %s: %s; "
+			 "left as it is, the partition is offline here", dir, a, p->topic, c, stray,
+			 errno ? strerror(errno) : "name taken");
+		return KERR_KAFKA_STORAGE_ERROR;
+	}
+	if (data_dir_sync(b->cfg.log_dir[p->dir]) < 0) {
+		SLOG_ERR("storage", "%s: sync after renaming %s to %s failed: %s", b->cfg.log_dir[p->dir], dir, stray,
+			 strerror(errno));
+		sluice_dir_failed(b, p->dir, "directory sync failed");
+		return KERR_KAFKA_STORAGE_ERROR;
+	}
+	SLOG_WARN("storage", "%s belongs to topic id %s, not to topic %s's id %s (the topic was deleted and created "
+		  "again while this broker was away): renamed to %s and kept (Kafka's stray log; remove it once it is "
+		  "not needed); the partition starts empty here%s", dir, a, p->topic, c, stray,
+		  replica ? " and follows its leader" : "");
+	return replica ? 0 : KERR_NOT_LEADER_OR_FOLLOWER;
+}
+
 /* Open (and so recover) p's log. Returns 0 or the error for the op: the
  * entry stays, without a log, and the next op tries again. */
 static int16_t part_open(struct storecore *sc, struct spart *p)
@@ -1516,6 +1589,9 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 	p->dir = sluice_partition_dir(sc->b, p->topic, p->partition, true, dir, sizeof dir);
 	if (p->dir < 0 || dir_offline(sc->b, p->dir))
 		return KERR_KAFKA_STORAGE_ERROR; /* no usable data directory */
+	int16_t stray = part_stray(sc, p, dir);
+	if (stray != 0)
+		return stray;
 	if (part_metadata_check(sc->b, p->topic, dir, false) < 0)
 		return KERR_KAFKA_STORAGE_ERROR; /* the directory is another topic id's: never served */
 	struct sluice_plog_hooks hooks = {wait_write, on_written, p, on_loaded};
@@ -2893,6 +2969,13 @@ static void deleted_sweep(struct storecore *sc)
 			  "broker): removing its log", gone[i].topic, gone[i].partition, hex);
 		(void)part_delete(sc, gone[i].topic, gone[i].partition, gone[i].id, KERR_UNKNOWN_TOPIC_OR_PARTITION);
 	}
+	/* A topic created again under the name has its replicas here opened
+	 * afresh by the next leadership pass (which otherwise waits for the
+	 * next metadata change): a log reopened from a snapshot that still had
+	 * the old topic, and so removed here, would leave the new topic's
+	 * replica closed until then, out of its ISR. */
+	if (n)
+		st->led_partial = true;
 	free(gone);
 }
 
