@@ -1577,6 +1577,20 @@ static int16_t part_stray(struct storecore *sc, const struct spart *p, const cha
 	return replica ? 0 : KERR_NOT_LEADER_OR_FOLLOWER;
 }
 
+/* Cluster mode: whether the metadata has p's topic and partition. A
+ * request for a topic just deleted (a follower's fetch still in flight)
+ * must not create its directory again: made from a snapshot without the
+ * topic, it would name no topic id, and no sweep could prove it garbage
+ * when a topic of the same name is created again. */
+static bool part_known(struct broker *b, const struct spart *p)
+{
+	struct sluice_meta_snapshot *snap = b->meta.ops->acquire(b->meta.self);
+	const struct sluice_topic *t = sluice_meta_find(snap, p->topic, strlen(p->topic));
+	bool known = t && p->partition < t->partitions;
+	b->meta.ops->release(b->meta.self, snap);
+	return known;
+}
+
 /* Open (and so recover) p's log. Returns 0 or the error for the op: the
  * entry stays, without a log, and the next op tries again. */
 static int16_t part_open(struct storecore *sc, struct spart *p)
@@ -1586,6 +1600,9 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 	assert(!p->log);
 	if (offline_find(st, p->topic, p->partition) < st->offline_n)
 		return KERR_KAFKA_STORAGE_ERROR; /* offline until a restart: its files are not opened again */
+	if (sluice_config_cluster_mode(&sc->b->cfg) &&
+	    sluice_partition_dir(sc->b, p->topic, p->partition, false, dir, sizeof dir) < 0 && !part_known(sc->b, p))
+		return KERR_UNKNOWN_TOPIC_OR_PARTITION; /* a deleted topic's late fetch creates nothing */
 	p->dir = sluice_partition_dir(sc->b, p->topic, p->partition, true, dir, sizeof dir);
 	if (p->dir < 0 || dir_offline(sc->b, p->dir))
 		return KERR_KAFKA_STORAGE_ERROR; /* no usable data directory */
