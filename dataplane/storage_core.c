@@ -521,6 +521,24 @@ static enum sluice_partition_change part_leadership_apply(struct storecore *sc, 
 /* part_leadership_apply, then the services hear of a role that changed
  * (the group coordinator loads or unloads the groups of a
  * __consumer_offsets partition; a replica reassigned away unloads them). */
+/* Cluster mode: whether p's open log is an earlier topic's of its name
+ * than t (deleted and created again): t's word is not for it, and records
+ * for the new topic must never go into it (its log goes, records and all).
+ * The deleted-topic sweep removes it in this same turn (housekeeping runs
+ * after the ops and the leadership pass), and the new topic's replica
+ * opens afresh at the next pass. */
+static bool part_earlier(struct storecore *sc, const struct spart *p, const struct sluice_topic *t)
+{
+	if (!t || !p->log || !p->has_topic_id || !memcmp(t->id, p->topic_id, 16) ||
+	    !sluice_config_cluster_mode(&sc->b->cfg))
+		return false;
+	struct sstate *st = sc->state;
+	st->swept_offset = -1; /* the sweep looks again, now */
+	st->next_trim_ms = 0;
+	st->led_partial = true;
+	return true;
+}
+
 static void part_leadership(struct storecore *sc, struct spart *p, const struct sluice_partition_state *st)
 {
 	enum sluice_partition_change c = part_leadership_apply(sc, p, st);
@@ -851,7 +869,7 @@ bool sluice_store_leads(const struct storecore *sc, const struct spart *p, int32
 
 void sluice_store_apply_word(struct storecore *sc, struct spart *p, const struct partop *op)
 {
-	if (op->tinfo && p->log && sluice_config_cluster_mode(&sc->b->cfg))
+	if (op->tinfo && p->log && sluice_config_cluster_mode(&sc->b->cfg) && !part_earlier(sc, p, op->tinfo))
 		part_leadership(sc, p, sluice_topic_partition(op->tinfo, op->partition));
 }
 
@@ -1260,6 +1278,10 @@ static void leadership_sweep(struct storecore *sc)
 				st->opens_turn++;
 				if (part_open(sc, p) != 0)
 					continue; /* logged; its next op tries again */
+			}
+			if (p && part_earlier(sc, p, t)) {
+				partial = true; /* its log goes this turn; the new one opens next pass */
+				continue;
 			}
 			if (p) {
 				p->throttle = ps->throttle;
@@ -2448,6 +2470,14 @@ static void op_run(struct storecore *sc, struct spart *p, struct partop *op)
 	}
 	struct sluice_plog *l = p->log;
 	assert(l && op->kind != PARTOP_GROUP); /* group ops go to their service before partition lookup */
+	/* An op for a topic of another id than this log's (the name deleted
+	 * and created again, the old log not yet removed): never served from
+	 * or written into it; the client asks again once the new log is open. */
+	if (op->tinfo && part_earlier(sc, p, op->tinfo)) {
+		op->error = KERR_NOT_LEADER_OR_FOLLOWER;
+		op_done(sc, op);
+		return;
+	}
 	/* The op's snapshot may be newer than what this core applied: its
 	 * word on the partition counts before the op runs. */
 	if (op->tinfo && sluice_config_cluster_mode(&sc->b->cfg))
