@@ -60,6 +60,10 @@ struct sluice_meta_broker {
 	int32_t port;
 	char host[SLUICE_BROKER_HOST_MAX + 1];
 	char rack[SLUICE_BROKER_RACK_MAX + 1]; /* "": none (Kafka's null) */
+	/* In controlled shutdown: still listed (Kafka's Metadata lists it) but
+	 * no leader asks for it to join an ISR (the controller would refuse:
+	 * Kafka's isReplicaIsrEligible). */
+	bool shutting_down;
 };
 
 /* A snapshot's topics are allocated with room for config_n configs only

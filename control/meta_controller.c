@@ -494,6 +494,7 @@ static struct mc_brokers *brokers_build(const struct mc *m)
 		o->port = ep->port;
 		snprintf(o->host, sizeof o->host, "%s", ep->host);
 		snprintf(o->rack, sizeof o->rack, "%s", b->rack);
+		o->shutting_down = b->in_controlled_shutdown;
 	}
 	assert(bs->n <= n);
 	return bs;

@@ -68,7 +68,7 @@
 #define FETCH_TAG_DIVERGING_EPOCH 0
 /* A leader not (yet) leading a partition at this follower's epoch: asked
  * again this soon, or after replica.fetch.backoff.ms if that is shorter. */
-#define FETCH_LEADER_BEHIND_RETRY_MS 50
+#define FETCH_LEADER_BEHIND_RETRY_MS 10
 _Static_assert(FETCH_REQUEST_PARTITIONS_MAX <= UINT16_MAX, "a request's partition count");
 
 enum { UD_CONNECT, UD_SEND, UD_RECV };
@@ -104,6 +104,7 @@ struct fconn {
 	struct sockaddr_in addr;              /* what connect points at while in flight */
 	int64_t deadline_ms;                  /* the operation in flight must complete by then */
 	int64_t retry_ms;                     /* IDLE: connect again not before this */
+	int64_t wake_ms;                      /* READY, nothing asked: the first partition's backoff ends */
 	int32_t correlation_id;
 	struct kwr out;
 	size_t sent;
@@ -213,6 +214,7 @@ static struct fconn *conn_for(struct storecore *sc, int32_t leader)
 	c->slot = (uint32_t)free_slot;
 	c->fd = -1;
 	c->state = C_IDLE;
+	c->wake_ms = INT64_MAX;
 	ft->conns[free_slot] = c;
 	ft->conn_n++;
 	return c;
@@ -501,6 +503,7 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 	int64_t *offsets = c->req_offset, *log_starts = c->req_log_start;
 	int32_t *last_epochs = c->req_last_epoch;
 	assert(c->state == C_READY && c->req_n == 0);
+	c->wake_ms = INT64_MAX;
 	/* The FetchOffsets are this replica's positions, which the leader
 	 * counts as replicated (acks=all): the previous answer's records must
 	 * be written first (their writes went out with this turn's group
@@ -518,14 +521,20 @@ static void conn_request(struct storecore *sc, struct fconn *c, int64_t now)
 		c->req_n++;
 		last = f;
 	}
-	if (c->req_n == 0)
-		return;
-	/* The leader holds the request no longer than until a partition left
-	 * out for its backoff may be asked for again. */
-	int64_t max_wait = cfg_of(sc)->replica_fetch_wait_max_ms;
+	/* The first backoff of a partition left out to end: nothing asked,
+	 * the core wakes then (fetcher_next_deadline); else the leader holds
+	 * the request no longer than until then. */
+	int64_t next_retry = INT64_MAX;
 	for (struct sluice_follow *g = c->head; g; g = g->next)
-		if (!g->inflight && g->retry_ms > now && g->retry_ms - now < max_wait)
-			max_wait = g->retry_ms - now;
+		if (!g->inflight && g->retry_ms > now && g->retry_ms < next_retry)
+			next_retry = g->retry_ms;
+	if (c->req_n == 0) {
+		c->wake_ms = next_retry;
+		return;
+	}
+	int64_t max_wait = cfg_of(sc)->replica_fetch_wait_max_ms;
+	if (next_retry - now < max_wait)
+		max_wait = next_retry - now;
 	/* Fairness: the partitions after the last one asked for go first next time. */
 	if (last && last->next) {
 		struct sluice_follow *first = c->head, *tail = last->next;
@@ -841,9 +850,10 @@ static void fetcher_tick(struct storecore *sc, int64_t now_ms)
 }
 
 /* Completions waiting: now; else the soonest deadline of an operation in
- * flight or of a connect waiting out its backoff. Partitions waiting out
- * theirs are looked at on the core's turns (at most every
- * STORE_SLEEP_MS_MAX). */
+ * flight, of a connect waiting out its backoff, or of a partition's
+ * backoff on a connection that has nothing else to ask (a leader that did
+ * not know yet that it leads is asked again FETCH_LEADER_BEHIND_RETRY_MS
+ * later, not at the core's next idle turn, up to STORE_SLEEP_MS_MAX away). */
 static int64_t fetcher_next_deadline(struct storecore *sc)
 {
 	struct fetcher *ft = fetcher_of(sc);
@@ -858,6 +868,8 @@ static int64_t fetcher_next_deadline(struct storecore *sc)
 			d = c->deadline_ms < d ? c->deadline_ms : d;
 		else if (c->state == C_IDLE && c->n > 0)
 			d = c->retry_ms < d ? c->retry_ms : d;
+		else if (c->state == C_READY && c->n > 0)
+			d = c->wake_ms < d ? c->wake_ms : d;
 	}
 	return d;
 }

@@ -32,10 +32,27 @@ void sluice_partition_fini(struct sluice_partition *p)
 	p->log = NULL;
 }
 
+/* A batch of the newest segments, in offset order, against the cache: the
+ * log is right where the checkpoint disagrees (it may be older than the
+ * log's end after a crash, the checkpoint written but not synced). A
+ * batch of an epoch below the latest entry's shows that entries of higher
+ * epochs starting here or later came from a log since truncated; they go,
+ * and the batches after rebuild them. The first batches of an epoch the
+ * cache holds already keep its entry's start (which may lie below the
+ * segments read). */
+static void rebuild_assign(struct sluice_partition *p, int32_t epoch, int64_t base_offset)
+{
+	if (epoch < 0)
+		return;
+	while (p->epoch_n && p->epochs[p->epoch_n - 1].epoch > epoch)
+		p->epoch_n--;
+	sluice_partition_epoch_assign(p, epoch, base_offset);
+}
+
 static void rebuild_visit(const struct sluice_batch *b, void *arg)
 {
 	struct sluice_partition *p = arg;
-	sluice_partition_epoch_assign(p, b->leader_epoch, b->base_offset);
+	rebuild_assign(p, b->leader_epoch, b->base_offset);
 	if (b->producer_id < 0)
 		return;
 	struct sluice_producer *pr = sluice_partition_producer(p, b->producer_id, true);
@@ -73,10 +90,18 @@ void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log
 	/* The checkpointed epochs may run past what recovery kept (a crash lost
 	 * the end of the log) or start below the log start; the newest
 	 * segments' batches add what the checkpoint missed. */
+	struct sluice_epoch_entry loaded[SLUICE_PARTITION_EPOCHS_MAX];
+	uint8_t loaded_n = p->epoch_n;
+	bool dirty = p->epochs_dirty;
+	memcpy(loaded, p->epochs, loaded_n * sizeof *loaded);
 	sluice_partition_epoch_truncate_from_end(p, sluice_plog_log_end(log));
 	rebuild_from_tail(p);
 	sluice_partition_epoch_truncate_from_start(p, start);
-	p->epochs_durable = false; /* checked again at the next open: no sync needed */
+	/* What the newest segments changed is rebuilt from them again at the
+	 * next open, until they roll away (then it must be synced). */
+	bool changed = p->epoch_n != loaded_n || memcmp(p->epochs, loaded, loaded_n * sizeof *loaded);
+	p->epochs_dirty = dirty || changed;
+	p->epochs_durable = changed;
 	assert(p->high_watermark >= start && p->high_watermark <= written);
 }
 

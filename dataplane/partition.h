@@ -131,12 +131,13 @@ struct sluice_partition {
 	 * increasing. The storage core keeps it in the partition directory as
 	 * Kafka's leader-epoch-checkpoint: loaded before attach, checked there
 	 * against the log, and written whenever epochs_dirty says it changed
-	 * (synced first when epochs_durable: see sluice_partition_epoch_assign). */
+	 * (and synced before the log's next roll when epochs_durable: see
+	 * sluice_partition_epoch_assign). */
 	struct sluice_epoch_entry epochs[SLUICE_PARTITION_EPOCHS_MAX];
 	uint8_t epoch_n;
 	bool epochs_dropped;     /* the oldest entries were dropped for room */
 	bool epochs_dirty;       /* changed since the checkpoint was last written */
-	bool epochs_durable;     /* ... in a way a crash must not undo (write it synced) */
+	bool epochs_durable;     /* ... in a way the log cannot rebuild once it rolls twice */
 	struct sluice_producer *prods; /* open addressing by pid, owned */
 	uint32_t prod_cap, prod_n;
 	struct partop *wait_head, *wait_tail;   /* acks=all appends waiting to become visible */
@@ -156,8 +157,10 @@ void sluice_partition_fini(struct sluice_partition *p);
  * high_watermark < 0 at the written end (a single replica serves what
  * recovery kept). The epoch cache (loaded from the checkpoint beforehand
  * with sluice_partition_epoch_load, or empty) loses entries past the log
- * end and below its start, and learns the epochs of the newest segments'
- * batches; the producer table is rebuilt from them. */
+ * end and below its start, and is corrected by the epochs of the newest
+ * segments' batches (the log wins: a checkpoint a crash left behind the
+ * log); changes made so are durable (written, synced before the next
+ * roll). The producer table is rebuilt from the same batches. */
 void sluice_partition_attach(struct sluice_partition *p, struct sluice_plog *log, int64_t high_watermark);
 /* This replica leads at epoch (Kafka's Partition.makeLeader): the leader
  * epoch becomes at least epoch and starts at the log end in the epoch
@@ -258,13 +261,14 @@ void sluice_partition_isr_stale(struct sluice_partition *p);
  * the checkpointed entries (before attach; at most
  * SLUICE_PARTITION_EPOCHS_MAX, increasing; dropped: older ones were left
  * out), not marked dirty. Every change below marks the cache dirty; those
- * a crash must not undo mark it durable too: a truncation from the end,
- * and an epoch assigned after others (a leader change: the log holds
- * batches of it from then on, and a checkpoint that lost the entry would
- * place the epoch's start wrongly when rebuilt from the newest segments).
- * The first epoch of an empty cache and a truncation from the start are
- * rebuilt correctly from the log after a crash, so they are written
- * without a sync (a new partition costs no fsync). assign:
+ * a checkpoint must not lose once the log has moved on mark it durable
+ * too: a truncation from the end, and an epoch assigned after others (a
+ * leader change). A checkpoint written but not synced may be lost in a
+ * crash; attach then rebuilds those changes from the newest two segments'
+ * batches, which hold them until the log rolls twice: the storage core
+ * syncs a durable change before the log's next roll, never on the path of
+ * a write. The first epoch of an empty cache and a truncation from the
+ * start are rebuilt correctly from the log at any time. assign:
  * epoch's first batch starts at start_offset (no change when epoch is the
  * latest already and starts no later; entries that would no longer
  * increase are dropped). end_offset: where requested_epoch ends: the log

@@ -78,6 +78,10 @@ static void service_written(struct storecore *sc, struct partop *op, bool ok)
 /* The longest an idle storage core sleeps: housekeeping (descriptor
  * budget, preallocation trims, flush and retention clocks) runs on turns. */
 #define STORE_SLEEP_MS_MAX 100
+/* How often changed leader-epoch caches are written to their checkpoints
+ * (epochs_flush): after a leader change, not within the turns that move
+ * the leaderships and the first writes. */
+#define STORE_EPOCHS_WRITE_MS 1000
 _Static_assert(STORE_SLEEP_MS_MAX <= SLUICE_RT_SLEEP_MS_MAX, "the runtime caps every sleep");
 /* How stale the dynamic broker configuration a core applies outside
  * requests (flush interval, retention, compaction) may get. */
@@ -154,6 +158,9 @@ struct spart {
 	int64_t isr_retry_ms; /* monotonic: no ISR change is asked for before (the controller refused one) */
 	uint8_t throttle;             /* SLUICE_THROTTLE_* bits of this replica, from the metadata */
 	bool moved;                   /* no longer a replica here (part_stop): serves nobody */
+	bool epochs_unsynced;         /* its leader-epoch-checkpoint holds a durable change not yet synced */
+	bool epochs_queued;           /* on the core's list of caches to write (epochs_next) */
+	struct spart *epochs_next;
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -253,15 +260,12 @@ struct sstate {
 	 * DeleteRecords, group coordinator writes): their deadlines
 	 * (dataplane/deadline.h). */
 	struct sluice_deadlines deadlines;
-	/* Partition directories whose leader-epoch-checkpoint was written but
-	 * not yet synced although the change must survive a crash (a new
-	 * epoch, a truncation): synced together by epochs_sync before this
-	 * turn's log writes go out, so that a broker taking many leaderships
-	 * waits for one journal commit rather than one per partition. */
-	char (*sync_path)[STORE_PART_PATH_BYTES]; /* SLUICE_CKPT_SYNC_BATCH_MAX of them */
-	int sync_dir[SLUICE_CKPT_SYNC_BATCH_MAX];  /* each one's data directory */
-	uint32_t sync_n;
-	uint64_t sync_batches, sync_files; /* for the stats line */
+	uint64_t epochs_roll_syncs; /* leader-epoch checkpoints synced before a roll (stats line) */
+	/* Partitions whose leader-epoch cache changed since its checkpoint was
+	 * written (epochs_persist): written by housekeeping, off the turns
+	 * that answer (a leader change touches every partition it moves). */
+	struct spart *epochs_head;
+	int64_t next_epochs_ms;
 };
 
 struct hw_entry {
@@ -387,8 +391,8 @@ static void answer_waiting(struct spart *p, bool failed)
 }
 
 /* Whether broker id counts for the low watermark (arg: a snapshot): among
- * the snapshot's brokers, registered and not fenced (nor shutting down),
- * as Kafka's metadataCache.hasAliveBroker. */
+ * the snapshot's brokers, registered and not fenced (a broker shutting
+ * down counts until it is fenced), as Kafka's metadataCache.hasAliveBroker. */
 static bool broker_alive(void *arg, int32_t id)
 {
 	const struct sluice_meta_snapshot *snap = arg;
@@ -497,7 +501,7 @@ static enum sluice_partition_change part_leadership_apply(struct storecore *sc, 
 		return c;
 	}
 	p->moved = false; /* named again (a later reassignment) */
-	epochs_persist(sc, p); /* a new leader's epoch starts at its log end (synced) */
+	epochs_persist(sc, p); /* a new leader's epoch starts at its log end */
 	if (c == SLUICE_PARTITION_LEADER) {
 		SLOG_INFO("replication", "%s-%d: leader at epoch %d (log end %" PRId64 ", high watermark %" PRId64 ")",
 			  p->topic, p->partition, st->leader_epoch, sluice_plog_log_end(p->log),
@@ -649,7 +653,7 @@ static uint8_t isr_eligible(struct storecore *sc, const struct spart *p, int32_t
 		for (uint8_t j = 0; j < p->part.replica_n; j++)
 			in |= p->part.replicas[j].id == isr[i] && p->part.replicas[j].in_isr;
 		for (uint32_t j = 0; !in && j < snap->broker_n && !active; j++)
-			active = snap->brokers[j].node_id == isr[i];
+			active = snap->brokers[j].node_id == isr[i] && !snap->brokers[j].shutting_down;
 		if (in || active)
 			isr[k++] = isr[i];
 		changed |= !in && active;
@@ -1416,53 +1420,32 @@ static void epochs_load(struct storecore *sc, struct spart *p, const char *dir)
 	assert(n <= SLUICE_PARTITION_EPOCHS_MAX);
 	for (uint32_t i = 0; i < n; i++)
 		c[i] = (struct sluice_epoch_entry){e[i].epoch, e[i].start_offset};
-	sluice_partition_epoch_load(&p->part, c, (uint8_t)n, dropped);
 	bool data = sluice_plog_log_end(p->log) > sluice_plog_log_start(p->log);
+	/* An unreadable file (torn by a crash before it was synced): the epochs
+	 * older than the newest segments' are unknown, and OffsetForLeaderEpoch
+	 * says so rather than place them at the oldest one rebuilt. */
+	sluice_partition_epoch_load(&p->part, c, (uint8_t)n, dropped || (rc < 0 && data));
 	if (rc < 0 || (rc == 0 && data)) {
 		st->epochs_rebuilt += data;
 		p->part.epochs_dirty = true; /* written once attach rebuilt it */
 	}
 }
 
-/* The checkpoints epochs_persist wrote since the last call made durable
- * together (sluice_ckpt_epochs_sync); a failure takes the directory
- * offline, as Kafka does for a checkpoint it cannot write. Called before
- * a turn's log writes go out and when the queue is full, so that no
- * record of a new epoch is written, and nothing answered, before the
- * epoch's start is durable: the order Kafka's synchronous checkpoint
- * write gives, at the cost of one journal commit per turn. */
-static void epochs_sync(struct storecore *sc)
+/* Write p's leader-epoch-checkpoint if its cache changed: renamed into
+ * place, not synced. A crash may lose it (or an unwritten change): attach
+ * rebuilds what it held from the newest two segments, where a change that
+ * must survive (a new epoch, a truncation: partition.h) stays until the
+ * log rolls; so such a change is written and synced before the next roll
+ * (epochs_rolling), never on the path of a write. (Kafka fsyncs the file
+ * in the append that starts an epoch; here a leader change costs its
+ * writes neither a journal commit nor a file write.) A failed write takes
+ * the directory offline, as Kafka does for a checkpoint it cannot write. */
+static void epochs_write(struct storecore *sc, struct spart *p)
 {
-	struct sstate *st = sc->state;
-	if (!st->sync_n)
-		return;
-	const char *dirs[SLUICE_CKPT_SYNC_BATCH_MAX];
-	for (uint32_t i = 0; i < st->sync_n; i++)
-		dirs[i] = st->sync_path[i];
-	uint32_t failed = 0;
-	int rc = sluice_ckpt_epochs_sync(dirs, st->sync_n, &failed);
-	if (rc < 0) {
-		assert(failed < st->sync_n);
-		SLOG_ERR("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": sync failed: %s", dirs[failed], strerror(-rc));
-		sluice_dir_failed(sc->b, st->sync_dir[failed], SLUICE_CKPT_EPOCHS_FILE " sync failed");
-	}
-	st->sync_batches++;
-	st->sync_files += st->sync_n;
-	st->sync_n = 0;
-}
-
-/* Write p's leader-epoch-checkpoint when its cache changed. A change that
- * must survive a crash (partition.h) is renamed into place now and synced
- * with the turn's others (epochs_sync); the rest are renamed only. A
- * failed write takes the directory offline, as Kafka does for a
- * checkpoint it cannot write. */
-static void epochs_persist(struct storecore *sc, struct spart *p)
-{
-	struct sstate *st = sc->state;
 	struct sluice_partition *pt = &p->part;
-	if (!pt->epochs_dirty || p->dir < 0)
+	if (!pt->epochs_dirty || p->dir < 0 || dir_offline(sc->b, p->dir))
 		return;
-	bool durable = pt->epochs_durable;
+	p->epochs_unsynced |= pt->epochs_durable;
 	pt->epochs_dirty = pt->epochs_durable = false;
 	struct sluice_ckpt_epoch e[SLUICE_PARTITION_EPOCHS_MAX];
 	assert(pt->epoch_n <= SLUICE_PARTITION_EPOCHS_MAX);
@@ -1474,18 +1457,77 @@ static void epochs_persist(struct storecore *sc, struct spart *p)
 	if (rc < 0) {
 		SLOG_ERR("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": write failed: %s", dir, strerror(-rc));
 		sluice_dir_failed(sc->b, p->dir, SLUICE_CKPT_EPOCHS_FILE " write failed");
-		return;
 	}
-	if (!durable)
+}
+
+/* p's epoch cache may have changed: queue its checkpoint for writing
+ * (epochs_flush). */
+static void epochs_persist(struct storecore *sc, struct spart *p)
+{
+	struct sstate *st = sc->state;
+	if (!p->part.epochs_dirty || p->epochs_queued)
 		return;
-	for (uint32_t i = 0; i < st->sync_n; i++)
-		if (!strcmp(st->sync_path[i], dir))
-			return; /* queued already: its sync covers this write */
-	if (st->sync_n == SLUICE_CKPT_SYNC_BATCH_MAX)
-		epochs_sync(sc);
-	_Static_assert(sizeof dir == sizeof st->sync_path[0], "a queued path is a partition directory's");
-	memcpy(st->sync_path[st->sync_n], dir, sizeof dir);
-	st->sync_dir[st->sync_n++] = p->dir;
+	p->epochs_queued = true;
+	p->epochs_next = st->epochs_head;
+	st->epochs_head = p;
+}
+
+/* Off the list without writing (a partition being deleted or freed). */
+static void epochs_unqueue(struct sstate *st, struct spart *p)
+{
+	if (!p->epochs_queued)
+		return;
+	for (struct spart **q = &st->epochs_head; *q; q = &(*q)->epochs_next)
+		if (*q == p) {
+			*q = p->epochs_next;
+			break;
+		}
+	p->epochs_queued = false;
+	p->epochs_next = NULL;
+}
+
+/* Write every queued checkpoint (housekeeping, shutdown). */
+static void epochs_flush(struct storecore *sc)
+{
+	struct sstate *st = sc->state;
+	struct spart *p = st->epochs_head;
+	st->epochs_head = NULL;
+	while (p) {
+		struct spart *next = p->epochs_next;
+		p->epochs_queued = false;
+		p->epochs_next = NULL;
+		if (p->log)
+			epochs_write(sc, p);
+		p = next;
+	}
+}
+
+/* The log is about to roll (plog hook): after it, the segment before the
+ * active one leaves the two a restart rescans, so a durable change of the
+ * epoch cache must be on stable storage first. A roll syncs its segment
+ * anyway; this adds one file and directory sync when a leader change or
+ * truncation happened since the last roll, and none otherwise. */
+static void epochs_rolling(struct sluice_plog *l, void *arg)
+{
+	struct spart *p = arg;
+	struct storecore *sc = p->sc;
+	struct sstate *st = sc->state;
+	assert(p->log == l || !p->log);
+	(void)l;
+	epochs_write(sc, p); /* stays queued if it was: nothing left to write then */
+	if (!p->epochs_unsynced || p->dir < 0 || dir_offline(sc->b, p->dir))
+		return;
+	p->epochs_unsynced = false;
+	char dir[STORE_PART_PATH_BYTES];
+	part_path(sc, p, dir, sizeof dir);
+	const char *dirs[1] = {dir};
+	uint32_t failed = 0;
+	int rc = sluice_ckpt_epochs_sync(dirs, 1, &failed);
+	if (rc < 0) {
+		SLOG_ERR("storage", "%s/" SLUICE_CKPT_EPOCHS_FILE ": sync failed: %s", dir, strerror(-rc));
+		sluice_dir_failed(sc->b, p->dir, SLUICE_CKPT_EPOCHS_FILE " sync failed");
+	}
+	st->epochs_roll_syncs++;
 }
 
 static int hw_entry_cmp(const void *a, const void *b)
@@ -1633,7 +1675,7 @@ static int16_t part_open(struct storecore *sc, struct spart *p)
 		return stray;
 	if (part_metadata_check(sc->b, p->topic, dir, false) < 0)
 		return KERR_KAFKA_STORAGE_ERROR; /* the directory is another topic id's: never served */
-	struct sluice_plog_hooks hooks = {wait_write, on_written, p, on_loaded};
+	struct sluice_plog_hooks hooks = {wait_write, on_written, p, on_loaded, epochs_rolling};
 	struct sluice_plog_recovery rec;
 	/* Opening takes descriptors: stay within the budget first. */
 	if (st->fds_est + 4 > st->fds_max)
@@ -1729,6 +1771,7 @@ static int part_delete(struct storecore *sc, const char *topic, int32_t partitio
 		}
 		p->load_head = p->load_tail = NULL;
 		sluice_fetcher_unfollow(sc, &p->follow);
+		epochs_unqueue(st, p); /* its directory goes: nothing to write */
 		for (struct spart **d = &st->dirty_head; *d; d = &(*d)->dirty_next)
 			if (*d == p) {
 				*d = p->dirty_next;
@@ -3050,6 +3093,10 @@ static void housekeeping(struct storecore *sc, int64_t now)
 		st->next_hw_ckpt_ms = now + cfg->replica_hw_checkpoint_interval_ms;
 		hw_ckpt_write(sc);
 	}
+	if (st->epochs_head && now >= st->next_epochs_ms) {
+		st->next_epochs_ms = now + STORE_EPOCHS_WRITE_MS;
+		epochs_flush(sc);
+	}
 	if (now >= st->next_stats_ms) {
 		st->next_stats_ms = now + 60000;
 		struct sluice_pool_stats ps;
@@ -3060,9 +3107,9 @@ static void housekeeping(struct storecore *sc, int64_t now)
 					      " evictions, %" PRIu64 " past budget",
 				   sc->id, ps.bytes_allocated, ps.bytes_budget, ps.registered, ps.bytes_cached, ps.hits,
 				   ps.misses, ps.evictions, ps.unbudgeted);
-		if (st->sync_batches)
-			SLOG_DEBUG("storage", "storage core %d: %" PRIu64 " leader-epoch checkpoints synced in %" PRIu64
-					      " batches", sc->id, st->sync_files, st->sync_batches);
+		if (st->epochs_roll_syncs)
+			SLOG_DEBUG("storage", "storage core %d: %" PRIu64 " leader-epoch checkpoints synced before a roll",
+				   sc->id, st->epochs_roll_syncs);
 	}
 	if (cfg->log_flush_interval_ms >= 0 && now >= st->next_flush_ms) {
 		int64_t step = cfg->log_flush_interval_ms > 0 ? cfg->log_flush_interval_ms : 10;
@@ -3241,7 +3288,6 @@ static void store_work(void *core, int64_t now_ms)
 		store_services[i]->tick(sc, now_ms);
 	expire_waiting(sc, now_ms);
 	housekeeping(sc, now_ms);
-	epochs_sync(sc); /* before the writes of records in a new epoch */
 	submit_writes(sc);
 }
 
@@ -3320,11 +3366,9 @@ static void store_end(void *core)
 	struct sstate *st = sc->state;
 	cleaner_stop(sc);
 	read_slots_reclaim(sc);
-	epochs_sync(sc);
-	free(st->sync_path);
-	st->sync_path = NULL;
 	int64_t t0 = sluice_rt_now_ms();
 	uint32_t closed = 0;
+	epochs_flush(sc); /* before the logs close (the syncfs below covers them) */
 	close_files_parallel(sc);
 	hw_ckpt_write(sc); /* the high watermarks as the clean stop leaves them */
 	for (uint32_t i = 0; i < st->table_cap; i++) {
@@ -3425,8 +3469,7 @@ int sluice_storage_core_start(struct storecore *sc)
 		return -1;
 	st->plog_cfg.pool = st->pool;
 	st->slots = calloc(STORE_READ_PINS_MAX, sizeof *st->slots);
-	st->sync_path = calloc(SLUICE_CKPT_SYNC_BATCH_MAX, sizeof *st->sync_path);
-	if (!st->slots || !st->sync_path)
+	if (!st->slots)
 		return -1;
 	for (uint32_t i = STORE_READ_PINS_MAX; i-- > 0;) {
 		st->slots[i].free_next = st->slot_free;

@@ -1473,6 +1473,8 @@ static int write_sync(struct sluice_plog *l)
  * fsync) and start a new one at the current log end offset. */
 static int roll(struct sluice_plog *l)
 {
+	if (l->hooks.rolling)
+		l->hooks.rolling(l, l->hooks.arg);
 	if (l->write_inflight && l->hooks.wait_write)
 		l->hooks.wait_write(l, l->hooks.arg);
 	assert(!l->write_inflight);

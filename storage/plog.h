@@ -60,6 +60,12 @@ struct sluice_plog_hooks {
 	 * well or not: a read that answered SLUICE_PLOG_READ_WOULD_BLOCK is
 	 * due again. Optional (NULL: the caller polls). */
 	void (*loaded)(struct sluice_plog *l, void *arg);
+	/* The log is about to roll: once the new segment exists, the oldest
+	 * of the newest two segments (what a restart rescans for state kept
+	 * beside the log, such as the leader-epoch cache) is older than the
+	 * window. Called before the roll touches anything, on the thread that
+	 * appends; it must not call into the log. Optional. */
+	void (*rolling)(struct sluice_plog *l, void *arg);
 };
 
 struct sluice_plog_recovery {

@@ -174,6 +174,7 @@ def step_controlled_shutdown(cl):
     kp.start()
     time.sleep(2)
     check(raw.failure is None and not raw.errors, f"raw producer before the shutdown: {raw.failure} {raw.errors}")
+    log_at = {b: os.path.getsize(cl.out_log(b)) for b in (1, 2)}
     t0 = time.monotonic()
     cl.kill(3, "TERM")
     times["SIGTERM: broker 3 gone"] = time.monotonic() - t0
@@ -198,6 +199,14 @@ def step_controlled_shutdown(cl):
     times["SIGTERM: raw write gap"] = gap
     check(gap < 1.0, f"no acks=all write acknowledged for {gap:.2f}s across the controlled shutdown")
     check(not kp.errors, f"confluent-kafka: {len(kp.errors)} failed deliveries, first {kp.errors[:3]}")
+    # A leader never asks for the broker in controlled shutdown (still fetching, caught up)
+    # to join an ISR: the controller would refuse it, after the high watermark had waited
+    # for that broker (Kafka's isReplicaIsrEligible).
+    for b, at in log_at.items():
+        with open(cl.out_log(b), errors="replace") as f:
+            f.seek(at)
+            refused = [ln for ln in f if "INELIGIBLE_REPLICA" in ln]
+        check(not refused, f"broker {b} asked for the stopping broker in an ISR: {refused[:2]}")
     check(len(kp.acked) == kp.sent, f"confluent-kafka: {len(kp.acked)} of {kp.sent} acknowledged")
     log(f"SIGTERM of broker 3 (leader of {CS}-0): raw acks=all producer saw {len(errs)} retriable errors "
         f"({sorted(set(map(str, errs)))}, at most {max(per_batch.values(), default=0)} for one batch), "

@@ -172,7 +172,21 @@ def check_epoch_files(broker, leo, current):
     """Both partitions' leader-epoch-checkpoint: an epoch from offset 0 first
     (epoch 0 where there are records), the current leader epoch last,
     nothing past the log end; on a single
-    Sluice node (whose leader epoch stays 0) exactly "0 / 1 / 0 0"."""
+    Sluice node (whose leader epoch stays 0) exactly "0 / 1 / 0 0". Sluice
+    writes a changed cache's file within a second (off the path of the
+    writes, synced before the log rolls), Kafka at once: looked at for up
+    to 5 s."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return check_epoch_files_once(broker, leo, current)
+        except (lib.TestFailure, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def check_epoch_files_once(broker, leo, current):
     for p in (0, 1):
         cache = epoch_cache(broker, p)
         # Epoch 0 from offset 0 where the records of epoch 0 are; an empty

@@ -1027,6 +1027,38 @@ Test(meta_controller, registers_and_shows_controller_topics)
 	fake_stop(&f);
 }
 
+/* A broker in controlled shutdown stays in the snapshot's broker list
+ * (Kafka's Metadata lists it), marked shutting_down: a leader reads that
+ * before it asks for the broker to join an ISR, which the controller would
+ * refuse (INELIGIBLE_REPLICA) after holding the high watermark to it. */
+Test(meta_controller, snapshot_marks_a_broker_shutting_down)
+{
+	struct fake f;
+	fake_start(&f, 1);
+	struct sluice_meta m;
+	client_open(&m, &f, NULL);
+	client_ready(&m);
+	pthread_mutex_lock(&f.lock);
+	const struct sluice_image_broker *b = sluice_image_broker(f.img, NODE);
+	cr_assert_not_null(b);
+	struct sluice_mrec r;
+	memset(&r, 0, sizeof r);
+	r.type = SLUICE_MREC_BROKER_REGISTRATION_CHANGE;
+	r.broker_registration_change.broker_id = NODE;
+	r.broker_registration_change.broker_epoch = b->epoch;
+	r.broker_registration_change.fenced = -1;
+	r.broker_registration_change.in_controlled_shutdown = 1;
+	int64_t at = fake_append(&f, &r);
+	pthread_mutex_unlock(&f.lock);
+	struct sluice_meta_snapshot *s = snap_at(&m, at);
+	cr_assert_geq(s->metadata_offset, at);
+	cr_assert_eq(s->broker_n, 1, "still listed");
+	cr_expect(s->brokers[0].shutting_down);
+	m.ops->release(m.self, s);
+	sluice_meta_controller_close(&m);
+	fake_stop(&f);
+}
+
 /* A submitted batch and what its completion saw. */
 struct waiter {
 	struct sluice_meta_batch batch;

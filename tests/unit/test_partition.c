@@ -23,6 +23,7 @@
 #include "storage/plog.h"
 #include <criterion/criterion.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -810,7 +811,71 @@ Test(partition, attach_checks_checkpoints)
 	cr_expect_eq(P.epoch_n, 2);
 	cr_expect(P.epochs[0].epoch == 1 && P.epochs[0].start_offset == 0);
 	cr_expect(P.epochs[1].epoch == 2 && P.epochs[1].start_offset == 5, "epoch 7 past the end went, 2 was added");
-	cr_expect(P.epochs_dirty && !P.epochs_durable);
+	cr_expect(P.epochs_dirty && P.epochs_durable, "the correction is synced before the segments roll away");
+	close_log(l);
+}
+
+static int rolls;
+static void count_roll(struct sluice_plog *l, void *arg)
+{
+	(void)l;
+	(void)arg;
+	rolls++;
+}
+
+static void reopen_with(struct sluice_plog **l, const struct sluice_epoch_entry *ck, uint8_t n)
+{
+	sluice_plog_close(*l);
+	sluice_partition_fini(&P);
+	sluice_partition_init(&P, SELF);
+	struct sluice_plog_cfg cfg = {.segment_bytes = 400, .index_interval_bytes = 4096,
+				      .flush_interval_messages = INT64_MAX, .direct_io = true};
+	struct sluice_plog_hooks hooks = {.wait_write = wait_write, .written = on_written, .arg = &P,
+					  .rolling = count_roll};
+	char err[256] = "";
+	cr_assert_eq(sluice_plog_open(L.dir, &cfg, true, &hooks, l, NULL, err, sizeof err), 0, "%s", err);
+	sluice_partition_epoch_load(&P, ck, n, false);
+	sluice_partition_attach(&P, *l, 0);
+}
+
+/* Proves the leader-epoch cache may be written without a sync on the
+ * path of a write (storage core: synced before the next roll), because
+ * attach trusts the log over the checkpoint in the newest two segments:
+ * a checkpoint a crash left behind the log (epoch 5 at 30, of a log since
+ * truncated there and written again in epochs 1 and 6) gives way to the
+ * batches, while an epoch that started below those segments keeps its
+ * start (epoch 1 at 0, although the segments read start at 30); a cache
+ * that agrees with the log is left as it is (not rewritten). The log calls
+ * the rolling hook once per roll. */
+Test(partition, attach_trusts_the_newest_segments)
+{
+	struct sluice_plog *l = open_log();
+	struct sluice_epoch_entry none[1];
+	reopen_with(&l, none, 0); /* with small segments */
+	rolls = 0;
+	for (int i = 0; i < 8; i++)
+		follow(l, i * 5, 1, 5, -1, 0); /* epoch 1: offsets 0..39 */
+	for (int i = 8; i < 10; i++)
+		follow(l, i * 5, 6, 5, -1, 0); /* epoch 6: 40..49 */
+	flush(l);
+	cr_assert_geq(rolls, 3, "segments of about two batches each (%d rolls)", rolls);
+	cr_assert_eq(P.epoch_n, 2);
+
+	struct sluice_epoch_entry stale[2] = {{1, 0}, {5, 30}};
+	reopen_with(&l, stale, 2);
+	cr_expect_eq(P.epoch_n, 2);
+	cr_expect(P.epochs[0].epoch == 1 && P.epochs[0].start_offset == 0, "epoch 1 keeps its start (%d at %" PRId64 ")",
+		  P.epochs[0].epoch, P.epochs[0].start_offset);
+	cr_expect(P.epoch_n == 2 && P.epochs[1].epoch == 6 && P.epochs[1].start_offset == 40,
+		  "the log's epoch 6 replaces the checkpoint's epoch 5");
+	cr_expect(P.epochs_dirty && P.epochs_durable);
+
+	struct sluice_epoch_entry right[2] = {{1, 0}, {6, 40}};
+	reopen_with(&l, right, 2);
+	cr_expect(P.epoch_n == 2 && P.epochs[0].start_offset == 0 && P.epochs[1].start_offset == 40);
+	cr_expect(!P.epochs_dirty && !P.epochs_durable, "nothing to write");
+	int32_t out;
+	cr_expect_eq(sluice_partition_epoch_end_offset(&P, 0, 50, &out), 0, "epoch 0 ended where epoch 1 began");
 	close_log(l);
 }
 
