@@ -2122,6 +2122,23 @@ static bool replica_fetch(struct storecore *sc, struct spart *p, struct partop *
 			return true;
 		}
 	}
+	/* The follower names a leader epoch newer than this broker knows: the
+	 * change is on its way here too (both learn it from the controller),
+	 * most often within milliseconds. Held as a fetch with nothing to
+	 * return is, until the change applies here (answer_waiting wakes the
+	 * watchers) or the request's wait ends (its last read answers the
+	 * error), rather than answered with an error the follower would wait
+	 * out before asking again. Answered meanwhile (another partition's
+	 * records ended the wait), it moves nothing at the follower: no
+	 * records, no high watermark, no log start. */
+	if ((e == KERR_UNKNOWN_LEADER_EPOCH || (e == KERR_NOT_LEADER_OR_FOLLOWER && op->leader_epoch > pt->leader_epoch)) &&
+	    op->watch) {
+		op->rlen = 0;
+		op->high_watermark = op->log_start = -1;
+		sluice_partition_watch(pt, op->net_core);
+		op_done(sc, op);
+		return true;
+	}
 	if (e) {
 		op->error = e;
 		op_done(sc, op);

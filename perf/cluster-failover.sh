@@ -13,7 +13,11 @@
 #   4. leader failover (replication): a topic of --leader-partitions partitions, RF=3;
 #      --kills times kill -9 of the broker leading the most of them, the time until each
 #      of its partitions accepts an acks=all write again (p50/p99 over the kills), then
-#      --stops times SIGTERM (controlled shutdown), each partition's write unavailability.
+#      --stops times SIGTERM (controlled shutdown), each partition's write unavailability,
+#      the time from the new leader showing in Metadata to its first accepted write, and
+#      an acks=all write's round trip before the signal. The prober makes a pass (Metadata,
+#      then one Produce per leader) every --probe-ms (10): the unavailability it sees
+#      includes up to one pass.
 # Both clusters run with the same, default, timeouts: broker.session.timeout.ms=9000,
 # broker.heartbeat.interval.ms=2000, controller.quorum.election.timeout.ms=1000 (Kafka's
 # followers also wait controller.quorum.fetch.timeout.ms=2000 before an election),
@@ -22,7 +26,7 @@
 # set to 5 here (default 300), as Sluice does when a broker returns.
 #
 #   perf/cluster-failover.sh [--targets sluice,kafka] [--partitions 1000] [--topics 50]
-#                            [--rounds 3] [--kills 10] [--stops 5] [--leader-partitions 100]
+#                            [--rounds 3] [--kills 10] [--stops 5] [--leader-partitions 100] [--probe-ms 10]
 #                            [--tests propagation,broker,controller,leader]
 #                            [--base-port P] [--kafka-base-port K] [--out DIR] [--keep]
 #
@@ -275,7 +279,7 @@ run_target() {  # TARGET
     CURRENT=$t
     python3 "$ROOT/perf/cluster_failover.py" --env "$dir/cluster.env" --start-cmd "$start" --label "$LABEL" \
         --partitions "$PARTITIONS" --topics "$TOPICS" --rounds "$ROUNDS" --kills "$KILLS" --stops "$STOPS" \
-        --leader-partitions "$LEADER_PARTITIONS" --tests "$TESTS" --json "$OUT/$t.json"
+        --leader-partitions "$LEADER_PARTITIONS" --probe-ms "$PROBE_MS" --tests "$TESTS" --json "$OUT/$t.json"
     stop_target "$t"
     CURRENT=
 }
@@ -314,8 +318,8 @@ if any(k in r for r in res.values() for k in ("propagation", "broker_death", "co
               f"{f(c.get('elected_max_s'))} | {f(c.get('create_ok_median_s'))} |")
 if any("leader_failover" in r for r in res.values()):
     print()
-    print("| peer | leader kill -9 -> every partition writes again s: p50 / p99 / max (kills) | per partition s: p50 / p99 | SIGTERM: write unavailability per partition ms: p50 / p99 / max (stops) | Metadata round trip ms (median) |")
-    print("|---|---|---|---|---|")
+    print("| peer | leader kill -9 -> every partition writes again s: p50 / p99 / max (kills) | per partition s: p50 / p99 | SIGTERM: write unavailability per partition ms: p50 / p99 / max (stops) | Metadata round trip ms (median) | SIGTERM: new leader in Metadata -> its first write ms: p50 / max | acks=all write before the signal ms (median) |")
+    print("|---|---|---|---|---|---|---|")
     for t, r in res.items():
         lf = r.get("leader_failover")
         if not lf:
@@ -325,13 +329,15 @@ if any("leader_failover" in r for r in res.values()):
               f"{f(k.get('all_resumed_max_s'))} ({k.get('kills', 0)}{', %d failed' % k['failed'] if k.get('failed') else ''}) | "
               f"{f(k.get('partition_p50_s'))} / {f(k.get('partition_p99_s'))} | {f(s.get('gap_p50_ms'), 1)} / "
               f"{f(s.get('gap_p99_ms'), 1)} / {f(s.get('gap_max_ms'), 1)} ({s.get('stops', 0)}"
-              f"{', %d failed' % s['failed'] if s.get('failed') else ''}) | {f(s.get('metadata_rtt_ms_median'), 1)} |")
+              f"{', %d failed' % s['failed'] if s.get('failed') else ''}) | {f(s.get('metadata_rtt_ms_median'), 1)} | "
+              f"{f(s.get('seen_to_write_p50_ms'), 1)} / {f(s.get('seen_to_write_max_ms'), 1)} | "
+              f"{f(s.get('write_rtt_ms_median_before'), 1)} |")
 PY
 }
 
 main() {
     TARGETS=sluice,kafka PARTITIONS=1000 TOPICS=50 ROUNDS=3 OUT=$ROOT/build-release/perf/cluster-failover KEEP=
-    KILLS=10 STOPS=5 LEADER_PARTITIONS=100 TESTS=propagation,broker,controller,leader
+    KILLS=10 STOPS=5 LEADER_PARTITIONS=100 PROBE_MS=10 TESTS=propagation,broker,controller,leader
     while (($#)); do
         case $1 in
         --base-port) SLUICE_BASE=$2; shift 2 ;;
@@ -343,6 +349,7 @@ main() {
         --kills) KILLS=$2; shift 2 ;;
         --stops) STOPS=$2; shift 2 ;;
         --leader-partitions) LEADER_PARTITIONS=$2; shift 2 ;;
+        --probe-ms) PROBE_MS=$2; shift 2 ;;
         --tests) TESTS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;

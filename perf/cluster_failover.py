@@ -32,7 +32,9 @@ hand:
    broker. kill -9: the time from the kill until each partition accepts a write again
    (per kill: the slowest of its partitions). SIGTERM (controlled shutdown): each
    partition's write unavailability, from its last write accepted by the old leader to
-   its first accepted by the new one, beside the prober's Metadata round trip. The victim
+   its first accepted by the new one, beside the prober's Metadata round trip, the time
+   from the new leader showing in Metadata to its first accepted write, and an acks=all
+   write's round trip at the victim before the signal. The victim
    is restarted and caught up between rounds.
 
 All clients are Python on the same 2 cores as the cluster: compare the targets of one
@@ -447,6 +449,7 @@ class Prober(threading.Thread):
         self.first_new_ok = {}        # partition -> (time, leader) first accepted elsewhere after the event
         self.first_new_meta = {}      # partition -> time a new leader first showed in Metadata
         self.md_rtt = []
+        self.write_rtt = []           # before the event: one acks=all Produce to the victim, answered in full
         self.errors = {}              # error code -> count (after the event)
         self.trace = []               # after the event: (sent, answered, leader, accepted, errors) per Produce
         self.conns = {}
@@ -504,6 +507,8 @@ class Prober(threading.Thread):
                 t_ok = time.monotonic()
                 with self.lock:
                     after = self.event_t is not None
+                    if not after and leader == self.victim and res and all(e == NONE for e in res.values()):
+                        self.write_rtt.append(t_ok - t_send)
                     if after and len(self.trace) < 2000:
                         self.trace.append((round(t_send - self.event_t, 4), round(t_ok - self.event_t, 4), leader,
                                            sum(1 for e in res.values() if e == NONE),
@@ -593,6 +598,7 @@ def leader_round(cl, topic, total, kind, rnd, probe_s):
     resume = sorted(first[p][0] - t0 for p in first)             # signal -> writable elsewhere
     meta_s = sorted(meta[p] - t0 for p in meta)
     gaps = sorted(first[p][0] - last[p] for p in first if p in last)  # last old write -> first new write
+    meta_to_write = sorted(first[p][0] - meta[p] for p in first if p in meta)  # new leader seen -> its first write
     last_old = sorted(last[p] - t0 for p in last)
     res = {"kind": kind, "round": rnd, "victim": victim, "partitions": len(mine),
            "preferred_leaders": preferred, "missing": missing,
@@ -600,6 +606,8 @@ def leader_round(cl, topic, total, kind, rnd, probe_s):
            "old_leader_last_write_s": last_old,
            "errors_after": {str(k): v for k, v in sorted(errors.items())},
            "metadata_rtt_ms_median": statistics.median(pr.md_rtt) * 1000 if pr.md_rtt else None,
+           "write_rtt_ms_median_before": statistics.median(pr.write_rtt) * 1000 if pr.write_rtt else None,
+           "new_leader_seen_to_write_s": meta_to_write,
            "probe_passes": len(pr.md_rtt),
            "trace_new_leaders": trace[:50]}
     res["all_resumed_s"] = max(resume) if resume and not missing else None
@@ -614,7 +622,9 @@ def leader_round(cl, topic, total, kind, rnd, probe_s):
         log(f"SIGTERM #{rnd} of broker {victim} (leads {len(mine)} of {total}): write unavailability per partition "
             f"median {fmt_ms(statistics.median(gaps) if gaps else None)}, max {fmt_ms(res['max_gap_s'])} "
             f"(Metadata round trip median {res['metadata_rtt_ms_median'] or float('nan'):.1f} ms, a pass every "
-            f"{probe_s * 1000:.0f} ms); all moved {fmt_s(res['all_resumed_s'])} after the signal; errors seen "
+            f"{probe_s * 1000:.0f} ms; new leader in Metadata -> its first write median "
+            f"{fmt_ms(statistics.median(meta_to_write) if meta_to_write else None)}, an acks=all write before the "
+            f"signal {res['write_rtt_ms_median_before'] or float('nan'):.1f} ms); all moved {fmt_s(res['all_resumed_s'])} after the signal; errors seen "
             f"{res['errors_after']}" + (f"; {len(missing)} partitions never resumed" if missing else ""))
     t1 = time.monotonic()
     cl.start(victim)
@@ -662,6 +672,8 @@ def leader_failover(cl, tag, partitions, kills, stops, probe_s):
         gaps = sorted(x for r in s_ for x in r["gap_s"])
         maxes = [r["max_gap_s"] for r in s_ if r["max_gap_s"] is not None]
         rtt = [r["metadata_rtt_ms_median"] for r in s_ if r["metadata_rtt_ms_median"] is not None]
+        wrtt = [r["write_rtt_ms_median_before"] for r in s_ if r.get("write_rtt_ms_median_before") is not None]
+        seen = sorted(x for r in s_ for x in r.get("new_leader_seen_to_write_s", []))
         out["stop"] = {"stops": len(s_), "failed": sum(1 for r in s_ if r["missing"]),
                        "gap_p50_ms": pct(gaps, 50) * 1000 if gaps else None,
                        "gap_p99_ms": pct(gaps, 99) * 1000 if gaps else None,
@@ -669,11 +681,17 @@ def leader_failover(cl, tag, partitions, kills, stops, probe_s):
                        "per_stop_max_gap_p50_ms": pct(maxes, 50) * 1000 if maxes else None,
                        "all_moved_p50_s": pct([r["all_resumed_s"] for r in s_ if r["all_resumed_s"]], 50)
                        if any(r["all_resumed_s"] for r in s_) else None,
-                       "metadata_rtt_ms_median": statistics.median(rtt) if rtt else None}
+                       "metadata_rtt_ms_median": statistics.median(rtt) if rtt else None,
+                       "write_rtt_ms_median_before": statistics.median(wrtt) if wrtt else None,
+                       "seen_to_write_p50_ms": pct(seen, 50) * 1000 if seen else None,
+                       "seen_to_write_max_ms": max(seen) * 1000 if seen else None}
         log(f"leader SIGTERM over {len(s_)} stops: write unavailability per partition p50 "
             f"{out['stop']['gap_p50_ms'] or float('nan'):.1f} ms, p99 {out['stop']['gap_p99_ms'] or float('nan'):.1f} ms, "
             f"max {out['stop']['gap_max_ms'] or float('nan'):.1f} ms (Metadata round trip median "
-            f"{out['stop']['metadata_rtt_ms_median'] or float('nan'):.1f} ms)")
+            f"{out['stop']['metadata_rtt_ms_median'] or float('nan'):.1f} ms); new leader in Metadata -> its first "
+            f"write p50 {out['stop']['seen_to_write_p50_ms'] or float('nan'):.1f} ms, max "
+            f"{out['stop']['seen_to_write_max_ms'] or float('nan'):.1f} ms (an acks=all write before the signal "
+            f"{out['stop']['write_rtt_ms_median_before'] or float('nan'):.1f} ms)")
     return out
 
 

@@ -2866,10 +2866,12 @@ static void segments_drop_from(struct sluice_plog *l, uint32_t from)
 }
 
 /* After the files changed: the log's positions for an active segment of
- * size bytes (synced) ending at offset end, nothing pending. cut: its file
- * was just cut to size, so its preallocation is made again as open_active
- * makes it (log.preallocate), or follows the writes from there. */
-static void truncate_settle(struct sluice_plog *l, int64_t end, bool cut)
+ * size bytes ending at offset end, nothing pending. cut: its file was just
+ * cut to size, so its preallocation is made again as open_active makes it
+ * (log.preallocate), or follows the writes from there. synced: the cut is
+ * on stable storage, and the recovery point moves to end (else it is at or
+ * below end already and stays). */
+static void truncate_settle(struct sluice_plog *l, int64_t end, bool cut, bool synced)
 {
 	struct segment *s = active(l);
 	l->leo = l->written_end = end;
@@ -2894,7 +2896,9 @@ static void truncate_settle(struct sluice_plog *l, int64_t end, bool cut)
 		l->log_start = end;
 		write_log_start(l);
 	}
-	write_recovery_point(l, end);
+	assert(synced || l->recovery_point <= end);
+	if (synced)
+		write_recovery_point(l, end);
 }
 
 int sluice_plog_truncate_to(struct sluice_plog *l, int64_t offset, char *err, size_t errlen)
@@ -2920,7 +2924,17 @@ int sluice_plog_truncate_to(struct sluice_plog *l, int64_t offset, char *err, si
 		return -EIO;
 	}
 	assert(c.end <= offset && c.end >= s->base_offset);
-	if (marker_write(l->dir, c.end, s->base_offset, pos) < 0) {
+	/* A cut inside the active segment at or above the recovery point (a
+	 * follower dropping what an old leader wrote last: the usual case)
+	 * needs neither the marker nor a sync, as Kafka's truncation syncs
+	 * nothing: a crash that loses the cut brings back only batches past
+	 * the recovery point, which recovery checks as it checks any unsynced
+	 * tail, and which the replica then truncates again by leader epoch
+	 * (they were never committed). Batches written after the cut replace
+	 * them on disk as they are written. So a follower cutting 34
+	 * partitions after a leader change costs no journal commit. */
+	bool quick = k == l->seg_n - 1 && c.end >= l->recovery_point;
+	if (!quick && marker_write(l->dir, c.end, s->base_offset, pos) < 0) {
 		snprintf(err, errlen, "writing the truncation marker failed: %s; nothing was changed", strerror(errno));
 		if (c.rebuilt)
 			seg_free(&c.fresh);
@@ -2938,12 +2952,12 @@ int sluice_plog_truncate_to(struct sluice_plog *l, int64_t offset, char *err, si
 		seg_path(l, s->base_offset, idx_exts[i], q);
 		(void)unlink(q); /* an active segment's indexes are written when it closes */
 	}
-	if (fd_write_open(l) < 0 || ftruncate(l->fd_write, pos) < 0 || fdatasync(l->fd_write) < 0) {
+	if (fd_write_open(l) < 0 || ftruncate(l->fd_write, pos) < 0 || (!quick && fdatasync(l->fd_write) < 0)) {
 		snprintf(err, errlen, "cutting segment %020" PRId64 ".log failed: %s", s->base_offset, strerror(errno));
 		goto fail;
 	}
-	truncate_settle(l, c.end, true);
-	if (marker_remove(l->dir) < 0) {
+	truncate_settle(l, c.end, true, !quick);
+	if (!quick && marker_remove(l->dir) < 0) {
 		snprintf(err, errlen, "removing the truncation marker failed: %s", strerror(errno));
 		goto fail;
 	}
@@ -2979,7 +2993,7 @@ int sluice_plog_truncate_fully(struct sluice_plog *l, int64_t offset, char *err,
 	if (open_active(l, err, errlen) < 0)
 		goto fail;
 	write_log_start(l);
-	truncate_settle(l, offset, false);
+	truncate_settle(l, offset, false, true);
 	if (marker_remove(l->dir) < 0) {
 		snprintf(err, errlen, "removing the truncation marker failed: %s", strerror(errno));
 		goto fail;

@@ -538,6 +538,64 @@ Test(plog_truncate, crash_after_truncate_preallocated, .init = setup, .fini = te
 	crash_after_truncate(true);
 }
 
+/* Proves the quick cut (inside the active segment, at or above the
+ * recovery point: a follower dropping an old leader's last batches) leaves
+ * no marker and does not move the recovery point, and that a kill -9 after
+ * it and after the appends that replaced the cut batches recovers exactly
+ * the batches kept and those written after: the cut ones never come back
+ * over the new ones. */
+Test(plog_truncate, quick_cut_then_crash, .init = setup, .fini = teardown)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		io_uring_queue_exit(&H.ring);
+		if (io_uring_queue_init(16, &H.ring, 0) < 0)
+			_exit(3);
+		struct sluice_plog *l = open_log(&BIG, true);
+		for (int i = 0; i < 20; i++)
+			append(l, 2, 100 + i, 1400, 'o');
+		flush_log(l);
+		char rp_before[64] = "";
+		char p[400];
+		snprintf(p, sizeof p, "%s/sluice-recovery-point", H.dir);
+		FILE *f = fopen(p, "r");
+		if (f) {
+			if (!fgets(rp_before, sizeof rp_before, f))
+				rp_before[0] = 0;
+			fclose(f);
+		}
+		char err[256];
+		if (sluice_plog_truncate_to(l, 31, err, sizeof err) != 0 || sluice_plog_log_end(l) != 30)
+			_exit(5);
+		if (exists("sluice-truncate"))
+			_exit(6); /* the quick cut writes no marker */
+		char rp_after[64] = "";
+		f = fopen(p, "r");
+		if (f) {
+			if (!fgets(rp_after, sizeof rp_after, f))
+				rp_after[0] = 0;
+			fclose(f);
+		}
+		if (strcmp(rp_before, rp_after) != 0)
+			_exit(7); /* nor moves the recovery point */
+		for (int i = 0; i < 3; i++)
+			append(l, 2, 500 + i, 700, 'n'); /* shorter than the cut ones: their bytes lie past the end */
+		flush_log(l);
+		_exit(sluice_plog_written_end(l) == 36 ? 0 : 4);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	struct sluice_plog *l = open_log(&BIG, false);
+	cr_expect_eq(sluice_plog_log_end(l), 36);
+	uint8_t tags[18];
+	for (int i = 0; i < 18; i++)
+		tags[i] = i < 15 ? 'o' : 'n';
+	expect_batches(l, 2, tags, 18);
+	sluice_plog_close(l);
+}
+
 /* Proves a truncation interrupted by a stop is finished at the next open:
  * its marker durable, nothing removed yet (the state a kill -9 right after
  * the marker leaves), the open cuts the segment named in it, deletes the
