@@ -491,7 +491,7 @@ def parse_args(argv):
     ap.add_argument("--election-ms", type=int, default=1000, help="controller.quorum.election.timeout.ms")
     ap.add_argument("--roll-ms", type=int, default=5000,
                     help="log.roll.ms of the brokers (0: the default, a week); the cleaner then looks every 2 s")
-    ap.add_argument("--base-port", type=int, default=41000, help="brokers P..P+2, controllers P+100..P+105")
+    ap.add_argument("--base-port", type=int, default=21000, help="brokers P..P+2, controllers P+100..P+105")
     ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a property for every broker (repeatable), e.g. replica.lag.time.max.ms=5000")
     ap.add_argument("--workdir", default=None, help="where each run's directory goes (default: $TMPDIR)")

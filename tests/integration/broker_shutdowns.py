@@ -33,8 +33,8 @@ Proves, in order:
        3 catch up and rejoin the ISR with logs identical to the leader's. `unsafe` keeps
        broker 2's history: broker 1 truncates B away as it follows.
 
-Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42510-42515,
-42610-42615 on 127.0.0.1.
+Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 22510-22515,
+22610-22615 on 127.0.0.1.
 """
 import os
 import re
@@ -54,7 +54,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
-BASE_PORT = 42510
+BASE_PORT = 22510
 CS, SAFE, UNSAFE = "cs", "safe", "unsafe"
 PER_BATCH = 20
 times = {}

@@ -16,7 +16,7 @@ Proves:
   exit 1 with a message naming the server; bad usage: usage text,
   exit 2; --help: the usage text on stdout, exit 0.
 
-Python 3 standard library only. Ports 33000-33099 on 127.0.0.1.
+Python 3 standard library only. Ports 13000-13099 on 127.0.0.1.
 """
 import json
 import os
@@ -33,9 +33,9 @@ from lib import Enc, check, log
 
 ROOT = lib.ROOT
 CLUSTER_ID = "sluice-cli-test"
-CONTROLLER_PORT = 33001          # its Raft port is the next one (sluice.controller.raft.port.offset)
-BROKER_PORTS = {101: 33010, 102: 33011}
-DOWN_PORT = 33099                # nothing listens there
+CONTROLLER_PORT = 13001          # its Raft port is the next one (sluice.controller.raft.port.offset)
+BROKER_PORTS = {101: 13010, 102: 13011}
+DOWN_PORT = 13099                # nothing listens there
 SESSION_MS = 3000
 TOPIC, TOPIC_PARTITIONS = "cli-status", 6
 
@@ -301,7 +301,7 @@ def cluster(root):
     check_healthy(status("--bootstrap-server", f"127.0.0.1:{DOWN_PORT},{b2}"), "via a list whose first is down")
     r = cli("--bootstrap-server", b2, "cluster", "status")
     check(r.returncode == 0, f"table: exit {r.returncode} {r.stderr}")
-    for word in ("Controllers (leader 1", "leader", "101", "102", "127.0.0.1:33010", "Offline partitions: 0",
+    for word in ("Controllers (leader 1", "leader", "101", "102", "127.0.0.1:13010", "Offline partitions: 0",
                  "Under-replicated partitions: 0"):
         check(word in r.stdout, f"table lacks {word!r}:\n{r.stdout}")
     log("healthy: 1 leader, 2 unfenced brokers, 0 offline, 0 under-replicated (broker, controller, list, table)")
@@ -331,7 +331,7 @@ def cluster(root):
 
 def main():
     for p in [CONTROLLER_PORT, CONTROLLER_PORT + 1, DOWN_PORT, *BROKER_PORTS.values()]:
-        check(not lib.port_open(p), f"port {p} is in use: this test needs 33000-33099 free")
+        check(not lib.port_open(p), f"port {p} is in use: this test needs 13000-13099 free")
     root = tempfile.mkdtemp(prefix="sluice-cli-status-")
     ok = False
     try:

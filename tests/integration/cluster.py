@@ -36,8 +36,8 @@ Proves, in order:
 Short timeouts through the script's --set: broker.session.timeout.ms=4000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000, and a
 small snapshot threshold so that the controllers snapshot and compact while the test
-runs. Measured times (election, fencing, catch-up) are printed. Ports 34000-34105 on
-127.0.0.1 (brokers 34000-34002, controllers 34100/34102/34104 and their Raft ports +1).
+runs. Measured times (election, fencing, catch-up) are printed. Ports 14000-14105 on
+127.0.0.1 (brokers 14000-14002, controllers 14100/14102/14104 and their Raft ports +1).
 """
 import contextlib
 import glob
@@ -58,7 +58,7 @@ import lib  # noqa: E402
 from lib import Enc, Dec, check, log  # noqa: E402
 
 SCRIPT = os.path.join(lib.ROOT, "deploy", "local-cluster.sh")
-BASE_PORT = 34000
+BASE_PORT = 14000
 SESSION_MS, HEARTBEAT_MS, ELECTION_MS = 4000, 500, 1000
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand"
@@ -270,8 +270,9 @@ def summary(times):
 # ----------------------------------------------------------------- Kafka protocol
 
 # Connections are kept and reused: every connection a client closes leaves its
-# ephemeral local port in TIME_WAIT for 60 s, and the ephemeral range (32768-60999)
-# holds this test's listening ports, which a restarting node must bind again.
+# ephemeral local port in TIME_WAIT for 60 s. The cluster tests listen below Linux's
+# ephemeral range (32768-60999): a port in it could be any live connection's local
+# port when a restarting node binds it again (a broker then waited 70 s and failed).
 _conns = {}
 
 

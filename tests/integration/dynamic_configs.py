@@ -25,8 +25,8 @@ Proves:
   log.retention.bytes=1048576 roll and then delete the oldest segments of a partition
   written with 4 MB (a fetch from offset 0 gets OFFSET_OUT_OF_RANGE).
 
-Ports 36000-36099 on 127.0.0.1 (controller 36000, its Raft port 36001; brokers 36010,
-36020). Needs java and the Kafka jars (clients.py fetches them once).
+Ports 16000-16099 on 127.0.0.1 (controller 16000, its Raft port 16001; brokers 16010,
+16020). Needs java and the Kafka jars (clients.py fetches them once).
 """
 import os
 import re
@@ -43,8 +43,8 @@ import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
 CLUSTER_ID = "sluice-dyncfg-cluster"
-CONTROLLER_PORT = 36000
-BROKER_PORTS = {1: 36010, 2: 36020}
+CONTROLLER_PORT = 16000
+BROKER_PORTS = {1: 16010, 2: 16020}
 STATIC_MAX = 1500000  # message.max.bytes in the brokers' server.properties
 TOPIC = "dyncfg"
 CONFIGS = "kafka.admin.ConfigCommand"

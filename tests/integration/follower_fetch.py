@@ -38,8 +38,8 @@ Proves, in order:
 
 Short timeouts through local-cluster.sh's --set: broker.session.timeout.ms=6000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
-replica.lag.time.max.ms=6000, replica.fetch.wait.max.ms=3000. Ports 43500-43605 on
-127.0.0.1 (brokers 43500-43502, controllers 43600/43602/43604 and their Raft ports + 1).
+replica.lag.time.max.ms=6000, replica.fetch.wait.max.ms=3000. Ports 23500-23605 on
+127.0.0.1 (brokers 23500-23502, controllers 23600/23602/23604 and their Raft ports + 1).
 """
 import hashlib
 import os
@@ -57,7 +57,7 @@ import lib  # noqa: E402
 import replication as rep  # noqa: E402
 from lib import Dec, Enc, check, log  # noqa: E402
 
-BASE_PORT = 43500
+BASE_PORT = 23500
 SESSION_MS, HEARTBEAT_MS, ELECTION_MS, LAG_MS, FETCH_WAIT_MS = 6000, 500, 1000, 6000, 3000
 RACKS = {1: "a", 2: "b", 3: "c"}
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"

@@ -27,8 +27,8 @@ The epoch-walking branch (a follower whose last epoch the leader cannot place tr
 that epoch away and asks again with the one before) is proven by the unit test
 partition.out_of_range_*.
 
-Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42520-42525,
-42620-42625 on 127.0.0.1.
+Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 22520-22525,
+22620-22625 on 127.0.0.1.
 """
 import os
 import re
@@ -43,7 +43,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
-BASE_PORT = 42520
+BASE_PORT = 22520
 TOPIC = "oor"
 PER_BATCH = 20
 times = {}

@@ -28,7 +28,7 @@ Proves, in order:
 Without the timeout the stopped follower held the commit for as long as it stayed in
 the ISR (here 20 s: the client's 10 s socket timeout fails the test).
 
-Ports 46000-46002 (brokers) and 46100-46105 (controllers) on 127.0.0.1.
+Ports 26000-26002 (brokers) and 26100-26105 (controllers) on 127.0.0.1.
 """
 import os
 import signal
@@ -41,7 +41,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
-BASE_PORT = 46000
+BASE_PORT = 26000
 STALL_MS = 20000  # replica.lag.time.max.ms and broker.session.timeout.ms
 COMMIT_TIMEOUT_MS = 1000
 SETS = ["--set", f"broker.session.timeout.ms={STALL_MS}",

@@ -41,8 +41,8 @@ Proves, in order:
 Short timeouts through local-cluster.sh's --set: broker.session.timeout.ms=4000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000;
 group.initial.rebalance.delay.ms=0 and
-offsets.topic.num.partitions=10 for speed. Ports 42000-42105 on 127.0.0.1 (brokers
-42000-42002, controllers 42100/42102/42104 and their Raft ports + 1).
+offsets.topic.num.partitions=10 for speed. Ports 22000-22105 on 127.0.0.1 (brokers
+22000-22002, controllers 22100/22102/22104 and their Raft ports + 1).
 """
 import os
 import re
@@ -63,7 +63,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.admin import KafkaAdminClient, NewTopic  # noqa: E402
 from kafka.consumer.subscription_state import ConsumerRebalanceListener  # noqa: E402
 
-BASE_PORT = 42000
+BASE_PORT = 22000
 SESSION_MS, HEARTBEAT_MS, ELECTION_MS = 4000, 500, 1000
 OFFSETS_PARTITIONS = 10
 SETS = ["--set", f"broker.session.timeout.ms={SESSION_MS}",

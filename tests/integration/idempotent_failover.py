@@ -24,8 +24,8 @@ Proves, in order:
   partition finds each value exactly once, in the order sent, at the offset its
   acknowledgement named: nothing lost, nothing duplicated.
 
-Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 42500-42505,
-42600-42605 on 127.0.0.1.
+Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 22500-22505,
+22600-22605 on 127.0.0.1.
 """
 import os
 import sys
@@ -44,7 +44,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
-BASE_PORT = 42500
+BASE_PORT = 22500
 TOPIC, STREAM = "idem", "stream"
 PER_BATCH = 5
 RATE = 1500  # records a second the real producer sends

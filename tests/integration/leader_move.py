@@ -17,7 +17,7 @@ Proves:
   waits after a refusal (storage_core.c). Without that, every follower fetch asked again
   (thousands of refusals a second, seen in the RF=3 failover benchmark).
 
-Ports 44800-44905 on 127.0.0.1 (brokers 44800-44802, controllers 44900/44902/44904 and
+Ports 24800-24905 on 127.0.0.1 (brokers 24800-24802, controllers 24900/24902/24904 and
 their Raft ports + 1).
 """
 import os
@@ -30,7 +30,7 @@ import cluster as clu  # noqa: E402
 import lib  # noqa: E402
 from lib import Enc, check, log  # noqa: E402
 
-BASE_PORT = 44800
+BASE_PORT = 24800
 FETCH_WAIT_MS = 20000
 SETS = ["--set-broker", f"replica.fetch.wait.max.ms={FETCH_WAIT_MS}"]
 TOPIC, PARTITIONS = "moving", 3

@@ -25,8 +25,8 @@ Proves, in order:
   it on broker 2 only, with the bytes of broker 2's segment files, the size broker 1 had.
 
 Sluice only (it reads Sluice's data directories and runs deploy/local-cluster.sh). Ports on
-127.0.0.1: the single node 43200; the cluster's brokers 43210-43211, its controller 43310
-(Raft 43311).
+127.0.0.1: the single node 23200; the cluster's brokers 23210-23211, its controller 23310
+(Raft 23311).
 """
 import glob
 import json
@@ -41,8 +41,8 @@ import cluster as clu  # noqa: E402
 import lib  # noqa: E402
 from lib import Enc, check, log  # noqa: E402
 
-SINGLE_PORT = 43200
-CLUSTER_BASE_PORT = 43210
+SINGLE_PORT = 23200
+CLUSTER_BASE_PORT = 23210
 KAFKA_OLD, KAFKA_NEW = "4.1.1", "4.4.0"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"

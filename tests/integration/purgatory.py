@@ -34,7 +34,7 @@ Proves, in order:
   cluster: "low_watermark: N" for the offset asked, and both followers' log start there
   when it returns.
 
-Ports 42800-42802 (brokers) and 42900-42905 (controllers) on 127.0.0.1.
+Ports 22800-22802 (brokers) and 22900-22905 (controllers) on 127.0.0.1.
 """
 import json
 import os
@@ -50,7 +50,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import Enc, check, log  # noqa: E402
 
-BASE_PORT = 42800
+BASE_PORT = 22800
 ACKS, PAIR = "acks", "pair"
 STALL_MS = 20000  # replica.lag.time.max.ms and broker.session.timeout.ms
 SETS = ["--set", f"broker.session.timeout.ms={STALL_MS}",

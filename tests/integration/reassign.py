@@ -34,8 +34,8 @@ Proves, in order:
   asked directly, only the active controller answers ListPartitionReassignments, the
   others NOT_CONTROLLER.
 
-Short timeouts through local-cluster.sh's --set. Ports 43000-43105 on 127.0.0.1
-(brokers 43000-43002, controllers 43100/43102/43104 and their Raft ports + 1).
+Short timeouts through local-cluster.sh's --set. Ports 23000-23105 on 127.0.0.1
+(brokers 23000-23002, controllers 23100/23102/23104 and their Raft ports + 1).
 """
 import json
 import os
@@ -50,7 +50,7 @@ import cluster as clu  # noqa: E402
 import lib  # noqa: E402
 from lib import Enc, check, log  # noqa: E402
 
-BASE_PORT = 43000
+BASE_PORT = 23000
 SESSION_MS, HEARTBEAT_MS, ELECTION_MS, LAG_MS, FETCH_BYTES = 4000, 500, 1000, 3000, 65536
 SETS = ["--set", f"broker.session.timeout.ms={SESSION_MS}",
         "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",

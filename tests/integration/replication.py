@@ -36,8 +36,8 @@ Proves, in order:
 
 Short timeouts through local-cluster.sh's --set: broker.session.timeout.ms=4000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000,
-replica.lag.time.max.ms=3000. Ports 40500-40605 on 127.0.0.1 (brokers 40500-40502,
-controllers 40600/40602/40604 and their Raft ports + 1).
+replica.lag.time.max.ms=3000. Ports 20500-20605 on 127.0.0.1 (brokers 20500-20502,
+controllers 20600/20602/20604 and their Raft ports + 1).
 """
 import hashlib
 import os
@@ -53,7 +53,7 @@ import cluster as clu  # noqa: E402
 import lib  # noqa: E402
 from lib import Dec, Enc, check, log  # noqa: E402
 
-BASE_PORT = 40500
+BASE_PORT = 20500
 SESSION_MS, HEARTBEAT_MS, ELECTION_MS, LAG_MS = 4000, 500, 1000, 3000
 SETS = ["--set", f"broker.session.timeout.ms={SESSION_MS}",
         "--set", f"broker.heartbeat.interval.ms={HEARTBEAT_MS}",

@@ -16,8 +16,8 @@ Proves, in order:
 - broker 3 stopped and started again: the `-stray` directories are left as they are
   (a WARN at start, not taken for partitions, no refusal), and it is in every ISR again.
 
-Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 47000-47002,
-47100-47105 on 127.0.0.1.
+Short timeouts through local-cluster.sh's --set (failover_lib.SETS). Ports 27000-27002,
+27100-27105 on 127.0.0.1.
 """
 import base64
 import glob
@@ -32,7 +32,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
-BASE_PORT = 47000
+BASE_PORT = 27000
 TOPIC, PARTS, PER_PART = "again", 3, 30
 times = {}
 

@@ -9,7 +9,7 @@ partition for 2 s; after a pause every acknowledged value must be read back from
 new topic, and no value of an earlier round may show. Before the fix, a broker still
 holding the deleted topic's log (its deleted-topic sweep runs about once a second) let
 the new topic's leadership and records into it, then removed it: thousands of
-acknowledged records per round were lost. Ports 47600-47602, 47700-47705; ~60 s.
+acknowledged records per round were lost. Ports 27600-27602, 27700-27705; ~60 s.
 """
 import os
 import sys
@@ -28,7 +28,7 @@ import failover_lib as fl  # noqa: E402
 import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
-BASE_PORT = 47600
+BASE_PORT = 27600
 TOPIC, PARTITIONS, ROUNDS = "again", 6, 3
 WRITE_S = 2.0
 times = {}
