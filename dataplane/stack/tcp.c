@@ -421,8 +421,9 @@ static enum step ack_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_s
 		return STEP_DROP;
 	}
 	uint32_t wnd = (uint32_t)seg->window << t->snd_wscale;
+	/* RFC 5681 2: a duplicate ACK; answers to zero-window probes are not. */
 	bool dup = ack == t->snd_una && t->snd_max != t->snd_una && seg->payload_len == 0 &&
-		   !(seg->flags & (SLUICE_TCP_SYN | SLUICE_TCP_FIN)) && wnd == t->snd_wnd;
+		   !(seg->flags & (SLUICE_TCP_SYN | SLUICE_TCP_FIN)) && wnd == t->snd_wnd && wnd != 0;
 	if (sluice_tcp_seq_gt(ack, t->snd_una))
 		ack_advance(t, seg, now_ms);
 	else if (dup)
@@ -470,6 +471,8 @@ static void deliver(struct sluice_tcp_tcb *t, const uint8_t *p, uint32_t n)
 static bool ooo_drain(struct sluice_tcp_tcb *t)
 {
 	bool moved = false;
+	if (t->ooo_n == 0)
+		return false;
 	uint32_t mask = t->cfg.ooo_buf_bytes - 1;
 	while (t->ooo_n > 0 && sluice_tcp_seq_leq(t->ooo[0].left, t->rcv_nxt)) {
 		struct sluice_tcp_sack_block *b = &t->ooo[0];
@@ -598,17 +601,21 @@ static void text_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *
 		len = off < lim ? lim - off : 0;
 		fin = false;
 	}
-	if (len == 0 && !fin)
+	if (len == 0 && !fin) {
+		t->ack_now = t->ack_now || seg_len(seg) > 0; /* old or no room: say where we are */
 		return;
+	}
 	if (t->state == SLUICE_TCP_FIN_WAIT_2)
 		t->state_at = now_ms + t->cfg.fin_wait_2_ms; /* the peer is alive */
 	if (seq != t->rcv_nxt) {
 		out_of_order(t, seq, p, len, fin);
 		return;
 	}
+	bool hole = t->ooo_n > 0 || t->ooo_fin;
 	deliver(t, p, len);
-	if (t->ooo_n > 0 && ooo_drain(t))
-		t->ack_now = true; /* a hole filled */
+	ooo_drain(t);
+	if (hole)
+		t->ack_now = true; /* a gap (partly) filled: RFC 5681 4.2 */
 	else if (t->unacked_bytes >= 2u * t->rcv_mss)
 		t->ack_now = true; /* every second full segment */
 	if ((fin && t->rcv_nxt == seq + len) || (t->ooo_fin && t->ooo_n == 0 && t->rcv_nxt == t->ooo_fin_seq))
@@ -649,7 +656,7 @@ static enum step input_checks(struct sluice_tcp_tcb *t, const struct sluice_tcp_
 	}
 	if (!acceptable(t, seg, text_ok)) {
 		t->counters.unacceptable++;
-		t->ack_now = !rst;
+		t->ack_now = t->ack_now || !rst; /* never answer a RST */
 		return STEP_DROP;
 	}
 	if (rst) {
