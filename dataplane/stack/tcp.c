@@ -180,7 +180,11 @@ static void sent_at_nxt(struct sluice_tcp_tcb *t, uint32_t len, uint64_t now_ms)
 			t->rtt_seq = t->snd_nxt;
 			t->rtt_start_ms = now_ms;
 		}
-		t->counters.bytes_out += t->snd_nxt - t->snd_max;
+		/* Fresh data only: the SYN and the FIN are no payload. */
+		uint32_t from = sluice_tcp_seq_gt(t->snd_max, t->snd_buf_seq) ? t->snd_max : t->snd_buf_seq;
+		uint32_t to = t->snd_buf_seq + t->snd_len;
+		to = sluice_tcp_seq_lt(t->snd_nxt, to) ? t->snd_nxt : to;
+		t->counters.bytes_out += sluice_tcp_seq_gt(to, from) ? to - from : 0;
 		t->snd_max = t->snd_nxt;
 	}
 	if (t->rtx_at == SLUICE_TCP_TIMER_NONE)
