@@ -876,6 +876,8 @@ uint32_t sluice_tcp_send_space(const struct sluice_tcp_tcb *t)
 uint32_t sluice_tcp_send(struct sluice_tcp_tcb *t, const void *bytes, uint32_t n)
 {
 	n = min32(n, sluice_tcp_send_space(t));
+	if (n == 0)
+		return 0;
 	uint32_t size = t->cfg.snd_buf_bytes, pos = (t->snd_head + t->snd_len) & (size - 1);
 	uint32_t first = min32(n, size - pos);
 	memcpy(t->cfg.snd_buf + pos, bytes, first);

@@ -47,7 +47,8 @@ static void cap_emit(void *arg, const struct sluice_tcp_seg *seg)
 	cr_assert_leq(h->arena_used + seg->payload_len, CAP_BYTES_MAX);
 	struct sluice_tcp_seg *c = &h->out[h->n_out++];
 	*c = *seg;
-	memcpy(h->arena + h->arena_used, seg->payload, seg->payload_len);
+	if (seg->payload_len > 0)
+		memcpy(h->arena + h->arena_used, seg->payload, seg->payload_len);
 	c->payload = h->arena + h->arena_used;
 	h->arena_used += seg->payload_len;
 }
@@ -886,7 +887,8 @@ static void pipe_put(struct pipe *p, const struct sluice_tcp_seg *s, uint64_t at
 	uint32_t i = (p->head + p->n++) % PIPE_MAX;
 	p->item[i].at = at;
 	p->item[i].seg = *s;
-	memcpy(p->item[i].data, s->payload, s->payload_len);
+	if (s->payload_len > 0)
+		memcpy(p->item[i].data, s->payload, s->payload_len);
 }
 
 /* The next segment due by now, copied into *s and buf. */
@@ -895,7 +897,8 @@ static bool pipe_get(struct pipe *p, uint64_t t, struct sluice_tcp_seg *s, uint8
 	if (p->n == 0 || p->item[p->head].at > t)
 		return false;
 	*s = p->item[p->head].seg;
-	memcpy(buf, p->item[p->head].data, s->payload_len);
+	if (s->payload_len > 0)
+		memcpy(buf, p->item[p->head].data, s->payload_len);
 	s->payload = buf;
 	p->head = (p->head + 1) % PIPE_MAX, p->n--;
 	return true;
