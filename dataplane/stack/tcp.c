@@ -1,6 +1,1076 @@
 /* The TCP connection state machine of Sluice's own TCP/IP stack (issue
- * 14): RFC 9293 per connection, driven by parsed segments and the clock,
- * emitting segments and delivering bytes through callbacks; no packet
- * buffers, no DPDK. Placeholder until it lands. */
-#include "dataplane/stack/seg.h"
-_Static_assert(SLUICE_TCP_SYN == 0x02 && SLUICE_TCP_FIN == 0x01, "flag bits as on the wire");
+ * 14): RFC 9293 per connection, driven by parsed segments and the caller's
+ * clock, emitting segments and delivering bytes through callbacks (tcp.h
+ * says what is whose). Choices, each explained where it is made:
+ * - out-of-order segments are kept in a bounded reassembly area the caller
+ *   supplies (at most SLUICE_TCP_OOO_RANGES_MAX islands) and reported in
+ *   SACK blocks; without an area, or past its bounds, they are dropped and
+ *   answered by an immediate duplicate ACK;
+ * - the sender is NewReno (RFC 6582) and ignores the SACK blocks it
+ *   receives (an RFC 6675 scoreboard is later work);
+ * - the initial window is RFC 6928's 10 segments (capped at 14600 bytes);
+ * - ACKs are delayed up to delack_ms, but sent at once for every second
+ *   full segment's worth of bytes, out-of-order data, a filled hole, a FIN
+ *   and a window update (RFC 9293 3.8.6.3, RFC 5681 4.2);
+ * - after a retransmission timeout the sender goes back N (snd_nxt returns
+ *   to snd_una, snd_max remembers the highest sent);
+ * - a RST in TIME-WAIT closes it (RFC 9293, not RFC 1337); a SYN there gets
+ *   a challenge ACK (reuse of TIME-WAIT for a new SYN is the listener's);
+ * - segments without timestamps on a timestamped connection are accepted;
+ *   challenge ACKs are not rate limited; no keepalive. */
+#include "dataplane/stack/tcp.h"
+#include <assert.h>
+#include <string.h>
+
+#define TS_OPTION_BYTES 12                       /* timestamps + 2 NOPs, taken from the MSS */
+#define PAWS_IDLE_MS (24ull * 24 * 3600 * 1000)  /* RFC 7323 5.5: TS.Recent too old to trust */
+#define PERSIST_BACKOFF_MAX 16                   /* shifts of the persist interval */
+#define SSTHRESH_INITIAL 0x7fffffffu             /* RFC 5681 3.1: arbitrarily high */
+
+_Static_assert(SLUICE_TCP_MSS_MIN > TS_OPTION_BYTES, "a segment carries data after the timestamps");
+_Static_assert((uint64_t)SLUICE_TCP_RTO_MAX_MS << PERSIST_BACKOFF_MAX < UINT32_MAX * 1000ull,
+	       "persist intervals do not overflow before the cap");
+
+/* What a step of segment processing leaves: go on, drop the segment (the
+ * connection lives: send what is owed), or the connection is gone (touch
+ * nothing: ops.closed may have freed the TCB). */
+enum step { STEP_GO, STEP_DROP, STEP_GONE };
+
+static uint32_t min32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static uint32_t max32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+static uint32_t seg_len(const struct sluice_tcp_seg *s)
+{
+	return s->payload_len + !!(s->flags & SLUICE_TCP_SYN) + !!(s->flags & SLUICE_TCP_FIN);
+}
+
+/* s in [base, base + wnd) in wrapped arithmetic. */
+static bool in_window(uint32_t s, uint32_t base, uint32_t wnd) { return s - base < wnd; }
+
+static void end_conn(struct sluice_tcp_tcb *t, enum sluice_tcp_close_reason reason)
+{
+	assert(t->state != SLUICE_TCP_CLOSED);
+	t->state = SLUICE_TCP_CLOSED;
+	t->rtx_at = t->persist_at = t->delack_at = t->state_at = SLUICE_TCP_TIMER_NONE;
+	t->cfg.ops.closed(t->cfg.arg, reason); /* last: the TCB may be freed here */
+}
+
+/* ---- receive window ---- */
+
+/* The window our last segment offered, from rcv_nxt to its right edge. */
+static uint32_t rcv_wnd_cur(const struct sluice_tcp_tcb *t)
+{
+	return sluice_tcp_seq_gt(t->rcv_adv, t->rcv_nxt) ? t->rcv_adv - t->rcv_nxt : 0;
+}
+
+/* The window to offer now: the caller's free space, scaled-field aligned,
+ * and moved right only by a worthwhile step (receiver SWS avoidance, RFC
+ * 9293 3.8.6.2.2: min(half the buffer, one segment)). */
+static uint32_t rcv_wnd_new(const struct sluice_tcp_tcb *t)
+{
+	uint32_t w = min32(t->rcv_space, 65535u << t->rcv_wscale);
+	w &= ~((1u << t->rcv_wscale) - 1);
+	uint32_t cur = rcv_wnd_cur(t);
+	if (w > cur && w - cur < min32(t->cfg.rcv_space / 2, t->rcv_mss))
+		return cur;
+	return w;
+}
+
+/* ---- emitting ---- */
+
+static void put_options(struct sluice_tcp_tcb *t, struct sluice_tcp_seg *s, uint64_t now_ms)
+{
+	bool offer = t->state == SLUICE_TCP_SYN_SENT; /* our SYN offers everything */
+	if (s->flags & SLUICE_TCP_SYN) {
+		s->mss = t->cfg.mss;
+		if (offer || t->wscale_ok)
+			s->wscale = (int8_t)t->cfg.rcv_wscale;
+		s->sack_permitted = offer || t->sack_ok;
+	}
+	if (offer || t->ts_ok) {
+		s->has_ts = true;
+		s->ts_val = (uint32_t)now_ms + t->cfg.ts_offset;
+		s->ts_ecr = offer ? 0 : t->ts_recent;
+	}
+	if (!t->sack_ok || t->ooo_n == 0 || (s->flags & SLUICE_TCP_SYN))
+		return;
+	/* RFC 2018 4: the first block is the island the latest segment touched. */
+	uint32_t room = t->ts_ok ? 3 : SLUICE_TCP_SACK_BLOCKS_MAX;
+	s->sack[s->sack_n++] = t->ooo[t->ooo_newest];
+	for (uint32_t i = 0; i < t->ooo_n && s->sack_n < room; i++)
+		if (i != t->ooo_newest)
+			s->sack[s->sack_n++] = t->ooo[i];
+	assert(s->sack_n <= SLUICE_TCP_SACK_BLOCKS_MAX);
+}
+
+static void emit_seg(struct sluice_tcp_tcb *t, uint32_t seq, uint8_t flags, const uint8_t *p, uint32_t n,
+		     uint64_t now_ms)
+{
+	struct sluice_tcp_seg s;
+	memset(&s, 0, sizeof s);
+	s.saddr = t->laddr, s.daddr = t->raddr, s.sport = t->lport, s.dport = t->rport;
+	s.seq = seq, s.flags = flags, s.wscale = -1, s.payload = p, s.payload_len = n;
+	if (!(flags & SLUICE_TCP_RST)) {
+		uint32_t w = rcv_wnd_new(t);
+		if (flags & SLUICE_TCP_SYN) { /* never scaled (RFC 7323 2.2) */
+			s.window = (uint16_t)min32(w, 65535);
+			t->rcv_adv = t->rcv_nxt + s.window;
+		} else {
+			s.window = (uint16_t)(w >> t->rcv_wscale);
+			t->rcv_adv = t->rcv_nxt + ((uint32_t)s.window << t->rcv_wscale);
+		}
+		put_options(t, &s, now_ms);
+	}
+	if (flags & SLUICE_TCP_ACK) {
+		s.ack = t->rcv_nxt;
+		t->last_ack_sent = t->rcv_nxt;
+		t->ack_now = false;
+		t->unacked_bytes = 0;
+		t->delack_at = SLUICE_TCP_TIMER_NONE;
+	}
+	t->counters.segs_out++;
+	t->cfg.ops.emit(t->cfg.arg, &s);
+}
+
+static bool fin_may_go(const struct sluice_tcp_tcb *t)
+{
+	return t->fin_queued && (t->state == SLUICE_TCP_FIN_WAIT_1 || t->state == SLUICE_TCP_CLOSING ||
+				 t->state == SLUICE_TCP_LAST_ACK);
+}
+
+/* Sends one segment starting at seq with at most limit payload bytes (the
+ * SYN, data up to the ring's wrap, the FIN after the last byte); returns
+ * the sequence space it covered, 0 when there was nothing to send. */
+static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uint64_t now_ms)
+{
+	if (seq == t->iss && (t->state == SLUICE_TCP_SYN_SENT || t->state == SLUICE_TCP_SYN_RECEIVED)) {
+		uint8_t f = SLUICE_TCP_SYN | (t->state == SLUICE_TCP_SYN_RECEIVED ? SLUICE_TCP_ACK : 0);
+		emit_seg(t, seq, f, NULL, 0, now_ms);
+		return 1;
+	}
+	if (t->state == SLUICE_TCP_SYN_SENT || t->state == SLUICE_TCP_SYN_RECEIVED)
+		return 0; /* data waits for the handshake */
+	uint32_t off = seq - t->snd_buf_seq;
+	assert(off <= t->snd_len);
+	uint32_t pos = (t->snd_head + off) & (t->cfg.snd_buf_bytes - 1);
+	uint32_t n = min32(min32(t->snd_len - off, limit), t->smss);
+	n = min32(n, t->cfg.snd_buf_bytes - pos); /* one contiguous piece per segment */
+	bool fin = fin_may_go(t) && off + n == t->snd_len;
+	if (n == 0 && !fin)
+		return 0;
+	uint8_t flags = SLUICE_TCP_ACK;
+	if (n > 0 && off + n == t->snd_len)
+		flags |= SLUICE_TCP_PSH;
+	if (fin)
+		flags |= SLUICE_TCP_FIN;
+	emit_seg(t, seq, flags, n ? t->cfg.snd_buf + pos : NULL, n, now_ms);
+	return n + fin;
+}
+
+/* Bookkeeping after sending len at snd_nxt: new data counted, the RTT timed
+ * when timestamps do not time it (Karn: only first transmissions), the
+ * retransmission timer armed. */
+static void sent_at_nxt(struct sluice_tcp_tcb *t, uint32_t len, uint64_t now_ms)
+{
+	uint32_t seq = t->snd_nxt;
+	t->snd_nxt += len;
+	if (sluice_tcp_seq_gt(t->snd_nxt, t->snd_max)) {
+		if (!t->ts_ok && !t->rtt_timing && seq == t->snd_max) {
+			t->rtt_timing = true;
+			t->rtt_seq = t->snd_nxt;
+			t->rtt_start_ms = now_ms;
+		}
+		/* Fresh data only: the SYN and the FIN are no payload. */
+		uint32_t from = sluice_tcp_seq_gt(t->snd_max, t->snd_buf_seq) ? t->snd_max : t->snd_buf_seq;
+		uint32_t to = t->snd_buf_seq + t->snd_len;
+		to = sluice_tcp_seq_lt(t->snd_nxt, to) ? t->snd_nxt : to;
+		t->counters.bytes_out += sluice_tcp_seq_gt(to, from) ? to - from : 0;
+		t->snd_max = t->snd_nxt;
+	}
+	if (t->rtx_at == SLUICE_TCP_TIMER_NONE)
+		t->rtx_at = now_ms + t->rto_ms;
+	t->persist_at = SLUICE_TCP_TIMER_NONE;
+}
+
+static bool can_send_data(const struct sluice_tcp_tcb *t)
+{
+	switch (t->state) {
+	case SLUICE_TCP_ESTABLISHED: case SLUICE_TCP_CLOSE_WAIT: case SLUICE_TCP_FIN_WAIT_1:
+	case SLUICE_TCP_CLOSING: case SLUICE_TCP_LAST_ACK:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static uint32_t unsent_bytes(const struct sluice_tcp_tcb *t)
+{
+	uint32_t off = t->snd_nxt - t->snd_buf_seq;
+	return off < t->snd_len ? t->snd_len - off : 0;
+}
+
+/* Sends what the peer's window and cwnd allow, MSS-sized; small segments
+ * only when they carry the last queued byte or half the peer's largest
+ * window (sender SWS avoidance, RFC 9293 3.8.6.2.1), and with Nagle only
+ * when nothing is in flight. */
+static void send_data(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	uint32_t segs_max = t->cfg.snd_buf_bytes / t->smss + 3; /* bounded: each round sends or stops */
+	for (uint32_t i = 0; i < segs_max; i++) {
+		uint32_t flight = t->snd_nxt - t->snd_una;
+		uint32_t wnd = min32(t->snd_wnd, t->cwnd);
+		uint32_t usable = wnd > flight ? wnd - flight : 0;
+		uint32_t pending = unsent_bytes(t);
+		uint32_t n = min32(min32(pending, usable), t->smss);
+		if (pending == 0) {
+			if (fin_may_go(t) && t->snd_nxt == t->snd_buf_seq + t->snd_len)
+				sent_at_nxt(t, xmit(t, t->snd_nxt, 0, now_ms), now_ms);
+			return;
+		}
+		if (n == 0)
+			return;
+		if (n < t->smss && n < pending && n < t->max_snd_wnd / 2)
+			return;
+		if (t->cfg.nagle && n < t->smss && flight > 0)
+			return;
+		uint32_t len = xmit(t, t->snd_nxt, n, now_ms);
+		assert(len > 0);
+		sent_at_nxt(t, len, now_ms);
+	}
+}
+
+static uint32_t persist_interval_ms(const struct sluice_tcp_tcb *t)
+{
+	uint64_t ms = (uint64_t)t->rto_ms << t->persist_backoff;
+	return (uint32_t)(ms < t->cfg.rto_max_ms ? ms : t->cfg.rto_max_ms);
+}
+
+void sluice_tcp_output(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	assert(t->state != SLUICE_TCP_CLOSED);
+	if (can_send_data(t)) {
+		send_data(t, now_ms);
+		/* Data waits and nothing is in flight to bring an ACK: probe. */
+		if (t->rtx_at == SLUICE_TCP_TIMER_NONE && t->persist_at == SLUICE_TCP_TIMER_NONE &&
+		    t->snd_nxt == t->snd_una && unsent_bytes(t) > 0)
+			t->persist_at = now_ms + persist_interval_ms(t);
+	}
+	if (t->ack_now && t->state != SLUICE_TCP_SYN_SENT)
+		emit_seg(t, t->snd_nxt, SLUICE_TCP_ACK, NULL, 0, now_ms);
+	else if (t->unacked_bytes > 0 && t->delack_at == SLUICE_TCP_TIMER_NONE)
+		t->delack_at = now_ms + t->cfg.delack_ms;
+}
+
+/* ---- RTT and congestion ---- */
+
+/* RFC 6298 2.2-2.4, in microseconds; the backoff ends with a new sample. */
+static void rtt_sample(struct sluice_tcp_tcb *t, uint32_t sample_ms)
+{
+	uint32_t r = min32(sample_ms, SLUICE_TCP_RTO_MAX_MS) * 1000;
+	if (!t->rtt_measured) {
+		t->srtt_us = r;
+		t->rttvar_us = r / 2;
+		t->rtt_measured = true;
+	} else {
+		uint32_t delta = t->srtt_us > r ? t->srtt_us - r : r - t->srtt_us;
+		t->rttvar_us = (3 * t->rttvar_us + delta) / 4;
+		t->srtt_us = (7 * t->srtt_us + r) / 8;
+	}
+	uint32_t rto_us = t->srtt_us + max32(1000, 4 * t->rttvar_us); /* G: a 1 ms clock */
+	uint32_t rto = (rto_us + 999) / 1000;
+	t->rto_ms = min32(max32(rto, t->cfg.rto_min_ms), t->cfg.rto_max_ms);
+	assert(t->rto_ms >= t->cfg.rto_min_ms && t->rto_ms <= SLUICE_TCP_RTO_MAX_MS);
+}
+
+static void rtt_on_ack(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	if (t->ts_ok && seg->has_ts && seg->ts_ecr != 0) {
+		uint32_t r = (uint32_t)now_ms + t->cfg.ts_offset - seg->ts_ecr;
+		if ((int32_t)r >= 0)
+			rtt_sample(t, r);
+	} else if (t->rtt_timing && sluice_tcp_seq_geq(seg->ack, t->rtt_seq)) {
+		t->rtt_timing = false;
+		rtt_sample(t, (uint32_t)(now_ms - t->rtt_start_ms));
+	}
+}
+
+static uint32_t initial_window(uint32_t smss)
+{
+	return min32(SLUICE_TCP_IW_SEGS * smss, max32(2 * smss, SLUICE_TCP_IW_BYTES_CAP));
+}
+
+/* New data acknowledged: slow start or congestion avoidance (RFC 5681
+ * 3.1), or NewReno's partial and full ACKs in recovery (RFC 6582 3.2). */
+static void cc_on_ack(struct sluice_tcp_tcb *t, uint32_t acked, uint64_t now_ms)
+{
+	if (t->in_recovery && sluice_tcp_seq_gt(t->snd_una, t->recover)) {
+		uint32_t flight = t->snd_max - t->snd_una;
+		t->cwnd = min32(t->ssthresh, max32(flight, t->smss) + t->smss);
+		t->in_recovery = false;
+	} else if (t->in_recovery) {
+		/* Partial ACK: the next hole is lost too; resend it at once and
+		 * deflate by what left the network, keeping one segment's credit. */
+		uint32_t len = xmit(t, t->snd_una, t->smss, now_ms);
+		t->counters.fast_retransmits += len > 0;
+		t->cwnd = t->cwnd > acked ? t->cwnd - acked : 0;
+		if (acked >= t->smss)
+			t->cwnd += t->smss;
+		t->cwnd = max32(t->cwnd, t->smss);
+		if (!t->partial_ack_seen) /* only the first partial ACK restarts the timer */
+			t->rtx_at = now_ms + t->rto_ms;
+		t->partial_ack_seen = true;
+	} else if (t->cwnd < t->ssthresh) {
+		t->cwnd += min32(acked, t->smss);
+	} else {
+		t->cwnd += max32(1, t->smss * t->smss / t->cwnd);
+	}
+	t->dupacks = 0;
+}
+
+static void cc_on_dup_ack(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	t->counters.dup_acks++;
+	if (t->in_recovery) {
+		t->cwnd += t->smss; /* another segment left the network */
+		return;
+	}
+	if (++t->dupacks != 3 || !sluice_tcp_seq_gt(t->snd_una, t->recover))
+		return;
+	uint32_t flight = t->snd_max - t->snd_una;
+	t->ssthresh = max32(flight / 2, 2 * t->smss);
+	t->recover = t->snd_max - 1;
+	uint32_t len = xmit(t, t->snd_una, t->smss, now_ms);
+	assert(len > 0);
+	t->counters.fast_retransmits++;
+	t->rtt_timing = false;
+	t->cwnd = t->ssthresh + 3 * t->smss;
+	t->in_recovery = true;
+	t->partial_ack_seen = false;
+}
+
+/* ---- ACK processing ---- */
+
+/* SND.UNA advances to ack: the ring gives back the acknowledged bytes,
+ * our FIN may be acknowledged, RTT and cwnd learn, the timer restarts. */
+static void ack_advance(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	uint32_t ack = seg->ack, data = 0;
+	if (sluice_tcp_seq_gt(ack, t->snd_buf_seq)) {
+		data = min32(ack - t->snd_buf_seq, t->snd_len);
+		t->snd_head = (t->snd_head + data) & (t->cfg.snd_buf_bytes - 1);
+		t->snd_len -= data;
+		t->snd_buf_seq += data;
+		if (t->fin_queued && sluice_tcp_seq_gt(ack, t->snd_buf_seq)) {
+			assert(t->snd_len == 0 && ack == t->snd_buf_seq + 1);
+			t->fin_acked = true;
+		}
+	}
+	t->snd_una = ack;
+	if (sluice_tcp_seq_lt(t->snd_nxt, ack))
+		t->snd_nxt = ack;
+	rtt_on_ack(t, seg, now_ms);
+	t->retries = 0;
+	bool was_partial = t->in_recovery && t->partial_ack_seen;
+	cc_on_ack(t, data, now_ms);
+	if (t->snd_una == t->snd_max)
+		t->rtx_at = SLUICE_TCP_TIMER_NONE;
+	else if (!was_partial || !t->in_recovery)
+		t->rtx_at = now_ms + t->rto_ms; /* RFC 6298 5.3 */
+	if (data > 0 && t->cfg.ops.acked)
+		t->cfg.ops.acked(t->cfg.arg, data);
+}
+
+/* SND.WND from a segment newer than the last update (WL1/WL2 rule). A
+ * window closed on data in flight makes the data wait for the persist
+ * timer instead of retransmitting into it (so a mute peer that answers
+ * probes never exhausts the retransmissions). */
+static void window_update(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg)
+{
+	uint32_t wnd = (uint32_t)seg->window << t->snd_wscale;
+	if (!(sluice_tcp_seq_lt(t->snd_wl1, seg->seq) ||
+	      (t->snd_wl1 == seg->seq && sluice_tcp_seq_leq(t->snd_wl2, seg->ack))))
+		return;
+	t->snd_wnd = wnd;
+	t->snd_wl1 = seg->seq;
+	t->snd_wl2 = seg->ack;
+	t->max_snd_wnd = max32(t->max_snd_wnd, wnd);
+	if (wnd > 0) {
+		t->persist_backoff = 0;
+		t->persist_at = SLUICE_TCP_TIMER_NONE;
+	} else if (t->snd_nxt != t->snd_una && !t->in_recovery) {
+		t->snd_nxt = t->snd_una;
+		t->rtx_at = SLUICE_TCP_TIMER_NONE;
+		t->retries = 0;
+	}
+}
+
+static void enter_time_wait(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	t->state = SLUICE_TCP_TIME_WAIT;
+	t->state_at = now_ms + 2ull * t->cfg.msl_ms;
+	t->rtx_at = t->persist_at = SLUICE_TCP_TIMER_NONE;
+}
+
+/* RFC 9293 3.10.7.4, fifth check, in synchronized states. */
+static enum step ack_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	uint32_t ack = seg->ack;
+	if (sluice_tcp_seq_gt(ack, t->snd_max)) { /* acknowledges what was never sent */
+		t->ack_now = true;
+		return STEP_DROP;
+	}
+	if (sluice_tcp_seq_lt(ack, t->snd_una - t->max_snd_wnd)) { /* RFC 5961 5.2: too old */
+		t->ack_now = true;
+		t->counters.challenge_acks++;
+		return STEP_DROP;
+	}
+	uint32_t wnd = (uint32_t)seg->window << t->snd_wscale;
+	/* RFC 5681 2: a duplicate ACK; answers to zero-window probes are not. */
+	bool dup = ack == t->snd_una && t->snd_max != t->snd_una && seg->payload_len == 0 &&
+		   !(seg->flags & (SLUICE_TCP_SYN | SLUICE_TCP_FIN)) && wnd == t->snd_wnd && wnd != 0;
+	if (sluice_tcp_seq_gt(ack, t->snd_una))
+		ack_advance(t, seg, now_ms);
+	else if (dup)
+		cc_on_dup_ack(t, now_ms);
+	if (sluice_tcp_seq_geq(ack, t->snd_una))
+		window_update(t, seg);
+	if (!t->fin_acked)
+		return STEP_GO;
+	switch (t->state) {
+	case SLUICE_TCP_FIN_WAIT_1:
+		t->state = SLUICE_TCP_FIN_WAIT_2;
+		t->state_at = now_ms + t->cfg.fin_wait_2_ms;
+		break;
+	case SLUICE_TCP_CLOSING:
+		enter_time_wait(t, now_ms);
+		break;
+	case SLUICE_TCP_LAST_ACK:
+		end_conn(t, SLUICE_TCP_END_ORDERLY);
+		return STEP_GONE;
+	default:
+		break;
+	}
+	return STEP_GO;
+}
+
+/* ---- receiving text ---- */
+
+/* In-order bytes to the caller; the books are updated first so the
+ * callback may set the receive space. */
+static void deliver(struct sluice_tcp_tcb *t, const uint8_t *p, uint32_t n)
+{
+	if (n == 0)
+		return;
+	assert(n <= t->rcv_space);
+	t->rcv_nxt += n;
+	t->rcv_space -= n;
+	t->unacked_bytes += n;
+	t->counters.bytes_in += n;
+	t->cfg.ops.deliver(t->cfg.arg, p, n);
+}
+
+/* Islands now reached by rcv_nxt go to the caller (as much as it has room
+ * for); returns whether any byte did. The area is indexed by sequence
+ * number modulo its size: every kept byte lies within its size of rcv_nxt. */
+static bool ooo_drain(struct sluice_tcp_tcb *t)
+{
+	bool moved = false;
+	if (t->ooo_n == 0)
+		return false;
+	uint32_t mask = t->cfg.ooo_buf_bytes - 1;
+	while (t->ooo_n > 0 && sluice_tcp_seq_leq(t->ooo[0].left, t->rcv_nxt)) {
+		struct sluice_tcp_sack_block *b = &t->ooo[0];
+		if (sluice_tcp_seq_gt(b->right, t->rcv_nxt)) {
+			uint32_t n = min32(b->right - t->rcv_nxt, t->rcv_space);
+			uint32_t pos = t->rcv_nxt & mask;
+			uint32_t first = min32(n, t->cfg.ooo_buf_bytes - pos);
+			deliver(t, t->cfg.ooo_buf + pos, first);
+			deliver(t, t->cfg.ooo_buf, n - first);
+			moved = moved || n > 0;
+			if (t->rcv_nxt != b->right) {
+				b->left = t->rcv_nxt; /* the caller is full: the rest waits */
+				break;
+			}
+		}
+		memmove(&t->ooo[0], &t->ooo[1], (t->ooo_n - 1u) * sizeof t->ooo[0]);
+		t->ooo_n--;
+		t->ooo_newest = t->ooo_newest > 0 ? t->ooo_newest - 1 : 0;
+	}
+	return moved;
+}
+
+/* Keeps [seq, seq+len) beyond rcv_nxt, merged with the islands, unless it
+ * would make more islands than allowed; returns whether it was kept. */
+static bool ooo_store(struct sluice_tcp_tcb *t, uint32_t seq, const uint8_t *p, uint32_t len)
+{
+	struct sluice_tcp_sack_block tmp[SLUICE_TCP_OOO_RANGES_MAX + 1];
+	uint32_t n = 0, newest = 0, base = t->rcv_nxt;
+	uint32_t l = seq, r = seq + len;
+	bool placed = false;
+	for (uint32_t i = 0; i < t->ooo_n; i++) {
+		struct sluice_tcp_sack_block b = t->ooo[i];
+		if (b.right - base < l - base) {
+			tmp[n++] = b; /* wholly before, not touching */
+		} else if (b.left - base > r - base) {
+			if (!placed)
+				newest = n, tmp[n++] = (struct sluice_tcp_sack_block){l, r}, placed = true;
+			tmp[n++] = b;
+		} else { /* overlapping or adjacent: merge */
+			l = b.left - base < l - base ? b.left : l;
+			r = b.right - base > r - base ? b.right : r;
+		}
+	}
+	if (!placed)
+		newest = n, tmp[n++] = (struct sluice_tcp_sack_block){l, r};
+	if (n > SLUICE_TCP_OOO_RANGES_MAX)
+		return false;
+	uint32_t mask = t->cfg.ooo_buf_bytes - 1, pos = seq & mask;
+	uint32_t first = min32(len, t->cfg.ooo_buf_bytes - pos);
+	memcpy(t->cfg.ooo_buf + pos, p, first);
+	memcpy(t->cfg.ooo_buf, p + first, len - first);
+	memcpy(t->ooo, tmp, n * sizeof tmp[0]);
+	t->ooo_n = (uint8_t)n;
+	t->ooo_newest = (uint8_t)newest;
+	return true;
+}
+
+/* A segment beyond rcv_nxt: kept within the area's reach, or dropped;
+ * either way the peer gets an immediate duplicate ACK (RFC 5681 4.2). */
+static void out_of_order(struct sluice_tcp_tcb *t, uint32_t seq, const uint8_t *p, uint32_t len, bool fin)
+{
+	t->ack_now = true;
+	uint32_t off = seq - t->rcv_nxt;
+	if (t->cfg.ooo_buf == NULL || off >= t->cfg.ooo_buf_bytes) {
+		t->counters.ooo_drops++;
+		return;
+	}
+	if (len > t->cfg.ooo_buf_bytes - off)
+		len = t->cfg.ooo_buf_bytes - off, fin = false;
+	if (len > 0 && !ooo_store(t, seq, p, len)) {
+		t->counters.ooo_drops++;
+		return;
+	}
+	t->counters.ooo_queued++;
+	if (fin) {
+		t->ooo_fin = true;
+		t->ooo_fin_seq = seq + len;
+	}
+}
+
+static void fin_received(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	t->rcv_nxt++;
+	t->ack_now = true;
+	t->ooo_fin = false;
+	switch (t->state) {
+	case SLUICE_TCP_ESTABLISHED:
+		t->state = SLUICE_TCP_CLOSE_WAIT;
+		break;
+	case SLUICE_TCP_FIN_WAIT_1:
+		if (t->fin_acked)
+			enter_time_wait(t, now_ms);
+		else
+			t->state = SLUICE_TCP_CLOSING; /* simultaneous close */
+		break;
+	case SLUICE_TCP_FIN_WAIT_2:
+		enter_time_wait(t, now_ms);
+		break;
+	default:
+		assert(!"a FIN is taken only where text is");
+	}
+	if (t->cfg.ops.peer_fin)
+		t->cfg.ops.peer_fin(t->cfg.arg);
+}
+
+/* RFC 9293 3.10.7.4, seventh and eighth checks: the segment's text cut to
+ * what is new and fits (the offered window and the caller's space), in
+ * order to the caller, ahead of time to the reassembly area; then its FIN. */
+static void text_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	if (t->state != SLUICE_TCP_ESTABLISHED && t->state != SLUICE_TCP_FIN_WAIT_1 &&
+	    t->state != SLUICE_TCP_FIN_WAIT_2)
+		return; /* the peer's FIN was taken already: nothing more is text */
+	uint32_t seq = seg->seq, len = seg->payload_len;
+	const uint8_t *p = seg->payload;
+	bool fin = seg->flags & SLUICE_TCP_FIN;
+	if (sluice_tcp_seq_lt(seq, t->rcv_nxt)) {
+		uint32_t d = t->rcv_nxt - seq;
+		if (d > len)
+			fin = false; /* the FIN itself was taken already */
+		p += min32(d, len), len -= min32(d, len), seq = t->rcv_nxt;
+	}
+	uint32_t lim = min32(rcv_wnd_cur(t), t->rcv_space);
+	if (seq - t->rcv_nxt + len > lim) {
+		uint32_t off = seq - t->rcv_nxt;
+		len = off < lim ? lim - off : 0;
+		fin = false;
+	}
+	if (len == 0 && !fin) {
+		t->ack_now = t->ack_now || seg_len(seg) > 0; /* old or no room: say where we are */
+		return;
+	}
+	if (t->state == SLUICE_TCP_FIN_WAIT_2)
+		t->state_at = now_ms + t->cfg.fin_wait_2_ms; /* the peer is alive */
+	if (seq != t->rcv_nxt) {
+		out_of_order(t, seq, p, len, fin);
+		return;
+	}
+	bool hole = t->ooo_n > 0 || t->ooo_fin;
+	deliver(t, p, len);
+	ooo_drain(t);
+	if (hole)
+		t->ack_now = true; /* a gap (partly) filled: RFC 5681 4.2 */
+	else if (t->unacked_bytes >= 2u * t->rcv_mss)
+		t->ack_now = true; /* every second full segment */
+	if ((fin && t->rcv_nxt == seq + len) || (t->ooo_fin && t->ooo_n == 0 && t->rcv_nxt == t->ooo_fin_seq))
+		fin_received(t, now_ms);
+}
+
+/* ---- segment arrival ---- */
+
+/* RFC 9293 3.10.7.4, first check: the four cases of the acceptability
+ * table. A zero window still lets the ACK of a segment at rcv_nxt through
+ * (text dropped): *text_ok says whether its text may be taken. */
+static bool acceptable(const struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, bool *text_ok)
+{
+	uint32_t wnd = rcv_wnd_cur(t), len = seg_len(seg);
+	*text_ok = true;
+	if (len == 0)
+		return wnd == 0 ? seg->seq == t->rcv_nxt : in_window(seg->seq, t->rcv_nxt, wnd);
+	if (wnd == 0) {
+		*text_ok = false;
+		return seg->seq == t->rcv_nxt;
+	}
+	return in_window(seg->seq, t->rcv_nxt, wnd) || in_window(seg->seq + len - 1, t->rcv_nxt, wnd);
+}
+
+/* PAWS (RFC 7323 5.3), the acceptability test, RST (RFC 5961 3.2) and
+ * SYN (RFC 5961 4.2), then TS.Recent (RFC 7323 4.3). */
+static enum step input_checks(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, bool *text_ok,
+			      uint64_t now_ms)
+{
+	bool rst = seg->flags & SLUICE_TCP_RST;
+	if (t->ts_ok && seg->has_ts && t->ts_recent_valid && !rst && sluice_tcp_seq_lt(seg->ts_val, t->ts_recent)) {
+		if (now_ms - t->ts_recent_ms <= PAWS_IDLE_MS) {
+			t->counters.unacceptable++;
+			t->ack_now = true;
+			return STEP_DROP;
+		}
+		t->ts_recent_valid = false;
+	}
+	if (!acceptable(t, seg, text_ok)) {
+		t->counters.unacceptable++;
+		t->ack_now = t->ack_now || !rst; /* never answer a RST */
+		return STEP_DROP;
+	}
+	if (rst) {
+		if (seg->seq != t->rcv_nxt) { /* in the window but not exact: challenge */
+			t->counters.challenge_acks++;
+			t->ack_now = true;
+			return STEP_DROP;
+		}
+		end_conn(t, SLUICE_TCP_END_RESET);
+		return STEP_GONE;
+	}
+	if (seg->flags & SLUICE_TCP_SYN) {
+		t->counters.challenge_acks++;
+		t->ack_now = true;
+		return STEP_DROP;
+	}
+	if (t->ts_ok && seg->has_ts && sluice_tcp_seq_leq(seg->seq, t->last_ack_sent) &&
+	    (!t->ts_recent_valid || sluice_tcp_seq_geq(seg->ts_val, t->ts_recent))) {
+		t->ts_recent = seg->ts_val;
+		t->ts_recent_ms = now_ms;
+		t->ts_recent_valid = true;
+	}
+	return STEP_GO;
+}
+
+/* SYN-RECEIVED: an ACK of our SYN completes the handshake; any other ACK
+ * is answered by a reset (RFC 9293 3.10.7.4, fifth check). */
+static enum step syn_received_ack(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	if (!sluice_tcp_seq_gt(seg->ack, t->snd_una) || sluice_tcp_seq_gt(seg->ack, t->snd_max)) {
+		emit_seg(t, seg->ack, SLUICE_TCP_RST, NULL, 0, now_ms);
+		return STEP_DROP;
+	}
+	t->state = t->fin_queued ? SLUICE_TCP_FIN_WAIT_1 : SLUICE_TCP_ESTABLISHED;
+	t->snd_wnd = (uint32_t)seg->window << t->snd_wscale;
+	t->max_snd_wnd = max32(t->max_snd_wnd, t->snd_wnd);
+	t->snd_wl1 = seg->seq;
+	t->snd_wl2 = seg->ack;
+	if (t->cfg.ops.established)
+		t->cfg.ops.established(t->cfg.arg);
+	return STEP_GO;
+}
+
+/* The peer's SYN options decide ours (RFC 7323, RFC 2018, RFC 6691). */
+static void negotiate(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *syn, uint64_t now_ms)
+{
+	uint32_t peer_mss = syn->mss ? max32(syn->mss, SLUICE_TCP_MSS_MIN) : SLUICE_TCP_MSS_PEER_DEFAULT;
+	t->ts_ok = syn->has_ts;
+	t->sack_ok = syn->sack_permitted;
+	t->wscale_ok = syn->wscale >= 0;
+	t->snd_wscale = t->wscale_ok ? (uint8_t)min32((uint32_t)syn->wscale, SLUICE_TCP_WSCALE_MAX) : 0;
+	t->rcv_wscale = t->wscale_ok ? t->cfg.rcv_wscale : 0;
+	if (t->ts_ok) {
+		t->ts_recent = syn->ts_val;
+		t->ts_recent_ms = now_ms;
+		t->ts_recent_valid = true;
+	}
+	uint32_t opt = t->ts_ok ? TS_OPTION_BYTES : 0;
+	t->smss = (uint16_t)(min32(peer_mss, t->cfg.mss) - opt);
+	t->rcv_mss = (uint16_t)(t->cfg.mss - opt);
+	t->cwnd = initial_window(t->smss);
+	t->irs = syn->seq;
+	t->rcv_nxt = syn->seq + 1;
+	assert(t->smss > 0 && t->rcv_mss > 0);
+}
+
+/* SYN-SENT (RFC 9293 3.10.7.3): a SYN-ACK establishes, a lone SYN is a
+ * simultaneous open, a RST acknowledging our SYN refuses. */
+static void syn_sent_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	bool has_ack = seg->flags & SLUICE_TCP_ACK;
+	if (has_ack && (sluice_tcp_seq_leq(seg->ack, t->iss) || sluice_tcp_seq_gt(seg->ack, t->snd_max))) {
+		if (!(seg->flags & SLUICE_TCP_RST))
+			emit_seg(t, seg->ack, SLUICE_TCP_RST, NULL, 0, now_ms);
+		return;
+	}
+	if (seg->flags & SLUICE_TCP_RST) {
+		if (has_ack)
+			end_conn(t, SLUICE_TCP_END_REFUSED);
+		return;
+	}
+	if (!(seg->flags & SLUICE_TCP_SYN))
+		return;
+	negotiate(t, seg, now_ms);
+	if (!has_ack) {
+		t->state = SLUICE_TCP_SYN_RECEIVED;
+		t->snd_nxt = t->iss;
+		sent_at_nxt(t, xmit(t, t->iss, 0, now_ms), now_ms);
+		return;
+	}
+	t->snd_una = seg->ack;
+	t->state = SLUICE_TCP_ESTABLISHED;
+	t->snd_wnd = t->max_snd_wnd = seg->window; /* never scaled in a SYN */
+	t->snd_wl1 = seg->seq;
+	t->snd_wl2 = seg->ack;
+	rtt_on_ack(t, seg, now_ms);
+	t->retries = 0;
+	t->rtx_at = SLUICE_TCP_TIMER_NONE;
+	t->ack_now = true;
+	if (t->cfg.ops.established)
+		t->cfg.ops.established(t->cfg.arg);
+	sluice_tcp_output(t, now_ms);
+}
+
+void sluice_tcp_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
+{
+	assert(t->state != SLUICE_TCP_CLOSED);
+	assert(seg->saddr == t->raddr && seg->sport == t->rport && seg->daddr == t->laddr && seg->dport == t->lport);
+	t->counters.segs_in++;
+	if (t->state == SLUICE_TCP_SYN_SENT) {
+		syn_sent_input(t, seg, now_ms);
+		return;
+	}
+	if (t->state == SLUICE_TCP_SYN_RECEIVED && seg->seq == t->irs &&
+	    (seg->flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK | SLUICE_TCP_RST)) == SLUICE_TCP_SYN) {
+		xmit(t, t->iss, 0, now_ms); /* the peer's SYN again: our SYN-ACK was lost */
+		return;
+	}
+	bool text_ok;
+	enum step st = input_checks(t, seg, &text_ok, now_ms);
+	if (st == STEP_GO && !(seg->flags & SLUICE_TCP_ACK))
+		st = STEP_DROP; /* RFC 9293: no ACK, no processing */
+	if (st == STEP_GO && t->state == SLUICE_TCP_SYN_RECEIVED)
+		st = syn_received_ack(t, seg, now_ms);
+	if (st == STEP_GO)
+		st = ack_process(t, seg, now_ms);
+	if (st == STEP_GONE)
+		return;
+	if (st == STEP_GO && text_ok)
+		text_process(t, seg, now_ms);
+	else if (st == STEP_GO && seg_len(seg) > 0)
+		t->ack_now = true; /* text refused by a zero window: say so */
+	sluice_tcp_output(t, now_ms);
+}
+
+/* ---- opening ---- */
+
+static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg, uint32_t iss)
+{
+	assert(cfg->ops.emit && cfg->ops.deliver && cfg->ops.closed);
+	assert(cfg->snd_buf && cfg->snd_buf_bytes > 0 && cfg->snd_buf_bytes <= SLUICE_TCP_SND_BUF_MAX &&
+	       (cfg->snd_buf_bytes & (cfg->snd_buf_bytes - 1)) == 0);
+	assert(cfg->ooo_buf ? cfg->ooo_buf_bytes > 0 && cfg->ooo_buf_bytes <= SLUICE_TCP_OOO_BUF_MAX &&
+				      (cfg->ooo_buf_bytes & (cfg->ooo_buf_bytes - 1)) == 0
+			    : cfg->ooo_buf_bytes == 0);
+	assert(cfg->mss >= SLUICE_TCP_MSS_MIN && cfg->rcv_wscale <= SLUICE_TCP_WSCALE_MAX);
+	assert(cfg->rto_min_ms > 0 && cfg->rto_min_ms <= cfg->rto_initial_ms &&
+	       cfg->rto_initial_ms <= cfg->rto_max_ms && cfg->rto_max_ms <= SLUICE_TCP_RTO_MAX_MS);
+	assert(cfg->retries_max <= SLUICE_TCP_RETRIES_LIMIT && cfg->delack_ms > 0);
+	memset(t, 0, sizeof *t);
+	t->cfg = *cfg;
+	t->iss = t->snd_una = t->snd_nxt = t->snd_max = iss;
+	t->snd_buf_seq = iss + 1;
+	t->recover = iss;
+	t->rcv_space = cfg->rcv_space;
+	t->rto_ms = cfg->rto_initial_ms;
+	t->ssthresh = SSTHRESH_INITIAL;
+	t->rtx_at = t->persist_at = t->delack_at = t->state_at = SLUICE_TCP_TIMER_NONE;
+}
+
+static void send_syn(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	uint32_t len = xmit(t, t->iss, 0, now_ms);
+	assert(len == 1);
+	if (!t->ts_ok) { /* time the handshake (Karn: only if it is not resent) */
+		t->rtt_timing = true;
+		t->rtt_seq = t->iss + 1;
+		t->rtt_start_ms = now_ms;
+	}
+	sent_at_nxt(t, len, now_ms);
+}
+
+int sluice_tcp_accept(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg,
+		      const struct sluice_tcp_seg *syn, uint32_t iss, uint64_t now_ms)
+{
+	if ((syn->flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK | SLUICE_TCP_RST)) != SLUICE_TCP_SYN)
+		return -1;
+	tcb_init(t, cfg, iss);
+	t->laddr = syn->daddr, t->lport = syn->dport, t->raddr = syn->saddr, t->rport = syn->sport;
+	t->state = SLUICE_TCP_SYN_RECEIVED;
+	negotiate(t, syn, now_ms);
+	t->snd_wnd = t->max_snd_wnd = syn->window; /* never scaled in a SYN */
+	t->snd_wl1 = syn->seq;
+	t->last_ack_sent = t->rcv_nxt;
+	send_syn(t, now_ms); /* the SYN's own text, if any, is not taken: the peer resends it */
+	assert(t->snd_max == iss + 1);
+	return 0;
+}
+
+void sluice_tcp_connect(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg, uint32_t laddr,
+			uint16_t lport, uint32_t raddr, uint16_t rport, uint32_t iss, uint64_t now_ms)
+{
+	tcb_init(t, cfg, iss);
+	t->laddr = laddr, t->lport = lport, t->raddr = raddr, t->rport = rport;
+	t->state = SLUICE_TCP_SYN_SENT;
+	t->smss = SLUICE_TCP_MSS_PEER_DEFAULT;
+	t->rcv_mss = cfg->mss;
+	send_syn(t, now_ms);
+	t->rtt_timing = true; /* timestamps are only offered yet: time by the clock too */
+	t->rtt_seq = iss + 1;
+	t->rtt_start_ms = now_ms;
+}
+
+/* ---- the caller's calls ---- */
+
+uint32_t sluice_tcp_send_space(const struct sluice_tcp_tcb *t)
+{
+	bool open = t->state == SLUICE_TCP_SYN_SENT || t->state == SLUICE_TCP_SYN_RECEIVED ||
+		    t->state == SLUICE_TCP_ESTABLISHED || t->state == SLUICE_TCP_CLOSE_WAIT;
+	return open && !t->fin_queued ? t->cfg.snd_buf_bytes - t->snd_len : 0;
+}
+
+uint32_t sluice_tcp_send(struct sluice_tcp_tcb *t, const void *bytes, uint32_t n)
+{
+	n = min32(n, sluice_tcp_send_space(t));
+	if (n == 0)
+		return 0;
+	uint32_t size = t->cfg.snd_buf_bytes, pos = (t->snd_head + t->snd_len) & (size - 1);
+	uint32_t first = min32(n, size - pos);
+	memcpy(t->cfg.snd_buf + pos, bytes, first);
+	memcpy(t->cfg.snd_buf, (const uint8_t *)bytes + first, n - first);
+	t->snd_len += n;
+	assert(t->snd_len <= size);
+	return n;
+}
+
+void sluice_tcp_set_rcv_space(struct sluice_tcp_tcb *t, uint32_t bytes)
+{
+	uint32_t before = rcv_wnd_cur(t);
+	t->rcv_space = bytes;
+	uint32_t after = rcv_wnd_new(t);
+	/* Tell the peer when the window opens by a segment from (nearly)
+	 * closed, or by half the buffer. */
+	if (after > before && ((before < t->rcv_mss && after >= t->rcv_mss) || after - before >= t->cfg.rcv_space / 2))
+		t->ack_now = true;
+}
+
+int sluice_tcp_close(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	if (t->fin_queued)
+		return -1;
+	switch (t->state) {
+	case SLUICE_TCP_SYN_SENT:
+		end_conn(t, SLUICE_TCP_END_ABORTED);
+		return 0;
+	case SLUICE_TCP_SYN_RECEIVED: /* the FIN follows the handshake */
+		t->fin_queued = true;
+		return 0;
+	case SLUICE_TCP_ESTABLISHED:
+		t->state = SLUICE_TCP_FIN_WAIT_1;
+		break;
+	case SLUICE_TCP_CLOSE_WAIT:
+		t->state = SLUICE_TCP_LAST_ACK;
+		break;
+	default:
+		return -1;
+	}
+	t->fin_queued = true;
+	sluice_tcp_output(t, now_ms);
+	return 0;
+}
+
+void sluice_tcp_abort(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	switch (t->state) {
+	case SLUICE_TCP_SYN_RECEIVED: case SLUICE_TCP_ESTABLISHED: case SLUICE_TCP_FIN_WAIT_1:
+	case SLUICE_TCP_FIN_WAIT_2: case SLUICE_TCP_CLOSE_WAIT:
+		/* snd_max, not a gone-back snd_nxt: the peer has likely seen it all */
+		emit_seg(t, t->snd_max, SLUICE_TCP_RST, NULL, 0, now_ms);
+		break;
+	default:
+		break;
+	}
+	end_conn(t, SLUICE_TCP_END_ABORTED);
+}
+
+/* ---- timers ---- */
+
+uint64_t sluice_tcp_next_timer(const struct sluice_tcp_tcb *t)
+{
+	uint64_t a = t->rtx_at < t->persist_at ? t->rtx_at : t->persist_at;
+	uint64_t b = t->delack_at < t->state_at ? t->delack_at : t->state_at;
+	return a < b ? a : b;
+}
+
+/* RFC 6298 5.4-5.7 and RFC 5681 3.1: resend the oldest segment, double
+ * the timeout, shrink cwnd to the loss window, and go back N; abort after
+ * retries_max. ssthresh is halved on the first timeout of a loss only. */
+static enum step rto_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	t->rtx_at = SLUICE_TCP_TIMER_NONE;
+	if (t->snd_una == t->snd_max)
+		return STEP_GO;
+	if (++t->retries > t->cfg.retries_max) {
+		end_conn(t, SLUICE_TCP_END_TIMEOUT);
+		return STEP_GONE;
+	}
+	t->rto_ms = min32(t->rto_ms * 2, t->cfg.rto_max_ms);
+	if (t->retries == 1)
+		t->ssthresh = max32((t->snd_max - t->snd_una) / 2, 2 * t->smss);
+	t->cwnd = t->smss;
+	t->recover = t->snd_max - 1;
+	t->in_recovery = false;
+	t->dupacks = 0;
+	t->rtt_timing = false;
+	t->snd_nxt = t->snd_una;
+	uint32_t len = xmit(t, t->snd_una, t->smss, now_ms);
+	t->snd_nxt += len;
+	t->counters.retransmits++;
+	t->rtx_at = now_ms + t->rto_ms;
+	return STEP_GO;
+}
+
+/* RFC 9293 3.8.6.1: a closed window is probed with one byte of new data
+ * (sent without advancing snd_nxt, so it is not in flight), forever, at a
+ * backed-off interval; a small open window the sender was holding back
+ * for (SWS) gets what fits instead. */
+static void persist_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	t->persist_at = SLUICE_TCP_TIMER_NONE;
+	if (!can_send_data(t) || t->snd_nxt != t->snd_una || unsent_bytes(t) == 0)
+		return;
+	if (t->snd_wnd > 0) {
+		sent_at_nxt(t, xmit(t, t->snd_nxt, t->snd_wnd, now_ms), now_ms);
+		return;
+	}
+	uint32_t len = xmit(t, t->snd_nxt, 1, now_ms);
+	assert(len == 1);
+	if (sluice_tcp_seq_gt(t->snd_nxt + 1, t->snd_max))
+		t->snd_max = t->snd_nxt + 1;
+	t->counters.persist_probes++;
+	if (t->persist_backoff < PERSIST_BACKOFF_MAX)
+		t->persist_backoff++;
+	t->persist_at = now_ms + persist_interval_ms(t);
+}
+
+void sluice_tcp_on_timer(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	assert(t->state != SLUICE_TCP_CLOSED);
+	if (t->state_at <= now_ms) {
+		assert(t->state == SLUICE_TCP_TIME_WAIT || t->state == SLUICE_TCP_FIN_WAIT_2);
+		end_conn(t, t->state == SLUICE_TCP_TIME_WAIT ? SLUICE_TCP_END_ORDERLY : SLUICE_TCP_END_FIN_WAIT_2);
+		return;
+	}
+	if (t->rtx_at <= now_ms && rto_fire(t, now_ms) == STEP_GONE)
+		return;
+	if (t->persist_at <= now_ms)
+		persist_fire(t, now_ms);
+	if (t->delack_at <= now_ms) {
+		t->delack_at = SLUICE_TCP_TIMER_NONE;
+		t->ack_now = true;
+	}
+	sluice_tcp_output(t, now_ms);
+}
+
+/* ---- without a connection ---- */
+
+bool sluice_tcp_reset_for(const struct sluice_tcp_seg *in, struct sluice_tcp_seg *rst)
+{
+	if (in->flags & SLUICE_TCP_RST)
+		return false;
+	memset(rst, 0, sizeof *rst);
+	rst->saddr = in->daddr, rst->daddr = in->saddr, rst->sport = in->dport, rst->dport = in->sport;
+	rst->wscale = -1;
+	if (in->flags & SLUICE_TCP_ACK) {
+		rst->seq = in->ack;
+		rst->flags = SLUICE_TCP_RST;
+	} else {
+		rst->ack = in->seq + seg_len(in);
+		rst->flags = SLUICE_TCP_RST | SLUICE_TCP_ACK;
+	}
+	return true;
+}
+
+void sluice_tcp_config_default(struct sluice_tcp_config *cfg)
+{
+	memset(cfg, 0, sizeof *cfg);
+	cfg->mss = SLUICE_TCP_MSS_DEFAULT;
+	cfg->rcv_wscale = SLUICE_TCP_WSCALE_DEFAULT;
+	cfg->rcv_space = 65535;
+	cfg->rto_min_ms = SLUICE_TCP_RTO_MIN_MS_DEFAULT;
+	cfg->rto_initial_ms = SLUICE_TCP_RTO_INITIAL_MS;
+	cfg->rto_max_ms = SLUICE_TCP_RTO_MAX_MS;
+	cfg->retries_max = SLUICE_TCP_RETRIES_MAX_DEFAULT;
+	cfg->delack_ms = SLUICE_TCP_DELACK_MS_DEFAULT;
+	cfg->msl_ms = SLUICE_TCP_MSL_MS_DEFAULT;
+	cfg->fin_wait_2_ms = SLUICE_TCP_FIN_WAIT_2_MS_DEFAULT;
+}
+
+uint32_t sluice_tcp_rto_ms(const struct sluice_tcp_tcb *t) { return t->rto_ms; }
+
+const char *sluice_tcp_state_name(enum sluice_tcp_state state)
+{
+	static const char *const names[] = {
+		[SLUICE_TCP_CLOSED] = "CLOSED", [SLUICE_TCP_SYN_SENT] = "SYN-SENT",
+		[SLUICE_TCP_SYN_RECEIVED] = "SYN-RECEIVED", [SLUICE_TCP_ESTABLISHED] = "ESTABLISHED",
+		[SLUICE_TCP_FIN_WAIT_1] = "FIN-WAIT-1", [SLUICE_TCP_FIN_WAIT_2] = "FIN-WAIT-2",
+		[SLUICE_TCP_CLOSE_WAIT] = "CLOSE-WAIT", [SLUICE_TCP_CLOSING] = "CLOSING",
+		[SLUICE_TCP_LAST_ACK] = "LAST-ACK", [SLUICE_TCP_TIME_WAIT] = "TIME-WAIT",
+	};
+	return (unsigned)state < sizeof names / sizeof names[0] ? names[state] : "?";
+}
+
+const char *sluice_tcp_reason_name(enum sluice_tcp_close_reason reason)
+{
+	static const char *const names[] = {
+		[SLUICE_TCP_END_ORDERLY] = "orderly", [SLUICE_TCP_END_RESET] = "reset by peer",
+		[SLUICE_TCP_END_REFUSED] = "refused", [SLUICE_TCP_END_ABORTED] = "aborted",
+		[SLUICE_TCP_END_TIMEOUT] = "retransmissions exhausted",
+		[SLUICE_TCP_END_FIN_WAIT_2] = "no FIN from the peer",
+	};
+	return (unsigned)reason < sizeof names / sizeof names[0] ? names[reason] : "?";
+}
