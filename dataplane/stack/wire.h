@@ -115,7 +115,11 @@ uint16_t sluice_wire_csum_finish(const struct sluice_wire_csum *c);
 /* One piece: init, add, finish. */
 uint16_t sluice_wire_csum(const uint8_t *p, size_t len);
 /* Incremental update (RFC 1624 eqn. 3): the checksum field's new value
- * after one 16-bit word covered by it changed from old_word to new_word. */
+ * after one 16-bit word covered by it changed from old_word to new_word.
+ * Exact, except that when every word covered becomes zero it gives 0000
+ * where a full sum gives ffff (the arithmetic cannot reach +0 from non-zero
+ * terms); where that can happen (not in an IPv4 header, whose first word is
+ * never zero), treat a result of 0 as "recompute". */
 uint16_t sluice_wire_csum_adjust(uint16_t csum, uint16_t old_word, uint16_t new_word);
 
 /* --- Ethernet II ----------------------------------------------------------- */
