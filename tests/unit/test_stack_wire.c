@@ -706,7 +706,8 @@ static bool tcp_round_trip(const struct sluice_tcp_seg *s)
 		cr_assert_eq(b->sack[i].right, s->sack[i].right);
 	}
 	cr_assert_eq(b->payload_len, s->payload_len);
-	cr_assert_eq(memcmp(b->payload, s->payload, s->payload_len), 0);
+	if (s->payload_len > 0)
+		cr_assert_eq(memcmp(b->payload, s->payload, s->payload_len), 0);
 	return true;
 }
 
