@@ -3,9 +3,10 @@
  * trips of every header, the refusal of each malformed case (at every
  * truncated length), frames as Linux sends them, and the ARP cache's
  * bounds: expiry, LRU eviction, the pending queue and the request rate.
- * The frame vectors below are laid out byte for byte as a Linux 6.x host
- * puts them on the wire (a QEMU guest, MAC 52:54:00:3a:7c:11; the stack at
- * 02:00:5e:10:00:01); their checksums were computed by a separate
+ * The frame vectors below are not captures: they were reconstructed to
+ * the layout a Linux host uses (field values, option order, ping's data
+ * pattern; a QEMU-style MAC 52:54:00:3a:7c:11, the stack at
+ * 02:00:5e:10:00:01), and their checksums were computed by a separate
  * implementation (a few lines of Python over struct.unpack), not by wire.c. */
 #include "dataplane/stack/arp.h"
 #include "dataplane/stack/wire.h"
