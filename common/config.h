@@ -56,6 +56,12 @@ struct sluice_config {
 	int32_t connections_max;
 	int64_t listener_bind_timeout_ms; /* how long a port in use is retried at start */
 	char transport[32];               /* sluice.transport: the network backend, by name (dataplane/transport.h) */
+	/* The dpdk transport (dataplane/transport_dpdk.c; docs/dpdk.md). */
+	char dpdk_eal_args[SLUICE_CONFIG_STRING_MAX];     /* sluice.dpdk.eal.args: rte_eal_init's arguments */
+	int32_t dpdk_port;                                /* sluice.dpdk.port: the ethdev port index */
+	char dpdk_ipv4_address[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.address: a.b.c.d/prefix */
+	char dpdk_ipv4_gateway[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.gateway: a.b.c.d, or "" */
+	int32_t dpdk_mtu;                                 /* sluice.dpdk.mtu */
 	int64_t queued_max_request_bytes;  /* frames read, not yet served, whole broker; <= 0: no limit */
 	int64_t connection_response_bytes_max; /* held per connection before it is no longer read */
 	int64_t response_bytes_max;        /* held by all connections before pipelining stops */

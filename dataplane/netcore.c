@@ -53,7 +53,13 @@ static int64_t spare_bytes_total; /* response buffers kept for reuse (conn_spare
 static int64_t pinned_bytes_total; /* cache extents pinned by responses (sluice_conn_pin) */
 static int32_t conns_open;
 
+#ifdef SLUICE_HAVE_DPDK
+static const struct sluice_transport_ops *const backends[] = {&sluice_transport_uring, &sluice_transport_dpdk};
+#define BACKEND_NAMES "uring, dpdk"
+#else
 static const struct sluice_transport_ops *const backends[] = {&sluice_transport_uring};
+#define BACKEND_NAMES "uring (dpdk: built without libdpdk)"
+#endif
 
 static void conn_put(struct conn *c)
 {
@@ -945,7 +951,7 @@ int sluice_netcore_init(struct netcore *nc)
 	for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
 		if (strcmp(backends[i]->name, name) == 0)
 			return sluice_netcore_init_with(nc, backends[i]);
-	SLOG_ERR("net", "sluice.transport: unknown transport '%s' (this broker has: uring)", name);
+	SLOG_ERR("net", "sluice.transport: unknown transport '%s' (this broker has: " BACKEND_NAMES ")", name);
 	return -1;
 }
 

@@ -93,6 +93,8 @@ struct sluice_transport_ops {
 };
 
 extern const struct sluice_transport_ops sluice_transport_uring;
+/* Built only with DPDK (meson -Ddpdk, SLUICE_HAVE_DPDK): transport_dpdk.c. */
+extern const struct sluice_transport_ops sluice_transport_dpdk;
 
 /* Upcalls, backend -> network core (dataplane/netcore.c). */
 /* A connection arrived from host:port (host as text, for logs and Kafka's

@@ -23,8 +23,8 @@ set -euo pipefail
 # Build and runtime packages first (deploy/install-deps.sh), then test tools:
 # Criterion for unit tests, clang with its libFuzzer and sanitizer runtimes
 # (libclang-rt-14-dev: without it a fuzz target does not link) for the fuzzers.
-"$(dirname "$0")/../deploy/install-deps.sh" libcriterion-dev clang libclang-rt-14-dev
-pkgs=(kcat librdkafka-dev python3 iproute2 iptables)
+"$(dirname "$0")/../deploy/install-deps.sh" libcriterion-dev clang libclang-rt-14-dev libdpdk-dev
+pkgs=(kcat librdkafka-dev python3 iproute2 iptables iputils-ping)
 want_kafka=; [[ -n "${SLUICE_SKIP_KAFKA:-}" ]] || want_kafka=1
 want_clients=; [[ -n "${SLUICE_SKIP_CLIENTS:-}" ]] || want_clients=1
 # Maven by command: a machine may have it from elsewhere than Debian.

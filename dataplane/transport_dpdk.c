@@ -1,0 +1,772 @@
+/* The dpdk transport backend (sluice.transport=dpdk; transport.h has the
+ * contract, docs/dpdk.md the operator's view): the network core polls one
+ * DPDK ethdev queue and runs Sluice's own TCP/IP stack (dataplane/stack:
+ * wire.c parses and builds frames, arp.c keeps the neighbours, tcp.c is
+ * each connection's RFC 9293 state machine), so the Kafka listener's bytes
+ * never cross the kernel. The broker above it is the same as over io_uring.
+ *
+ * This first slice: one network core (num.network.threads=1), one port and
+ * queue, one IPv4 address (sluice.dpdk.ipv4.address), the listener port of
+ * `listeners`; ARP (answers, a gratuitous announce at start), ICMP echo,
+ * and TCP connections to the listener port. A peer is answered at the MAC
+ * its SYN came from (a peer on the link, or the gateway that routed it);
+ * connections elsewhere, RSS across lcores and zero-copy sends come later.
+ * The broker's own replication and controller connections stay on kernel
+ * sockets.
+ *
+ * Receive: a burst of frames, each classified (wire.c) and handed to the
+ * ARP cache, answered (ICMP), or given to its connection's state machine,
+ * whose in-order bytes go straight to the network core (received upcall:
+ * it copies), then the frame is freed. Send: the core's ranges are copied
+ * into the connection's send ring (tcp.c) at once and reported sent in the
+ * next poll; the state machine cuts segments, each built into a fresh mbuf
+ * and sent in bursts. Upcalls (accepted, received, sent, closed) happen
+ * only inside poll, as the contract asks: a connection that ends inside an
+ * op is reported at the end of the next poll. Idle, the core naps on its
+ * eventfd (at most SLUICE_DPDK_NAP_MS) instead of spinning, so an idle
+ * broker does not burn the cores its tests share. */
+#include "common/log.h"
+#include "dataplane/req.h"
+#include "dataplane/stack/arp.h"
+#include "dataplane/stack/tcp.h"
+#include "dataplane/stack/wire.h"
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SLUICE_DPDK_CONNS_MAX 4096        /* connections per network core */
+#define SLUICE_DPDK_TABLE_SLOTS 8192      /* open addressing: twice the connections */
+#define SLUICE_DPDK_BURST 32              /* frames per rx/tx burst */
+#define SLUICE_DPDK_MBUFS 8191            /* the core's mbuf pool (2^n - 1, DPDK's advice) */
+#define SLUICE_DPDK_MBUF_CACHE 256
+#define SLUICE_DPDK_RX_DESC 1024
+#define SLUICE_DPDK_TX_DESC 1024
+#define SLUICE_DPDK_SND_BUF_BYTES (256u << 10) /* send ring per connection */
+#define SLUICE_DPDK_OOO_BUF_BYTES (64u << 10)  /* reassembly area per connection */
+#define SLUICE_DPDK_RCV_SPACE (256u << 10)     /* receive window while the core reads */
+#define SLUICE_DPDK_NAP_MS 1              /* the longest idle nap between looks at the queue */
+#define SLUICE_DPDK_SPIN_POLLS 64         /* empty polls before napping */
+#define SLUICE_DPDK_ARGS_MAX 64           /* EAL arguments */
+#define SLUICE_DPDK_ARP_TICK_MS 200
+_Static_assert(SLUICE_DPDK_TABLE_SLOTS >= 2 * SLUICE_DPDK_CONNS_MAX, "the table stays at most half full");
+_Static_assert((SLUICE_DPDK_TABLE_SLOTS & (SLUICE_DPDK_TABLE_SLOTS - 1)) == 0, "slots mask by a power of two");
+_Static_assert(SLUICE_DPDK_SND_BUF_BYTES <= SLUICE_TCP_SND_BUF_MAX, "within the state machine's ring bound");
+_Static_assert(SLUICE_DPDK_OOO_BUF_BYTES <= SLUICE_TCP_OOO_BUF_MAX, "within the reassembly bound");
+_Static_assert(SLUICE_DPDK_BURST <= SLUICE_DPDK_MBUF_CACHE, "a burst comes from the core's cache");
+
+/* One connection: the state machine, its buffers, and what the network core
+ * knows of it. */
+struct dconn {
+	struct sluice_tcp_tcb tcb;
+	struct dstate *ds;
+	struct conn *c;                 /* NULL until the handshake completed and the core took it */
+	struct sluice_eth_addr peer_mac;
+	uint32_t slot;
+	bool paused, closing, dead, listed, detached;
+	int close_error;
+	/* The core's send in flight: its ranges (valid until the sent upcall),
+	 * where copying into the send ring stands, and how much was taken. */
+	struct sluice_send_range pend[SLUICE_SEND_RANGES_MAX];
+	int pend_n, pend_i;
+	size_t pend_off, pend_taken;
+	bool on_sent;                   /* on ds->sent_head: reported at the end of poll */
+	struct dconn *done_next;        /* ended: reported (and freed) at the end of poll */
+	struct dconn *detach_next;      /* closed by the core: reported at the end of poll */
+	uint8_t *snd_buf, *ooo_buf;
+};
+
+/* One network core's state in this backend. */
+struct dstate {
+	struct netcore *nc;
+	uint16_t port, queue;
+	struct rte_mempool *pool;
+	struct sluice_eth_addr mac;
+	uint32_t ip, netmask, gateway;
+	uint16_t listen_port;
+	uint16_t ip_id;
+	uint32_t secret;
+	struct sluice_arp_cache arp;
+	int64_t next_arp_ms, next_timers_ms;
+	struct dconn *table[SLUICE_DPDK_TABLE_SLOTS];
+	uint32_t conns;
+	struct dconn *done;             /* ended, to report and free */
+	struct dconn *detach;           /* closed by the core, still finishing on the wire */
+	struct dconn *sent_head[SLUICE_DPDK_CONNS_MAX];
+	uint32_t sent_n;                /* connections with a send to report */
+	struct rte_mbuf *tx[SLUICE_DPDK_BURST];
+	uint16_t tx_n;
+	uint32_t empty_polls;
+	bool in_poll, registered;
+	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused;
+};
+
+static bool eal_up;
+
+/* ---- frames out -------------------------------------------------------- */
+
+static void tx_flush(struct dstate *ds)
+{
+	uint16_t sent = ds->tx_n ? rte_eth_tx_burst(ds->port, ds->queue, ds->tx, ds->tx_n) : 0;
+	for (uint16_t i = sent; i < ds->tx_n; i++)
+		rte_pktmbuf_free(ds->tx[i]); /* the NIC's ring is full: as a lost frame, TCP resends */
+	ds->tx_drops += ds->tx_n - sent;
+	ds->tx_frames += sent;
+	ds->tx_n = 0;
+}
+
+/* A fresh mbuf to build a frame of up to cap bytes into, or NULL. */
+static uint8_t *tx_frame(struct dstate *ds, struct rte_mbuf **out, size_t *cap)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(ds->pool);
+	if (!m) {
+		ds->tx_drops++;
+		return NULL;
+	}
+	*out = m;
+	*cap = rte_pktmbuf_tailroom(m);
+	return rte_pktmbuf_mtod(m, uint8_t *);
+}
+
+static void tx_queue(struct dstate *ds, struct rte_mbuf *m, size_t len)
+{
+	if (len == 0) {
+		rte_pktmbuf_free(m);
+		ds->tx_drops++;
+		return;
+	}
+	m->data_len = m->pkt_len = (uint32_t)len;
+	ds->tx[ds->tx_n++] = m;
+	if (ds->tx_n == SLUICE_DPDK_BURST)
+		tx_flush(ds);
+}
+
+/* ---- the connection table ---------------------------------------------- */
+
+static uint32_t tuple_hash(uint32_t raddr, uint16_t rport)
+{
+	uint64_t x = ((uint64_t)raddr << 16 | rport) * 0x9e3779b97f4a7c15ull;
+	return (uint32_t)(x >> 40);
+}
+
+static struct dconn *conn_find(struct dstate *ds, uint32_t raddr, uint16_t rport, uint32_t *slot)
+{
+	uint32_t mask = SLUICE_DPDK_TABLE_SLOTS - 1, i = tuple_hash(raddr, rport) & mask;
+	for (;; i = (i + 1) & mask) {
+		struct dconn *d = ds->table[i];
+		if (!d || (d->tcb.raddr == raddr && d->tcb.rport == rport)) {
+			*slot = i;
+			return d;
+		}
+	}
+}
+
+/* Backward-shift deletion keeps every probe sequence unbroken. */
+static void conn_unlist(struct dstate *ds, struct dconn *d)
+{
+	uint32_t mask = SLUICE_DPDK_TABLE_SLOTS - 1, hole = d->slot;
+	assert(d->listed && ds->table[hole] == d);
+	ds->table[hole] = NULL;
+	d->listed = false;
+	ds->conns--;
+	for (uint32_t i = (hole + 1) & mask; ds->table[i]; i = (i + 1) & mask) {
+		struct dconn *e = ds->table[i];
+		uint32_t home = tuple_hash(e->tcb.raddr, e->tcb.rport) & mask;
+		/* e may move to the hole if its home is not in (hole, i]. */
+		bool stays = hole < i ? (home > hole && home <= i) : (home > hole || home <= i);
+		if (!stays) {
+			ds->table[hole] = e;
+			e->slot = hole;
+			ds->table[i] = NULL;
+			hole = i;
+		}
+	}
+}
+
+static void conn_free(struct dconn *d)
+{
+	free(d->snd_buf);
+	free(d->ooo_buf);
+	free(d);
+}
+
+/* ---- the state machine's callbacks ------------------------------------- */
+
+static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
+{
+	struct dconn *d = arg;
+	struct dstate *ds = d->ds;
+	struct rte_mbuf *m;
+	size_t cap;
+	uint8_t *p = tx_frame(ds, &m, &cap);
+	if (!p)
+		return; /* as a lost segment: the state machine resends */
+	size_t len = sluice_wire_tcp_frame_build(p, cap, &d->peer_mac, &ds->mac, ds->ip_id++, seg);
+	tx_queue(ds, m, len);
+}
+
+static void on_deliver(void *arg, const uint8_t *bytes, uint32_t n)
+{
+	struct dconn *d = arg;
+	assert(d->ds->in_poll); /* bytes arrive only with input, inside poll */
+	if (d->c && !d->closing)
+		sluice_netcore_received(d->c, bytes, n);
+	if (!d->paused)
+		sluice_tcp_set_rcv_space(&d->tcb, SLUICE_DPDK_RCV_SPACE);
+}
+
+static void on_established(void *arg)
+{
+	struct dconn *d = arg;
+	struct dstate *ds = d->ds;
+	assert(ds->in_poll && !d->c);
+	char host[INET_ADDRSTRLEN];
+	struct in_addr a = {htonl(d->tcb.raddr)};
+	inet_ntop(AF_INET, &a, host, sizeof host);
+	d->c = sluice_netcore_accepted(ds->nc, d, host, d->tcb.rport);
+	if (!d->c) {
+		ds->refused++;
+		d->closing = true;
+		sluice_tcp_abort(&d->tcb, sluice_now_ms()); /* its closed callback frees it */
+	}
+}
+
+static void on_peer_fin(void *arg)
+{
+	struct dconn *d = arg;
+	/* Kafka has no half-close: the peer is done, so is the connection. */
+	if (!d->closing) {
+		d->closing = true;
+		(void)sluice_tcp_close(&d->tcb, sluice_now_ms());
+	}
+}
+
+/* Copy the pending ranges into the send ring as far as it has room; once
+ * anything was taken the send is reported at the end of the poll. */
+static void pend_fill(struct dconn *d)
+{
+	while (d->pend_i < d->pend_n) {
+		const struct sluice_send_range *r = &d->pend[d->pend_i];
+		size_t left = r->len - d->pend_off;
+		uint32_t want = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+		uint32_t got = sluice_tcp_send(&d->tcb, r->base + d->pend_off, want);
+		d->pend_off += got;
+		d->pend_taken += got;
+		if (d->pend_off < r->len)
+			break; /* the ring is full: more when the peer acknowledges */
+		d->pend_i++;
+		d->pend_off = 0;
+	}
+	struct dstate *ds = d->ds;
+	if (d->pend_taken > 0 && !d->on_sent) {
+		assert(ds->sent_n < SLUICE_DPDK_CONNS_MAX);
+		ds->sent_head[ds->sent_n++] = d;
+		d->on_sent = true;
+	}
+}
+
+static void on_acked(void *arg, uint32_t bytes)
+{
+	struct dconn *d = arg;
+	(void)bytes;
+	if (d->pend_n && d->pend_i < d->pend_n)
+		pend_fill(d);
+}
+
+static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
+{
+	struct dconn *d = arg;
+	struct dstate *ds = d->ds;
+	assert(!d->dead);
+	d->dead = true;
+	d->close_error = reason == SLUICE_TCP_END_ORDERLY ? 0 : reason == SLUICE_TCP_END_TIMEOUT ? -ETIMEDOUT
+											     : -ECONNRESET;
+	if (d->listed)
+		conn_unlist(ds, d);
+	d->done_next = ds->done; /* reported (and freed) at the end of poll */
+	ds->done = d;
+}
+
+static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_config *cfg)
+{
+	sluice_tcp_config_default(cfg);
+	cfg->ops = (struct sluice_tcp_ops){.emit = on_emit, .deliver = on_deliver, .established = on_established,
+					   .peer_fin = on_peer_fin, .acked = on_acked, .closed = on_closed};
+	cfg->arg = d;
+	cfg->snd_buf = d->snd_buf;
+	cfg->snd_buf_bytes = SLUICE_DPDK_SND_BUF_BYTES;
+	cfg->ooo_buf = d->ooo_buf;
+	cfg->ooo_buf_bytes = SLUICE_DPDK_OOO_BUF_BYTES;
+	cfg->rcv_space = SLUICE_DPDK_RCV_SPACE;
+	cfg->mss = (uint16_t)(ds->nc->b->cfg.dpdk_mtu - 40);
+	cfg->ts_offset = ds->secret;
+}
+
+/* ---- frames in ----------------------------------------------------------- */
+
+static void tcp_refuse(struct dstate *ds, const struct sluice_wire_pkt *pkt)
+{
+	struct sluice_tcp_seg rst;
+	if (!sluice_tcp_reset_for(&pkt->tcp, &rst))
+		return;
+	struct rte_mbuf *m;
+	size_t cap;
+	uint8_t *p = tx_frame(ds, &m, &cap);
+	if (p)
+		tx_queue(ds, m, sluice_wire_tcp_frame_build(p, cap, &pkt->eth.src, &ds->mac, ds->ip_id++, &rst));
+}
+
+static struct dconn *tcp_accept(struct dstate *ds, const struct sluice_wire_pkt *pkt, uint32_t slot, int64_t now)
+{
+	if (ds->conns >= SLUICE_DPDK_CONNS_MAX || ds->nc->b->stopping)
+		return NULL;
+	struct dconn *d = calloc(1, sizeof *d);
+	if (!d || !(d->snd_buf = malloc(SLUICE_DPDK_SND_BUF_BYTES)) || !(d->ooo_buf = malloc(SLUICE_DPDK_OOO_BUF_BYTES))) {
+		if (d)
+			conn_free(d);
+		return NULL;
+	}
+	d->ds = ds;
+	d->peer_mac = pkt->eth.src;
+	struct sluice_tcp_config cfg;
+	tcb_config(ds, d, &cfg);
+	const struct sluice_tcp_seg *s = &pkt->tcp;
+	uint32_t iss = tuple_hash(s->saddr ^ ds->secret, s->sport) + (uint32_t)(now * 250); /* RFC 6528's clock */
+	if (sluice_tcp_accept(&d->tcb, &cfg, s, iss, (uint64_t)now) < 0) {
+		conn_free(d);
+		return NULL;
+	}
+	d->slot = slot;
+	d->listed = true;
+	ds->table[slot] = d;
+	ds->conns++;
+	return d;
+}
+
+static void tcp_in(struct dstate *ds, const struct sluice_wire_pkt *pkt, int64_t now)
+{
+	const struct sluice_tcp_seg *s = &pkt->tcp;
+	if (s->daddr != ds->ip || s->dport != ds->listen_port) {
+		tcp_refuse(ds, pkt);
+		return;
+	}
+	uint32_t slot;
+	struct dconn *d = conn_find(ds, s->saddr, s->sport, &slot);
+	if (d) {
+		sluice_tcp_input(&d->tcb, s, (uint64_t)now);
+		return;
+	}
+	bool syn = (s->flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK | SLUICE_TCP_RST)) == SLUICE_TCP_SYN;
+	if (!syn || !tcp_accept(ds, pkt, slot, now))
+		tcp_refuse(ds, pkt);
+}
+
+static void arp_release(void *pkt, void *arg)
+{
+	(void)arg;
+	rte_pktmbuf_free(pkt);
+}
+
+static void arp_in(struct dstate *ds, const struct sluice_wire_pkt *pkt, int64_t now)
+{
+	struct sluice_arp_input_result r;
+	sluice_arp_input(&ds->arp, &pkt->arp, now, &r);
+	if (r.reply) {
+		struct rte_mbuf *m;
+		size_t cap;
+		uint8_t *p = tx_frame(ds, &m, &cap);
+		if (p)
+			tx_queue(ds, m, sluice_wire_arp_frame_reply(p, cap, &ds->mac, ds->ip, &pkt->arp));
+	}
+	for (uint32_t i = 0; i < r.ready_n; i++)
+		rte_pktmbuf_free(r.ready[i]); /* nothing is queued for resolution yet: peers answer at their MAC */
+}
+
+static void frame_in(struct dstate *ds, struct rte_mbuf *m, int64_t now)
+{
+	struct sluice_wire_pkt pkt;
+	const uint8_t *f = rte_pktmbuf_mtod(m, const uint8_t *);
+	size_t len = rte_pktmbuf_data_len(m);
+	switch (sluice_wire_classify(f, len, &pkt)) {
+	case SLUICE_WIRE_ARP:
+		arp_in(ds, &pkt, now);
+		break;
+	case SLUICE_WIRE_ICMP_ECHO:
+		if (pkt.ip.daddr == ds->ip) {
+			struct rte_mbuf *o;
+			size_t cap;
+			uint8_t *p = tx_frame(ds, &o, &cap);
+			if (p)
+				tx_queue(ds, o, sluice_wire_icmp_echo_reply_frame(p, cap, &pkt, &ds->mac, ds->ip_id++));
+		}
+		break;
+	case SLUICE_WIRE_TCP:
+		tcp_in(ds, &pkt, now);
+		break;
+	case SLUICE_WIRE_DROP:
+	default:
+		assert(pkt.reason < SLUICE_WIRE_REASONS);
+		ds->drops[pkt.reason]++;
+		break;
+	}
+	rte_pktmbuf_free(m); /* the stack copied what it kept */
+}
+
+/* ---- the ops --------------------------------------------------------------- */
+
+static struct dconn *dconn_of(const struct conn *c) { return c->tconn; }
+
+static void dpdk_recv_pause(struct conn *c, bool paused)
+{
+	struct dconn *d = dconn_of(c);
+	if (!d || d->paused == paused)
+		return;
+	d->paused = paused;
+	/* Paused, the window closes as bytes arrive (they stay with the peer);
+	 * resumed, it opens at once. */
+	sluice_tcp_set_rcv_space(&d->tcb, paused ? 0 : SLUICE_DPDK_RCV_SPACE);
+	if (!paused)
+		sluice_tcp_output(&d->tcb, (uint64_t)sluice_now_ms()); /* the window update */
+}
+
+/* Copy what the send ring takes now (the rest as the peer acknowledges);
+ * the sent upcall, at the end of the poll in which something was taken,
+ * says how much, and the core sends the rest after it. */
+static int dpdk_send(struct conn *c, const struct sluice_send_range *ranges, int n)
+{
+	struct dconn *d = dconn_of(c);
+	assert(n > 0 && n <= SLUICE_SEND_RANGES_MAX && d->pend_n == 0);
+	if (d->closing || d->dead)
+		return -EPIPE;
+	memcpy(d->pend, ranges, (size_t)n * sizeof *ranges);
+	d->pend_n = n;
+	d->pend_i = 0;
+	d->pend_off = d->pend_taken = 0;
+	pend_fill(d);
+	sluice_tcp_output(&d->tcb, (uint64_t)sluice_now_ms());
+	return 0;
+}
+
+/* Abort: the connection ends now (RST) and the core hears of it at the end
+ * of the next poll. Orderly: the FIN goes after what is queued and the
+ * core hears at once that it is closed; the state machine finishes the
+ * exchange (and TIME-WAIT) on its own, holding only its own buffers. */
+static void dpdk_close(struct conn *c, bool abort)
+{
+	struct dconn *d = dconn_of(c);
+	struct dstate *ds = d->ds;
+	if (d->dead || d->detached)
+		return; /* ended already: its closed upcall is queued */
+	d->closing = true;
+	if (abort)
+		sluice_tcp_abort(&d->tcb, (uint64_t)sluice_now_ms());
+	else
+		(void)sluice_tcp_close(&d->tcb, (uint64_t)sluice_now_ms());
+	if (d->dead)
+		return; /* on the done list, with its connection */
+	d->detached = true;
+	d->detach_next = ds->detach;
+	ds->detach = d;
+}
+
+/* A send the ring never took anything of, on a connection that ends: the
+ * core hears it failed before it hears the end (the contract's order). */
+static void unsent(struct dconn *d)
+{
+	if (d->pend_n == 0)
+		return;
+	assert(!d->on_sent);
+	d->pend_n = d->pend_i = 0;
+	d->pend_off = d->pend_taken = 0;
+	sluice_netcore_sent(d->c, -EPIPE);
+}
+
+/* Sends taken, connections the core closed, then connections that ended:
+ * their upcalls, in that order (a connection may be on all three lists:
+ * the done list frees it, so it comes last). */
+static void report(struct dstate *ds)
+{
+	for (uint32_t i = 0; i < ds->sent_n; i++) {
+		struct dconn *d = ds->sent_head[i];
+		ssize_t n = (ssize_t)d->pend_taken;
+		d->on_sent = false;
+		d->pend_n = d->pend_i = 0;
+		d->pend_off = d->pend_taken = 0;
+		if (d->c)
+			sluice_netcore_sent(d->c, d->dead ? -EPIPE : n);
+	}
+	ds->sent_n = 0;
+	while (ds->detach) {
+		struct dconn *d = ds->detach;
+		ds->detach = d->detach_next;
+		struct conn *c = d->c;
+		if (!c)
+			continue;
+		unsent(d);
+		d->c = NULL;
+		sluice_netcore_closed(c, 0); /* which clears c->tconn */
+	}
+	while (ds->done) {
+		struct dconn *d = ds->done;
+		ds->done = d->done_next;
+		if (d->c) {
+			struct conn *c = d->c;
+			unsent(d);
+			d->c = NULL;
+			sluice_netcore_closed(c, d->close_error);
+		}
+		conn_free(d);
+	}
+}
+
+/* Every connection's due timers (at most every millisecond: the state
+ * machines count in milliseconds), and the ARP cache's. */
+static void timers(struct dstate *ds, int64_t now)
+{
+	if (now >= ds->next_arp_ms) {
+		ds->next_arp_ms = now + SLUICE_DPDK_ARP_TICK_MS;
+		uint32_t retry[8];
+		(void)sluice_arp_tick(&ds->arp, now, retry, 8); /* nothing waits for resolution yet */
+	}
+	if (now < ds->next_timers_ms)
+		return;
+	ds->next_timers_ms = now + 1;
+	for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++) {
+		struct dconn *d = ds->table[i];
+		if (d && sluice_tcp_next_timer(&d->tcb) <= (uint64_t)now) {
+			sluice_tcp_on_timer(&d->tcb, (uint64_t)now);
+			if (ds->table[i] != d)
+				i--; /* it ended and the table shifted: look at this slot again */
+		}
+	}
+}
+
+static int rx_once(struct dstate *ds, int64_t now)
+{
+	struct rte_mbuf *m[SLUICE_DPDK_BURST];
+	uint16_t n = rte_eth_rx_burst(ds->port, ds->queue, m, SLUICE_DPDK_BURST);
+	for (uint16_t i = 0; i < n; i++)
+		frame_in(ds, m[i], now);
+	ds->rx_frames += n;
+	return n;
+}
+
+/* Nap on the core's eventfd (a wake: a storage core's reply, a stop). */
+static void nap(struct netcore *nc, int ms)
+{
+	struct pollfd pfd = {.fd = nc->rt.efd, .events = POLLIN};
+	if (poll(&pfd, 1, ms) > 0) {
+		uint64_t v;
+		(void)!read(nc->rt.efd, &v, sizeof v);
+	}
+}
+
+static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
+{
+	struct dstate *ds = nc->tstate;
+	if (!ds->registered) {
+		ds->registered = true;
+		if (rte_thread_register() < 0)
+			SLOG_WARN("net", "network core %d: rte_thread_register: %s (mbuf caches unused)", nc->id,
+				  rte_strerror(rte_errno));
+	}
+	ds->in_poll = true;
+	int64_t now = sluice_now_ms(), until = now + wait_ms;
+	for (;;) {
+		int got = rx_once(ds, now);
+		timers(ds, now);
+		tx_flush(ds);
+		if (got || ds->done || ds->detach || ds->sent_n || now >= until || !__atomic_load_n(&nc->rt.sleeping, __ATOMIC_ACQUIRE))
+			break;
+		if (++ds->empty_polls >= SLUICE_DPDK_SPIN_POLLS) {
+			ds->empty_polls = 0;
+			nap(nc, (int)(until - now < SLUICE_DPDK_NAP_MS ? until - now : SLUICE_DPDK_NAP_MS));
+		}
+		now = sluice_now_ms();
+	}
+	report(ds);
+	tx_flush(ds);
+	ds->in_poll = false;
+}
+
+/* ---- start and stop --------------------------------------------------- */
+
+static int eal_start(const struct sluice_config *cfg)
+{
+	static char args[SLUICE_CONFIG_STRING_MAX];
+	char *argv[SLUICE_DPDK_ARGS_MAX + 2];
+	int argc = 0;
+	argv[argc++] = "sluice-broker";
+	snprintf(args, sizeof args, "%s", cfg->dpdk_eal_args);
+	for (char *save = NULL, *t = strtok_r(args, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+		if (argc > SLUICE_DPDK_ARGS_MAX) {
+			SLOG_ERR("net", "sluice.dpdk.eal.args: more than %d arguments", SLUICE_DPDK_ARGS_MAX);
+			return -1;
+		}
+		argv[argc++] = t;
+	}
+	argv[argc] = NULL;
+	/* The EAL pins the calling thread (main's) to its main lcore, and the
+	 * cores' threads, started later, would inherit it: they keep the
+	 * process's own placement (sluice.cpu.affinity decides theirs). */
+	cpu_set_t before;
+	bool saved = pthread_getaffinity_np(pthread_self(), sizeof before, &before) == 0;
+	if (rte_eal_init(argc, argv) < 0) {
+		SLOG_ERR("net", "sluice.dpdk.eal.args: rte_eal_init failed: %s (args '%s')", rte_strerror(rte_errno),
+			 cfg->dpdk_eal_args);
+		return -1;
+	}
+	if (saved)
+		(void)pthread_setaffinity_np(pthread_self(), sizeof before, &before);
+	eal_up = true;
+	return 0;
+}
+
+static int parse_ipv4(const char *text, uint32_t *out)
+{
+	struct in_addr a;
+	if (inet_pton(AF_INET, text, &a) != 1)
+		return -1;
+	*out = ntohl(a.s_addr);
+	return 0;
+}
+
+static int address_config(struct dstate *ds, const struct sluice_config *cfg)
+{
+	char addr[64];
+	const char *slash = strchr(cfg->dpdk_ipv4_address, '/');
+	int prefix = slash ? atoi(slash + 1) : -1;
+	snprintf(addr, sizeof addr, "%.*s", slash ? (int)(slash - cfg->dpdk_ipv4_address) : 0, cfg->dpdk_ipv4_address);
+	if (!slash || prefix < 1 || prefix > 32 || parse_ipv4(addr, &ds->ip) < 0) {
+		SLOG_ERR("net", "sluice.dpdk.ipv4.address: '%s' is not an IPv4 address with a prefix (a.b.c.d/n)",
+			 cfg->dpdk_ipv4_address);
+		return -1;
+	}
+	ds->netmask = prefix == 32 ? 0xffffffffu : ~(0xffffffffu >> prefix);
+	if (cfg->dpdk_ipv4_gateway[0] && parse_ipv4(cfg->dpdk_ipv4_gateway, &ds->gateway) < 0) {
+		SLOG_ERR("net", "sluice.dpdk.ipv4.gateway: '%s' is not an IPv4 address", cfg->dpdk_ipv4_gateway);
+		return -1;
+	}
+	ds->listen_port = (uint16_t)cfg->listen_port;
+	return 0;
+}
+
+static int port_start(struct dstate *ds, const struct sluice_config *cfg)
+{
+	uint16_t port = (uint16_t)cfg->dpdk_port;
+	if (!rte_eth_dev_is_valid_port(port)) {
+		SLOG_ERR("net", "sluice.dpdk.port: no DPDK port %u (the EAL found %u; give a device with "
+			 "sluice.dpdk.eal.args, e.g. --vdev=net_tap0,iface=sltap0)", port, rte_eth_dev_count_avail());
+		return -1;
+	}
+	ds->port = port;
+	ds->pool = rte_pktmbuf_pool_create("sluice_net0", SLUICE_DPDK_MBUFS, SLUICE_DPDK_MBUF_CACHE, 0,
+					   RTE_MBUF_DEFAULT_BUF_SIZE, (int)rte_eth_dev_socket_id(port));
+	if (!ds->pool) {
+		SLOG_ERR("net", "DPDK: cannot create the mbuf pool: %s (memory: -m in sluice.dpdk.eal.args)",
+			 rte_strerror(rte_errno));
+		return -1;
+	}
+	struct rte_eth_conf conf;
+	memset(&conf, 0, sizeof conf);
+	int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+	if (rc == 0)
+		rc = rte_eth_rx_queue_setup(port, 0, SLUICE_DPDK_RX_DESC, rte_eth_dev_socket_id(port), NULL, ds->pool);
+	if (rc == 0)
+		rc = rte_eth_tx_queue_setup(port, 0, SLUICE_DPDK_TX_DESC, rte_eth_dev_socket_id(port), NULL);
+	if (rc == 0 && cfg->dpdk_mtu != 1500)
+		rc = rte_eth_dev_set_mtu(port, (uint16_t)cfg->dpdk_mtu);
+	if (rc == 0)
+		rc = rte_eth_dev_start(port);
+	if (rc == 0)
+		rc = rte_eth_macaddr_get(port, (struct rte_ether_addr *)ds->mac.b);
+	if (rc < 0) {
+		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", port, rte_strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+static int dpdk_init(struct netcore *nc)
+{
+	const struct sluice_config *cfg = &nc->b->cfg;
+	if (nc->id > 0 || nc->b->net_n > 1) {
+		SLOG_ERR("net", "sluice.transport=dpdk: one network core for now (num.network.threads=1, not %d)",
+			 nc->b->net_n);
+		return -1;
+	}
+	struct dstate *ds = calloc(1, sizeof *ds);
+	if (!ds)
+		return -1;
+	nc->tstate = ds;
+	ds->nc = nc;
+	if (address_config(ds, cfg) < 0 || eal_start(cfg) < 0 || port_start(ds, cfg) < 0)
+		return -1;
+	ds->secret = (uint32_t)rte_rand();
+	sluice_arp_init(&ds->arp, ds->ip, &ds->mac, SLUICE_ARP_TTL_MS_DEFAULT, arp_release, ds);
+	/* Announce the address (gratuitous ARP), so neighbours' caches learn it. */
+	struct rte_mbuf *m;
+	size_t cap;
+	uint8_t *p = tx_frame(ds, &m, &cap);
+	if (p)
+		tx_queue(ds, m, sluice_arp_announce(&ds->arp, p, cap));
+	tx_flush(ds);
+	char mac[32];
+	snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", ds->mac.b[0], ds->mac.b[1], ds->mac.b[2], ds->mac.b[3],
+		 ds->mac.b[4], ds->mac.b[5]);
+	SLOG_INFO("net", "network core %d: DPDK port %u (%s) up, %s on %s, TCP port %u; our own TCP/IP stack", nc->id,
+		  ds->port, mac, cfg->dpdk_ipv4_address, cfg->dpdk_ipv4_gateway[0] ? cfg->dpdk_ipv4_gateway : "no gateway",
+		  ds->listen_port);
+	return 0;
+}
+
+static void dpdk_fini(struct netcore *nc)
+{
+	struct dstate *ds = nc->tstate;
+	if (!ds)
+		return;
+	for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++)
+		if (ds->table[i])
+			conn_free(ds->table[i]);
+	while (ds->done) {
+		struct dconn *d = ds->done;
+		ds->done = d->done_next;
+		conn_free(d);
+	}
+	if (ds->pool) {
+		tx_flush(ds);
+		(void)rte_eth_dev_stop(ds->port);
+		(void)rte_eth_dev_close(ds->port);
+	}
+	sluice_arp_fini(&ds->arp);
+	SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in, %" PRIu64 " out, %" PRIu64
+		  " not sent, %" PRIu64 " connections refused", nc->id, ds->rx_frames, ds->tx_frames, ds->tx_drops,
+		  ds->refused);
+	free(ds);
+	nc->tstate = NULL;
+	if (eal_up) {
+		(void)rte_eal_cleanup();
+		eal_up = false;
+	}
+}
+
+const struct sluice_transport_ops sluice_transport_dpdk = {
+	.name = "dpdk",
+	.init = dpdk_init,
+	.fini = dpdk_fini,
+	.recv_pause = dpdk_recv_pause,
+	.send = dpdk_send,
+	.close = dpdk_close,
+	.poll = dpdk_poll,
+};
