@@ -60,6 +60,7 @@
 #define SLUICE_DPDK_SPIN_POLLS 64         /* empty polls before napping */
 #define SLUICE_DPDK_ARGS_MAX 64           /* EAL arguments */
 #define SLUICE_DPDK_ARP_TICK_MS 200
+#define SLUICE_DPDK_MSL_MS 5000           /* TIME-WAIT lasts twice this */
 _Static_assert(SLUICE_DPDK_TABLE_SLOTS >= 2 * SLUICE_DPDK_CONNS_MAX, "the table stays at most half full");
 _Static_assert((SLUICE_DPDK_TABLE_SLOTS & (SLUICE_DPDK_TABLE_SLOTS - 1)) == 0, "slots mask by a power of two");
 _Static_assert(SLUICE_DPDK_SND_BUF_BYTES <= SLUICE_TCP_SND_BUF_MAX, "within the state machine's ring bound");
@@ -311,6 +312,9 @@ static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_con
 	cfg->rcv_space = SLUICE_DPDK_RCV_SPACE;
 	cfg->mss = (uint16_t)(ds->nc->b->cfg.dpdk_mtu - 40);
 	cfg->ts_offset = ds->secret;
+	/* TIME-WAIT holds a connection's buffers (320 KiB): 2 x 5 s rather than
+	 * 2 x 30 s, so a client reconnecting often cannot pin the table. */
+	cfg->msl_ms = SLUICE_DPDK_MSL_MS;
 }
 
 /* ---- frames in ----------------------------------------------------------- */
