@@ -111,6 +111,7 @@ struct dstate {
 	uint32_t empty_polls;
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused;
+	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
 };
 
 static bool eal_up;
@@ -285,12 +286,25 @@ static void on_acked(void *arg, uint32_t bytes)
 		pend_fill(d);
 }
 
+static void counters_add(struct sluice_tcp_counters *to, const struct sluice_tcp_counters *c)
+{
+	to->segs_in += c->segs_in;
+	to->segs_out += c->segs_out;
+	to->retransmits += c->retransmits;
+	to->fast_retransmits += c->fast_retransmits;
+	to->dup_acks += c->dup_acks;
+	to->ooo_queued += c->ooo_queued;
+	to->ooo_drops += c->ooo_drops;
+	to->unacceptable += c->unacceptable;
+}
+
 static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 {
 	struct dconn *d = arg;
 	struct dstate *ds = d->ds;
 	assert(!d->dead);
 	d->dead = true;
+	counters_add(&ds->tcp, &d->tcb.counters);
 	d->close_error = reason == SLUICE_TCP_END_ORDERLY ? 0 : reason == SLUICE_TCP_END_TIMEOUT ? -ETIMEDOUT
 											     : -ECONNRESET;
 	if (d->listed)
@@ -741,8 +755,10 @@ static void dpdk_fini(struct netcore *nc)
 	if (!ds)
 		return;
 	for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++)
-		if (ds->table[i])
+		if (ds->table[i]) {
+			counters_add(&ds->tcp, &ds->table[i]->tcb.counters);
 			conn_free(ds->table[i]);
+		}
 	while (ds->done) {
 		struct dconn *d = ds->done;
 		ds->done = d->done_next;
@@ -754,9 +770,16 @@ static void dpdk_fini(struct netcore *nc)
 		(void)rte_eth_dev_close(ds->port);
 	}
 	sluice_arp_fini(&ds->arp);
-	SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in, %" PRIu64 " out, %" PRIu64
-		  " not sent, %" PRIu64 " connections refused", nc->id, ds->rx_frames, ds->tx_frames, ds->tx_drops,
-		  ds->refused);
+	uint64_t dropped = 0;
+	for (int r = 0; r < SLUICE_WIRE_REASONS; r++)
+		dropped += ds->drops[r];
+	const struct sluice_tcp_counters *t = &ds->tcp;
+	SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in (%" PRIu64 " dropped), %" PRIu64 " out, %" PRIu64
+		  " not sent, %" PRIu64 " connections refused; TCP: %" PRIu64 " segments in, %" PRIu64 " out, %" PRIu64
+		  " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64 " duplicate ACKs, %" PRIu64
+		  " out-of-order kept, %" PRIu64 " dropped, %" PRIu64 " unacceptable",
+		  nc->id, ds->rx_frames, dropped, ds->tx_frames, ds->tx_drops, ds->refused, t->segs_in, t->segs_out,
+		  t->retransmits, t->fast_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable);
 	free(ds);
 	nc->tstate = NULL;
 	if (eal_up) {
