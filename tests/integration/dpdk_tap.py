@@ -17,7 +17,7 @@ queue. Proves:
   iptables statistic match, this kernel has no netem): a kcat round trip of 20,000
   records still completes byte for byte, and the broker's stack counts retransmissions
   (its frames lost) and duplicate ACKs or out-of-order segments (the kernel's lost);
-- 200 connections open at once, each answering ApiVersions, then closed: the broker
+- 1,000 connections open at once, each answering ApiVersions, then closed: the broker
   keeps serving; and a clean SIGTERM stop, whose log line gives the stack's counters.
 
 Needs root (a network namespace, a TAP device) and a broker built with DPDK
@@ -231,8 +231,10 @@ def confluent_roundtrip(ns, py):
 
 
 MANY = r'''
-import socket, struct, sys
+import resource, socket, struct, sys
 host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, n + 64)), hard))
 socks = [socket.create_connection((host, port), timeout=20) for _ in range(n)]
 req = struct.pack(">hhih", 18, 0, 7, 4) + b"many"
 for s in socks:
@@ -272,7 +274,7 @@ def counters(text):
     return dict(zip(keys, map(int, m.groups())))
 
 
-def many_connections(ns, n=200):
+def many_connections(ns, n=1000):
     r = ns.run(sys.executable, "-c", MANY, BROKER_IP, str(PORT), str(n), timeout=120)
     ok = int(r.stdout.decode().strip() or 0)
     check(ok == n, f"{ok} of {n} concurrent connections answered ApiVersions")
