@@ -112,6 +112,11 @@ struct dstate {
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused;
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
+	/* SLUICE_DPDK_RX_CHAOS (tests): per mille of frames reordered, duplicated, corrupted. */
+	bool chaos;
+	uint32_t chaos_rand, chaos_reorder, chaos_dup, chaos_corrupt;
+	struct rte_mbuf *chaos_held;
+	uint64_t chaos_counts[3];
 };
 
 static bool eal_up;
@@ -570,12 +575,61 @@ static void timers(struct dstate *ds, int64_t now)
 	}
 }
 
+/* The test hook (SLUICE_DPDK_RX_CHAOS): a received frame is held back
+ * until after the next one (reordering), handed in twice (duplication),
+ * or has one byte past the Ethernet header flipped (corruption), each
+ * with its probability. Off unless the environment asks. */
+static uint32_t chaos_next(struct dstate *ds)
+{
+	uint32_t x = ds->chaos_rand;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return ds->chaos_rand = x;
+}
+
+static void chaos_in(struct dstate *ds, struct rte_mbuf *m, int64_t now)
+{
+	if (chaos_next(ds) % 1000 < ds->chaos_corrupt && rte_pktmbuf_data_len(m) > 14) {
+		uint8_t *f = rte_pktmbuf_mtod(m, uint8_t *);
+		f[14 + chaos_next(ds) % (rte_pktmbuf_data_len(m) - 14)] ^= 0x5a;
+		ds->chaos_counts[2]++;
+	}
+	if (chaos_next(ds) % 1000 < ds->chaos_dup) {
+		struct rte_mbuf *c = rte_pktmbuf_copy(m, ds->pool, 0, UINT32_MAX);
+		if (c) {
+			frame_in(ds, c, now);
+			ds->chaos_counts[1]++;
+		}
+	}
+	if (!ds->chaos_held && chaos_next(ds) % 1000 < ds->chaos_reorder) {
+		ds->chaos_held = m; /* after the next frame */
+		ds->chaos_counts[0]++;
+		return;
+	}
+	frame_in(ds, m, now);
+	if (ds->chaos_held) {
+		struct rte_mbuf *h = ds->chaos_held;
+		ds->chaos_held = NULL;
+		frame_in(ds, h, now);
+	}
+}
+
 static int rx_once(struct dstate *ds, int64_t now)
 {
 	struct rte_mbuf *m[SLUICE_DPDK_BURST];
 	uint16_t n = rte_eth_rx_burst(ds->port, ds->queue, m, SLUICE_DPDK_BURST);
-	for (uint16_t i = 0; i < n; i++)
-		frame_in(ds, m[i], now);
+	for (uint16_t i = 0; i < n; i++) {
+		if (ds->chaos)
+			chaos_in(ds, m[i], now);
+		else
+			frame_in(ds, m[i], now);
+	}
+	if (n == 0 && ds->chaos_held) { /* nothing followed it: it goes now, late */
+		struct rte_mbuf *h = ds->chaos_held;
+		ds->chaos_held = NULL;
+		frame_in(ds, h, now);
+	}
 	ds->rx_frames += n;
 	return n;
 }
@@ -716,6 +770,23 @@ static int port_start(struct dstate *ds, const struct sluice_config *cfg)
 	return 0;
 }
 
+/* SLUICE_DPDK_RX_CHAOS=seed:reorder:duplicate:corrupt, each per mille:
+ * the tests' way to shuffle, repeat and damage what the stack receives. */
+static void chaos_setup(struct dstate *ds)
+{
+	const char *env = getenv("SLUICE_DPDK_RX_CHAOS");
+	unsigned seed, r, d, c;
+	if (!env || sscanf(env, "%u:%u:%u:%u", &seed, &r, &d, &c) != 4)
+		return;
+	ds->chaos = true;
+	ds->chaos_rand = seed ? seed : 1;
+	ds->chaos_reorder = r > 1000 ? 1000 : r;
+	ds->chaos_dup = d > 1000 ? 1000 : d;
+	ds->chaos_corrupt = c > 1000 ? 1000 : c;
+	SLOG_WARN("net", "SLUICE_DPDK_RX_CHAOS: per mille of received frames reordered %u, duplicated %u, "
+		  "corrupted %u (a test hook)", ds->chaos_reorder, ds->chaos_dup, ds->chaos_corrupt);
+}
+
 static int dpdk_init(struct netcore *nc)
 {
 	const struct sluice_config *cfg = &nc->b->cfg;
@@ -732,6 +803,7 @@ static int dpdk_init(struct netcore *nc)
 	if (address_config(ds, cfg) < 0 || eal_start(cfg) < 0 || port_start(ds, cfg) < 0)
 		return -1;
 	ds->secret = (uint32_t)rte_rand();
+	chaos_setup(ds);
 	sluice_arp_init(&ds->arp, ds->ip, &ds->mac, SLUICE_ARP_TTL_MS_DEFAULT, arp_release, ds);
 	/* Announce the address (gratuitous ARP), so neighbours' caches learn it. */
 	struct rte_mbuf *m;
@@ -764,6 +836,12 @@ static void dpdk_fini(struct netcore *nc)
 		ds->done = d->done_next;
 		conn_free(d);
 	}
+	if (ds->chaos_held)
+		rte_pktmbuf_free(ds->chaos_held);
+	if (ds->chaos)
+		SLOG_INFO("net", "network core %d: SLUICE_DPDK_RX_CHAOS: %" PRIu64 " frames reordered, %" PRIu64
+			  " duplicated, %" PRIu64 " corrupted", nc->id, ds->chaos_counts[0], ds->chaos_counts[1],
+			  ds->chaos_counts[2]);
 	if (ds->pool) {
 		tx_flush(ds);
 		(void)rte_eth_dev_stop(ds->port);
