@@ -56,6 +56,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.dpdk.ipv4.address", CFG_STRING, F(dpdk_ipv4_address), 0, 0, ""},
 	{"sluice.dpdk.ipv4.gateway", CFG_STRING, F(dpdk_ipv4_gateway), 0, 0, ""},
 	{"sluice.dpdk.mtu", CFG_INT, F(dpdk_mtu), 576, 9000, "1500"},
+	{"sluice.dpdk.tcp.retries", CFG_INT, F(dpdk_tcp_retries), 1, 30, "12"},
 	{"queued.max.request.bytes", CFG_LONG, F(queued_max_request_bytes), -1, INT64_MAX, "536870912"},
 	{"sluice.connection.response.bytes.max", CFG_LONG, F(connection_response_bytes_max), 1024, INT64_MAX, "134217728"},
 	{"sluice.response.bytes.max", CFG_LONG, F(response_bytes_max), 1024, INT64_MAX, "1073741824"},

@@ -62,6 +62,7 @@ struct sluice_config {
 	char dpdk_ipv4_address[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.address: a.b.c.d/prefix */
 	char dpdk_ipv4_gateway[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.gateway: a.b.c.d, or "" */
 	int32_t dpdk_mtu;                                 /* sluice.dpdk.mtu */
+	int32_t dpdk_tcp_retries;                         /* sluice.dpdk.tcp.retries: retransmissions before a connection is dropped */
 	int64_t queued_max_request_bytes;  /* frames read, not yet served, whole broker; <= 0: no limit */
 	int64_t connection_response_bytes_max; /* held per connection before it is no longer read */
 	int64_t response_bytes_max;        /* held by all connections before pipelining stops */

@@ -112,6 +112,7 @@ struct dstate {
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused;
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
+	uint64_t ends[SLUICE_TCP_END_FIN_WAIT_2 + 1]; /* connections ended, by reason */
 	/* SLUICE_DPDK_RX_CHAOS (tests): per mille of frames reordered, duplicated, corrupted. */
 	bool chaos;
 	uint32_t chaos_rand, chaos_reorder, chaos_dup, chaos_corrupt;
@@ -310,6 +311,8 @@ static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 	assert(!d->dead);
 	d->dead = true;
 	counters_add(&ds->tcp, &d->tcb.counters);
+	assert((unsigned)reason <= SLUICE_TCP_END_FIN_WAIT_2);
+	ds->ends[reason]++;
 	d->close_error = reason == SLUICE_TCP_END_ORDERLY ? 0 : reason == SLUICE_TCP_END_TIMEOUT ? -ETIMEDOUT
 											     : -ECONNRESET;
 	if (d->listed)
@@ -334,6 +337,7 @@ static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_con
 	/* TIME-WAIT holds a connection's buffers (320 KiB): 2 x 5 s rather than
 	 * 2 x 30 s, so a client reconnecting often cannot pin the table. */
 	cfg->msl_ms = SLUICE_DPDK_MSL_MS;
+	cfg->retries_max = (uint32_t)ds->nc->b->cfg.dpdk_tcp_retries;
 }
 
 /* ---- frames in ----------------------------------------------------------- */
@@ -858,6 +862,10 @@ static void dpdk_fini(struct netcore *nc)
 		  " out-of-order kept, %" PRIu64 " dropped, %" PRIu64 " unacceptable",
 		  nc->id, ds->rx_frames, dropped, ds->tx_frames, ds->tx_drops, ds->refused, t->segs_in, t->segs_out,
 		  t->retransmits, t->fast_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable);
+	SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64 " reset by the peer, %"
+		  PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %" PRIu64 " in FIN-WAIT-2", nc->id,
+		  ds->ends[SLUICE_TCP_END_ORDERLY], ds->ends[SLUICE_TCP_END_RESET], ds->ends[SLUICE_TCP_END_TIMEOUT],
+		  ds->ends[SLUICE_TCP_END_ABORTED], ds->ends[SLUICE_TCP_END_FIN_WAIT_2]);
 	free(ds);
 	nc->tstate = NULL;
 	if (eal_up) {

@@ -23,7 +23,11 @@ queue. Proves:
   test hook (SLUICE_DPDK_RX_CHAOS: 3% of the frames held back behind the next one, 2%
   handed in twice, 2% with a byte flipped), a kcat round trip of 20,000 records completes
   byte for byte; the stack kept out-of-order segments, and dropped the corrupted frames
-  (checksums).
+  (checksums);
+- peers that vanish: 50 connections whose requests the broker answers into a void (the
+  kernel side drops every frame from the broker) are each dropped after
+  sluice.dpdk.tcp.retries (3 here) retransmissions, counted as timed out, and the broker
+  serves new connections after.
 
 Needs root (a network namespace, a TAP device) and a broker built with DPDK
 (libdpdk-dev); without either it exits 77, which the test command counts as a
@@ -85,7 +89,7 @@ class Netns:
 
 
 class DpdkBroker:
-    def __init__(self, ns, workdir, env=None):
+    def __init__(self, ns, workdir, env=None, extra=""):
         self.ns, self.dir, self.env = ns, workdir, env
         self.props = os.path.join(workdir, "broker.properties")
         self.out = os.path.join(workdir, "out.log")
@@ -96,7 +100,7 @@ class DpdkBroker:
                     f"log.dirs={workdir}/data\nnum.partitions=3\nsluice.transport=dpdk\n"
                     f"sluice.dpdk.eal.args={eal}\nsluice.dpdk.ipv4.address={BROKER_IP}/24\n"
                     f"num.network.threads=1\nsluice.storage.threads=1\nsluice.cpu.affinity=false\n"
-                    f"offsets.topic.num.partitions=3\ngroup.initial.rebalance.delay.ms=0\n")
+                    f"offsets.topic.num.partitions=3\ngroup.initial.rebalance.delay.ms=0\n{extra}")
         self.p = None
 
     def start(self):
@@ -283,11 +287,13 @@ def chaos_run(ns, work):
     """A second broker (fresh data) with the receive-path hook on, one round trip."""
     d = os.path.join(work, "chaos")
     os.makedirs(d)
-    b = DpdkBroker(ns, d, env={"SLUICE_DPDK_RX_CHAOS": "7:30:20:20"})
+    b = DpdkBroker(ns, d, env={"SLUICE_DPDK_RX_CHAOS": "7:30:20:20"}, extra="sluice.dpdk.tcp.retries=3\n")
     try:
         b.start()
         link_up(ns)
         kcat_roundtrip(ns, "lz4", n=20000, topic="dpdk-chaos")
+        vanishing_peers(ns)
+        many_connections(ns, 50)
         rc = b.stop()
         check(rc == 0, f"the broker exited {rc} after SIGTERM")
     except lib.TestFailure:
@@ -306,6 +312,35 @@ def chaos_run(ns, work):
     check(c["ooo_queued"] > 0 or c["dup_acks"] > 0, f"no reordering seen by TCP: {c}")
     log(f"the same through reordering, duplication and corruption: hook {m.groups()}, frames dropped "
         f"{dropped.group(1)}, TCP {c}")
+    ends = re.search(r"connections ended: (\d+) orderly, (\d+) reset by the peer, (\d+) timed out", text)
+    check(ends and int(ends.group(3)) >= VANISH_N, f"connections timed out: {ends and ends.groups()}, want >= "
+          f"{VANISH_N}")
+    log(f"vanished peers: {ends.group(3)} connections dropped after their retransmissions ran out "
+        f"({ends.group(1)} orderly, {ends.group(2)} reset)")
+
+
+VANISH_N = 50
+VANISH = r'''
+import socket, struct, subprocess, sys, time
+host, port, n, tap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+socks = [socket.create_connection((host, port), timeout=10) for _ in range(n)]
+rule = ["iptables", "-I", "INPUT", "-i", tap, "-j", "DROP"]
+subprocess.run(rule, check=True)
+try:
+    req = struct.pack(">hhih", 18, 0, 9, 4) + b"gone"
+    for s in socks:
+        s.sendall(struct.pack(">i", len(req)) + req)
+    time.sleep(8)  # the broker's answers vanish; 3 retransmissions from 200 ms take about 3 s
+finally:
+    rule[1] = "-D"
+    subprocess.run(rule, check=True)
+for s in socks:
+    s.close()
+'''
+
+
+def vanishing_peers(ns):
+    ns.run(sys.executable, "-c", VANISH, BROKER_IP, str(PORT), str(VANISH_N), ns.tap, timeout=60)
 
 
 def many_connections(ns, n=1000):
