@@ -110,7 +110,7 @@ struct dstate {
 	uint16_t tx_n;
 	uint32_t empty_polls;
 	bool in_poll, registered;
-	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused;
+	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused, not_ours;
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
 	uint64_t ends[SLUICE_TCP_END_FIN_WAIT_2 + 1]; /* connections ended, by reason */
 	/* SLUICE_DPDK_RX_CHAOS (tests): per mille of frames reordered, duplicated, corrupted. */
@@ -384,8 +384,12 @@ static struct dconn *tcp_accept(struct dstate *ds, const struct sluice_wire_pkt 
 static void tcp_in(struct dstate *ds, const struct sluice_wire_pkt *pkt, int64_t now)
 {
 	const struct sluice_tcp_seg *s = &pkt->tcp;
-	if (s->daddr != ds->ip || s->dport != ds->listen_port) {
-		tcp_refuse(ds, pkt);
+	if (s->daddr != ds->ip) {
+		ds->not_ours++; /* another host's (a shared segment): never answered */
+		return;
+	}
+	if (s->dport != ds->listen_port) {
+		tcp_refuse(ds, pkt); /* a closed port: RST, as any host */
 		return;
 	}
 	uint32_t slot;
@@ -852,7 +856,7 @@ static void dpdk_fini(struct netcore *nc)
 		(void)rte_eth_dev_close(ds->port);
 	}
 	sluice_arp_fini(&ds->arp);
-	uint64_t dropped = 0;
+	uint64_t dropped = ds->not_ours;
 	for (int r = 0; r < SLUICE_WIRE_REASONS; r++)
 		dropped += ds->drops[r];
 	const struct sluice_tcp_counters *t = &ds->tcp;
