@@ -52,7 +52,9 @@ static const struct cfg_key keys[] = {
 	{"sluice.listener.bind.timeout.ms", CFG_LONG, F(listener_bind_timeout_ms), 0, 3600000, "30000"},
 	{"sluice.transport", CFG_STRING, F(transport), 0, 0, "uring"},
 	{"sluice.dpdk.eal.args", CFG_STRING, F(dpdk_eal_args), 0, 0, ""},
-	{"sluice.dpdk.port", CFG_INT, F(dpdk_port), 0, 1023, "0"},
+	{"sluice.dpdk.port", CFG_STRING, F(dpdk_ports), 0, 0, "0"},
+	{"sluice.dpdk.lcores", CFG_STRING, F(dpdk_lcores), 0, 0, ""},
+	{"sluice.dpdk.listener", CFG_STRING, F(dpdk_listener), 0, 0, "PLAINTEXT"},
 	{"sluice.dpdk.ipv4.address", CFG_STRING, F(dpdk_ipv4_address), 0, 0, ""},
 	{"sluice.dpdk.ipv4.gateway", CFG_STRING, F(dpdk_ipv4_gateway), 0, 0, ""},
 	{"sluice.dpdk.mtu", CFG_INT, F(dpdk_mtu), 576, 9000, "1500"},
@@ -145,7 +147,7 @@ static int set_typed(struct sluice_config *cfg, const struct cfg_key *k, const c
 		size_t cap = strcmp(k->name, "log.level") == 0 || strcmp(k->name, "log.message.timestamp.type") == 0 ||
 				     strcmp(k->name, "log.cleaner.min.cleanable.ratio") == 0 ||
 				     strcmp(k->name, "sluice.transport") == 0 || strcmp(k->name, "compression.type") == 0 ? 32 :
-			     strcmp(k->name, "cluster.id") == 0 ? 64 :
+			     strcmp(k->name, "cluster.id") == 0 || strcmp(k->name, "sluice.dpdk.listener") == 0 ? 64 :
 			     strcmp(k->name, "log.cleanup.policy") == 0 ? SLUICE_CONFIG_LIST_MAX :
 			     strcmp(k->name, "broker.rack") == 0 ? sizeof cfg->broker_rack : SLUICE_CONFIG_STRING_MAX;
 		if (n >= cap) {

@@ -58,7 +58,9 @@ struct sluice_config {
 	char transport[32];               /* sluice.transport: the network backend, by name (dataplane/transport.h) */
 	/* The dpdk transport (dataplane/transport_dpdk.c; docs/dpdk.md). */
 	char dpdk_eal_args[SLUICE_CONFIG_STRING_MAX];     /* sluice.dpdk.eal.args: rte_eal_init's arguments */
-	int32_t dpdk_port;                                /* sluice.dpdk.port: the ethdev port index */
+	char dpdk_ports[SLUICE_CONFIG_STRING_MAX];        /* sluice.dpdk.port: ethdev port indexes, "0" or "0,1" */
+	char dpdk_lcores[SLUICE_CONFIG_STRING_MAX];       /* sluice.dpdk.lcores: the network cores' EAL lcores, or "" */
+	char dpdk_listener[64];                           /* sluice.dpdk.listener: the listener's name */
 	char dpdk_ipv4_address[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.address: a.b.c.d/prefix */
 	char dpdk_ipv4_gateway[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.gateway: a.b.c.d, or "" */
 	int32_t dpdk_mtu;                                 /* sluice.dpdk.mtu */

@@ -274,6 +274,10 @@ void sluice_storage_core_join(struct storecore *sc);
  * (sluice_rt_run with the network core's hooks; stopped with sluice_rt_stop
  * and sluice_rt_join on nc->rt); fini after every network core has been
  * joined. */
+/* Before any init: the backend's shared set-up, and how many network cores
+ * it runs (num.network.threads unless the backend decides: dpdk's lcores),
+ * or -1 after saying why not. */
+int sluice_netcore_prepare(struct broker *b);
 int sluice_netcore_init(struct netcore *nc);
 int sluice_netcore_init_with(struct netcore *nc, const struct sluice_transport_ops *tops);
 int sluice_netcore_start(struct netcore *nc);

@@ -860,7 +860,12 @@ int main(int argc, char **argv)
 		return rc;
 	signal(SIGPIPE, SIG_IGN);
 	b.ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	b.net_n = b.cfg.num_network_threads;
+	/* The transport first (the dpdk one starts its EAL and ports, and its
+	 * lcores say how many network cores there are): a device that cannot
+	 * start stops the broker before any data directory is touched. */
+	b.net_n = sluice_netcore_prepare(&b);
+	if (b.net_n < 0)
+		return 1;
 	b.store_n = b.cfg.storage_threads;
 	b.clean_start = true;
 	for (int d = 0; d < b.cfg.log_dir_count; d++)

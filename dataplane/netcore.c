@@ -945,14 +945,31 @@ int sluice_netcore_init_with(struct netcore *nc, const struct sluice_transport_o
 	return tops->init(nc);
 }
 
-int sluice_netcore_init(struct netcore *nc)
+static const struct sluice_transport_ops *backend_named(const char *name)
 {
-	const char *name = nc->b->cfg.transport;
 	for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
 		if (strcmp(backends[i]->name, name) == 0)
-			return sluice_netcore_init_with(nc, backends[i]);
+			return backends[i];
 	SLOG_ERR("net", "sluice.transport: unknown transport '%s' (this broker has: " BACKEND_NAMES ")", name);
-	return -1;
+	return NULL;
+}
+
+int sluice_netcore_prepare(struct broker *b)
+{
+	const struct sluice_transport_ops *tops = backend_named(b->cfg.transport);
+	if (!tops)
+		return -1;
+	if (!tops->prepare)
+		return b->cfg.num_network_threads;
+	int n = tops->prepare(b);
+	assert(n < 0 || (n > 0 && n <= SLUICE_CORES_MAX));
+	return n;
+}
+
+int sluice_netcore_init(struct netcore *nc)
+{
+	const struct sluice_transport_ops *tops = backend_named(nc->b->cfg.transport);
+	return tops ? sluice_netcore_init_with(nc, tops) : -1;
 }
 
 int sluice_netcore_start(struct netcore *nc)

@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct broker;
 struct netcore;
 struct conn;
 
@@ -68,6 +69,11 @@ struct sluice_send_range {
 
 struct sluice_transport_ops {
 	const char *name; /* as sluice.transport names it */
+	/* Optional (NULL: num.network.threads decides). Once, on the main
+	 * thread, before any init: set up what the cores share (a device, its
+	 * queues) and say how many network cores the backend runs (> 0), or
+	 * -1 after saying why it cannot start. */
+	int (*prepare)(struct broker *b);
 	/* Per network core, on the main thread before the core's thread
 	 * starts: set nc->tstate, and the listener up (core 0) or shared. */
 	int (*init)(struct netcore *nc);

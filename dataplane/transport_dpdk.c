@@ -5,14 +5,16 @@
  * each connection's RFC 9293 state machine), so the Kafka listener's bytes
  * never cross the kernel. The broker above it is the same as over io_uring.
  *
- * This first slice: one network core (num.network.threads=1), one port and
- * queue, one IPv4 address (sluice.dpdk.ipv4.address), the listener port of
- * `listeners`; ARP (answers, a gratuitous announce at start), ICMP echo,
- * and TCP connections to the listener port. A peer is answered at the MAC
- * its SYN came from (a peer on the link, or the gateway that routed it);
- * connections elsewhere, RSS across lcores and zero-copy sends come later.
- * The broker's own replication and controller connections stay on kernel
- * sockets.
+ * Network cores are EAL lcores (sluice.dpdk.lcores), each with its own
+ * queue pair, mbuf pool, connection table and timers, set up by prepare on
+ * the main thread before any core runs and never shared after: one port
+ * whose queues RSS spreads connections over, or a port per core. One IPv4
+ * address (sluice.dpdk.ipv4.address), the listener port of `listeners`;
+ * ARP (answers, a gratuitous announce at start), ICMP echo, and TCP
+ * connections to the listener port. A peer is answered at the MAC its SYN
+ * came from (a peer on the link, or the gateway that routed it);
+ * connections elsewhere and zero-copy sends come later. The broker's own
+ * replication and controller connections stay on kernel sockets.
  *
  * Receive: a burst of frames, each classified (wire.c) and handed to the
  * ARP cache, answered (ICMP), or given to its connection's state machine,
@@ -61,6 +63,7 @@
 #define SLUICE_DPDK_ARGS_MAX 64           /* EAL arguments */
 #define SLUICE_DPDK_ARP_TICK_MS 200
 #define SLUICE_DPDK_MSL_MS 5000           /* TIME-WAIT lasts twice this */
+#define SLUICE_DPDK_PORTS_MAX 16          /* ports in sluice.dpdk.port */
 _Static_assert(SLUICE_DPDK_TABLE_SLOTS >= 2 * SLUICE_DPDK_CONNS_MAX, "the table stays at most half full");
 _Static_assert((SLUICE_DPDK_TABLE_SLOTS & (SLUICE_DPDK_TABLE_SLOTS - 1)) == 0, "slots mask by a power of two");
 _Static_assert(SLUICE_DPDK_SND_BUF_BYTES <= SLUICE_TCP_SND_BUF_MAX, "within the state machine's ring bound");
@@ -92,6 +95,7 @@ struct dconn {
 struct dstate {
 	struct netcore *nc;
 	uint16_t port, queue;
+	unsigned lcore;                 /* the EAL lcore whose CPUs the core runs on (LCORE_ID_ANY: as placed) */
 	struct rte_mempool *pool;
 	struct sluice_eth_addr mac;
 	uint32_t ip, netmask, gateway;
@@ -119,8 +123,6 @@ struct dstate {
 	struct rte_mbuf *chaos_held;
 	uint64_t chaos_counts[3];
 };
-
-static bool eal_up;
 
 /* ---- frames out -------------------------------------------------------- */
 
@@ -660,6 +662,15 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 		if (rte_thread_register() < 0)
 			SLOG_WARN("net", "network core %d: rte_thread_register: %s (mbuf caches unused)", nc->id,
 				  rte_strerror(rte_errno));
+		/* The core runs where its lcore does (the EAL's own thread for
+		 * that lcore stays parked). */
+		if (ds->lcore != LCORE_ID_ANY) {
+			rte_cpuset_t set = rte_lcore_cpuset(ds->lcore);
+			int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+			if (rc != 0)
+				SLOG_WARN("net", "network core %d: cannot run on lcore %u's CPUs: %s", nc->id, ds->lcore,
+					  strerror(rc));
+		}
 	}
 	ds->in_poll = true;
 	int64_t now = sluice_now_ms(), until = now + wait_ms;
@@ -682,6 +693,21 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 
 /* ---- start and stop --------------------------------------------------- */
 
+/* What the network cores share, set up once by prepare on the main thread
+ * before any core starts, and read-only after: core k's EAL lcore, its
+ * port and queue, its mbuf pool. */
+static struct {
+	bool eal_up;
+	int cores;
+	unsigned lcore[SLUICE_CORES_MAX]; /* LCORE_ID_ANY: not pinned (an EAL with one lcore) */
+	uint16_t port[SLUICE_CORES_MAX], queue[SLUICE_CORES_MAX];
+	struct rte_mempool *pool[SLUICE_CORES_MAX];
+	uint16_t ports[SLUICE_DPDK_PORTS_MAX];
+	int ports_n;
+	bool rss; /* one port, its queues spread by the device's hash */
+	int fini_left;
+} g;
+
 static int eal_start(const struct sluice_config *cfg)
 {
 	static char args[SLUICE_CONFIG_STRING_MAX];
@@ -699,7 +725,8 @@ static int eal_start(const struct sluice_config *cfg)
 	argv[argc] = NULL;
 	/* The EAL pins the calling thread (main's) to its main lcore, and the
 	 * cores' threads, started later, would inherit it: they keep the
-	 * process's own placement (sluice.cpu.affinity decides theirs). */
+	 * process's own placement (each network core then takes its lcore's,
+	 * the storage cores sluice.cpu.affinity's). */
 	cpu_set_t before;
 	bool saved = pthread_getaffinity_np(pthread_self(), sizeof before, &before) == 0;
 	if (rte_eal_init(argc, argv) < 0) {
@@ -709,8 +736,41 @@ static int eal_start(const struct sluice_config *cfg)
 	}
 	if (saved)
 		(void)pthread_setaffinity_np(pthread_self(), sizeof before, &before);
-	eal_up = true;
+	g.eal_up = true;
 	return 0;
+}
+
+/* A list of numbers and ranges, "1,3-5", each within [0, max]; at most cap
+ * of them. Returns how many, or -1. */
+static int parse_list(const char *text, unsigned max, unsigned *out, int cap)
+{
+	int n = 0;
+	const char *p = text;
+	while (*p) {
+		char *end;
+		unsigned long a = strtoul(p, &end, 10), b = a;
+		if (end == p)
+			return -1;
+		if (*end == '-') {
+			p = end + 1;
+			b = strtoul(p, &end, 10);
+			if (end == p)
+				return -1;
+		}
+		if (a > max || b > max || b < a)
+			return -1;
+		for (unsigned long v = a; v <= b; v++) {
+			if (n == cap)
+				return -1;
+			out[n++] = (unsigned)v;
+		}
+		p = end;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			return -1;
+	}
+	return n;
 }
 
 static int parse_ipv4(const char *text, uint32_t *out)
@@ -742,40 +802,173 @@ static int address_config(struct dstate *ds, const struct sluice_config *cfg)
 	return 0;
 }
 
-static int port_start(struct dstate *ds, const struct sluice_config *cfg)
+/* The listener the transport serves must be the one `listeners` names
+ * (this broker has one listener). */
+static int listener_check(const struct sluice_config *cfg)
 {
-	uint16_t port = (uint16_t)cfg->dpdk_port;
-	if (!rte_eth_dev_is_valid_port(port)) {
-		SLOG_ERR("net", "sluice.dpdk.port: no DPDK port %u (the EAL found %u; give a device with "
-			 "sluice.dpdk.eal.args, e.g. --vdev=net_tap0,iface=sltap0)", port, rte_eth_dev_count_avail());
-		return -1;
-	}
-	ds->port = port;
-	ds->pool = rte_pktmbuf_pool_create("sluice_net0", SLUICE_DPDK_MBUFS, SLUICE_DPDK_MBUF_CACHE, 0,
-					   RTE_MBUF_DEFAULT_BUF_SIZE, (int)rte_eth_dev_socket_id(port));
-	if (!ds->pool) {
-		SLOG_ERR("net", "DPDK: cannot create the mbuf pool: %s (memory: -m in sluice.dpdk.eal.args)",
-			 rte_strerror(rte_errno));
-		return -1;
-	}
-	struct rte_eth_conf conf;
-	memset(&conf, 0, sizeof conf);
-	int rc = rte_eth_dev_configure(port, 1, 1, &conf);
-	if (rc == 0)
-		rc = rte_eth_rx_queue_setup(port, 0, SLUICE_DPDK_RX_DESC, rte_eth_dev_socket_id(port), NULL, ds->pool);
-	if (rc == 0)
-		rc = rte_eth_tx_queue_setup(port, 0, SLUICE_DPDK_TX_DESC, rte_eth_dev_socket_id(port), NULL);
-	if (rc == 0 && cfg->dpdk_mtu != 1500)
-		rc = rte_eth_dev_set_mtu(port, (uint16_t)cfg->dpdk_mtu);
-	if (rc == 0)
-		rc = rte_eth_dev_start(port);
-	if (rc == 0)
-		rc = rte_eth_macaddr_get(port, (struct rte_ether_addr *)ds->mac.b);
-	if (rc < 0) {
-		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", port, rte_strerror(-rc));
+	const char *sep = strstr(cfg->listeners, "://");
+	size_t n = sep ? (size_t)(sep - cfg->listeners) : 0;
+	if (n == 0 || strlen(cfg->dpdk_listener) != n || strncasecmp(cfg->listeners, cfg->dpdk_listener, n) != 0 ||
+	    strncasecmp(cfg->listeners, "PLAINTEXT", n) != 0) {
+		SLOG_ERR("net", "sluice.dpdk.listener: '%s' is not the PLAINTEXT listener in listeners='%s' (the dpdk "
+			 "transport serves a PLAINTEXT listener; this broker has one listener)", cfg->dpdk_listener,
+			 cfg->listeners);
 		return -1;
 	}
 	return 0;
+}
+
+/* The network cores: the lcores sluice.dpdk.lcores names, or else every
+ * EAL lcore but the main one, or else (an EAL of one lcore) one core that
+ * sluice.cpu.affinity places. */
+static int lcores_config(const struct sluice_config *cfg)
+{
+	unsigned ids[SLUICE_CORES_MAX];
+	int n = 0;
+	if (cfg->dpdk_lcores[0]) {
+		n = parse_list(cfg->dpdk_lcores, RTE_MAX_LCORE - 1, ids, SLUICE_CORES_MAX);
+		if (n <= 0) {
+			SLOG_ERR("net", "sluice.dpdk.lcores: '%s' is not a list of lcore ids (e.g. 1,2 or 1-3; at most %d)",
+				 cfg->dpdk_lcores, SLUICE_CORES_MAX);
+			return -1;
+		}
+		for (int i = 0; i < n; i++) {
+			for (int j = 0; j < i; j++)
+				if (ids[j] == ids[i]) {
+					SLOG_ERR("net", "sluice.dpdk.lcores: lcore %u is named twice", ids[i]);
+					return -1;
+				}
+			if (!rte_lcore_is_enabled(ids[i])) {
+				SLOG_ERR("net", "sluice.dpdk.lcores: lcore %u is not one of the EAL's (its -l or --lcores in "
+					 "sluice.dpdk.eal.args)", ids[i]);
+				return -1;
+			}
+		}
+	} else {
+		unsigned l;
+		RTE_LCORE_FOREACH_WORKER(l)
+		{
+			if (n == SLUICE_CORES_MAX)
+				break;
+			ids[n++] = l;
+		}
+		if (n == 0)
+			ids[n++] = LCORE_ID_ANY;
+	}
+	g.cores = n;
+	memcpy(g.lcore, ids, (size_t)n * sizeof ids[0]);
+	return 0;
+}
+
+/* Ports and queues: one port whose queues the device's RSS hash spreads
+ * connections over (a real NIC), or one port per core (net_tap, whose RSS
+ * this kernel cannot do). */
+static int ports_config(const struct sluice_config *cfg)
+{
+	unsigned ids[SLUICE_DPDK_PORTS_MAX];
+	int n = parse_list(cfg->dpdk_ports, RTE_MAX_ETHPORTS - 1, ids, SLUICE_DPDK_PORTS_MAX);
+	if (n <= 0) {
+		SLOG_ERR("net", "sluice.dpdk.port: '%s' is not a port index or a list of them (e.g. 0 or 0,1)",
+			 cfg->dpdk_ports);
+		return -1;
+	}
+	if (n != 1 && n != g.cores) {
+		SLOG_ERR("net", "sluice.dpdk.port: %d ports for %d network cores (sluice.dpdk.lcores): give one port, "
+			 "whose queues RSS spreads over the cores, or one port per core", n, g.cores);
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		if (!rte_eth_dev_is_valid_port((uint16_t)ids[i])) {
+			SLOG_ERR("net", "sluice.dpdk.port: no DPDK port %u (the EAL found %u; give a device with "
+				 "sluice.dpdk.eal.args, e.g. --vdev=net_tap0,iface=sltap0)", ids[i], rte_eth_dev_count_avail());
+			return -1;
+		}
+		for (int j = 0; j < i; j++)
+			if (ids[j] == ids[i]) {
+				SLOG_ERR("net", "sluice.dpdk.port: port %u is named twice", ids[i]);
+				return -1;
+			}
+		g.ports[i] = (uint16_t)ids[i];
+	}
+	g.ports_n = n;
+	g.rss = n == 1 && g.cores > 1;
+	for (int k = 0; k < g.cores; k++) {
+		g.port[k] = g.ports[n == 1 ? 0 : k];
+		g.queue[k] = (uint16_t)(n == 1 ? k : 0);
+	}
+	return 0;
+}
+
+/* Configure and start port p with q queue pairs, queue i receiving into
+ * pools[i]. */
+static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct rte_mempool *const *pools)
+{
+	struct rte_eth_conf conf;
+	memset(&conf, 0, sizeof conf);
+	struct rte_eth_dev_info info;
+	int rc = rte_eth_dev_info_get(p, &info);
+	if (rc == 0 && q > 1) {
+		uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_NONFRAG_IPV4_TCP | RTE_ETH_RSS_IPV4);
+		if (info.max_rx_queues < q || info.max_tx_queues < q || !(hf & RTE_ETH_RSS_NONFRAG_IPV4_TCP)) {
+			SLOG_ERR("net", "sluice.dpdk.port %u (%s): cannot spread %d network cores by RSS (%u receive "
+				 "queues, TCP hashing %s): name one port per core in sluice.dpdk.port, or fewer lcores",
+				 p, info.driver_name, q, info.max_rx_queues,
+				 (hf & RTE_ETH_RSS_NONFRAG_IPV4_TCP) ? "offered" : "not offered");
+			return -1;
+		}
+		conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+		conf.rx_adv_conf.rss_conf.rss_hf = hf;
+	}
+	if (rc == 0)
+		rc = rte_eth_dev_configure(p, (uint16_t)q, (uint16_t)q, &conf);
+	for (int i = 0; rc == 0 && i < q; i++) {
+		rc = rte_eth_rx_queue_setup(p, (uint16_t)i, SLUICE_DPDK_RX_DESC, rte_eth_dev_socket_id(p), NULL, pools[i]);
+		if (rc == 0)
+			rc = rte_eth_tx_queue_setup(p, (uint16_t)i, SLUICE_DPDK_TX_DESC, rte_eth_dev_socket_id(p), NULL);
+	}
+	if (rc == 0 && cfg->dpdk_mtu != 1500)
+		rc = rte_eth_dev_set_mtu(p, (uint16_t)cfg->dpdk_mtu);
+	if (rc == 0)
+		rc = rte_eth_dev_start(p);
+	if (rc < 0) {
+		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", p, rte_strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+static int dpdk_prepare(struct broker *b)
+{
+	const struct sluice_config *cfg = &b->cfg;
+	struct dstate probe;
+	memset(&probe, 0, sizeof probe);
+	if (address_config(&probe, cfg) < 0 || listener_check(cfg) < 0 || eal_start(cfg) < 0 ||
+	    lcores_config(cfg) < 0 || ports_config(cfg) < 0)
+		return -1;
+	for (int k = 0; k < g.cores; k++) {
+		char name[RTE_MEMPOOL_NAMESIZE];
+		snprintf(name, sizeof name, "sluice_net%d", k);
+		int socket = g.lcore[k] == LCORE_ID_ANY ? rte_eth_dev_socket_id(g.port[k]) : (int)rte_lcore_to_socket_id(g.lcore[k]);
+		g.pool[k] = rte_pktmbuf_pool_create(name, SLUICE_DPDK_MBUFS, SLUICE_DPDK_MBUF_CACHE, 0,
+						    RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+		if (!g.pool[k]) {
+			SLOG_ERR("net", "DPDK: cannot create network core %d's mbuf pool: %s (memory: -m in "
+				 "sluice.dpdk.eal.args)", k, rte_strerror(rte_errno));
+			return -1;
+		}
+	}
+	for (int i = 0; i < g.ports_n; i++)
+		if (port_start(cfg, g.ports[i], g.rss ? g.cores : 1, g.rss ? g.pool : &g.pool[i]) < 0)
+			return -1;
+	g.fini_left = g.cores;
+	char lcores[256];
+	size_t off = 0;
+	for (int k = 0; k < g.cores && off < sizeof lcores; k++)
+		off += (size_t)snprintf(lcores + off, sizeof lcores - off, g.lcore[k] == LCORE_ID_ANY ? "%sunpinned" : "%s%u",
+					k ? "," : "", g.lcore[k]);
+	SLOG_INFO("net", "sluice.transport=dpdk: %d network core(s) on lcores %s, %d port(s)%s (num.network.threads is "
+		  "not used)", g.cores, lcores, g.ports_n, g.rss ? ", queues spread by RSS" : "");
+	return g.cores;
 }
 
 /* SLUICE_DPDK_RX_CHAOS=seed:reorder:duplicate:corrupt, each per mille:
@@ -798,88 +991,98 @@ static void chaos_setup(struct dstate *ds)
 static int dpdk_init(struct netcore *nc)
 {
 	const struct sluice_config *cfg = &nc->b->cfg;
-	if (nc->id > 0 || nc->b->net_n > 1) {
-		SLOG_ERR("net", "sluice.transport=dpdk: one network core for now (num.network.threads=1, not %d)",
-			 nc->b->net_n);
-		return -1;
-	}
+	assert(g.eal_up && nc->id < g.cores);
 	struct dstate *ds = calloc(1, sizeof *ds);
 	if (!ds)
 		return -1;
 	nc->tstate = ds;
 	ds->nc = nc;
-	if (address_config(ds, cfg) < 0 || eal_start(cfg) < 0 || port_start(ds, cfg) < 0)
+	if (address_config(ds, cfg) < 0)
+		return -1;
+	ds->port = g.port[nc->id];
+	ds->queue = g.queue[nc->id];
+	ds->pool = g.pool[nc->id];
+	ds->lcore = g.lcore[nc->id];
+	if (rte_eth_macaddr_get(ds->port, (struct rte_ether_addr *)ds->mac.b) < 0)
 		return -1;
 	ds->secret = (uint32_t)rte_rand();
 	chaos_setup(ds);
 	sluice_arp_init(&ds->arp, ds->ip, &ds->mac, SLUICE_ARP_TTL_MS_DEFAULT, arp_release, ds);
-	/* Announce the address (gratuitous ARP), so neighbours' caches learn it. */
-	struct rte_mbuf *m;
-	size_t cap;
-	uint8_t *p = tx_frame(ds, &m, &cap);
-	if (p)
-		tx_queue(ds, m, sluice_arp_announce(&ds->arp, p, cap));
-	tx_flush(ds);
+	/* Announce the address (gratuitous ARP) once per port, so neighbours'
+	 * caches learn it. */
+	if (ds->queue == 0) {
+		struct rte_mbuf *m;
+		size_t cap;
+		uint8_t *p = tx_frame(ds, &m, &cap);
+		if (p)
+			tx_queue(ds, m, sluice_arp_announce(&ds->arp, p, cap));
+		tx_flush(ds);
+	}
 	char mac[32];
 	snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", ds->mac.b[0], ds->mac.b[1], ds->mac.b[2], ds->mac.b[3],
 		 ds->mac.b[4], ds->mac.b[5]);
-	SLOG_INFO("net", "network core %d: DPDK port %u (%s) up, %s on %s, TCP port %u; our own TCP/IP stack", nc->id,
-		  ds->port, mac, cfg->dpdk_ipv4_address, cfg->dpdk_ipv4_gateway[0] ? cfg->dpdk_ipv4_gateway : "no gateway",
-		  ds->listen_port);
+	SLOG_INFO("net", "network core %d: DPDK port %u queue %u (%s) up, %s on %s, TCP port %u; our own TCP/IP stack",
+		  nc->id, ds->port, ds->queue, mac, cfg->dpdk_ipv4_address,
+		  cfg->dpdk_ipv4_gateway[0] ? cfg->dpdk_ipv4_gateway : "no gateway", ds->listen_port);
 	return 0;
 }
 
 static void dpdk_fini(struct netcore *nc)
 {
 	struct dstate *ds = nc->tstate;
-	if (!ds)
-		return;
-	for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++)
-		if (ds->table[i]) {
-			counters_add(&ds->tcp, &ds->table[i]->tcb.counters);
-			conn_free(ds->table[i]);
+	if (ds) {
+		for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++)
+			if (ds->table[i]) {
+				counters_add(&ds->tcp, &ds->table[i]->tcb.counters);
+				conn_free(ds->table[i]);
+			}
+		while (ds->done) {
+			struct dconn *d = ds->done;
+			ds->done = d->done_next;
+			conn_free(d);
 		}
-	while (ds->done) {
-		struct dconn *d = ds->done;
-		ds->done = d->done_next;
-		conn_free(d);
-	}
-	if (ds->chaos_held)
-		rte_pktmbuf_free(ds->chaos_held);
-	if (ds->chaos)
-		SLOG_INFO("net", "network core %d: SLUICE_DPDK_RX_CHAOS: %" PRIu64 " frames reordered, %" PRIu64
-			  " duplicated, %" PRIu64 " corrupted", nc->id, ds->chaos_counts[0], ds->chaos_counts[1],
-			  ds->chaos_counts[2]);
-	if (ds->pool) {
+		if (ds->chaos_held)
+			rte_pktmbuf_free(ds->chaos_held);
+		if (ds->chaos)
+			SLOG_INFO("net", "network core %d: SLUICE_DPDK_RX_CHAOS: %" PRIu64 " frames reordered, %" PRIu64
+				  " duplicated, %" PRIu64 " corrupted", nc->id, ds->chaos_counts[0], ds->chaos_counts[1],
+				  ds->chaos_counts[2]);
 		tx_flush(ds);
-		(void)rte_eth_dev_stop(ds->port);
-		(void)rte_eth_dev_close(ds->port);
+		sluice_arp_fini(&ds->arp);
+		uint64_t dropped = ds->not_ours;
+		for (int r = 0; r < SLUICE_WIRE_REASONS; r++)
+			dropped += ds->drops[r];
+		const struct sluice_tcp_counters *t = &ds->tcp;
+		SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in (%" PRIu64 " dropped), %" PRIu64 " out, %"
+			  PRIu64 " not sent, %" PRIu64 " connections refused; TCP: %" PRIu64 " segments in, %" PRIu64
+			  " out, %" PRIu64 " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64
+			  " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64 " dropped, %" PRIu64 " unacceptable",
+			  nc->id, ds->rx_frames, dropped, ds->tx_frames, ds->tx_drops, ds->refused, t->segs_in,
+			  t->segs_out, t->retransmits, t->fast_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops,
+			  t->unacceptable);
+		SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64
+			  " reset by the peer, %" PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %"
+			  PRIu64 " in FIN-WAIT-2", nc->id, ds->ends[SLUICE_TCP_END_ORDERLY], ds->ends[SLUICE_TCP_END_RESET],
+			  ds->ends[SLUICE_TCP_END_TIMEOUT], ds->ends[SLUICE_TCP_END_ABORTED],
+			  ds->ends[SLUICE_TCP_END_FIN_WAIT_2]);
+		free(ds);
+		nc->tstate = NULL;
 	}
-	sluice_arp_fini(&ds->arp);
-	uint64_t dropped = ds->not_ours;
-	for (int r = 0; r < SLUICE_WIRE_REASONS; r++)
-		dropped += ds->drops[r];
-	const struct sluice_tcp_counters *t = &ds->tcp;
-	SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in (%" PRIu64 " dropped), %" PRIu64 " out, %" PRIu64
-		  " not sent, %" PRIu64 " connections refused; TCP: %" PRIu64 " segments in, %" PRIu64 " out, %" PRIu64
-		  " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64 " duplicate ACKs, %" PRIu64
-		  " out-of-order kept, %" PRIu64 " dropped, %" PRIu64 " unacceptable",
-		  nc->id, ds->rx_frames, dropped, ds->tx_frames, ds->tx_drops, ds->refused, t->segs_in, t->segs_out,
-		  t->retransmits, t->fast_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable);
-	SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64 " reset by the peer, %"
-		  PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %" PRIu64 " in FIN-WAIT-2", nc->id,
-		  ds->ends[SLUICE_TCP_END_ORDERLY], ds->ends[SLUICE_TCP_END_RESET], ds->ends[SLUICE_TCP_END_TIMEOUT],
-		  ds->ends[SLUICE_TCP_END_ABORTED], ds->ends[SLUICE_TCP_END_FIN_WAIT_2]);
-	free(ds);
-	nc->tstate = NULL;
-	if (eal_up) {
-		(void)rte_eal_cleanup();
-		eal_up = false;
+	/* The last core's fini (after every core's thread stopped) closes the
+	 * ports and the EAL. */
+	if (--g.fini_left > 0 || !g.eal_up)
+		return;
+	for (int i = 0; i < g.ports_n; i++) {
+		(void)rte_eth_dev_stop(g.ports[i]);
+		(void)rte_eth_dev_close(g.ports[i]);
 	}
+	(void)rte_eal_cleanup();
+	g.eal_up = false;
 }
 
 const struct sluice_transport_ops sluice_transport_dpdk = {
 	.name = "dpdk",
+	.prepare = dpdk_prepare,
 	.init = dpdk_init,
 	.fini = dpdk_fini,
 	.recv_pause = dpdk_recv_pause,

@@ -24,6 +24,13 @@ queue. Proves:
   handed in twice, 2% with a byte flipped), a kcat round trip of 20,000 records completes
   byte for byte; the stack kept out-of-order segments, and dropped the corrupted frames
   (checksums);
+- two network cores (lcores 1 and 2): on one TAP port with two queue pairs (RSS
+  configured; the kernel's tun driver steers each flow to a queue), and with a TAP
+  port per core (the kernel spreads connections by a port-hashed multipath route to
+  the one address): each a kcat round trip and 200 connections, both cores serving;
+  and the refusals at start (exit 1, naming the key, log.dirs untouched): an lcore
+  the EAL does not have, a port it did not find, ports that do not match the cores,
+  a listener that is not the broker's;
 - peers that vanish: 50 connections whose requests the broker answers into a void (the
   kernel side drops every frame from the broker) are each dropped after
   sluice.dpdk.tcp.retries (3 here) retransmissions, counted as timed out, and the broker
@@ -89,11 +96,12 @@ class Netns:
 
 
 class DpdkBroker:
-    def __init__(self, ns, workdir, env=None, extra=""):
+    def __init__(self, ns, workdir, env=None, extra="", devices=None, lcores="-l 0"):
         self.ns, self.dir, self.env = ns, workdir, env
         self.props = os.path.join(workdir, "broker.properties")
         self.out = os.path.join(workdir, "out.log")
-        eal = (f"--no-huge -m 256 --no-pci --file-prefix={ns.prefix} --vdev=net_tap0,iface={ns.tap} -l 0 "
+        devices = devices or f"--vdev=net_tap0,iface={ns.tap}"
+        eal = (f"--no-huge -m 512 --no-pci --file-prefix={ns.prefix} {devices} {lcores} "
                f"--log-level=lib.eal:warning")
         with open(self.props, "w") as f:
             f.write(f"listeners=PLAINTEXT://{BOOT}\nadvertised.listeners=PLAINTEXT://{BOOT}\n"
@@ -121,6 +129,18 @@ class DpdkBroker:
                 return
             time.sleep(0.1)
         raise lib.TestFailure(f"the broker did not come up on DPDK in 30 s:\n{self.text()[-2000:]}")
+
+    def start_fails(self, want):
+        """The broker refuses to start: exit 1, its message naming what is wrong."""
+        broker = os.environ.get("SLUICE_BROKER", "")
+        with open(self.out, "w") as f:
+            r = subprocess.run(["ip", "netns", "exec", self.ns.name, broker, self.props], stdout=f,
+                               stderr=subprocess.STDOUT, cwd=self.dir, timeout=60)
+        text = self.text()
+        check(r.returncode == 1 and want in text, f"want exit 1 saying {want!r}; got exit {r.returncode}:\n"
+              f"{text[-1500:]}")
+        check(not os.path.exists(os.path.join(self.dir, "data")), "a refused start touched log.dirs")
+        log(f"refused, exit 1: {[ln for ln in text.splitlines() if want in ln][0].split('net: ', 1)[-1][:200]}")
 
     def text(self):
         with open(self.out, errors="replace") as f:
@@ -319,6 +339,96 @@ def chaos_run(ns, work):
         f"({ends.group(1)} orderly, {ends.group(2)} reset)")
 
 
+def core_ends(text):
+    """Each network core's connections ended, from its stop line: {core: orderly}."""
+    import re
+    return {int(c): int(o) for c, o in re.findall(r"network core (\d+): DPDK: connections ended: (\d+) orderly", text)}
+
+
+def cpus_for_lcores():
+    """--lcores mapping the main lcore and two network lcores onto this machine's CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    a, b = cpus[0], cpus[1 % len(cpus)]
+    return f"--lcores=0@{a},1@{a},2@{b}"
+
+
+def multicore_run(ns, work):
+    """Two network cores (lcores 1 and 2). First one TAP port with two queue pairs:
+    the port is configured for RSS and the kernel's tun driver steers each flow to
+    one queue, so this is the path a real NIC's RSS takes. Then each core its own
+    TAP port (one address on both), the kernel spreading connections over the two
+    by a multipath route hashed on ports. Each run: a kcat round trip and 200
+    connections, and both cores must have served connections. Then the start-up
+    refusals: an lcore the EAL does not have, a port it did not find, a listener
+    that is not the broker's."""
+    d = os.path.join(work, "rss")
+    os.makedirs(d)
+    b = DpdkBroker(ns, d, lcores=cpus_for_lcores())
+    try:
+        b.start()
+        check("2 network core(s) on lcores 1,2, 1 port(s), queues spread by RSS" in b.text(),
+              "the broker did not start two network cores on one port's queues")
+        link_up(ns)
+        check_ping(ns)
+        kcat_roundtrip(ns, "zstd", n=20000, topic="dpdk-rss")
+        many_connections(ns, 200)
+        rc = b.stop()
+        check(rc == 0, f"the broker exited {rc} after SIGTERM")
+    except lib.TestFailure:
+        log(f"--- the two-queue broker's output ---\n{b.text()[-3000:]}---")
+        raise
+    finally:
+        if b.alive():
+            b.stop(signal.SIGKILL, 10)
+    ends = core_ends(b.text())
+    check(len(ends) == 2 and all(v > 0 for v in ends.values()), f"connections per core: {ends}, want both > 0")
+    log(f"one port, two queues (RSS): connections ended orderly per network core {ends}")
+
+    d = os.path.join(work, "ports")
+    os.makedirs(d)
+    tap2 = ns.tap + "b"
+    devices = f"--vdev=net_tap0,iface={ns.tap} --vdev=net_tap1,iface={tap2}"
+    b = DpdkBroker(ns, d, devices=devices, lcores=cpus_for_lcores(),
+                   extra="sluice.dpdk.port=0,1\nsluice.dpdk.lcores=1,2\n")
+    try:
+        b.start()
+        check("2 network core(s) on lcores 1,2, 2 port(s)" in b.text(), "the broker did not start a core per port")
+        link_up(ns)
+        deadline = time.monotonic() + 20
+        while ns.run("ip", "link", "show", tap2, check_rc=False).returncode != 0:
+            check(time.monotonic() < deadline, f"no TAP {tap2} after 20 s")
+            time.sleep(0.1)
+        ns.run("ip", "addr", "add", "198.18.1.1/24", "dev", tap2)
+        ns.run("ip", "link", "set", tap2, "up")
+        ns.run("sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1", "net.ipv4.conf.all.rp_filter=0",
+               f"net.ipv4.conf.{ns.tap}.rp_filter=0", f"net.ipv4.conf.{tap2}.rp_filter=0")
+        ns.run("ip", "route", "replace", f"{BROKER_IP}/32", "nexthop", "dev", ns.tap, "nexthop", "dev", tap2)
+        check_ping(ns)
+        kcat_roundtrip(ns, "snappy", n=20000, topic="dpdk-ports")
+        many_connections(ns, 200)
+        rc = b.stop()
+        check(rc == 0, f"the broker exited {rc} after SIGTERM")
+    except lib.TestFailure:
+        log(f"--- the two-port broker's output ---\n{b.text()[-3000:]}---")
+        raise
+    finally:
+        if b.alive():
+            b.stop(signal.SIGKILL, 10)
+    ends = core_ends(b.text())
+    check(len(ends) == 2 and all(v > 0 for v in ends.values()), f"connections per core: {ends}, want both > 0")
+    log(f"a port per core: connections ended orderly per network core {ends}")
+
+    for name, extra, devices, want in [
+            ("lcore", "sluice.dpdk.lcores=1,5\n", None, "sluice.dpdk.lcores: lcore 5 is not one of the EAL's"),
+            ("port", "sluice.dpdk.port=0,1\n", None, "sluice.dpdk.port: no DPDK port 1"),
+            ("ports", "sluice.dpdk.port=0,1\nsluice.dpdk.lcores=1\n", devices,
+             "sluice.dpdk.port: 2 ports for 1 network cores"),
+            ("listener", "sluice.dpdk.listener=EXTERNAL\n", None, "sluice.dpdk.listener: 'EXTERNAL' is not")]:
+        d = os.path.join(work, f"refused-{name}")
+        os.makedirs(d)
+        DpdkBroker(ns, d, devices=devices, lcores=cpus_for_lcores(), extra=extra).start_fails(want)
+
+
 VANISH_N = 50
 VANISH = r'''
 import socket, struct, subprocess, sys, time
@@ -379,6 +489,7 @@ def main():
             check(c["dup_acks"] + c["ooo_queued"] + c["ooo_drops"] > 0,
                   "no duplicate ACK nor out-of-order segment although 3% of the kernel's frames were lost")
             chaos_run(ns, work)
+            multicore_run(ns, work)
             ok = True
         except lib.TestFailure:
             log(f"--- the broker's output ---\n{b.text()[-3000:]}---")
