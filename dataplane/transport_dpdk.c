@@ -116,7 +116,7 @@ struct dstate {
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused, not_ours;
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
-	uint64_t ends[SLUICE_TCP_END_FIN_WAIT_2 + 1]; /* connections ended, by reason */
+	uint64_t ends[SLUICE_TCP_END_REASONS]; /* connections ended, by reason */
 	/* SLUICE_DPDK_RX_CHAOS (tests): per mille of frames reordered, duplicated, corrupted. */
 	bool chaos;
 	uint32_t chaos_rand, chaos_reorder, chaos_dup, chaos_corrupt;
@@ -304,6 +304,7 @@ static void counters_add(struct sluice_tcp_counters *to, const struct sluice_tcp
 	to->ooo_queued += c->ooo_queued;
 	to->ooo_drops += c->ooo_drops;
 	to->unacceptable += c->unacceptable;
+	to->keepalive_probes += c->keepalive_probes;
 }
 
 static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
@@ -313,10 +314,11 @@ static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 	assert(!d->dead);
 	d->dead = true;
 	counters_add(&ds->tcp, &d->tcb.counters);
-	assert((unsigned)reason <= SLUICE_TCP_END_FIN_WAIT_2);
+	assert((unsigned)reason < SLUICE_TCP_END_REASONS);
 	ds->ends[reason]++;
-	d->close_error = reason == SLUICE_TCP_END_ORDERLY ? 0 : reason == SLUICE_TCP_END_TIMEOUT ? -ETIMEDOUT
-											     : -ECONNRESET;
+	d->close_error = reason == SLUICE_TCP_END_ORDERLY ? 0
+			 : reason == SLUICE_TCP_END_TIMEOUT || reason == SLUICE_TCP_END_KEEPALIVE ? -ETIMEDOUT
+			 : -ECONNRESET;
 	if (d->listed)
 		conn_unlist(ds, d);
 	d->done_next = ds->done; /* reported (and freed) at the end of poll */
@@ -340,6 +342,12 @@ static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_con
 	 * 2 x 30 s, so a client reconnecting often cannot pin the table. */
 	cfg->msl_ms = SLUICE_DPDK_MSL_MS;
 	cfg->retries_max = (uint32_t)ds->nc->b->cfg.dpdk_tcp_retries;
+	/* Keepalive, as Kafka turns SO_KEEPALIVE on for its sockets: an idle
+	 * connection whose peer vanished is found and freed (0: off). */
+	cfg->keepalive = ds->nc->b->cfg.dpdk_tcp_keepalive_ms > 0;
+	cfg->keepalive_idle_ms = (uint32_t)ds->nc->b->cfg.dpdk_tcp_keepalive_ms;
+	cfg->keepalive_interval_ms = (uint32_t)ds->nc->b->cfg.dpdk_tcp_keepalive_interval_ms;
+	cfg->keepalive_probes = (uint32_t)ds->nc->b->cfg.dpdk_tcp_keepalive_probes;
 }
 
 /* ---- frames in ----------------------------------------------------------- */
@@ -1056,15 +1064,16 @@ static void dpdk_fini(struct netcore *nc)
 		SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in (%" PRIu64 " dropped), %" PRIu64 " out, %"
 			  PRIu64 " not sent, %" PRIu64 " connections refused; TCP: %" PRIu64 " segments in, %" PRIu64
 			  " out, %" PRIu64 " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64
-			  " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64 " dropped, %" PRIu64 " unacceptable",
-			  nc->id, ds->rx_frames, dropped, ds->tx_frames, ds->tx_drops, ds->refused, t->segs_in,
-			  t->segs_out, t->retransmits, t->fast_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops,
-			  t->unacceptable);
+			  " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64 " dropped, %" PRIu64
+			  " unacceptable, %" PRIu64 " keepalive probes", nc->id, ds->rx_frames, dropped, ds->tx_frames,
+			  ds->tx_drops, ds->refused, t->segs_in, t->segs_out, t->retransmits, t->fast_retransmits,
+			  t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable, t->keepalive_probes);
 		SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64
 			  " reset by the peer, %" PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %"
-			  PRIu64 " in FIN-WAIT-2", nc->id, ds->ends[SLUICE_TCP_END_ORDERLY], ds->ends[SLUICE_TCP_END_RESET],
-			  ds->ends[SLUICE_TCP_END_TIMEOUT], ds->ends[SLUICE_TCP_END_ABORTED],
-			  ds->ends[SLUICE_TCP_END_FIN_WAIT_2]);
+			  PRIu64 " in FIN-WAIT-2, %" PRIu64 " keepalive unanswered", nc->id,
+			  ds->ends[SLUICE_TCP_END_ORDERLY], ds->ends[SLUICE_TCP_END_RESET], ds->ends[SLUICE_TCP_END_TIMEOUT],
+			  ds->ends[SLUICE_TCP_END_ABORTED], ds->ends[SLUICE_TCP_END_FIN_WAIT_2],
+			  ds->ends[SLUICE_TCP_END_KEEPALIVE]);
 		free(ds);
 		nc->tstate = NULL;
 	}

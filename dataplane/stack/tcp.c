@@ -17,7 +17,17 @@
  * - a RST in TIME-WAIT closes it (RFC 9293, not RFC 1337); a SYN there gets
  *   a challenge ACK (reuse of TIME-WAIT for a new SYN is the listener's);
  * - segments without timestamps on a timestamped connection are accepted;
- *   challenge ACKs are not rate limited; no keepalive. */
+ *   challenge ACKs are not rate limited;
+ * - keepalive (RFC 1122 4.2.3.6, RFC 9293 3.8.4) runs only in ESTABLISHED
+ *   and CLOSE-WAIT with nothing unacknowledged or unsent: the
+ *   retransmission and persist timers watch the peer otherwise, and the
+ *   closing states have their own timers. Its clock restarts at every
+ *   acceptable segment from the peer (a peer's own keepalive probe is an
+ *   unacceptable segment: answered, not counted, as in Linux). A probe is
+ *   SEG.SEQ = SND.NXT - 1 with ACK and no data: RFC 1122 allows one garbage
+ *   byte for old receivers that ignore empty segments, but every current
+ *   stack answers the empty one and it carries nothing the peer could
+ *   mistake for data. */
 #include "dataplane/stack/tcp.h"
 #include <assert.h>
 #include <string.h>
@@ -51,7 +61,7 @@ static void end_conn(struct sluice_tcp_tcb *t, enum sluice_tcp_close_reason reas
 {
 	assert(t->state != SLUICE_TCP_CLOSED);
 	t->state = SLUICE_TCP_CLOSED;
-	t->rtx_at = t->persist_at = t->delack_at = t->state_at = SLUICE_TCP_TIMER_NONE;
+	t->rtx_at = t->persist_at = t->delack_at = t->state_at = t->keepalive_at = SLUICE_TCP_TIMER_NONE;
 	t->cfg.ops.closed(t->cfg.arg, reason); /* last: the TCB may be freed here */
 }
 
@@ -245,6 +255,32 @@ static uint32_t persist_interval_ms(const struct sluice_tcp_tcb *t)
 	return (uint32_t)(ms < t->cfg.rto_max_ms ? ms : t->cfg.rto_max_ms);
 }
 
+/* Keepalive is due only where no other timer watches the peer (the
+ * choices at the top): open, nothing unacknowledged (snd_max covers a
+ * zero-window probe's byte), nothing unsent, no retransmission or persist
+ * timer running. */
+static bool keepalive_idle(const struct sluice_tcp_tcb *t)
+{
+	return t->cfg.keepalive && (t->state == SLUICE_TCP_ESTABLISHED || t->state == SLUICE_TCP_CLOSE_WAIT) &&
+	       t->snd_una == t->snd_max && unsent_bytes(t) == 0 && t->rtx_at == SLUICE_TCP_TIMER_NONE &&
+	       t->persist_at == SLUICE_TCP_TIMER_NONE;
+}
+
+/* The next probe (or the end, once keepalive_probes went unanswered): the
+ * idle time after the peer was last heard, then the interval after the
+ * last probe. */
+static uint64_t keepalive_deadline(const struct sluice_tcp_tcb *t)
+{
+	if (t->keepalive_sent == 0)
+		return t->heard_ms + t->cfg.keepalive_idle_ms;
+	return t->keepalive_sent_ms + t->cfg.keepalive_interval_ms;
+}
+
+static void keepalive_update(struct sluice_tcp_tcb *t)
+{
+	t->keepalive_at = keepalive_idle(t) ? keepalive_deadline(t) : SLUICE_TCP_TIMER_NONE;
+}
+
 void sluice_tcp_output(struct sluice_tcp_tcb *t, uint64_t now_ms)
 {
 	assert(t->state != SLUICE_TCP_CLOSED);
@@ -259,6 +295,7 @@ void sluice_tcp_output(struct sluice_tcp_tcb *t, uint64_t now_ms)
 		emit_seg(t, t->snd_nxt, SLUICE_TCP_ACK, NULL, 0, now_ms);
 	else if (t->unacked_bytes > 0 && t->delack_at == SLUICE_TCP_TIMER_NONE)
 		t->delack_at = now_ms + t->cfg.delack_ms;
+	keepalive_update(t); /* every input, timer and close ends here: the timer follows the state */
 }
 
 /* ---- RTT and congestion ---- */
@@ -753,6 +790,7 @@ static void syn_sent_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg
 	}
 	t->snd_una = seg->ack;
 	t->state = SLUICE_TCP_ESTABLISHED;
+	t->heard_ms = now_ms;
 	t->snd_wnd = t->max_snd_wnd = seg->window; /* never scaled in a SYN */
 	t->snd_wl1 = seg->seq;
 	t->snd_wl2 = seg->ack;
@@ -781,6 +819,10 @@ void sluice_tcp_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg
 	}
 	bool text_ok;
 	enum step st = input_checks(t, seg, &text_ok, now_ms);
+	if (st == STEP_GO) { /* an acceptable segment: the peer lives, the keepalive clock restarts */
+		t->heard_ms = now_ms;
+		t->keepalive_sent = 0;
+	}
 	if (st == STEP_GO && !(seg->flags & SLUICE_TCP_ACK))
 		st = STEP_DROP; /* RFC 9293: no ACK, no processing */
 	if (st == STEP_GO && t->state == SLUICE_TCP_SYN_RECEIVED)
@@ -798,7 +840,7 @@ void sluice_tcp_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg
 
 /* ---- opening ---- */
 
-static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg, uint32_t iss)
+static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg, uint32_t iss, uint64_t now_ms)
 {
 	assert(cfg->ops.emit && cfg->ops.deliver && cfg->ops.closed);
 	assert(cfg->snd_buf && cfg->snd_buf_bytes > 0 && cfg->snd_buf_bytes <= SLUICE_TCP_SND_BUF_MAX &&
@@ -810,6 +852,10 @@ static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *c
 	assert(cfg->rto_min_ms > 0 && cfg->rto_min_ms <= cfg->rto_initial_ms &&
 	       cfg->rto_initial_ms <= cfg->rto_max_ms && cfg->rto_max_ms <= SLUICE_TCP_RTO_MAX_MS);
 	assert(cfg->retries_max <= SLUICE_TCP_RETRIES_LIMIT && cfg->delack_ms > 0);
+	assert(!cfg->keepalive ||
+	       (cfg->keepalive_idle_ms > 0 && cfg->keepalive_idle_ms <= SLUICE_TCP_KEEPALIVE_MS_LIMIT &&
+		cfg->keepalive_interval_ms > 0 && cfg->keepalive_interval_ms <= SLUICE_TCP_KEEPALIVE_MS_LIMIT &&
+		cfg->keepalive_probes > 0 && cfg->keepalive_probes <= SLUICE_TCP_KEEPALIVE_PROBES_LIMIT));
 	memset(t, 0, sizeof *t);
 	t->cfg = *cfg;
 	t->iss = t->snd_una = t->snd_nxt = t->snd_max = iss;
@@ -818,7 +864,8 @@ static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *c
 	t->rcv_space = cfg->rcv_space;
 	t->rto_ms = cfg->rto_initial_ms;
 	t->ssthresh = SSTHRESH_INITIAL;
-	t->rtx_at = t->persist_at = t->delack_at = t->state_at = SLUICE_TCP_TIMER_NONE;
+	t->rtx_at = t->persist_at = t->delack_at = t->state_at = t->keepalive_at = SLUICE_TCP_TIMER_NONE;
+	t->heard_ms = now_ms;
 }
 
 static void send_syn(struct sluice_tcp_tcb *t, uint64_t now_ms)
@@ -838,7 +885,7 @@ int sluice_tcp_accept(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *
 {
 	if ((syn->flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK | SLUICE_TCP_RST)) != SLUICE_TCP_SYN)
 		return -1;
-	tcb_init(t, cfg, iss);
+	tcb_init(t, cfg, iss, now_ms);
 	t->laddr = syn->daddr, t->lport = syn->dport, t->raddr = syn->saddr, t->rport = syn->sport;
 	t->state = SLUICE_TCP_SYN_RECEIVED;
 	negotiate(t, syn, now_ms);
@@ -853,7 +900,7 @@ int sluice_tcp_accept(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *
 void sluice_tcp_connect(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg, uint32_t laddr,
 			uint16_t lport, uint32_t raddr, uint16_t rport, uint32_t iss, uint64_t now_ms)
 {
-	tcb_init(t, cfg, iss);
+	tcb_init(t, cfg, iss, now_ms);
 	t->laddr = laddr, t->lport = lport, t->raddr = raddr, t->rport = rport;
 	t->state = SLUICE_TCP_SYN_SENT;
 	t->smss = SLUICE_TCP_MSS_PEER_DEFAULT;
@@ -943,7 +990,8 @@ uint64_t sluice_tcp_next_timer(const struct sluice_tcp_tcb *t)
 {
 	uint64_t a = t->rtx_at < t->persist_at ? t->rtx_at : t->persist_at;
 	uint64_t b = t->delack_at < t->state_at ? t->delack_at : t->state_at;
-	return a < b ? a : b;
+	uint64_t c = a < b ? a : b;
+	return c < t->keepalive_at ? c : t->keepalive_at;
 }
 
 /* RFC 6298 5.4-5.7 and RFC 5681 3.1: resend the oldest segment, double
@@ -997,6 +1045,28 @@ static void persist_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
 	t->persist_at = now_ms + persist_interval_ms(t);
 }
 
+/* RFC 1122 4.2.3.6: an idle connection is probed with a segment the peer
+ * must answer with an ACK (SEG.SEQ = SND.NXT - 1: old, so unacceptable;
+ * no data, see the top); keepalive_probes unanswered ones end it. The
+ * conditions are checked again: the state may have moved since the timer
+ * was armed (sluice_tcp_send without sluice_tcp_output). */
+static enum step keepalive_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	t->keepalive_at = SLUICE_TCP_TIMER_NONE; /* sluice_tcp_output arms it again */
+	if (!keepalive_idle(t) || keepalive_deadline(t) > now_ms)
+		return STEP_GO;
+	if (t->keepalive_sent >= t->cfg.keepalive_probes) {
+		end_conn(t, SLUICE_TCP_END_KEEPALIVE);
+		return STEP_GONE;
+	}
+	emit_seg(t, t->snd_nxt - 1, SLUICE_TCP_ACK, NULL, 0, now_ms);
+	t->keepalive_sent++;
+	t->keepalive_sent_ms = now_ms;
+	t->counters.keepalive_probes++;
+	assert(t->keepalive_sent <= t->cfg.keepalive_probes);
+	return STEP_GO;
+}
+
 void sluice_tcp_on_timer(struct sluice_tcp_tcb *t, uint64_t now_ms)
 {
 	assert(t->state != SLUICE_TCP_CLOSED);
@@ -1013,6 +1083,8 @@ void sluice_tcp_on_timer(struct sluice_tcp_tcb *t, uint64_t now_ms)
 		t->delack_at = SLUICE_TCP_TIMER_NONE;
 		t->ack_now = true;
 	}
+	if (t->keepalive_at <= now_ms && keepalive_fire(t, now_ms) == STEP_GONE)
+		return;
 	sluice_tcp_output(t, now_ms);
 }
 
@@ -1048,6 +1120,10 @@ void sluice_tcp_config_default(struct sluice_tcp_config *cfg)
 	cfg->delack_ms = SLUICE_TCP_DELACK_MS_DEFAULT;
 	cfg->msl_ms = SLUICE_TCP_MSL_MS_DEFAULT;
 	cfg->fin_wait_2_ms = SLUICE_TCP_FIN_WAIT_2_MS_DEFAULT;
+	cfg->keepalive = true;
+	cfg->keepalive_idle_ms = SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT;
+	cfg->keepalive_interval_ms = SLUICE_TCP_KEEPALIVE_INTERVAL_MS_DEFAULT;
+	cfg->keepalive_probes = SLUICE_TCP_KEEPALIVE_PROBES_DEFAULT;
 }
 
 uint32_t sluice_tcp_rto_ms(const struct sluice_tcp_tcb *t) { return t->rto_ms; }
@@ -1071,6 +1147,8 @@ const char *sluice_tcp_reason_name(enum sluice_tcp_close_reason reason)
 		[SLUICE_TCP_END_REFUSED] = "refused", [SLUICE_TCP_END_ABORTED] = "aborted",
 		[SLUICE_TCP_END_TIMEOUT] = "retransmissions exhausted",
 		[SLUICE_TCP_END_FIN_WAIT_2] = "no FIN from the peer",
+		[SLUICE_TCP_END_KEEPALIVE] = "keepalive unanswered",
 	};
+	_Static_assert(sizeof names / sizeof names[0] == SLUICE_TCP_END_REASONS, "a name for every reason");
 	return (unsigned)reason < sizeof names / sizeof names[0] ? names[reason] : "?";
 }

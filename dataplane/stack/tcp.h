@@ -2,7 +2,8 @@
  * one transmission control block (TCB) per connection, RFC 9293 segment
  * arrival and state transitions, RFC 7323 timestamps (RTT, PAWS) and window
  * scaling, RFC 6298 retransmission timer, RFC 5681 + RFC 6582 (NewReno)
- * congestion control, zero-window persist, delayed ACKs, and bounded
+ * congestion control, zero-window persist, delayed ACKs, keepalive (RFC
+ * 9293 3.8.4, RFC 1122 4.2.3.6), and bounded
  * out-of-order reassembly with SACK blocks advertised (RFC 2018). It is a
  * pure module so it is unit tested without a NIC: it reads no clock (every
  * call that may emit or arm a timer takes now_ms), owns no packets (segments
@@ -41,6 +42,13 @@
 #define SLUICE_TCP_DELACK_MS_DEFAULT 40     /* delayed ACK (RFC 9293 3.8.6.3: under 500 ms) */
 #define SLUICE_TCP_MSL_MS_DEFAULT 30000     /* TIME-WAIT lasts 2 * MSL */
 #define SLUICE_TCP_FIN_WAIT_2_MS_DEFAULT 60000 /* FIN-WAIT-2 without the peer's FIN: abort */
+/* Keepalive: Linux's defaults (tcp_keepalive_time, _intvl, _probes), which
+ * Apache Kafka's broker gets by turning SO_KEEPALIVE on for every socket. */
+#define SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT 7200000u  /* heard nothing for 2 h: first probe */
+#define SLUICE_TCP_KEEPALIVE_INTERVAL_MS_DEFAULT 75000u /* between unanswered probes */
+#define SLUICE_TCP_KEEPALIVE_PROBES_DEFAULT 9          /* unanswered probes before the end */
+#define SLUICE_TCP_KEEPALIVE_MS_LIMIT 32767000u        /* idle or interval at most (Linux: 32767 s) */
+#define SLUICE_TCP_KEEPALIVE_PROBES_LIMIT 127          /* the most a configuration may ask for (Linux too) */
 #define SLUICE_TCP_TIMER_NONE UINT64_MAX    /* sluice_tcp_next_timer: nothing armed */
 
 _Static_assert((SLUICE_TCP_SND_BUF_MAX & (SLUICE_TCP_SND_BUF_MAX - 1)) == 0, "rings are powers of two");
@@ -52,6 +60,9 @@ _Static_assert(((uint64_t)65535 << SLUICE_TCP_WSCALE_MAX) < (1ull << 31),
 _Static_assert(SLUICE_TCP_RTO_MIN_MS_DEFAULT <= SLUICE_TCP_RTO_INITIAL_MS &&
 	       SLUICE_TCP_RTO_INITIAL_MS <= SLUICE_TCP_RTO_MAX_MS, "RTO bounds ordered");
 _Static_assert(SLUICE_TCP_RETRIES_MAX_DEFAULT <= SLUICE_TCP_RETRIES_LIMIT, "default within the limit");
+_Static_assert(SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT <= SLUICE_TCP_KEEPALIVE_MS_LIMIT &&
+	       SLUICE_TCP_KEEPALIVE_INTERVAL_MS_DEFAULT <= SLUICE_TCP_KEEPALIVE_MS_LIMIT &&
+	       SLUICE_TCP_KEEPALIVE_PROBES_DEFAULT <= SLUICE_TCP_KEEPALIVE_PROBES_LIMIT, "defaults within the limits");
 _Static_assert(SLUICE_TCP_MSS_MIN <= SLUICE_TCP_MSS_PEER_DEFAULT && SLUICE_TCP_MSS_PEER_DEFAULT <= SLUICE_TCP_MSS_DEFAULT,
 	       "MSS bounds ordered");
 
@@ -83,7 +94,9 @@ enum sluice_tcp_close_reason {
 	SLUICE_TCP_END_ABORTED,     /* sluice_tcp_abort, or close before the SYN was answered */
 	SLUICE_TCP_END_TIMEOUT,     /* retransmissions exhausted */
 	SLUICE_TCP_END_FIN_WAIT_2,  /* the peer never sent its FIN after ours was acknowledged */
+	SLUICE_TCP_END_KEEPALIVE,   /* an idle connection's keepalive probes all went unanswered */
 };
+#define SLUICE_TCP_END_REASONS (SLUICE_TCP_END_KEEPALIVE + 1) /* how many: the last one above + 1 */
 
 struct sluice_tcp_counters {
 	uint64_t segs_in, segs_out;
@@ -96,6 +109,7 @@ struct sluice_tcp_counters {
 	uint64_t unacceptable;        /* segments failing the acceptability test or PAWS */
 	uint64_t challenge_acks;      /* RFC 5961 challenge ACKs sent */
 	uint64_t persist_probes;      /* zero-window probes sent */
+	uint64_t keepalive_probes;    /* keepalive probes sent */
 };
 
 /* Callbacks. emit, deliver and closed are required; the others may be NULL.
@@ -132,6 +146,15 @@ struct sluice_tcp_config {
 	uint32_t delack_ms;
 	uint32_t msl_ms;            /* TIME-WAIT is 2 * msl_ms */
 	uint32_t fin_wait_2_ms;
+	/* Keepalive (RFC 1122 4.2.3.6), in ESTABLISHED and CLOSE-WAIT while
+	 * nothing is unacknowledged, unsent or being probed: after
+	 * keepalive_idle_ms without an acceptable segment from the peer, a
+	 * probe every keepalive_interval_ms; keepalive_probes unanswered ones
+	 * end the connection (SLUICE_TCP_END_KEEPALIVE). When keepalive is on,
+	 * idle and interval are 1 .. SLUICE_TCP_KEEPALIVE_MS_LIMIT and probes
+	 * 1 .. SLUICE_TCP_KEEPALIVE_PROBES_LIMIT. */
+	bool keepalive;
+	uint32_t keepalive_idle_ms, keepalive_interval_ms, keepalive_probes;
 	uint32_t ts_offset;         /* added to now_ms in our TSval (RFC 7323 7.1: per-connection) */
 };
 
@@ -171,7 +194,11 @@ struct sluice_tcp_tcb {
 	uint64_t rtt_start_ms;
 	uint32_t retries, persist_backoff;
 	/* Timers, absolute ms, SLUICE_TCP_TIMER_NONE when off. state_at: TIME-WAIT or FIN-WAIT-2. */
-	uint64_t rtx_at, persist_at, delack_at, state_at;
+	uint64_t rtx_at, persist_at, delack_at, state_at, keepalive_at;
+	/* Keepalive: when the peer's last acceptable segment came, when our
+	 * last probe went, and how many went unanswered since. */
+	uint64_t heard_ms, keepalive_sent_ms;
+	uint32_t keepalive_sent;
 	uint32_t unacked_bytes; /* received since our last ACK */
 	bool ack_now;
 	struct sluice_tcp_counters counters;

@@ -303,7 +303,8 @@ Test(stack_tcp, data_both_ways_with_acks)
 	cr_assert_eq(H->tcb.snd_una, ISS + 4001);
 	cr_assert_eq(H->acked, 4000);
 	cr_assert_eq(sluice_tcp_send_space(&H->tcb), SND_BUF_BYTES);
-	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), SLUICE_TCP_TIMER_NONE, "nothing outstanding");
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT,
+		     "nothing outstanding: only keepalive");
 }
 
 /* Proves the four cases of the acceptability table (RFC 9293 3.10.7.4)
@@ -662,7 +663,7 @@ Test(stack_tcp, rto_retransmits_with_backoff)
 	cr_assert_eq(pending(), 2);
 	cr_assert_eq(pop()->seq, ISS + 1449);
 	in(ts(pseg(IRS + 1, ISS + 5001, SLUICE_TCP_ACK, 512)));
-	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), SLUICE_TCP_TIMER_NONE);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT, "only keepalive");
 	cr_assert_eq(H->tcb.retries, 0);
 }
 
@@ -787,6 +788,276 @@ Test(stack_tcp, retransmission_give_up_aborts)
 	cr_assert_eq(H->reason, SLUICE_TCP_END_TIMEOUT);
 	cr_assert_eq(H->tcb.counters.retransmits, 5);
 	cr_assert_eq(now - start, (uint64_t)rto * (1 + 2 + 4 + 8 + 16 + 32));
+}
+
+/* ---- keepalive ---- */
+
+/* ESTABLISHED with 5 bytes each way, all acknowledged and nothing owed (an
+ * idle connection: SND.NXT = ISS + 6, RCV.NXT = IRS + 6); returns when the
+ * peer was last heard. */
+static uint64_t open_idle(void)
+{
+	open_default();
+	sluice_tcp_send(&H->tcb, "hello", 5);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(pop()->payload_len, 5);
+	in(pdata(IRS + 1, "world", 5)); /* acknowledges our 5 bytes */
+	uint64_t heard = now;
+	cr_assert_eq(H->n_rcvd, 5);
+	cr_assert_eq(H->tcb.snd_una, ISS + 6);
+	now += SLUICE_TCP_DELACK_MS_DEFAULT;
+	sluice_tcp_on_timer(&H->tcb, now);
+	cr_assert_eq(pop()->ack, IRS + 6);
+	cr_assert_eq(pending(), 0);
+	drain();
+	return heard;
+}
+
+/* Checks that s is a keepalive probe: SEQ = SND.NXT - 1, ACK of RCV.NXT, no data. */
+static void assert_probe(const struct sluice_tcp_seg *s)
+{
+	cr_assert_eq(s->flags, SLUICE_TCP_ACK);
+	cr_assert_eq(s->seq, H->tcb.snd_nxt - 1, "SEQ = SND.NXT - 1: the peer must answer");
+	cr_assert_eq(s->ack, H->tcb.rcv_nxt);
+	cr_assert_eq(s->payload_len, 0, "the no-data form");
+	cr_assert(s->has_ts);
+}
+
+/* Proves the defaults are Linux's (on, 2 h, 75 s, 9), and that an idle
+ * connection sends its first probe after keepalive_idle_ms since the peer
+ * was last heard (not a millisecond before), with SEQ = SND.NXT - 1, the
+ * current ACK and no data, moving no sequence number, then the next one an
+ * interval later. */
+Test(stack_tcp, keepalive_probes_an_idle_connection)
+{
+	struct sluice_tcp_config d;
+	sluice_tcp_config_default(&d);
+	cr_assert(d.keepalive);
+	cr_assert_eq(d.keepalive_idle_ms, 7200000);
+	cr_assert_eq(d.keepalive_interval_ms, 75000);
+	cr_assert_eq(d.keepalive_probes, 9);
+	uint64_t at = open_idle() + 7200000;
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), at);
+	sluice_tcp_on_timer(&H->tcb, at - 1);
+	cr_assert_eq(pending(), 0, "not before the idle time");
+	now = at;
+	sluice_tcp_on_timer(&H->tcb, now);
+	struct sluice_tcp_seg *p = pop();
+	assert_probe(p);
+	cr_assert_eq(p->seq, ISS + 5);
+	cr_assert_eq(p->ack, IRS + 6);
+	cr_assert_eq(pending(), 0);
+	cr_assert_eq(H->tcb.snd_nxt, ISS + 6, "a probe takes no sequence space");
+	cr_assert_eq(H->tcb.snd_max, ISS + 6);
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 1);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + 75000, "the next probe an interval later");
+	now += 75000;
+	sluice_tcp_on_timer(&H->tcb, now);
+	assert_probe(pop());
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 2);
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_ESTABLISHED);
+	cr_assert_eq(H->closed, 0);
+}
+
+/* Proves a probe answered by the peer's ACK restarts the idle clock and
+ * the count: with 2 probes allowed, 2 go unanswered, the answer comes, and
+ * the connection lives on: a full idle time later it probes again (were
+ * the count not reset, that deadline would end it). */
+Test(stack_tcp, keepalive_answered_keeps_the_connection)
+{
+	H->cfg.keepalive_idle_ms = 10000;
+	H->cfg.keepalive_interval_ms = 1000;
+	H->cfg.keepalive_probes = 2;
+	now = open_idle() + 10000;
+	sluice_tcp_on_timer(&H->tcb, now);
+	assert_probe(pop());
+	now += 1000;
+	sluice_tcp_on_timer(&H->tcb, now);
+	assert_probe(pop());
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + 1000, "two unanswered: the end is due next");
+	now += 500;
+	in(ts(pseg(IRS + 6, ISS + 6, SLUICE_TCP_ACK, 512))); /* the peer's answer: SEQ = RCV.NXT, ACK = SND.NXT */
+	cr_assert_eq(pending(), 0, "the answer is not answered");
+	cr_assert_eq(H->tcb.counters.unacceptable, 0);
+	cr_assert_eq(H->tcb.keepalive_sent, 0);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + 10000, "idle again from the answer");
+	now += 10000;
+	sluice_tcp_on_timer(&H->tcb, now);
+	assert_probe(pop());
+	cr_assert_eq(H->closed, 0);
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_ESTABLISHED);
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 3);
+	/* Data from the peer is as good as an answer. */
+	now += 700;
+	in(pdata(IRS + 6, "again", 5));
+	cr_assert_eq(H->tcb.keepalive_sent, 0);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + SLUICE_TCP_DELACK_MS_DEFAULT);
+	now += SLUICE_TCP_DELACK_MS_DEFAULT;
+	sluice_tcp_on_timer(&H->tcb, now);
+	cr_assert_eq(pop()->ack, IRS + 11);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now - SLUICE_TCP_DELACK_MS_DEFAULT + 10000);
+}
+
+/* Proves a peer that vanished from an idle connection is found: with the
+ * defaults, exactly 9 probes go out (the first 2 h after the peer was last
+ * heard, then every 75 s), and 75 s after the ninth the connection ends,
+ * reported once as keepalive, nothing armed after; and the same in
+ * CLOSE-WAIT (the peer's FIN taken, ours never sent), probing after the
+ * FIN's sequence number. */
+Test(stack_tcp, keepalive_unanswered_ends_the_connection)
+{
+	uint64_t heard = open_idle();
+	uint32_t probes = 0;
+	for (int i = 0; i < 100 && H->closed == 0; i++) {
+		now = sluice_tcp_next_timer(&H->tcb);
+		cr_assert_neq(now, SLUICE_TCP_TIMER_NONE, "a timer while the connection lives");
+		sluice_tcp_on_timer(&H->tcb, now);
+		while (pending()) {
+			struct sluice_tcp_seg *p = pop();
+			cr_assert_eq(p->seq, ISS + 5);
+			cr_assert_eq(p->ack, IRS + 6);
+			cr_assert_eq(p->payload_len, 0);
+			probes++;
+		}
+	}
+	cr_assert_eq(H->closed, 1);
+	cr_assert_eq(H->reason, SLUICE_TCP_END_KEEPALIVE);
+	cr_assert_str_eq(sluice_tcp_reason_name(H->reason), "keepalive unanswered");
+	cr_assert_eq(probes, 9);
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 9);
+	cr_assert_eq(now - heard, 7200000 + 9 * 75000ull, "2 h + 9 x 75 s, as Linux");
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_CLOSED);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), SLUICE_TCP_TIMER_NONE);
+
+	fresh();
+	H->cfg.keepalive_idle_ms = 5000;
+	H->cfg.keepalive_interval_ms = 100;
+	H->cfg.keepalive_probes = 3;
+	reach(SLUICE_TCP_CLOSE_WAIT);
+	heard = now;
+	for (int i = 0; i < 10 && H->closed == 0; i++) {
+		now = sluice_tcp_next_timer(&H->tcb);
+		cr_assert_neq(now, SLUICE_TCP_TIMER_NONE, "CLOSE-WAIT is watched too");
+		sluice_tcp_on_timer(&H->tcb, now);
+		while (pending()) {
+			struct sluice_tcp_seg *p = pop();
+			cr_assert_eq(p->seq, ISS);
+			cr_assert_eq(p->ack, IRS + 2, "after the peer's FIN");
+		}
+	}
+	cr_assert_eq(H->closed, 1);
+	cr_assert_eq(H->reason, SLUICE_TCP_END_KEEPALIVE);
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 3);
+	cr_assert_eq(now - heard, 5000 + 3 * 100);
+}
+
+/* Proves keepalive stays out of the way while other timers watch the
+ * peer: with a 100 ms idle time, data in flight gets only retransmissions
+ * (the RTO, backing off past the idle time) and no probe; once the data is
+ * acknowledged the idle clock starts from that ACK. And a closed window
+ * with data waiting gets only persist probes. */
+Test(stack_tcp, keepalive_waits_for_outstanding_data)
+{
+	H->cfg.keepalive_idle_ms = 100;
+	H->cfg.keepalive_interval_ms = 100;
+	H->cfg.keepalive_probes = 1;
+	open_default();
+	sluice_tcp_send(&H->tcb, "hello", 5);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(pop()->payload_len, 5);
+	uint32_t rto = sluice_tcp_rto_ms(&H->tcb);
+	cr_assert_gt(rto, 100);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + rto, "the retransmission timer, not keepalive");
+	for (uint32_t i = 0; i < 3; i++) {
+		now = sluice_tcp_next_timer(&H->tcb);
+		sluice_tcp_on_timer(&H->tcb, now);
+		struct sluice_tcp_seg *r = pop();
+		cr_assert_eq(r->seq, ISS + 1);
+		cr_assert_eq(r->payload_len, 5, "a retransmission, not a probe");
+		cr_assert_eq(pending(), 0);
+	}
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 0);
+	cr_assert_eq(H->closed, 0);
+	now += 10;
+	in(ts(pseg(IRS + 1, ISS + 6, SLUICE_TCP_ACK, 512)));
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), now + 100, "idle from the ACK");
+	now += 100;
+	sluice_tcp_on_timer(&H->tcb, now);
+	assert_probe(pop());
+
+	fresh();
+	H->cfg.keepalive_idle_ms = 100;
+	H->cfg.keepalive_interval_ms = 100;
+	H->cfg.keepalive_probes = 1;
+	open_with(IRS, true, 0);
+	sluice_tcp_send(&H->tcb, "hello", 5);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(pending(), 0, "window closed");
+	for (uint32_t i = 0; i < 4; i++) {
+		now = sluice_tcp_next_timer(&H->tcb);
+		cr_assert_neq(now, SLUICE_TCP_TIMER_NONE);
+		sluice_tcp_on_timer(&H->tcb, now);
+		struct sluice_tcp_seg *p = pop();
+		cr_assert_eq(p->seq, ISS + 1);
+		cr_assert_eq(p->payload_len, 1, "a zero-window probe, not keepalive");
+	}
+	cr_assert_eq(H->tcb.counters.persist_probes, 4);
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 0);
+	cr_assert_eq(H->closed, 0);
+}
+
+/* Proves keepalive off arms nothing: an idle connection has no timer, and
+ * running the timers long after the idle time sends nothing and ends
+ * nothing. */
+Test(stack_tcp, keepalive_off_arms_no_timer)
+{
+	H->cfg.keepalive = false;
+	H->cfg.keepalive_idle_ms = 0; /* not read when off */
+	open_idle();
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), SLUICE_TCP_TIMER_NONE);
+	now += 10ull * SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT;
+	sluice_tcp_on_timer(&H->tcb, now);
+	cr_assert_eq(pending(), 0);
+	cr_assert_eq(H->closed, 0);
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 0);
+}
+
+/* Proves the peer's keepalive probes to us (SEQ = RCV.NXT - 1, empty or
+ * with one garbage byte) are answered at once with an ACK of RCV.NXT from
+ * SND.NXT, the byte not delivered, even with our window closed; and that
+ * such a probe does not restart our own idle clock (it is an unacceptable
+ * segment, as in Linux), while the peer's answers to ours do. */
+Test(stack_tcp, peer_keepalive_probe_gets_an_ack)
+{
+	uint64_t heard = open_idle();
+	uint64_t at = sluice_tcp_next_timer(&H->tcb);
+	cr_assert_eq(at, heard + SLUICE_TCP_KEEPALIVE_IDLE_MS_DEFAULT);
+	now += 60000;
+	in(ts(pseg(IRS + 5, ISS + 6, SLUICE_TCP_ACK, 512)));
+	struct sluice_tcp_seg *a = pop();
+	cr_assert_eq(a->flags, SLUICE_TCP_ACK);
+	cr_assert_eq(a->seq, ISS + 6);
+	cr_assert_eq(a->ack, IRS + 6);
+	cr_assert_eq(a->payload_len, 0);
+	cr_assert_eq(pending(), 0);
+	struct sluice_tcp_seg g = pdata(IRS + 5, "w", 1); /* the garbage-byte form: the last byte again */
+	g.flags = SLUICE_TCP_ACK;
+	in(g);
+	a = pop();
+	cr_assert_eq(a->seq, ISS + 6);
+	cr_assert_eq(a->ack, IRS + 6);
+	cr_assert_eq(H->n_rcvd, 5, "the garbage byte is old: not delivered");
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), at, "a peer's probe is no answer to ours");
+	cr_assert_eq(H->tcb.counters.keepalive_probes, 0);
+	/* With our window closed (the reader stopped), the same. */
+	sluice_tcp_set_rcv_space(&H->tcb, 0);
+	in(pdata(IRS + 6, "x", 1)); /* refused: a zero-window ACK */
+	cr_assert_eq(pop()->window, 0);
+	in(ts(pseg(IRS + 5, ISS + 6, SLUICE_TCP_ACK, 512)));
+	a = pop();
+	cr_assert_eq(a->ack, IRS + 6);
+	cr_assert_eq(a->window, 0);
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_ESTABLISHED);
 }
 
 /* ---- out of order ---- */
