@@ -31,11 +31,13 @@
 #include "dataplane/req.h"
 #include "dataplane/stack/arp.h"
 #include "dataplane/stack/tcp.h"
+#include "dataplane/stack/wheel.h"
 #include "dataplane/stack/wire.h"
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -75,6 +77,7 @@ _Static_assert(SLUICE_DPDK_BURST <= SLUICE_DPDK_MBUF_CACHE, "a burst comes from 
 struct dconn {
 	struct sluice_tcp_tcb tcb;
 	struct dstate *ds;
+	struct sluice_wheel_node tn;    /* its next deadline on the core's wheel */
 	struct conn *c;                 /* NULL until the handshake completed and the core took it */
 	struct sluice_eth_addr peer_mac;
 	uint32_t slot;
@@ -103,7 +106,8 @@ struct dstate {
 	uint16_t ip_id;
 	uint32_t secret;
 	struct sluice_arp_cache arp;
-	int64_t next_arp_ms, next_timers_ms;
+	int64_t next_arp_ms;
+	struct sluice_wheel wheel;      /* the connections' deadlines */
 	struct dconn *table[SLUICE_DPDK_TABLE_SLOTS];
 	uint32_t conns;
 	struct dconn *done;             /* ended, to report and free */
@@ -202,6 +206,21 @@ static void conn_unlist(struct dstate *ds, struct dconn *d)
 			hole = i;
 		}
 	}
+}
+
+/* Put the connection's next deadline on the wheel: at once when it comes
+ * sooner than the one armed, lazily when later (the early firing finds
+ * nothing due and arms the real one), so the common case, an ACK that
+ * pushes the retransmission timer back, costs nothing here. */
+static void rearm(struct dstate *ds, struct dconn *d)
+{
+	if (d->dead)
+		return;
+	uint64_t at = sluice_tcp_next_timer(&d->tcb);
+	if (at == SLUICE_TCP_TIMER_NONE)
+		sluice_wheel_cancel(&ds->wheel, &d->tn);
+	else if (!d->tn.armed || at < d->tn.at)
+		sluice_wheel_arm(&ds->wheel, &d->tn, at);
 }
 
 static void conn_free(struct dconn *d)
@@ -313,6 +332,7 @@ static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 	struct dstate *ds = d->ds;
 	assert(!d->dead);
 	d->dead = true;
+	sluice_wheel_cancel(&ds->wheel, &d->tn);
 	counters_add(&ds->tcp, &d->tcb.counters);
 	assert((unsigned)reason < SLUICE_TCP_END_REASONS);
 	ds->ends[reason]++;
@@ -406,11 +426,14 @@ static void tcp_in(struct dstate *ds, const struct sluice_wire_pkt *pkt, int64_t
 	struct dconn *d = conn_find(ds, s->saddr, s->sport, &slot);
 	if (d) {
 		sluice_tcp_input(&d->tcb, s, (uint64_t)now);
+		rearm(ds, d);
 		return;
 	}
 	bool syn = (s->flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK | SLUICE_TCP_RST)) == SLUICE_TCP_SYN;
-	if (!syn || !tcp_accept(ds, pkt, slot, now))
+	if (!syn || !(d = tcp_accept(ds, pkt, slot, now)))
 		tcp_refuse(ds, pkt);
+	else
+		rearm(ds, d);
 }
 
 static void arp_release(void *pkt, void *arg)
@@ -479,6 +502,7 @@ static void dpdk_recv_pause(struct conn *c, bool paused)
 	sluice_tcp_set_rcv_space(&d->tcb, paused ? 0 : SLUICE_DPDK_RCV_SPACE);
 	if (!paused)
 		sluice_tcp_output(&d->tcb, (uint64_t)sluice_now_ms()); /* the window update */
+	rearm(d->ds, d);
 }
 
 /* Copy what the send ring takes now (the rest as the peer acknowledges);
@@ -496,6 +520,7 @@ static int dpdk_send(struct conn *c, const struct sluice_send_range *ranges, int
 	d->pend_off = d->pend_taken = 0;
 	pend_fill(d);
 	sluice_tcp_output(&d->tcb, (uint64_t)sluice_now_ms());
+	rearm(d->ds, d);
 	return 0;
 }
 
@@ -516,6 +541,7 @@ static void dpdk_close(struct conn *c, bool abort)
 		(void)sluice_tcp_close(&d->tcb, (uint64_t)sluice_now_ms());
 	if (d->dead)
 		return; /* on the done list, with its connection */
+	rearm(ds, d);
 	d->detached = true;
 	d->detach_next = ds->detach;
 	ds->detach = d;
@@ -571,8 +597,20 @@ static void report(struct dstate *ds)
 	}
 }
 
-/* Every connection's due timers (at most every millisecond: the state
- * machines count in milliseconds), and the ARP cache's. */
+/* A connection's deadline came (or an earlier one armed, lazily): its
+ * state machine's timers run if due, and its next deadline is armed. */
+static void timer_fire(struct sluice_wheel_node *n, uint64_t now, void *arg)
+{
+	struct dstate *ds = arg;
+	struct dconn *d = (struct dconn *)((char *)n - offsetof(struct dconn, tn));
+	assert(!d->dead);
+	if (sluice_tcp_next_timer(&d->tcb) <= now)
+		sluice_tcp_on_timer(&d->tcb, now);
+	rearm(ds, d); /* nothing when it ended */
+}
+
+/* The connections' due timers, from the wheel (the milliseconds since the
+ * last look), and the ARP cache's. */
 static void timers(struct dstate *ds, int64_t now)
 {
 	if (now >= ds->next_arp_ms) {
@@ -580,17 +618,7 @@ static void timers(struct dstate *ds, int64_t now)
 		uint32_t retry[8];
 		(void)sluice_arp_tick(&ds->arp, now, retry, 8); /* nothing waits for resolution yet */
 	}
-	if (now < ds->next_timers_ms)
-		return;
-	ds->next_timers_ms = now + 1;
-	for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++) {
-		struct dconn *d = ds->table[i];
-		if (d && sluice_tcp_next_timer(&d->tcb) <= (uint64_t)now) {
-			sluice_tcp_on_timer(&d->tcb, (uint64_t)now);
-			if (ds->table[i] != d)
-				i--; /* it ended and the table shifted: look at this slot again */
-		}
-	}
+	(void)sluice_wheel_advance(&ds->wheel, (uint64_t)now, timer_fire, ds);
 }
 
 /* The test hook (SLUICE_DPDK_RX_CHAOS): a received frame is held back
@@ -1014,6 +1042,7 @@ static int dpdk_init(struct netcore *nc)
 	if (rte_eth_macaddr_get(ds->port, (struct rte_ether_addr *)ds->mac.b) < 0)
 		return -1;
 	ds->secret = (uint32_t)rte_rand();
+	sluice_wheel_init(&ds->wheel, (uint64_t)sluice_now_ms());
 	chaos_setup(ds);
 	sluice_arp_init(&ds->arp, ds->ip, &ds->mac, SLUICE_ARP_TTL_MS_DEFAULT, arp_release, ds);
 	/* Announce the address (gratuitous ARP) once per port, so neighbours'

@@ -440,7 +440,10 @@ try:
     req = struct.pack(">hhih", 18, 0, 9, 4) + b"gone"
     for s in socks:
         s.sendall(struct.pack(">i", len(req)) + req)
-    time.sleep(8)  # the broker's answers vanish; 3 retransmissions from 200 ms take about 3 s
+    # The broker's answers vanish; 3 retransmissions from a 200 ms RTO take about 3 s, but
+    # the RTO starts at three handshake RTTs, which a loaded machine stretches: 14 s covers
+    # an initial RTO up to 2 s (2 + 4 + 8 s).
+    time.sleep(14)
 finally:
     rule[1] = "-D"
     subprocess.run(rule, check=True)
