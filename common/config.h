@@ -65,6 +65,7 @@ struct sluice_config {
 	char dpdk_ipv4_gateway[SLUICE_CONFIG_STRING_MAX]; /* sluice.dpdk.ipv4.gateway: a.b.c.d, or "" */
 	int32_t dpdk_mtu;                                 /* sluice.dpdk.mtu */
 	int32_t dpdk_tcp_retries;                         /* sluice.dpdk.tcp.retries: retransmissions before a connection is dropped */
+	bool dpdk_checksum_offload;                       /* sluice.dpdk.checksum.offload: the NIC's, when it offers them */
 	int32_t dpdk_tcp_keepalive_ms;                    /* sluice.dpdk.tcp.keepalive.ms: idle before probes; 0: off */
 	int32_t dpdk_tcp_keepalive_interval_ms;           /* sluice.dpdk.tcp.keepalive.interval.ms: between probes */
 	int32_t dpdk_tcp_keepalive_probes;                /* sluice.dpdk.tcp.keepalive.probes: unanswered ones */

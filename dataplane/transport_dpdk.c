@@ -98,6 +98,8 @@ struct dconn {
 struct dstate {
 	struct netcore *nc;
 	uint16_t port, queue;
+	unsigned tx_csum;               /* SLUICE_WIRE_CSUM_*: what the port fills in on frames sent */
+	bool rx_csum;                   /* the port reports checksums it verified */
 	unsigned lcore;                 /* the EAL lcore whose CPUs the core runs on (LCORE_ID_ANY: as placed) */
 	struct rte_mempool *pool;
 	struct sluice_eth_addr mac;
@@ -241,7 +243,12 @@ static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 	uint8_t *p = tx_frame(ds, &m, &cap);
 	if (!p)
 		return; /* as a lost segment: the state machine resends */
-	size_t len = sluice_wire_tcp_frame_build(p, cap, &d->peer_mac, &ds->mac, ds->ip_id++, seg);
+	size_t len = sluice_wire_tcp_frame_build_offload(p, cap, &d->peer_mac, &ds->mac, ds->ip_id++, seg, ds->tx_csum);
+	if (ds->tx_csum) {
+		m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_TCP_CKSUM;
+		m->l2_len = SLUICE_ETH_HDR_LEN;
+		m->l3_len = SLUICE_IPV4_HDR_LEN;
+	}
 	tx_queue(ds, m, len);
 }
 
@@ -462,7 +469,16 @@ static void frame_in(struct dstate *ds, struct rte_mbuf *m, int64_t now)
 	struct sluice_wire_pkt pkt;
 	const uint8_t *f = rte_pktmbuf_mtod(m, const uint8_t *);
 	size_t len = rte_pktmbuf_data_len(m);
-	switch (sluice_wire_classify(f, len, &pkt)) {
+	unsigned verified = 0;
+	if (ds->rx_csum) {
+		/* What the NIC found good is not summed again; what it found bad
+		 * or did not check is checked (and dropped) in software. */
+		if ((m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD)
+			verified |= SLUICE_WIRE_CSUM_IP;
+		if ((m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD)
+			verified |= SLUICE_WIRE_CSUM_TCP;
+	}
+	switch (sluice_wire_classify_verified(f, len, &pkt, verified)) {
 	case SLUICE_WIRE_ARP:
 		arp_in(ds, &pkt, now);
 		break;
@@ -639,6 +655,9 @@ static void chaos_in(struct dstate *ds, struct rte_mbuf *m, int64_t now)
 	if (chaos_next(ds) % 1000 < ds->chaos_corrupt && rte_pktmbuf_data_len(m) > 14) {
 		uint8_t *f = rte_pktmbuf_mtod(m, uint8_t *);
 		f[14 + chaos_next(ds) % (rte_pktmbuf_data_len(m) - 14)] ^= 0x5a;
+		/* Damaged after the NIC looked: as if it had not checked (a NIC
+		 * that had would have said bad), so the software checks run. */
+		m->ol_flags &= ~(RTE_MBUF_F_RX_IP_CKSUM_MASK | RTE_MBUF_F_RX_L4_CKSUM_MASK);
 		ds->chaos_counts[2]++;
 	}
 	if (chaos_next(ds) % 1000 < ds->chaos_dup) {
@@ -741,6 +760,7 @@ static struct {
 	uint16_t ports[SLUICE_DPDK_PORTS_MAX];
 	int ports_n;
 	bool rss; /* one port, its queues spread by the device's hash */
+	bool tx_csum[RTE_MAX_ETHPORTS], rx_csum[RTE_MAX_ETHPORTS]; /* checksum offloads enabled on each port */
 	int fini_left;
 } g;
 
@@ -955,6 +975,14 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
 		conf.rx_adv_conf.rss_conf.rss_hf = hf;
 	}
+	const uint64_t tx_want = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+	const uint64_t rx_want = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+	if (rc == 0 && cfg->dpdk_checksum_offload) {
+		g.tx_csum[p] = (info.tx_offload_capa & tx_want) == tx_want;
+		g.rx_csum[p] = (info.rx_offload_capa & rx_want) == rx_want;
+		conf.txmode.offloads = g.tx_csum[p] ? tx_want : 0;
+		conf.rxmode.offloads = g.rx_csum[p] ? rx_want : 0;
+	}
 	if (rc == 0)
 		rc = rte_eth_dev_configure(p, (uint16_t)q, (uint16_t)q, &conf);
 	for (int i = 0; rc == 0 && i < q; i++) {
@@ -970,6 +998,9 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", p, rte_strerror(-rc));
 		return -1;
 	}
+	SLOG_INFO("net", "sluice.dpdk.port %u (%s): %d queue pair(s); checksums: sent %s, received %s", p,
+		  info.driver_name, q, g.tx_csum[p] ? "by the NIC" : "in software",
+		  g.rx_csum[p] ? "checked by the NIC (software when it did not)" : "in software");
 	return 0;
 }
 
@@ -1039,6 +1070,8 @@ static int dpdk_init(struct netcore *nc)
 	ds->queue = g.queue[nc->id];
 	ds->pool = g.pool[nc->id];
 	ds->lcore = g.lcore[nc->id];
+	ds->tx_csum = g.tx_csum[ds->port] ? SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP : 0;
+	ds->rx_csum = g.rx_csum[ds->port];
 	if (rte_eth_macaddr_get(ds->port, (struct rte_ether_addr *)ds->mac.b) < 0)
 		return -1;
 	ds->secret = (uint32_t)rte_rand();

@@ -267,7 +267,15 @@ size_t sluice_wire_arp_frame_reply(uint8_t *frame, size_t cap, const struct slui
 
 /* --- IPv4 ---------------------------------------------------------------- */
 
+static enum sluice_wire_reason ipv4_parse(const uint8_t *p, size_t len, struct sluice_ipv4_hdr *out, bool verified);
+
 enum sluice_wire_reason sluice_wire_ipv4_parse(const uint8_t *p, size_t len, struct sluice_ipv4_hdr *out)
+{
+	return ipv4_parse(p, len, out, false);
+}
+
+/* verified: the NIC checked the header's checksum already. */
+static enum sluice_wire_reason ipv4_parse(const uint8_t *p, size_t len, struct sluice_ipv4_hdr *out, bool verified)
 {
 	if (len < SLUICE_IPV4_HDR_LEN)
 		return SLUICE_WIRE_SHORT;
@@ -283,7 +291,7 @@ enum sluice_wire_reason sluice_wire_ipv4_parse(const uint8_t *p, size_t len, str
 		return SLUICE_WIRE_IP_TOTAL_LEN;
 	if (total_len > len)
 		return SLUICE_WIRE_SHORT;
-	if (sluice_wire_csum(p, hdr_len) != 0)
+	if (!verified && sluice_wire_csum(p, hdr_len) != 0)
 		return SLUICE_WIRE_IP_CHECKSUM;
 	uint16_t frag = get16(p + 6);
 	out->hdr_len = (uint8_t)hdr_len;
@@ -302,7 +310,15 @@ enum sluice_wire_reason sluice_wire_ipv4_parse(const uint8_t *p, size_t len, str
 	return out->fragment ? SLUICE_WIRE_FRAGMENT : SLUICE_WIRE_OK;
 }
 
+static size_t ipv4_build(uint8_t *p, size_t cap, const struct sluice_ipv4_hdr *h, bool offload);
+
 size_t sluice_wire_ipv4_build(uint8_t *p, size_t cap, const struct sluice_ipv4_hdr *h)
+{
+	return ipv4_build(p, cap, h, false);
+}
+
+/* offload: the checksum is left 0 for the NIC to fill in. */
+static size_t ipv4_build(uint8_t *p, size_t cap, const struct sluice_ipv4_hdr *h, bool offload)
 {
 	if (cap < SLUICE_IPV4_HDR_LEN || h->payload_len > SLUICE_IPV4_TOTAL_LEN_MAX - SLUICE_IPV4_HDR_LEN)
 		return 0;
@@ -316,8 +332,10 @@ size_t sluice_wire_ipv4_build(uint8_t *p, size_t cap, const struct sluice_ipv4_h
 	put16(p + 10, 0);
 	put32(p + 12, h->saddr);
 	put32(p + 16, h->daddr);
-	put16(p + 10, sluice_wire_csum(p, SLUICE_IPV4_HDR_LEN));
-	assert(sluice_wire_csum(p, SLUICE_IPV4_HDR_LEN) == 0);
+	if (!offload) {
+		put16(p + 10, sluice_wire_csum(p, SLUICE_IPV4_HDR_LEN));
+		assert(sluice_wire_csum(p, SLUICE_IPV4_HDR_LEN) == 0);
+	}
 	return SLUICE_IPV4_HDR_LEN;
 }
 
@@ -439,8 +457,18 @@ enum sluice_wire_reason sluice_wire_tcp_options_parse(const uint8_t *p, size_t l
 
 /* --- TCP ----------------------------------------------------------------- */
 
+static enum sluice_wire_reason tcp_parse(const uint8_t *p, size_t len, uint32_t saddr, uint32_t daddr,
+					 struct sluice_tcp_seg *out, bool verified);
+
 enum sluice_wire_reason sluice_wire_tcp_parse(const uint8_t *p, size_t len, uint32_t saddr, uint32_t daddr,
 					      struct sluice_tcp_seg *out)
+{
+	return tcp_parse(p, len, saddr, daddr, out, false);
+}
+
+/* verified: the NIC checked the checksum already. */
+static enum sluice_wire_reason tcp_parse(const uint8_t *p, size_t len, uint32_t saddr, uint32_t daddr,
+					 struct sluice_tcp_seg *out, bool verified)
 {
 	assert(len <= TCP_SEGMENT_LEN_MAX);
 	if (len < SLUICE_TCP_HDR_LEN)
@@ -448,12 +476,14 @@ enum sluice_wire_reason sluice_wire_tcp_parse(const uint8_t *p, size_t len, uint
 	size_t hdr_len = (size_t)(p[12] >> 4) * 4;
 	if (hdr_len < SLUICE_TCP_HDR_LEN || hdr_len > len)
 		return SLUICE_WIRE_TCP_OFFSET;
-	struct sluice_wire_csum c;
-	sluice_wire_csum_init(&c);
-	sluice_wire_csum_add_pseudo(&c, saddr, daddr, SLUICE_IPPROTO_TCP, (uint16_t)len);
-	sluice_wire_csum_add(&c, p, len);
-	if (sluice_wire_csum_finish(&c) != 0)
-		return SLUICE_WIRE_TCP_CHECKSUM;
+	if (!verified) {
+		struct sluice_wire_csum c;
+		sluice_wire_csum_init(&c);
+		sluice_wire_csum_add_pseudo(&c, saddr, daddr, SLUICE_IPPROTO_TCP, (uint16_t)len);
+		sluice_wire_csum_add(&c, p, len);
+		if (sluice_wire_csum_finish(&c) != 0)
+			return SLUICE_WIRE_TCP_CHECKSUM;
+	}
 	enum sluice_wire_reason r =
 		sluice_wire_tcp_options_parse(p + SLUICE_TCP_HDR_LEN, hdr_len - SLUICE_TCP_HDR_LEN, out);
 	if (r != SLUICE_WIRE_OK)
@@ -536,7 +566,17 @@ static size_t tcp_options_write(uint8_t *o, const struct sluice_tcp_seg *s)
 	return n;
 }
 
+static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload);
+
 size_t sluice_wire_tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s)
+{
+	return tcp_build(p, cap, s, false);
+}
+
+/* offload: the checksum field holds the pseudo-header's sum alone (folded,
+ * not complemented), which the NIC completes over the segment: DPDK's
+ * convention for RTE_MBUF_F_TX_TCP_CKSUM. */
+static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload)
 {
 	assert(s->wscale <= SLUICE_TCP_WSCALE_MAX && s->sack_n <= SLUICE_TCP_SACK_BLOCKS_MAX);
 	assert(s->payload != NULL || s->payload_len == 0);
@@ -558,6 +598,10 @@ size_t sluice_wire_tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg
 	struct sluice_wire_csum c;
 	sluice_wire_csum_init(&c);
 	sluice_wire_csum_add_pseudo(&c, s->saddr, s->daddr, SLUICE_IPPROTO_TCP, (uint16_t)(hdr_len + s->payload_len));
+	if (offload) {
+		put16(p + 16, (uint16_t)~sluice_wire_csum_finish(&c));
+		return hdr_len;
+	}
 	sluice_wire_csum_add(&c, p, hdr_len);
 	sluice_wire_csum_add(&c, s->payload, s->payload_len);
 	put16(p + 16, sluice_wire_csum_finish(&c));
@@ -566,6 +610,13 @@ size_t sluice_wire_tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg
 
 size_t sluice_wire_tcp_frame_build(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
 				   const struct sluice_eth_addr *src, uint16_t ip_id, const struct sluice_tcp_seg *s)
+{
+	return sluice_wire_tcp_frame_build_offload(frame, cap, dst, src, ip_id, s, 0);
+}
+
+size_t sluice_wire_tcp_frame_build_offload(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
+					   const struct sluice_eth_addr *src, uint16_t ip_id,
+					   const struct sluice_tcp_seg *s, unsigned offload)
 {
 	size_t opt_len = sluice_wire_tcp_options_len(s);
 	if (opt_len > SLUICE_TCP_OPTIONS_LEN_MAX)
@@ -586,8 +637,8 @@ size_t sluice_wire_tcp_frame_build(uint8_t *frame, size_t cap, const struct slui
 				     .payload_len = (uint16_t)(headers - SLUICE_ETH_HDR_LEN - SLUICE_IPV4_HDR_LEN +
 							       s->payload_len)};
 	size_t n = sluice_wire_eth_build(frame, cap, &eh);
-	n += sluice_wire_ipv4_build(frame + n, cap - n, &ih);
-	n += sluice_wire_tcp_build(frame + n, cap - n, &placed);
+	n += ipv4_build(frame + n, cap - n, &ih, (offload & SLUICE_WIRE_CSUM_IP) != 0);
+	n += tcp_build(frame + n, cap - n, &placed, (offload & SLUICE_WIRE_CSUM_TCP) != 0);
 	assert(n == headers);
 	return frame_pad(frame, headers + s->payload_len, cap);
 }
@@ -603,7 +654,7 @@ static enum sluice_wire_kind drop(struct sluice_wire_pkt *out, enum sluice_wire_
 }
 
 /* The IPv4 packet ip (parsed, not a fragment): ICMP echo or TCP. */
-static enum sluice_wire_kind classify_ipv4(struct sluice_wire_pkt *out)
+static enum sluice_wire_kind classify_ipv4(struct sluice_wire_pkt *out, unsigned verified)
 {
 	const struct sluice_ipv4_hdr *ip = &out->ip;
 	enum sluice_wire_reason r;
@@ -619,7 +670,8 @@ static enum sluice_wire_kind classify_ipv4(struct sluice_wire_pkt *out)
 	case SLUICE_IPPROTO_TCP:
 		if (sluice_ipv4_is_group(ip->saddr) || sluice_ipv4_is_group(ip->daddr))
 			return drop(out, SLUICE_WIRE_TCP_ADDRESS);
-		r = sluice_wire_tcp_parse(ip->payload, ip->payload_len, ip->saddr, ip->daddr, &out->tcp);
+		r = tcp_parse(ip->payload, ip->payload_len, ip->saddr, ip->daddr, &out->tcp,
+			      (verified & SLUICE_WIRE_CSUM_TCP) != 0);
 		if (r != SLUICE_WIRE_OK)
 			return drop(out, r);
 		out->kind = SLUICE_WIRE_TCP;
@@ -630,6 +682,12 @@ static enum sluice_wire_kind classify_ipv4(struct sluice_wire_pkt *out)
 }
 
 enum sluice_wire_kind sluice_wire_classify(const uint8_t *frame, size_t len, struct sluice_wire_pkt *out)
+{
+	return sluice_wire_classify_verified(frame, len, out, 0);
+}
+
+enum sluice_wire_kind sluice_wire_classify_verified(const uint8_t *frame, size_t len, struct sluice_wire_pkt *out,
+						    unsigned verified)
 {
 	assert(frame != NULL || len == 0);
 	out->reason = SLUICE_WIRE_OK;
@@ -648,11 +706,11 @@ enum sluice_wire_kind sluice_wire_classify(const uint8_t *frame, size_t len, str
 	case SLUICE_ETHERTYPE_IPV4:
 		/* An IPv4 packet is at most 65535 bytes: a longer buffer is
 		 * padding as far as the header is concerned. */
-		r = sluice_wire_ipv4_parse(p, left > SLUICE_IPV4_TOTAL_LEN_MAX ? SLUICE_IPV4_TOTAL_LEN_MAX : left,
-					   &out->ip);
+		r = ipv4_parse(p, left > SLUICE_IPV4_TOTAL_LEN_MAX ? SLUICE_IPV4_TOTAL_LEN_MAX : left, &out->ip,
+			       (verified & SLUICE_WIRE_CSUM_IP) != 0);
 		if (r != SLUICE_WIRE_OK)
 			return drop(out, r);
-		return classify_ipv4(out);
+		return classify_ipv4(out, verified);
 	default:
 		return drop(out, SLUICE_WIRE_ETHERTYPE);
 	}

@@ -235,6 +235,19 @@ size_t sluice_wire_tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg
 size_t sluice_wire_tcp_frame_build(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
 				   const struct sluice_eth_addr *src, uint16_t ip_id, const struct sluice_tcp_seg *s);
 
+/* Checksum work a NIC takes over (DPDK's checksum offloads). Receiving:
+ * what it has verified as good (a frame it found bad, or did not check, is
+ * checked in software as always). Sending: what it fills in: the IPv4
+ * header's checksum is left 0, and TCP's field holds only the
+ * pseudo-header's sum (folded, not complemented), as DPDK's
+ * RTE_MBUF_F_TX_TCP_CKSUM asks. */
+#define SLUICE_WIRE_CSUM_IP 1u
+#define SLUICE_WIRE_CSUM_TCP 2u
+/* sluice_wire_tcp_frame_build, leaving the checksums offload names to the NIC. */
+size_t sluice_wire_tcp_frame_build_offload(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
+					   const struct sluice_eth_addr *src, uint16_t ip_id,
+					   const struct sluice_tcp_seg *s, unsigned offload);
+
 enum sluice_wire_kind {
 	SLUICE_WIRE_DROP = 0,   /* out->reason says why */
 	SLUICE_WIRE_ARP,        /* out->arp */
@@ -263,6 +276,10 @@ struct sluice_wire_pkt {
  * is out. Does not look at the destination MAC or IPv4 address: the
  * caller (and the NIC's filters) decide what is addressed to the stack. */
 enum sluice_wire_kind sluice_wire_classify(const uint8_t *frame, size_t len, struct sluice_wire_pkt *out);
+/* The same, trusting the checksums the NIC verified (SLUICE_WIRE_CSUM_*);
+ * ICMP's is always checked here. */
+enum sluice_wire_kind sluice_wire_classify_verified(const uint8_t *frame, size_t len, struct sluice_wire_pkt *out,
+						    unsigned verified);
 /* The echo reply to the request pkt (classified SLUICE_WIRE_ICMP_ECHO) as
  * a whole frame: to the request's source MAC and address, from own_mac and
  * the address the request was sent to, no IP options, TTL 64. Returns its

@@ -19,6 +19,9 @@ queue. Proves:
   (its frames lost) and duplicate ACKs or out-of-order segments (the kernel's lost);
 - 1,000 connections open at once, each answering ApiVersions, then closed: the broker
   keeps serving; and a clean SIGTERM stop, whose log line gives the stack's counters;
+- checksum offloads: net_tap offers them, so the first broker leaves the checksums of
+  what it sends to the port and trusts those the port verified; the second runs with
+  sluice.dpdk.checksum.offload=false, every checksum in software;
 - reordering, duplication and corruption: started again with the stack's receive-path
   test hook (SLUICE_DPDK_RX_CHAOS: 3% of the frames held back behind the next one, 2%
   handed in twice, 2% with a byte flipped), a kcat round trip of 20,000 records completes
@@ -307,9 +310,12 @@ def chaos_run(ns, work):
     """A second broker (fresh data) with the receive-path hook on, one round trip."""
     d = os.path.join(work, "chaos")
     os.makedirs(d)
-    b = DpdkBroker(ns, d, env={"SLUICE_DPDK_RX_CHAOS": "7:30:20:20"}, extra="sluice.dpdk.tcp.retries=3\n")
+    b = DpdkBroker(ns, d, env={"SLUICE_DPDK_RX_CHAOS": "7:30:20:20"},
+                   extra="sluice.dpdk.tcp.retries=3\nsluice.dpdk.checksum.offload=false\n")
     try:
         b.start()
+        check("checksums: sent in software, received in software" in b.text(),
+              "sluice.dpdk.checksum.offload=false did not keep the checksums in software")
         link_up(ns)
         kcat_roundtrip(ns, "lz4", n=20000, topic="dpdk-chaos")
         vanishing_peers(ns)
@@ -476,6 +482,8 @@ def main():
         b = DpdkBroker(ns, work)
         try:
             b.start()
+            check("checksums: sent by the NIC, received checked by the NIC" in b.text(),
+                  "net_tap offers checksum offloads, but the broker did not take them")
             link_up(ns)
             check_ping(ns)
             for codec in CODECS:

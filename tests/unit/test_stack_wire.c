@@ -953,6 +953,76 @@ Test(stack_wire, tcp_payload_and_padding)
 	cr_expect_eq(memcmp(pkt.tcp.payload, "hello, broker", 13), 0);
 }
 
+/* What a NIC with checksum offloads does to a frame built for it: the IPv4
+ * header's checksum over the header (its field 0), and TCP's over the
+ * segment, whose field holds the pseudo-header's sum (RFC 1071: summing it
+ * in stands for summing the pseudo-header). */
+static void nic_fills_checksums(uint8_t *f, size_t n)
+{
+	uint8_t *ip = f + 14;
+	size_t ip_len = (size_t)(ip[2] << 8 | ip[3]);
+	cr_assert_eq(ip[10] | ip[11], 0, "the IPv4 checksum is left 0 for the NIC");
+	uint16_t v = sluice_wire_csum(ip, 20);
+	ip[10] = (uint8_t)(v >> 8), ip[11] = (uint8_t)v;
+	cr_assert_leq(14 + ip_len, n);
+	v = sluice_wire_csum(ip + 20, ip_len - 20);
+	ip[36] = (uint8_t)(v >> 8), ip[37] = (uint8_t)v;
+}
+
+/* Proves a frame built for checksum offload, once the NIC has filled the
+ * checksums in, is the very frame the software path builds, byte for byte,
+ * for data segments of every length parity and a pure ACK. */
+Test(stack_wire, tcp_offload_build_is_the_software_frame_once_filled)
+{
+	static uint8_t data[1460];
+	for (size_t i = 0; i < sizeof data; i++)
+		data[i] = (uint8_t)(i * 7 + 3);
+	const uint32_t lens[] = {0, 1, 2, 3, 517, 1448, 1460};
+	for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+		struct sluice_tcp_seg s = {.saddr = IP4(198, 18, 0, 2), .daddr = IP4(198, 18, 0, 1), .sport = 9092,
+					   .dport = 40123, .seq = 0xfffffff0u, .ack = 12345, .window = 2048,
+					   .flags = SLUICE_TCP_ACK | (lens[k] ? SLUICE_TCP_PSH : 0), .wscale = -1,
+					   .has_ts = true, .ts_val = 99, .ts_ecr = 7, .payload = data,
+					   .payload_len = lens[k]};
+		uint8_t soft[FRAME_BYTES_MAX], off[FRAME_BYTES_MAX];
+		size_t a = sluice_wire_tcp_frame_build(soft, sizeof soft, &mac_host, &mac_us, 42, &s);
+		size_t b = sluice_wire_tcp_frame_build_offload(off, sizeof off, &mac_host, &mac_us, 42, &s,
+								SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP);
+		cr_assert_eq(a, b);
+		cr_assert_neq(memcmp(soft, off, a), 0, "length %u: the offload frame lacks its checksums", lens[k]);
+		nic_fills_checksums(off, b);
+		cr_assert_eq(memcmp(soft, off, a), 0, "length %u: differs once the NIC filled it in", lens[k]);
+	}
+}
+
+/* Proves what the NIC verified is not checked again, and only that: a
+ * frame with a bad TCP checksum passes when the NIC vouched for TCP, a bad
+ * IPv4 header checksum when it vouched for IPv4, neither otherwise; ICMP's
+ * is checked whatever the NIC said. */
+Test(stack_wire, classify_trusts_only_what_the_nic_verified)
+{
+	uint8_t f[sizeof linux_syn];
+	struct sluice_wire_pkt pkt;
+	memcpy(f, linux_syn, sizeof f);
+	f[14 + 20 + 16] ^= 0x01; /* the TCP checksum */
+	cr_assert_eq(sluice_wire_classify(f, sizeof f, &pkt), SLUICE_WIRE_DROP);
+	cr_assert_eq(pkt.reason, SLUICE_WIRE_TCP_CHECKSUM);
+	cr_assert_eq(sluice_wire_classify_verified(f, sizeof f, &pkt, SLUICE_WIRE_CSUM_IP), SLUICE_WIRE_DROP);
+	cr_assert_eq(sluice_wire_classify_verified(f, sizeof f, &pkt, SLUICE_WIRE_CSUM_TCP), SLUICE_WIRE_TCP);
+	memcpy(f, linux_syn, sizeof f);
+	f[14 + 10] ^= 0x01; /* the IPv4 header checksum */
+	cr_assert_eq(sluice_wire_classify(f, sizeof f, &pkt), SLUICE_WIRE_DROP);
+	cr_assert_eq(pkt.reason, SLUICE_WIRE_IP_CHECKSUM);
+	cr_assert_eq(sluice_wire_classify_verified(f, sizeof f, &pkt, SLUICE_WIRE_CSUM_TCP), SLUICE_WIRE_DROP);
+	cr_assert_eq(sluice_wire_classify_verified(f, sizeof f, &pkt, SLUICE_WIRE_CSUM_IP), SLUICE_WIRE_TCP);
+	uint8_t g[sizeof linux_ping];
+	memcpy(g, linux_ping, sizeof g);
+	g[14 + 20 + 2] ^= 0x01; /* the ICMP checksum */
+	cr_assert_eq(sluice_wire_classify_verified(g, sizeof g, &pkt, SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP),
+		     SLUICE_WIRE_DROP);
+	cr_assert_eq(pkt.reason, SLUICE_WIRE_ICMP_CHECKSUM);
+}
+
 /* Proves every reason has a distinct name (the drop counters' labels). */
 Test(stack_wire, reason_names)
 {
