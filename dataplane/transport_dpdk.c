@@ -39,9 +39,11 @@
 #include <inttypes.h>
 #include <stddef.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <rte_eal.h>
+#include <rte_epoll.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
@@ -61,6 +63,7 @@
 #define SLUICE_DPDK_OOO_BUF_BYTES (64u << 10)  /* reassembly area per connection */
 #define SLUICE_DPDK_RCV_SPACE (256u << 10)     /* receive window while the core reads */
 #define SLUICE_DPDK_NAP_MS 1              /* the longest idle nap between looks at the queue */
+#define SLUICE_DPDK_INTR_NAP_MS 5         /* the same when a frame's arrival wakes the core (timers' lateness) */
 #define SLUICE_DPDK_SPIN_POLLS 64         /* empty polls before napping */
 #define SLUICE_DPDK_ARGS_MAX 64           /* EAL arguments */
 #define SLUICE_DPDK_ARP_TICK_MS 200
@@ -100,6 +103,8 @@ struct dstate {
 	uint16_t port, queue;
 	unsigned tx_csum;               /* SLUICE_WIRE_CSUM_*: what the port fills in on frames sent */
 	bool rx_csum;                   /* the port reports checksums it verified */
+	bool rx_intr;                   /* naps end when a frame arrives (the queue's Rx interrupt) */
+	struct rte_epoll_event efd_ev;  /* the core's eventfd in the thread's DPDK epoll set */
 	unsigned lcore;                 /* the EAL lcore whose CPUs the core runs on (LCORE_ID_ANY: as placed) */
 	struct rte_mempool *pool;
 	struct sluice_eth_addr mac;
@@ -343,6 +348,11 @@ static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 	counters_add(&ds->tcp, &d->tcb.counters);
 	assert((unsigned)reason < SLUICE_TCP_END_REASONS);
 	ds->ends[reason]++;
+	const struct sluice_tcp_counters *tc = &d->tcb.counters;
+	SLOG_DEBUG("net", "network core %d: connection from port %u ended (%s): %" PRIu64 " segments in, %" PRIu64
+		   " out, %" PRIu64 " bytes in, %" PRIu64 " out, %" PRIu64 " retransmissions, %" PRIu64 " unacceptable",
+		   ds->nc->id, d->tcb.rport, sluice_tcp_reason_name(reason), tc->segs_in, tc->segs_out, tc->bytes_in, tc->bytes_out,
+		   tc->retransmits, tc->unacceptable);
 	d->close_error = reason == SLUICE_TCP_END_ORDERLY ? 0
 			 : reason == SLUICE_TCP_END_TIMEOUT || reason == SLUICE_TCP_END_KEEPALIVE ? -ETIMEDOUT
 			 : -ECONNRESET;
@@ -709,6 +719,46 @@ static void nap(struct netcore *nc, int ms)
 	}
 }
 
+/* Interrupt mode, where the port offers Rx interrupts: the queue's
+ * interrupt and the core's eventfd in the thread's DPDK epoll set, so a
+ * napping core wakes when a frame arrives rather than at the nap's end.
+ * In the core's own thread (the set is per thread); false: short naps. */
+static bool intr_setup(struct dstate *ds)
+{
+	if (!ds->rx_intr)
+		return false;
+	int rc = rte_eth_dev_rx_intr_ctl_q(ds->port, ds->queue, RTE_EPOLL_PER_THREAD, RTE_INTR_EVENT_ADD, NULL);
+	if (rc == 0) {
+		memset(&ds->efd_ev, 0, sizeof ds->efd_ev);
+		ds->efd_ev.epdata.event = EPOLLIN;
+		rc = rte_epoll_ctl(RTE_EPOLL_PER_THREAD, EPOLL_CTL_ADD, ds->nc->rt.efd, &ds->efd_ev);
+	}
+	if (rc != 0) {
+		SLOG_WARN("net", "network core %d: port %u queue %u: no Rx interrupt (%s): idle naps of %d ms", ds->nc->id,
+			  ds->port, ds->queue, rte_strerror(rc < 0 ? -rc : rc), SLUICE_DPDK_NAP_MS);
+		return false;
+	}
+	return true;
+}
+
+static void nap_intr(struct dstate *ds, int ms)
+{
+	bool armed = rte_eth_dev_rx_intr_enable(ds->port, ds->queue) == 0; /* net_tap: its fd is always armed */
+	/* A frame that came before the interrupt was armed raises none on
+	 * some NICs: one more look (a port that cannot count says < 0). */
+	if (rte_eth_rx_queue_count(ds->port, ds->queue) <= 0) {
+		struct rte_epoll_event ev[2];
+		int n = rte_epoll_wait(RTE_EPOLL_PER_THREAD, ev, 2, ms);
+		for (int i = 0; i < n; i++)
+			if (ev[i].fd == ds->nc->rt.efd) {
+				uint64_t v;
+				(void)!read(ds->nc->rt.efd, &v, sizeof v);
+			}
+	}
+	if (armed)
+		(void)rte_eth_dev_rx_intr_disable(ds->port, ds->queue);
+}
+
 static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 {
 	struct dstate *ds = nc->tstate;
@@ -726,6 +776,7 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 				SLOG_WARN("net", "network core %d: cannot run on lcore %u's CPUs: %s", nc->id, ds->lcore,
 					  strerror(rc));
 		}
+		ds->rx_intr = intr_setup(ds);
 	}
 	ds->in_poll = true;
 	int64_t now = sluice_now_ms(), until = now + wait_ms;
@@ -737,7 +788,12 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 			break;
 		if (++ds->empty_polls >= SLUICE_DPDK_SPIN_POLLS) {
 			ds->empty_polls = 0;
-			nap(nc, (int)(until - now < SLUICE_DPDK_NAP_MS ? until - now : SLUICE_DPDK_NAP_MS));
+			int longest = ds->rx_intr ? SLUICE_DPDK_INTR_NAP_MS : SLUICE_DPDK_NAP_MS;
+			int ms = (int)(until - now < longest ? until - now : longest);
+			if (ds->rx_intr)
+				nap_intr(ds, ms);
+			else
+				nap(nc, ms);
 		}
 		now = sluice_now_ms();
 	}
@@ -761,6 +817,7 @@ static struct {
 	int ports_n;
 	bool rss; /* one port, its queues spread by the device's hash */
 	bool tx_csum[RTE_MAX_ETHPORTS], rx_csum[RTE_MAX_ETHPORTS]; /* checksum offloads enabled on each port */
+	bool rx_intr[RTE_MAX_ETHPORTS];                            /* Rx interrupts configured on each port */
 	int fini_left;
 } g;
 
@@ -955,6 +1012,9 @@ static int ports_config(const struct sluice_config *cfg)
 	return 0;
 }
 
+static int port_configure(const struct sluice_config *cfg, uint16_t p, int q, struct rte_mempool *const *pools,
+			  const struct rte_eth_conf *conf);
+
 /* Configure and start port p with q queue pairs, queue i receiving into
  * pools[i]. */
 static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct rte_mempool *const *pools)
@@ -983,8 +1043,35 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		conf.txmode.offloads = g.tx_csum[p] ? tx_want : 0;
 		conf.rxmode.offloads = g.rx_csum[p] ? rx_want : 0;
 	}
-	if (rc == 0)
-		rc = rte_eth_dev_configure(p, (uint16_t)q, (uint16_t)q, &conf);
+	/* Rx interrupts where the port takes them (its start says), else
+	 * without: the cores then nap briefly instead. */
+	conf.intr_conf.rxq = cfg->dpdk_rx_interrupts;
+	g.rx_intr[p] = cfg->dpdk_rx_interrupts;
+	int started = rc == 0 ? port_configure(cfg, p, q, pools, &conf) : -1;
+	if (rc == 0 && started < 0 && cfg->dpdk_rx_interrupts) {
+		(void)rte_eth_dev_stop(p);
+		conf.intr_conf.rxq = 0;
+		g.rx_intr[p] = false;
+		started = port_configure(cfg, p, q, pools, &conf);
+	}
+	if (rc == 0 && started < 0)
+		rc = -rte_errno;
+	if (rc < 0) {
+		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", p, rte_strerror(-rc));
+		return -1;
+	}
+	SLOG_INFO("net", "sluice.dpdk.port %u (%s): %d queue pair(s); checksums: sent %s, received %s; idle cores %s", p,
+		  info.driver_name, q, g.tx_csum[p] ? "by the NIC" : "in software",
+		  g.rx_csum[p] ? "checked by the NIC (software when it did not)" : "in software",
+		  g.rx_intr[p] ? "sleep until a frame arrives (Rx interrupts)" : "nap 1 ms at a time");
+	return 0;
+}
+
+/* Configure and start p as conf says; -1 with rte_errno set. */
+static int port_configure(const struct sluice_config *cfg, uint16_t p, int q, struct rte_mempool *const *pools,
+			  const struct rte_eth_conf *conf)
+{
+	int rc = rte_eth_dev_configure(p, (uint16_t)q, (uint16_t)q, conf);
 	for (int i = 0; rc == 0 && i < q; i++) {
 		rc = rte_eth_rx_queue_setup(p, (uint16_t)i, SLUICE_DPDK_RX_DESC, rte_eth_dev_socket_id(p), NULL, pools[i]);
 		if (rc == 0)
@@ -995,12 +1082,9 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 	if (rc == 0)
 		rc = rte_eth_dev_start(p);
 	if (rc < 0) {
-		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", p, rte_strerror(-rc));
+		rte_errno = -rc;
 		return -1;
 	}
-	SLOG_INFO("net", "sluice.dpdk.port %u (%s): %d queue pair(s); checksums: sent %s, received %s", p,
-		  info.driver_name, q, g.tx_csum[p] ? "by the NIC" : "in software",
-		  g.rx_csum[p] ? "checked by the NIC (software when it did not)" : "in software");
 	return 0;
 }
 
@@ -1072,6 +1156,7 @@ static int dpdk_init(struct netcore *nc)
 	ds->lcore = g.lcore[nc->id];
 	ds->tx_csum = g.tx_csum[ds->port] ? SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP : 0;
 	ds->rx_csum = g.rx_csum[ds->port];
+	ds->rx_intr = g.rx_intr[ds->port]; /* armed in the core's thread (intr_setup) */
 	if (rte_eth_macaddr_get(ds->port, (struct rte_ether_addr *)ds->mac.b) < 0)
 		return -1;
 	ds->secret = (uint32_t)rte_rand();
@@ -1103,6 +1188,14 @@ static void dpdk_fini(struct netcore *nc)
 	if (ds) {
 		for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++)
 			if (ds->table[i]) {
+				struct dconn *d = ds->table[i];
+				SLOG_DEBUG("net", "network core %d: at stop, connection from port %u in %s: next timer %"
+					   PRIu64 ", on the wheel %d at %" PRIu64 " (wheel at %" PRIu64 "), %" PRIu64
+					   " segments in, %" PRIu64 " out, %" PRIu64 " bytes in, %" PRIu64 " out, %" PRIu64
+					   " retransmissions", nc->id, d->tcb.rport, sluice_tcp_state_name(d->tcb.state),
+					   sluice_tcp_next_timer(&d->tcb), d->tn.armed, d->tn.at, ds->wheel.now,
+					   d->tcb.counters.segs_in, d->tcb.counters.segs_out, d->tcb.counters.bytes_in,
+					   d->tcb.counters.bytes_out, d->tcb.counters.retransmits);
 				counters_add(&ds->tcp, &ds->table[i]->tcb.counters);
 				conn_free(ds->table[i]);
 			}
