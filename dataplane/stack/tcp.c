@@ -522,7 +522,13 @@ static bool ooo_drain(struct sluice_tcp_tcb *t)
 			uint32_t pos = t->rcv_nxt & mask;
 			uint32_t first = min32(n, t->cfg.ooo_buf_bytes - pos);
 			deliver(t, t->cfg.ooo_buf + pos, first);
-			deliver(t, t->cfg.ooo_buf, n - first);
+			if (t->state == SLUICE_TCP_CLOSED)
+				return true; /* aborted from inside the delivery */
+			/* The caller may have closed its window in between (a paused
+			 * connection): only what it still has room for. */
+			deliver(t, t->cfg.ooo_buf, min32(n - first, t->rcv_space));
+			if (t->state == SLUICE_TCP_CLOSED)
+				return true;
 			moved = moved || n > 0;
 			if (t->rcv_nxt != b->right) {
 				b->left = t->rcv_nxt; /* the caller is full: the rest waits */
@@ -654,7 +660,11 @@ static void text_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *
 	}
 	bool hole = t->ooo_n > 0 || t->ooo_fin;
 	deliver(t, p, len);
+	if (t->state == SLUICE_TCP_CLOSED)
+		return; /* aborted from inside the delivery: nothing more of this segment */
 	ooo_drain(t);
+	if (t->state == SLUICE_TCP_CLOSED)
+		return;
 	if (hole)
 		t->ack_now = true; /* a gap (partly) filled: RFC 5681 4.2 */
 	else if (t->unacked_bytes >= 2u * t->rcv_mss)
@@ -800,7 +810,8 @@ static void syn_sent_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg
 	t->ack_now = true;
 	if (t->cfg.ops.established)
 		t->cfg.ops.established(t->cfg.arg);
-	sluice_tcp_output(t, now_ms);
+	if (t->state != SLUICE_TCP_CLOSED) /* not refused from inside the callback */
+		sluice_tcp_output(t, now_ms);
 }
 
 void sluice_tcp_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
@@ -827,14 +838,21 @@ void sluice_tcp_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg
 		st = STEP_DROP; /* RFC 9293: no ACK, no processing */
 	if (st == STEP_GO && t->state == SLUICE_TCP_SYN_RECEIVED)
 		st = syn_received_ack(t, seg, now_ms);
+	/* A callback (established, acked, deliver, peer_fin) may close the
+	 * connection from inside (an abort: the caller refused it, or found
+	 * its bytes bad): then nothing more of this segment is processed. */
+	if (st == STEP_GO && t->state == SLUICE_TCP_CLOSED)
+		return;
 	if (st == STEP_GO)
 		st = ack_process(t, seg, now_ms);
-	if (st == STEP_GONE)
+	if (st == STEP_GONE || t->state == SLUICE_TCP_CLOSED)
 		return;
 	if (st == STEP_GO && text_ok)
 		text_process(t, seg, now_ms);
 	else if (st == STEP_GO && seg_len(seg) > 0)
 		t->ack_now = true; /* text refused by a zero window: say so */
+	if (t->state == SLUICE_TCP_CLOSED)
+		return;
 	sluice_tcp_output(t, now_ms);
 }
 

@@ -126,7 +126,10 @@ struct sluice_tcp_ops {
 	void (*established)(void *arg);            /* the handshake completed */
 	void (*peer_fin)(void *arg);               /* the peer will send no more (end of stream) */
 	void (*acked)(void *arg, uint32_t bytes);  /* send ring space freed */
-	/* The connection is over; called once, last; the TCB may be freed inside. */
+	/* The connection is over; called once, last; the TCB may be freed inside,
+	 * except when the close came from inside another of its callbacks (an
+	 * abort in deliver, say): then it must stay readable until that
+	 * callback returns, which sees it CLOSED and stops. */
 	void (*closed)(void *arg, enum sluice_tcp_close_reason reason);
 };
 

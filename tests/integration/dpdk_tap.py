@@ -17,6 +17,8 @@ queue. Proves:
   iptables statistic match, this kernel has no netem): a kcat round trip of 20,000
   records still completes byte for byte, and the broker's stack counts retransmissions
   (its frames lost) and duplicate ACKs or out-of-order segments (the kernel's lost);
+- malformed frames (a negative size, one past socket.request.max.bytes, a cut header,
+  an unknown API key): each connection closed or answered, the broker alive after;
 - 1,000 connections open at once, each answering ApiVersions, then closed: the broker
   keeps serving; and a clean SIGTERM stop, whose log line gives the stack's counters;
 - checksum offloads: net_tap offers them, so the first broker leaves the checksums of
@@ -29,6 +31,8 @@ queue. Proves:
   handed in twice, 2% with a byte flipped), a kcat round trip of 20,000 records completes
   byte for byte; the stack kept out-of-order segments, and dropped the corrupted frames
   (checksums);
+- max.connections=10: of 25 connections 10 are answered and 15 refused with a reset
+  from inside the stack's own callback, and the broker serves new ones after;
 - two network cores (lcores 1 and 2): on one TAP port with two queue pairs (RSS
   configured; the kernel's tun driver steers each flow to a queue), and with a TAP
   port per core (the kernel spreads connections by a port-hashed multipath route to
@@ -490,6 +494,97 @@ def vanishing_peers(ns, broker):
 TIMEOUT_REASON = "retransmissions exhausted"  # SLUICE_TCP_END_TIMEOUT in the broker's DEBUG line
 
 
+BAD = r'''
+import socket, struct, sys
+host, port = sys.argv[1], int(sys.argv[2])
+cases = {
+    "a negative frame size": struct.pack(">i", -5),
+    "a frame past socket.request.max.bytes": struct.pack(">i", 200 << 20) + b"x" * 100,
+    "a header cut short": struct.pack(">i", 3) + b"abc",
+    "an unknown API key": struct.pack(">i", 10) + struct.pack(">hhih", 9999, 0, 1, 0),
+}
+for name, data in cases.items():
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(data)
+    try:
+        got = s.recv(4096)
+    except ConnectionResetError:
+        got = b"(reset)"
+    print("%s: %s" % (name, "closed" if got in (b"", b"(reset)") else "answered %d bytes" % len(got)))
+    s.close()
+'''
+
+
+def bad_frames(ns, b):
+    """Malformed frames over DPDK: the network core closes each connection from
+    inside the stack's delivery (an abort within the TCP machine's own callback);
+    the broker lives on and answers the next client."""
+    r = ns.run(sys.executable, "-c", BAD, BROKER_IP, str(PORT), timeout=60)
+    for line in r.stdout.decode().strip().splitlines():
+        log(f"bad input over DPDK, {line}")
+    check(b.alive(), "the broker died on bad input")
+    many_connections(ns, 5)
+
+
+LIMIT = r'''
+import socket, struct, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+req = struct.pack(">hhih", 18, 0, 7, 4) + b"many"
+socks, answered, refused = [], 0, 0
+for _ in range(n):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+        s.sendall(struct.pack(">i", len(req)) + req)
+        socks.append(s)
+    except (ConnectionResetError, ConnectionRefusedError, BrokenPipeError):
+        refused += 1  # the reset came before connect returned or the request went
+for s in socks:
+    try:
+        head = s.recv(4, socket.MSG_WAITALL)
+    except (ConnectionResetError, socket.timeout):
+        head = b""
+    if len(head) == 4:
+        s.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+        answered += 1
+    else:
+        refused += 1
+for s in socks:
+    s.close()
+print(answered, refused)
+'''
+
+
+def connection_limit(ns, work):
+    """max.connections=10 over DPDK: the network core refuses the connections past
+    it from inside the stack's established callback (an abort within the TCP
+    machine's own upcall); those get a reset, the first ten their answers, and the
+    broker serves new connections once they close."""
+    d = os.path.join(work, "limit")
+    os.makedirs(d)
+    b = DpdkBroker(ns, d, extra="max.connections=10\n")
+    try:
+        b.start()
+        link_up(ns)
+        r = ns.run(sys.executable, "-c", LIMIT, BROKER_IP, str(PORT), "25", timeout=60)
+        answered, refused = map(int, r.stdout.decode().split())
+        check(answered == 10 and refused == 15, f"max.connections=10: {answered} answered, {refused} refused")
+        check(b.alive(), "the broker died refusing connections")
+        many_connections(ns, 10)
+        rc = b.stop()
+        check(rc == 0, f"the broker exited {rc} after SIGTERM")
+    except lib.TestFailure:
+        log(f"--- the limited broker's output ---\n{b.text()[-3000:]}---")
+        raise
+    finally:
+        if b.alive():
+            b.stop(signal.SIGKILL, 10)
+    import re
+    m = re.search(r"(\d+) connections refused", b.text())
+    check(m and int(m.group(1)) >= 15, f"connections refused: {m and m.group(1)}")
+    log(f"max.connections=10 over DPDK: 10 answered, 15 refused with a reset ({m.group(1)} counted), "
+        f"the broker serving after")
+
+
 def many_connections(ns, n=1000):
     r = ns.run(sys.executable, "-c", MANY, BROKER_IP, str(PORT), str(n), timeout=120)
     ok = int(r.stdout.decode().strip() or 0)
@@ -520,6 +615,7 @@ def main():
                 kcat_roundtrip(ns, codec)
             confluent_roundtrip(ns, py)
             lossy_roundtrip(ns)
+            bad_frames(ns, b)
             many_connections(ns)
             check(b.alive(), "the broker died")
             rc = b.stop()
@@ -530,6 +626,7 @@ def main():
             check(c["dup_acks"] + c["ooo_queued"] + c["ooo_drops"] > 0,
                   "no duplicate ACK nor out-of-order segment although 3% of the kernel's frames were lost")
             chaos_run(ns, work)
+            connection_limit(ns, work)
             multicore_run(ns, work)
             ok = True
         except lib.TestFailure:

@@ -1106,6 +1106,111 @@ Test(stack_tcp, out_of_order_reassembly_with_sack)
 	cr_assert_eq(H->peer_fin, 1);
 }
 
+/* A receiver that takes every byte and gives its space back, except that
+ * on its pause_on-th delivery it pauses (its receive space to 0), as the
+ * DPDK transport's does when the network core stops reading mid-delivery. */
+static int deliveries, pause_on;
+static void pausing_deliver(void *arg, const uint8_t *p, uint32_t n)
+{
+	cap_deliver(arg, p, n);
+	sluice_tcp_set_rcv_space(&H->tcb, ++deliveries == pause_on ? 0 : 65535);
+}
+
+/* Proves an island that wraps the reassembly area's end is delivered in
+ * two pieces and that a receiver pausing after the first gets no more: the
+ * rest waits in the area until the peer sends it again, and the stream
+ * comes out whole. (It once asserted: the second piece was sized before
+ * the first was delivered.) */
+Test(stack_tcp, island_across_the_area_end_with_a_pause_between_its_pieces)
+{
+	H->cfg.ops.deliver = pausing_deliver;
+	deliveries = 0, pause_on = 3;
+	open_default();
+	static uint8_t buf[70000];
+	fill(buf, 0, sizeof buf);
+	uint32_t r = IRS + 1;
+	in(pdata(r, buf, 30000)); /* delivery 1 */
+	/* An island of 1,000 bytes whose first 500 end the 64 KiB area. */
+	uint32_t island = 65035;
+	cr_assert_eq((r + island) % OOO_BUF_BYTES, OOO_BUF_BYTES - 500);
+	in(pdata(r + island, buf + island, 1000));
+	cr_assert_eq(H->tcb.counters.ooo_queued, 1);
+	drain();
+	in(pdata(r + 30000, buf + 30000, island - 30000)); /* delivery 2; the island's first piece is 3 */
+	cr_assert_eq(deliveries, 3);
+	cr_assert_eq(H->n_rcvd, island + 500, "the gap, then the island up to the area's end, then the pause");
+	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now); /* resumed: the window update */
+	in(pdata(r + island + 500, buf + island + 500, 500)); /* the peer sends the rest again */
+	cr_assert_eq(H->n_rcvd, island + 1000);
+	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	cr_assert_eq(H->tcb.rcv_nxt, r + island + 1000);
+	cr_assert_eq(H->tcb.ooo_n, 0, "the island is gone");
+}
+
+/* A receiver that aborts the connection from inside its delivery, as the
+ * network core does on a malformed request: the DPDK transport's close op
+ * runs inside the state machine's deliver callback. */
+static void aborting_deliver(void *arg, const uint8_t *p, uint32_t n)
+{
+	cap_deliver(arg, p, n);
+	sluice_tcp_abort(&H->tcb, now);
+}
+
+/* Proves an abort from inside a delivery ends the connection once (closed
+ * reported once, aborted), sends its RST and nothing after it, and leaves
+ * the rest of that input (an island behind, a FIN) unprocessed. (It once
+ * went on with the segment and asserted, ending the connection twice.) */
+Test(stack_tcp, abort_from_inside_a_delivery)
+{
+	H->cfg.ops.deliver = aborting_deliver;
+	open_default();
+	uint8_t buf[3000];
+	fill(buf, 0, sizeof buf);
+	uint32_t r = IRS + 1;
+	in(pdata(r + 2000, buf + 2000, 1000)); /* an island */
+	drain();
+	struct sluice_tcp_seg s = pdata(r, buf, 2000);
+	s.flags |= SLUICE_TCP_FIN;
+	in(s);
+	cr_assert_eq(H->closed, 1, "closed once");
+	cr_assert_eq(H->reason, SLUICE_TCP_END_ABORTED);
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_CLOSED);
+	cr_assert_eq(H->n_rcvd, 2000, "nothing delivered after the abort");
+	cr_assert_eq(H->peer_fin, 0);
+	cr_assert_eq(pending(), 1, "the RST, and nothing after it");
+	cr_assert(pop()->flags & SLUICE_TCP_RST);
+}
+
+static void refusing_established(void *arg)
+{
+	((struct harness *)arg)->established++;
+	sluice_tcp_abort(&H->tcb, now);
+}
+
+/* Proves a connection refused from inside its established callback (the
+ * network core at its connection limit, or stopping) ends once, aborted,
+ * with one RST, and the handshake's ACK carrying data delivers nothing. */
+Test(stack_tcp, refused_from_inside_established)
+{
+	H->cfg.ops.established = refusing_established;
+	struct sluice_tcp_seg syn = syn_full(IRS);
+	cr_assert_eq(sluice_tcp_accept(&H->tcb, &H->cfg, &syn, ISS, now), 0);
+	struct sluice_tcp_seg *sa = pop();
+	static const uint8_t req[10] = "0123456789";
+	struct sluice_tcp_seg ack = pseg(IRS + 1, ISS + 1, SLUICE_TCP_ACK | SLUICE_TCP_PSH, 512);
+	ack.has_ts = true, ack.ts_val = PEER_TS + 1, ack.ts_ecr = sa->ts_val;
+	ack.payload = req, ack.payload_len = sizeof req;
+	in(ack);
+	cr_assert_eq(H->established, 1);
+	cr_assert_eq(H->closed, 1);
+	cr_assert_eq(H->reason, SLUICE_TCP_END_ABORTED);
+	cr_assert_eq(H->n_rcvd, 0);
+	cr_assert_eq(pending(), 1);
+	cr_assert(pop()->flags & SLUICE_TCP_RST);
+}
+
 /* Proves that without a reassembly area an out-of-order segment is dropped
  * (counted) and answered by a duplicate ACK, and that islands beyond the
  * bound are dropped the same way while the kept ones survive. */
