@@ -357,6 +357,36 @@ class Bench:
             self.quiet_total += 1
         return idle, time.monotonic() - t0
 
+    def wait_client(self, p, pid, s0):
+        """Waits for the client, sampling the broker every second so that a broker that dies
+        leaves its last figures; a client still running 5 s after the broker died, or 60 s
+        after its run should have ended, is killed. Returns its wait status, its rusage (the
+        client's own CPU time), the broker's last sample and whether the broker died."""
+        a = self.args
+        deadline = time.monotonic() + a.warmup + a.duration + 10 + 60
+        last, died_at, next_sample = s0, None, time.monotonic() + 1
+        while True:
+            wpid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if wpid:
+                break
+            now = time.monotonic()
+            if died_at is None and self.broker.poll() is not None:
+                died_at = now
+            if died_at is None and now >= next_sample:
+                try:
+                    last, next_sample = sample_process(pid), now + 1
+                except (OSError, ValueError):
+                    pass
+            if (died_at is not None and now - died_at > 5) or now > deadline:
+                p.kill()
+            time.sleep(0.05)
+        if died_at is None:
+            try:
+                last = sample_process(pid)
+            except (OSError, ValueError):
+                died_at = time.monotonic()
+        return status, ru, last, died_at is not None
+
     def run_phase(self, phase, transport):
         a = self.args
         pdir = os.path.join(a.out, phase, transport)
@@ -382,18 +412,21 @@ class Bench:
         s0 = sample_process(pid)
         with open(os.path.join(pdir, "perf.log"), "w") as out:
             p = self.client = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-            _, status, ru = os.wait4(p.pid, 0)  # its rusage: the client's own CPU time
+            status, ru, s1, died = self.wait_client(p, pid, s0)
             p.returncode = os.waitstatus_to_exitcode(status)
             self.client = None
-        s1 = sample_process(pid)
         m1 = machine_ticks()
         # Before the broker stops: its TAP goes with it.
         tcp1, links1 = kernel_tcp(self.client_ns(transport)), link_counters(link_ns)
         alive = self.broker.poll() is None
         rc_broker = self.stop_broker()
         text = self.broker_text()
+        if died:
+            log(f"  {phase}/{transport}: THE BROKER DIED during the run (exit {rc_broker}): "
+                f"{text.strip().splitlines()[-1] if text.strip() else ''}")
         res = {"phase": phase, "transport": transport, "title": title, "client_rc": p.returncode,
-               "broker_alive_after": alive, "broker_rc": rc_broker, "idle_before": idle, "quiet_wait_s": waited,
+               "broker_alive_after": alive, "broker_died": died, "broker_rc": rc_broker,
+               "broker_last_line": (text.strip().splitlines() or [""])[-1], "idle_before": idle, "quiet_wait_s": waited,
                "load_before": load,
                "broker_cpu": cpu_delta(s0, s1),
                "client_cpu_s": ru.ru_utime + ru.ru_stime,
@@ -460,7 +493,8 @@ def derived(r):
          "records_per_net_cpu_s": delivered / cpu["net_s"] if cpu["net_s"] else None,
          "client_us_per_record": r["client_cpu_s"] * 1e6 / delivered if delivered else None,
          "other_wakes_per_s": cpu["other_wakes"] / wall,
-         "unsent": p.get("unsent"), "errors": pr.get("errors"), "ok": r["client_rc"] == 0 and r["broker_rc"] == 0}
+         "unsent": p.get("unsent"), "errors": pr.get("errors"),
+         "ok": r["client_rc"] == 0 and r["broker_rc"] == 0 and not r.get("broker_died")}
     return d
 
 
@@ -485,8 +519,10 @@ def report(results, meta):
              "Set-ups: **dpdk**: the broker on `net_tap` (EAL `--no-huge --no-pci -m 256`), client in the same "
              "namespace through the kernel's side of the TAP; **uring-veth**: the broker (kernel TCP, io_uring) and "
              "the client in two namespaces joined by a veth pair, which carries TCP's segmentation-offload "
-             "packets whole; **uring-veth-nogso**: the same veth with `gso_max_segs 1`, so that every frame holds "
-             "at most one MSS as on the TAP; **uring-lo**: both in one namespace over loopback (reference).", ""]
+             "packets whole; " + ("**uring-veth-nogso**: the same veth with `gso_max_segs 1`, so that every frame "
+                                  "holds at most one MSS as on the TAP; " if "uring-veth-nogso" in meta["transports"]
+                                  else "") +
+             "**uring-lo**: both in one namespace over loopback (reference).", ""]
     hdr = ["phase", "set-up", "records/s", "MB/s", "Produce req/s", "rec/req", "p50 ms", "p99 ms",
            "broker CPU µs/record", "µs/request", "net core busy", "net core µs/record", "records per net-core CPU s",
            "broker cores", "client µs/record", "ok"]
@@ -498,15 +534,21 @@ def report(results, meta):
                      fmt(d["p99_ms"], ".2f"), fmt(d["cpu_us_per_record"], ".2f"), fmt(d["cpu_us_per_request"], ".1f"),
                      fmt(d["net_busy"] * 100, ".0f") + "%", fmt(d["net_us_per_record"], ".2f"),
                      fmt(d["records_per_net_cpu_s"]), fmt(d["process_cores"], ".2f"),
-                     fmt(d["client_us_per_record"], ".2f"), "yes" if d["ok"] else "**no**"])
+                     fmt(d["client_us_per_record"], ".2f"),
+                     "yes" if d["ok"] else "**broker died**" if r.get("broker_died") else "**no**"])
     lines += [table(rows, hdr), ""]
+    for r in results:
+        if r.get("broker_died"):
+            lines += [f"**{r['phase']} / {r['transport']}: the broker died during the run** (exit status "
+                      f"{r['broker_rc']}); its last line: `{r.get('broker_last_line', '')}`. Its figures above cover "
+                      "only what was done before.", ""]
     # Ratios of dpdk to each kernel set-up over a link, per phase.
     by = {(r["phase"], r["transport"]): derived(r) for r in results}
     rr = []
     for ref in ("uring-veth", "uring-veth-nogso"):
         for phase in meta["phases"]:
             a, b = by.get((phase, "dpdk")), by.get((phase, ref))
-            if not a or not b:
+            if not a or not b or not a["ok"] or not b["ok"]:
                 continue
 
             def ratio(k):
