@@ -11,7 +11,7 @@
 #               (a veth passes TCP's segmentation-offload packets, up to 64 KiB, whole)
 #   uring-veth-nogso  (only if asked for) the same veth with gso_max_segs 1 on both ends:
 #               every frame at most one MSS, as on the TAP, whose DPDK side has no
-#               offloads; on 2 cores its frames reorder (dpdk_vs_uring.py says why)
+#               offloads; on 2 cores its frames reorder (see dpdk_vs_uring.py)
 #   uring-lo    the same over loopback inside one namespace: a second reference
 #
 # Phases (100 B values, no key, acks=1, each on a fresh broker and data directory; every

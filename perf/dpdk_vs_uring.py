@@ -17,10 +17,11 @@ set-ups, each in network namespaces this script creates (prefix sluice-bench-) w
               carries TCP's segmentation-offload packets (up to 64 KiB) whole.
   uring-veth-nogso  (not run by default) the same veth with gso_max_segs 1 on both
               ends: every frame at most one MSS, as on the TAP (whose DPDK side has no
-              offloads). On a 2-core machine this reorders: veth hands each frame to the
-              sending CPU's backlog, and a sender that moves between CPUs overtakes its
-              own frames, so the kernel's TCP sees SACK reordering and retransmits
-              spuriously; the figures then measure that, not the frame size.
+              offloads). On this 2-core machine its frames arrive out of order (the kernel
+              counts SACK reordering and spurious retransmissions; likely cause: veth
+              queues each frame on the sending CPU's backlog, and a sender that moves
+              between CPUs overtakes its own frames); the figures then measure that, not
+              the frame size.
   uring-lo    the same broker and clients both in NS-srv over 127.0.0.1: the loopback
               reference (no link at all).
 
@@ -572,19 +573,23 @@ def report(results, meta):
                      fmt(c["process_s"], ".2f"), fmt(c["net_s"], ".2f"), fmt(c["store_s"], ".2f"),
                      fmt(c["other_s"], ".2f"), fmt(c["other_wakes"] / (c["wall_s"] or 1)),
                      fmt(r["client_cpu_s"], ".2f"),
-                     fmt(r["machine_busy_s"], ".2f"), fmt(c["wall_s"], ".1f"), fmt(frames),
+                     fmt(r["machine_busy_s"], ".2f"),
+                     fmt(max(0.0, r["machine_busy_s"] - c["process_s"] - r["client_cpu_s"]), ".2f"),
+                     fmt(c["wall_s"], ".1f"), fmt(frames),
                      fmt(k.get("Tcp.RetransSegs", 0)), fmt(k.get("TcpExt.TCPLossProbes", 0)), fmt(drops),
                      fmt((r.get("perf") or {}).get("unsent"))])
     lines += ["Per phase: the machine's idle share in the second before (after waiting up to --quiet-wait "
               "seconds for 70%), the load average, the broker's CPU "
               "seconds over the client's run (process; network core; storage core; the other threads), how often "
               "the broker's other threads woke per second, the client's CPU seconds, the whole machine's busy CPU "
-              "seconds (other sessions included), the client's wall time, the frames that crossed the link (both "
+              "seconds and what of it was neither the broker nor the client (other sessions, kernel threads), "
+              "the client's wall time, the frames that crossed the link (both "
               "ways), the segments the kernel TCP of the "
               "client's namespace retransmitted and its tail loss probes (uring-lo: both ends are that kernel's), "
               "frames dropped on the links (TAP or veth, both directions), and records scheduled but not sent.", "",
               table(cond, ["phase", "set-up", "idle before", "load", "broker CPU s", "net", "store", "other",
-                           "other threads' wakes/s", "client CPU s", "machine busy s", "wall s", "link frames",
+                           "other threads' wakes/s", "client CPU s", "machine busy s", "rest of the machine s",
+                           "wall s", "link frames",
                            "kernel retrans", "loss probes", "link drops", "unsent"]), ""]
     dc = [[r["phase"], "; ".join(r["dpdk_counters"])] for r in results if r["transport"] == "dpdk"]
     if dc:
@@ -597,12 +602,13 @@ def report(results, meta):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--broker", required=True)
-    ap.add_argument("--perf", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--tag", required=True, help="a short unique tag for the namespaces (the caller's PID)")
-    ap.add_argument("--pidfile", required=True)
+    ap.add_argument("--render", metavar="DIR", help="only write DIR/results.md again from DIR/results.json")
+    ap.add_argument("--broker")
+    ap.add_argument("--perf")
+    ap.add_argument("--out")
+    ap.add_argument("--workdir")
+    ap.add_argument("--tag", help="a short unique tag for the namespaces (the caller's PID)")
+    ap.add_argument("--pidfile")
     ap.add_argument("--duration", type=float, default=20)
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--rate", type=int, default=20000)
@@ -613,6 +619,17 @@ def main():
     ap.add_argument("--commit", default="?")
     ap.add_argument("--run", default="?")
     a = ap.parse_args()
+    if a.render:
+        with open(os.path.join(a.render, "results.json")) as f:
+            data = json.load(f)
+        md = report(data["results"], data["meta"])
+        with open(os.path.join(a.render, "results.md"), "w") as f:
+            f.write(md)
+        print(md)
+        return 0
+    for need in ("broker", "perf", "out", "workdir", "tag", "pidfile"):
+        if not getattr(a, need):
+            ap.error(f"--{need} is required")
     phases, transports = a.phases.split(), a.transports.split()
     for p in phases:
         if p not in PHASES:
