@@ -92,6 +92,8 @@ struct dconn {
 	int pend_n, pend_i;
 	size_t pend_off, pend_taken;
 	bool on_sent;                   /* on ds->sent_head: reported at the end of poll */
+	bool half_open;                 /* SYN-RECEIVED: on ds's half-open list, oldest first */
+	struct dconn *ho_prev, *ho_next;
 	struct dconn *done_next;        /* ended: reported (and freed) at the end of poll */
 	struct dconn *detach_next;      /* closed by the core: reported at the end of poll */
 	uint8_t *snd_buf, *ooo_buf;
@@ -117,6 +119,9 @@ struct dstate {
 	struct sluice_wheel wheel;      /* the connections' deadlines */
 	struct dconn *table[SLUICE_DPDK_TABLE_SLOTS];
 	uint32_t conns;
+	struct dconn *ho_head, *ho_tail; /* half-open connections, oldest first */
+	uint32_t half_open;
+	uint64_t syn_evicted;           /* half-open connections dropped for a newer SYN (the backlog full) */
 	struct dconn *done;             /* ended, to report and free */
 	struct dconn *detach;           /* closed by the core, still finishing on the wire */
 	struct dconn *sent_head[SLUICE_DPDK_CONNS_MAX];
@@ -215,6 +220,42 @@ static void conn_unlist(struct dstate *ds, struct dconn *d)
 	}
 }
 
+/* The half-open list: SYN-RECEIVED connections, oldest first, at most
+ * sluice.dpdk.syn.backlog of them, so a SYN flood (spoofed sources that
+ * never answer) cannot fill the connection table for the minutes its
+ * SYN-ACK retransmissions would take. */
+static void half_open_add(struct dstate *ds, struct dconn *d)
+{
+	assert(!d->half_open);
+	d->half_open = true;
+	d->ho_prev = ds->ho_tail;
+	d->ho_next = NULL;
+	if (ds->ho_tail)
+		ds->ho_tail->ho_next = d;
+	else
+		ds->ho_head = d;
+	ds->ho_tail = d;
+	ds->half_open++;
+}
+
+static void half_open_remove(struct dstate *ds, struct dconn *d)
+{
+	if (!d->half_open)
+		return;
+	if (d->ho_prev)
+		d->ho_prev->ho_next = d->ho_next;
+	else
+		ds->ho_head = d->ho_next;
+	if (d->ho_next)
+		d->ho_next->ho_prev = d->ho_prev;
+	else
+		ds->ho_tail = d->ho_prev;
+	d->half_open = false;
+	d->ho_prev = d->ho_next = NULL;
+	assert(ds->half_open > 0);
+	ds->half_open--;
+}
+
 /* Put the connection's next deadline on the wheel: at once when it comes
  * sooner than the one armed, lazily when later (the early firing finds
  * nothing due and arms the real one), so the common case, an ACK that
@@ -272,6 +313,7 @@ static void on_established(void *arg)
 	struct dconn *d = arg;
 	struct dstate *ds = d->ds;
 	assert(ds->in_poll && !d->c);
+	half_open_remove(ds, d);
 	char host[INET_ADDRSTRLEN];
 	struct in_addr a = {htonl(d->tcb.raddr)};
 	inet_ntop(AF_INET, &a, host, sizeof host);
@@ -345,6 +387,7 @@ static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 	assert(!d->dead);
 	d->dead = true;
 	sluice_wheel_cancel(&ds->wheel, &d->tn);
+	half_open_remove(ds, d);
 	counters_add(&ds->tcp, &d->tcb.counters);
 	assert((unsigned)reason < SLUICE_TCP_END_REASONS);
 	ds->ends[reason]++;
@@ -403,7 +446,17 @@ static void tcp_refuse(struct dstate *ds, const struct sluice_wire_pkt *pkt)
 
 static struct dconn *tcp_accept(struct dstate *ds, const struct sluice_wire_pkt *pkt, uint32_t slot, int64_t now)
 {
-	if (ds->conns >= SLUICE_DPDK_CONNS_MAX || ds->nc->b->stopping)
+	if (ds->nc->b->stopping)
+		return NULL;
+	if (ds->half_open >= (uint32_t)ds->nc->b->cfg.dpdk_syn_backlog) {
+		/* The backlog is full: the oldest half-open connection makes way
+		 * (its peer, if real, retries its SYN; a flood's never answers). */
+		struct dconn *old = ds->ho_head;
+		ds->syn_evicted++;
+		sluice_tcp_abort(&old->tcb, (uint64_t)now); /* closed: off the list and the table */
+		conn_find(ds, pkt->tcp.saddr, pkt->tcp.sport, &slot); /* the table shifted */
+	}
+	if (ds->conns >= SLUICE_DPDK_CONNS_MAX)
 		return NULL;
 	struct dconn *d = calloc(1, sizeof *d);
 	if (!d || !(d->snd_buf = malloc(SLUICE_DPDK_SND_BUF_BYTES)) || !(d->ooo_buf = malloc(SLUICE_DPDK_OOO_BUF_BYTES))) {
@@ -425,6 +478,7 @@ static struct dconn *tcp_accept(struct dstate *ds, const struct sluice_wire_pkt 
 	d->listed = true;
 	ds->table[slot] = d;
 	ds->conns++;
+	half_open_add(ds, d);
 	return d;
 }
 
@@ -1217,11 +1271,12 @@ static void dpdk_fini(struct netcore *nc)
 			dropped += ds->drops[r];
 		const struct sluice_tcp_counters *t = &ds->tcp;
 		SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " frames in (%" PRIu64 " dropped), %" PRIu64 " out, %"
-			  PRIu64 " not sent, %" PRIu64 " connections refused; TCP: %" PRIu64 " segments in, %" PRIu64
+			  PRIu64 " not sent, %" PRIu64 " connections refused, %" PRIu64 " half-open dropped for newer "
+			  "SYNs; TCP: %" PRIu64 " segments in, %" PRIu64
 			  " out, %" PRIu64 " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64
 			  " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64 " dropped, %" PRIu64
 			  " unacceptable, %" PRIu64 " keepalive probes", nc->id, ds->rx_frames, dropped, ds->tx_frames,
-			  ds->tx_drops, ds->refused, t->segs_in, t->segs_out, t->retransmits, t->fast_retransmits,
+			  ds->tx_drops, ds->refused, ds->syn_evicted, t->segs_in, t->segs_out, t->retransmits, t->fast_retransmits,
 			  t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable, t->keepalive_probes);
 		SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64
 			  " reset by the peer, %" PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %"
