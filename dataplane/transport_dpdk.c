@@ -82,7 +82,9 @@ struct dconn {
 	struct dstate *ds;
 	struct sluice_wheel_node tn;    /* its next deadline on the core's wheel */
 	struct conn *c;                 /* NULL until the handshake completed and the core took it */
-	struct sluice_eth_addr peer_mac;
+	struct sluice_eth_addr peer_mac; /* where its frames go: the next hop's MAC */
+	uint32_t next_hop;              /* the peer (on the link) or the gateway; 0: the SYN's sender alone */
+	uint32_t arp_gen;               /* ds->arp_gen when peer_mac was last looked up */
 	uint32_t slot;
 	bool paused, closing, dead, listed, detached;
 	int close_error;
@@ -115,6 +117,7 @@ struct dstate {
 	uint16_t ip_id;
 	uint32_t secret;
 	struct sluice_arp_cache arp;
+	uint32_t arp_gen;               /* bumped by every mapping an ARP packet stores: connections look again */
 	int64_t next_arp_ms;
 	struct sluice_wheel wheel;      /* the connections' deadlines */
 	struct dconn *table[SLUICE_DPDK_TABLE_SLOTS];
@@ -284,6 +287,14 @@ static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 {
 	struct dconn *d = arg;
 	struct dstate *ds = d->ds;
+	if (d->arp_gen != ds->arp_gen) {
+		/* A neighbour's mapping changed (a router's failover, a host's
+		 * new NIC): follow the cache for this connection's next hop. */
+		d->arp_gen = ds->arp_gen;
+		struct sluice_eth_addr mac;
+		if (d->next_hop && sluice_arp_lookup(&ds->arp, d->next_hop, sluice_now_ms(), &mac))
+			d->peer_mac = mac;
+	}
 	struct rte_mbuf *m;
 	size_t cap;
 	uint8_t *p = tx_frame(ds, &m, &cap);
@@ -432,6 +443,33 @@ static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_con
 
 /* ---- frames in ----------------------------------------------------------- */
 
+/* Where frames to addr go first: addr itself on the link, else the
+ * gateway; 0 (no gateway, off the link): only the SYN's sender is known. */
+static uint32_t next_hop(const struct dstate *ds, uint32_t addr)
+{
+	if ((addr & ds->netmask) == (ds->ip & ds->netmask))
+		return addr;
+	return ds->gateway;
+}
+
+static void arp_request(struct dstate *ds, uint32_t ip)
+{
+	struct rte_mbuf *m;
+	size_t cap;
+	uint8_t *p = tx_frame(ds, &m, &cap);
+	if (p)
+		tx_queue(ds, m, sluice_wire_arp_frame_request(p, cap, &ds->mac, ds->ip, ip, NULL));
+}
+
+/* Have the cache resolve (or refresh) ip, sending a request when it asks. */
+static void arp_want(struct dstate *ds, uint32_t ip, int64_t now)
+{
+	struct sluice_eth_addr mac;
+	enum sluice_arp_resolve_result r = sluice_arp_resolve(&ds->arp, ip, NULL, now, &mac);
+	if (r == SLUICE_ARP_QUEUED_REQUEST || r == SLUICE_ARP_HIT_REFRESH)
+		arp_request(ds, ip);
+}
+
 static void tcp_refuse(struct dstate *ds, const struct sluice_wire_pkt *pkt)
 {
 	struct sluice_tcp_seg rst;
@@ -466,6 +504,13 @@ static struct dconn *tcp_accept(struct dstate *ds, const struct sluice_wire_pkt 
 	}
 	d->ds = ds;
 	d->peer_mac = pkt->eth.src;
+	d->arp_gen = ds->arp_gen;
+	d->next_hop = next_hop(ds, pkt->tcp.saddr);
+	struct sluice_eth_addr mac;
+	if (d->next_hop && sluice_arp_lookup(&ds->arp, d->next_hop, now, &mac))
+		d->peer_mac = mac;
+	else if (d->next_hop)
+		arp_want(ds, d->next_hop, now); /* meanwhile the SYN's sender */
 	struct sluice_tcp_config cfg;
 	tcb_config(ds, d, &cfg);
 	const struct sluice_tcp_seg *s = &pkt->tcp;
@@ -517,6 +562,8 @@ static void arp_in(struct dstate *ds, const struct sluice_wire_pkt *pkt, int64_t
 {
 	struct sluice_arp_input_result r;
 	sluice_arp_input(&ds->arp, &pkt->arp, now, &r);
+	if (r.merged)
+		ds->arp_gen++;
 	if (r.reply) {
 		struct rte_mbuf *m;
 		size_t cap;
@@ -525,7 +572,7 @@ static void arp_in(struct dstate *ds, const struct sluice_wire_pkt *pkt, int64_t
 			tx_queue(ds, m, sluice_wire_arp_frame_reply(p, cap, &ds->mac, ds->ip, &pkt->arp));
 	}
 	for (uint32_t i = 0; i < r.ready_n; i++)
-		rte_pktmbuf_free(r.ready[i]); /* nothing is queued for resolution yet: peers answer at their MAC */
+		rte_pktmbuf_free(r.ready[i]); /* nothing waits in the cache: a connection has its SYN's sender meanwhile */
 }
 
 static void frame_in(struct dstate *ds, struct rte_mbuf *m, int64_t now)
@@ -696,7 +743,9 @@ static void timers(struct dstate *ds, int64_t now)
 	if (now >= ds->next_arp_ms) {
 		ds->next_arp_ms = now + SLUICE_DPDK_ARP_TICK_MS;
 		uint32_t retry[8];
-		(void)sluice_arp_tick(&ds->arp, now, retry, 8); /* nothing waits for resolution yet */
+		uint32_t n = sluice_arp_tick(&ds->arp, now, retry, 8);
+		for (uint32_t i = 0; i < n; i++)
+			arp_request(ds, retry[i]); /* unanswered yet, or refreshing before expiry */
 	}
 	(void)sluice_wheel_advance(&ds->wheel, (uint64_t)now, timer_fire, ds);
 }

@@ -7,6 +7,8 @@ queue. Proves:
 
 - the broker comes up on DPDK (EAL with --no-huge, the TAP port, its address) and
   answers ARP and ICMP echo: the kernel's ping gets every reply;
+- the kernel side taking a new MAC mid-connection and announcing it (gratuitous ARP):
+  the open connection's next answer reaches the new MAC (the ARP cache followed);
 - kcat round trip over it, once per codec (none, gzip, snappy, lz4, zstd): 100,000
   keyed records of 10-300 bytes produced to a 3-partition topic and consumed back,
   every record exactly once, byte for byte, in order within its partition;
@@ -190,6 +192,37 @@ def check_ping(ns):
     out = r.stdout.decode()
     check(r.returncode == 0 and " 0% packet loss" in out, f"ping through DPDK: {out.strip()[-300:]}")
     log(f"ICMP echo through DPDK: {out.strip().splitlines()[-1]}")
+
+
+MACSWAP = r'''
+import socket, struct, subprocess, sys, time
+host, port, tap, kernel_ip = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.create_connection((host, port), timeout=5)
+req = struct.pack(">hhih", 18, 0, 3, 4) + b"swap"
+def ask():
+    s.sendall(struct.pack(">i", len(req)) + req)
+    n = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+    assert struct.unpack(">i", s.recv(n, socket.MSG_WAITALL)[:4])[0] == 3
+ask()
+new = bytes([0x02, 0x00, 0x5e, 0x10, 0x77, 0x01])
+subprocess.run(["ip", "link", "set", "dev", tap, "address", ":".join("%02x" % b for b in new)], check=True)
+pk = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+pk.bind((tap, 0))
+ip = socket.inet_aton(kernel_ip)
+pk.send(b"\xff" * 6 + new + b"\x08\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + new + ip + b"\0" * 6 + ip)
+t = time.monotonic()
+ask()
+print("%.1f" % ((time.monotonic() - t) * 1000))
+'''
+
+
+def mac_change(ns):
+    """The kernel's side of the TAP takes a new MAC mid-connection and announces it
+    (a gratuitous ARP, as a router's failover does): the open connection's next
+    answer goes to the new MAC (before, every connection kept the MAC its SYN came
+    from, and its frames were lost at the old one)."""
+    r = ns.run(sys.executable, "-c", MACSWAP, BROKER_IP, str(PORT), ns.tap, KERNEL_IP, timeout=30)
+    log(f"a new MAC announced mid-connection: the next answer came to it in {r.stdout.decode().strip()} ms")
 
 
 def records(n, seed):
@@ -652,6 +685,7 @@ def main():
                   "net_tap offers Rx interrupts, but the broker did not take them")
             link_up(ns)
             check_ping(ns)
+            mac_change(ns)
             for codec in CODECS:
                 kcat_roundtrip(ns, codec)
             confluent_roundtrip(ns, py)
