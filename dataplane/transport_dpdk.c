@@ -11,9 +11,9 @@
  * whose queues RSS spreads connections over, or a port per core. One IPv4
  * address (sluice.dpdk.ipv4.address), the listener port of `listeners`;
  * ARP (answers, a gratuitous announce at start), ICMP echo, and TCP
- * connections to the listener port. A peer is answered at the MAC its SYN
- * came from (a peer on the link, or the gateway that routed it);
- * connections elsewhere and zero-copy sends come later. The broker's own
+ * connections to the listener port. A peer is answered at its next hop's
+ * MAC (itself on the link, else the gateway) as the ARP cache has it, the
+ * MAC its SYN came from until then; zero-copy sends come later. The broker's own
  * replication and controller connections stay on kernel sockets.
  *
  * Receive: a burst of frames, each classified (wire.c) and handed to the
