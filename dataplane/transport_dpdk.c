@@ -38,7 +38,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -142,6 +144,10 @@ struct dstate {
 	struct rte_mbuf *chaos_held;
 	uint64_t chaos_counts[3];
 };
+
+/* The signals a port raises per frame (net_tap's), taken only by the
+ * network cores (signals_steer); set before any core starts. */
+static sigset_t steer_signals;
 
 /* ---- frames out -------------------------------------------------------- */
 
@@ -880,6 +886,7 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 					  strerror(rc));
 		}
 		ds->rx_intr = intr_setup(ds);
+		pthread_sigmask(SIG_UNBLOCK, &steer_signals, NULL); /* the port's per-frame signal is ours (signals_steer) */
 	}
 	ds->in_poll = true;
 	int64_t now = sluice_now_ms(), until = now + wait_ms;
@@ -945,7 +952,16 @@ static int eal_start(const struct sluice_config *cfg)
 	 * the storage cores sluice.cpu.affinity's). */
 	cpu_set_t before;
 	bool saved = pthread_getaffinity_np(pthread_self(), sizeof before, &before) == 0;
-	if (rte_eal_init(argc, argv) < 0) {
+	/* The EAL's threads are born with the real-time signals blocked: a
+	 * port's per-frame signal (net_tap's) must reach a network core. */
+	sigset_t rt, old;
+	sigemptyset(&rt);
+	for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+		sigaddset(&rt, sig);
+	pthread_sigmask(SIG_BLOCK, &rt, &old);
+	int rc_init = rte_eal_init(argc, argv);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc_init < 0) {
 		SLOG_ERR("net", "sluice.dpdk.eal.args: rte_eal_init failed: %s (args '%s')", rte_strerror(rte_errno),
 			 cfg->dpdk_eal_args);
 		return -1;
@@ -1191,6 +1207,32 @@ static int port_configure(const struct sluice_config *cfg, uint16_t p, int q, st
 	return 0;
 }
 
+/* net_tap raises a real-time signal for every frame it queues (its queue
+ * descriptors are O_ASYNC), and its receive burst reads nothing until that
+ * signal's handler has run. Sent to the process, the signal would wake
+ * whichever thread the kernel picks, and a network core woken by the
+ * queue's interrupt could look before the handler ran elsewhere, then
+ * sleep again with the frame waiting. So the signal is blocked in every
+ * other thread (the main thread now, so the threads it starts inherit it;
+ * the EAL's were born blocking it) and taken by the network cores alone,
+ * where it runs before they look. */
+static void signals_steer(void)
+{
+	sigemptyset(&steer_signals);
+	for (int k = 0; k < g.cores; k++) {
+		if (!g.rx_intr[g.port[k]])
+			continue;
+		int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(g.port[k], g.queue[k]);
+		int sig = fd >= 0 ? fcntl(fd, F_GETSIG) : -1;
+		if (sig >= SIGRTMIN && sig <= SIGRTMAX && !sigismember(&steer_signals, sig)) {
+			sigaddset(&steer_signals, sig);
+			SLOG_INFO("net", "port %u raises signal %d per frame: taken by the network cores alone", g.port[k],
+				  sig);
+		}
+	}
+	pthread_sigmask(SIG_BLOCK, &steer_signals, NULL);
+}
+
 static int dpdk_prepare(struct broker *b)
 {
 	const struct sluice_config *cfg = &b->cfg;
@@ -1214,6 +1256,7 @@ static int dpdk_prepare(struct broker *b)
 	for (int i = 0; i < g.ports_n; i++)
 		if (port_start(cfg, g.ports[i], g.rss ? g.cores : 1, g.rss ? g.pool : &g.pool[i]) < 0)
 			return -1;
+	signals_steer();
 	g.fini_left = g.cores;
 	char lcores[256];
 	size_t off = 0;
