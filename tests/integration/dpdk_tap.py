@@ -422,6 +422,30 @@ def cpus_for_lcores():
     return f"--lcores=0@{a},1@{a},2@{b}"
 
 
+def two_cores(ns, b, label, banner, setup, codec, topic):
+    """One two-core broker: started (its log saying banner), the links set up, a
+    kcat round trip and 200 connections, a clean stop; both cores served some."""
+    try:
+        b.start()
+        check(banner in b.text(), f"{label}: the broker did not say '{banner}'")
+        link_up(ns)
+        setup()
+        check_ping(ns)
+        kcat_roundtrip(ns, codec, n=20000, topic=topic)
+        many_connections(ns, 200)
+        rc = b.stop()
+        check(rc == 0, f"the broker exited {rc} after SIGTERM")
+    except lib.TestFailure:
+        log(f"--- {label}: the broker's output ---\n{b.text()[-3000:]}---")
+        raise
+    finally:
+        if b.alive():
+            b.stop(signal.SIGKILL, 10)
+    ends = core_ends(b.text())
+    check(len(ends) == 2 and all(v > 0 for v in ends.values()), f"{label}: connections per core {ends}, want both > 0")
+    log(f"{label}: connections ended orderly per network core {ends}")
+
+
 def multicore_run(ns, work):
     """Two network cores (lcores 1 and 2). First one TAP port with two queue pairs:
     the port is configured for RSS and the kernel's tun driver steers each flow to
@@ -433,37 +457,15 @@ def multicore_run(ns, work):
     that is not the broker's."""
     d = os.path.join(work, "rss")
     os.makedirs(d)
-    b = DpdkBroker(ns, d, lcores=cpus_for_lcores())
-    try:
-        b.start()
-        check("2 network core(s) on lcores 1,2, 1 port(s), queues spread by RSS" in b.text(),
-              "the broker did not start two network cores on one port's queues")
-        link_up(ns)
-        check_ping(ns)
-        kcat_roundtrip(ns, "zstd", n=20000, topic="dpdk-rss")
-        many_connections(ns, 200)
-        rc = b.stop()
-        check(rc == 0, f"the broker exited {rc} after SIGTERM")
-    except lib.TestFailure:
-        log(f"--- the two-queue broker's output ---\n{b.text()[-3000:]}---")
-        raise
-    finally:
-        if b.alive():
-            b.stop(signal.SIGKILL, 10)
-    ends = core_ends(b.text())
-    check(len(ends) == 2 and all(v > 0 for v in ends.values()), f"connections per core: {ends}, want both > 0")
-    log(f"one port, two queues (RSS): connections ended orderly per network core {ends}")
+    two_cores(ns, DpdkBroker(ns, d, lcores=cpus_for_lcores()), "one port, two queues (RSS)",
+              "2 network core(s) on lcores 1,2, 1 port(s), queues spread by RSS", lambda: None, "zstd", "dpdk-rss")
 
     d = os.path.join(work, "ports")
     os.makedirs(d)
     tap2 = ns.tap + "b"
     devices = f"--vdev=net_tap0,iface={ns.tap} --vdev=net_tap1,iface={tap2}"
-    b = DpdkBroker(ns, d, devices=devices, lcores=cpus_for_lcores(),
-                   extra="sluice.dpdk.port=0,1\nsluice.dpdk.lcores=1,2\n")
-    try:
-        b.start()
-        check("2 network core(s) on lcores 1,2, 2 port(s)" in b.text(), "the broker did not start a core per port")
-        link_up(ns)
+
+    def second_tap():
         deadline = time.monotonic() + 20
         while ns.run("ip", "link", "show", tap2, check_rc=False).returncode != 0:
             check(time.monotonic() < deadline, f"no TAP {tap2} after 20 s")
@@ -473,20 +475,10 @@ def multicore_run(ns, work):
         ns.run("sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1", "net.ipv4.conf.all.rp_filter=0",
                f"net.ipv4.conf.{ns.tap}.rp_filter=0", f"net.ipv4.conf.{tap2}.rp_filter=0")
         ns.run("ip", "route", "replace", f"{BROKER_IP}/32", "nexthop", "dev", ns.tap, "nexthop", "dev", tap2)
-        check_ping(ns)
-        kcat_roundtrip(ns, "snappy", n=20000, topic="dpdk-ports")
-        many_connections(ns, 200)
-        rc = b.stop()
-        check(rc == 0, f"the broker exited {rc} after SIGTERM")
-    except lib.TestFailure:
-        log(f"--- the two-port broker's output ---\n{b.text()[-3000:]}---")
-        raise
-    finally:
-        if b.alive():
-            b.stop(signal.SIGKILL, 10)
-    ends = core_ends(b.text())
-    check(len(ends) == 2 and all(v > 0 for v in ends.values()), f"connections per core: {ends}, want both > 0")
-    log(f"a port per core: connections ended orderly per network core {ends}")
+
+    two_cores(ns, DpdkBroker(ns, d, devices=devices, lcores=cpus_for_lcores(),
+                             extra="sluice.dpdk.port=0,1\nsluice.dpdk.lcores=1,2\n"),
+              "a port per core", "2 network core(s) on lcores 1,2, 2 port(s)", second_tap, "snappy", "dpdk-ports")
 
     for name, extra, devices, want in [
             ("lcore", "sluice.dpdk.lcores=1,5\n", None, "sluice.dpdk.lcores: lcore 5 is not one of the EAL's"),
