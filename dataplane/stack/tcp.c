@@ -104,10 +104,18 @@ static void put_options(struct sluice_tcp_tcb *t, struct sluice_tcp_seg *s, uint
 	}
 	if (!t->sack_ok || t->ooo_n == 0 || (s->flags & SLUICE_TCP_SYN))
 		return;
-	/* RFC 2018 4: the first block is the island the latest segment touched. */
-	uint32_t room = t->ts_ok ? 3 : SLUICE_TCP_SACK_BLOCKS_MAX;
-	s->sack[s->sack_n++] = t->ooo[t->ooo_newest];
-	for (uint32_t i = 0; i < t->ooo_n && s->sack_n < room; i++)
+	/* RFC 2018 4: the first block is the island the latest segment touched.
+	 * Islands rcv_nxt reached are not reported: those a delivery is about
+	 * to drain (a segment sent from inside the deliver callback), and one
+	 * held while the caller is full (ooo_drain), whose bytes are not
+	 * acknowledged but wait for the peer to send them again, which a SACK
+	 * block would tell it not to do. */
+	uint32_t room = t->ts_ok ? 3 : SLUICE_TCP_SACK_BLOCKS_MAX, reached = 0;
+	while (reached < t->ooo_n && sluice_tcp_seq_leq(t->ooo[reached].left, t->rcv_nxt))
+		reached++;
+	if (t->ooo_newest >= reached)
+		s->sack[s->sack_n++] = t->ooo[t->ooo_newest];
+	for (uint32_t i = reached; i < t->ooo_n && s->sack_n < room; i++)
 		if (i != t->ooo_newest)
 			s->sack[s->sack_n++] = t->ooo[i];
 	assert(s->sack_n <= SLUICE_TCP_SACK_BLOCKS_MAX);
@@ -331,6 +339,20 @@ static void rtt_on_ack(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *se
 	}
 }
 
+/* Resends the oldest unacknowledged segment: at most one MSS of what was
+ * sent. Bytes queued since go later as new data: a retransmission that
+ * carried them would move the peer's ACK past snd_max, where it is dropped
+ * as acknowledging what was never sent. The FIN queued behind the last
+ * byte goes along (xmit), for the first time if a closed window held it
+ * back: then snd_max covers it. */
+static uint32_t resend_oldest(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	uint32_t len = xmit(t, t->snd_una, min32(t->smss, t->snd_max - t->snd_una), now_ms);
+	if (sluice_tcp_seq_gt(t->snd_una + len, t->snd_max))
+		t->snd_max = t->snd_una + len;
+	return len;
+}
+
 static uint32_t initial_window(uint32_t smss)
 {
 	return min32(SLUICE_TCP_IW_SEGS * smss, max32(2 * smss, SLUICE_TCP_IW_BYTES_CAP));
@@ -347,7 +369,7 @@ static void cc_on_ack(struct sluice_tcp_tcb *t, uint32_t acked, uint64_t now_ms)
 	} else if (t->in_recovery) {
 		/* Partial ACK: the next hole is lost too; resend it at once and
 		 * deflate by what left the network, keeping one segment's credit. */
-		uint32_t len = xmit(t, t->snd_una, t->smss, now_ms);
+		uint32_t len = resend_oldest(t, now_ms);
 		t->counters.fast_retransmits += len > 0;
 		t->cwnd = t->cwnd > acked ? t->cwnd - acked : 0;
 		if (acked >= t->smss)
@@ -376,7 +398,7 @@ static void cc_on_dup_ack(struct sluice_tcp_tcb *t, uint64_t now_ms)
 	uint32_t flight = t->snd_max - t->snd_una;
 	t->ssthresh = max32(flight / 2, 2 * t->smss);
 	t->recover = t->snd_max - 1;
-	uint32_t len = xmit(t, t->snd_una, t->smss, now_ms);
+	uint32_t len = resend_oldest(t, now_ms);
 	assert(len > 0);
 	t->counters.fast_retransmits++;
 	t->rtt_timing = false;
@@ -1033,7 +1055,7 @@ static enum step rto_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
 	t->dupacks = 0;
 	t->rtt_timing = false;
 	t->snd_nxt = t->snd_una;
-	uint32_t len = xmit(t, t->snd_una, t->smss, now_ms);
+	uint32_t len = resend_oldest(t, now_ms);
 	t->snd_nxt += len;
 	t->counters.retransmits++;
 	t->rtx_at = now_ms + t->rto_ms;
@@ -1054,9 +1076,9 @@ static void persist_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
 		return;
 	}
 	uint32_t len = xmit(t, t->snd_nxt, 1, now_ms);
-	assert(len == 1);
-	if (sluice_tcp_seq_gt(t->snd_nxt + 1, t->snd_max))
-		t->snd_max = t->snd_nxt + 1;
+	assert(len == 1 || len == 2); /* the last byte takes the queued FIN along */
+	if (sluice_tcp_seq_gt(t->snd_nxt + len, t->snd_max))
+		t->snd_max = t->snd_nxt + len;
 	t->counters.persist_probes++;
 	if (t->persist_backoff < PERSIST_BACKOFF_MAX)
 		t->persist_backoff++;

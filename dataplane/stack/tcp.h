@@ -113,9 +113,13 @@ struct sluice_tcp_counters {
 };
 
 /* Callbacks. emit, deliver and closed are required; the others may be NULL.
- * Inside a callback the caller may call sluice_tcp_send,
- * sluice_tcp_send_space and sluice_tcp_set_rcv_space on the same TCB, never
- * input, output, close, abort or on_timer (the module is mid-update). */
+ * Inside a callback other than emit and closed the caller may call
+ * sluice_tcp_send, sluice_tcp_send_space and sluice_tcp_set_rcv_space on
+ * the same TCB; inside deliver also sluice_tcp_output, sluice_tcp_close and
+ * sluice_tcp_abort, inside established and peer_fin sluice_tcp_close and
+ * sluice_tcp_abort (the DPDK transport answers, closes and refuses so;
+ * tests/fuzz/fuzz_stack_tcp does each); never input or on_timer (the
+ * module is mid-update). */
 struct sluice_tcp_ops {
 	/* Send this segment. seg->payload points into the send ring: valid only during the call. */
 	void (*emit)(void *arg, const struct sluice_tcp_seg *seg);

@@ -667,6 +667,91 @@ Test(stack_tcp, rto_retransmits_with_backoff)
 	cr_assert_eq(H->tcb.retries, 0);
 }
 
+/* Proves a retransmission carries no byte that was never sent: with 512
+ * bytes sent into the peer's 512-byte window and more queued, the timeout
+ * resends those 512 (not a whole segment of 536), so that the peer's ACK
+ * of everything it got, its window open again, is taken. (It resent 536:
+ * snd_nxt passed snd_max and that ACK was dropped as acknowledging what
+ * was never sent, every time, until the retries ran out. Found by
+ * fuzz_stack_tcp.) */
+Test(stack_tcp, retransmission_carries_only_what_was_sent)
+{
+	struct sluice_tcp_seg syn = pseg(IRS, 0, SLUICE_TCP_SYN, 512); /* no options: MSS 536, no scaling */
+	cr_assert_eq(sluice_tcp_accept(&H->tcb, &H->cfg, &syn, ISS, now), 0);
+	in(pseg(IRS + 1, ISS + 1, SLUICE_TCP_ACK, 512));
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_ESTABLISHED);
+	drain();
+	uint8_t buf[2000];
+	fill(buf, 0, sizeof buf);
+	cr_assert_eq(sluice_tcp_send(&H->tcb, buf, sizeof buf), sizeof buf);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(pending(), 1);
+	cr_assert_eq(pop()->payload_len, 512, "what the window takes");
+	now = sluice_tcp_next_timer(&H->tcb);
+	sluice_tcp_on_timer(&H->tcb, now);
+	struct sluice_tcp_seg *r = pop();
+	cr_assert_eq(r->seq, ISS + 1);
+	uint32_t len = r->payload_len;
+	cr_assert(sluice_tcp_seq_leq(H->tcb.snd_nxt, H->tcb.snd_max), "snd_nxt %u past snd_max %u", H->tcb.snd_nxt,
+		  H->tcb.snd_max);
+	in(pseg(IRS + 1, ISS + 1 + len, SLUICE_TCP_ACK, 65535));
+	cr_assert_eq(H->tcb.snd_una, ISS + 1 + len, "the ACK of the retransmission is taken");
+	cr_assert_eq(len, 512, "no byte that was never sent");
+}
+
+/* Proves a FIN that goes for the first time with a retransmission counts
+ * as sent: 100 bytes sent, the window closed (the sender goes back), the
+ * close queues the FIN behind them, the peer acknowledges 50 with its
+ * window still closed, and the timeout resends the other 50 with the FIN;
+ * the peer's ACK of both, its window open, is then taken. (The FIN went
+ * past snd_max and that ACK was dropped as acknowledging what was never
+ * sent, every time. Found by fuzz_stack_tcp.) */
+Test(stack_tcp, fin_first_sent_with_a_retransmission)
+{
+	open_default();
+	uint8_t buf[100];
+	fill(buf, 0, sizeof buf);
+	sluice_tcp_send(&H->tcb, buf, sizeof buf);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(pop()->payload_len, 100);
+	in(ts(pseg(IRS + 1, ISS + 1, SLUICE_TCP_ACK, 0)));
+	cr_assert_eq(sluice_tcp_close(&H->tcb, now), 0);
+	in(ts(pseg(IRS + 1, ISS + 51, SLUICE_TCP_ACK, 0)));
+	drain();
+	now = sluice_tcp_next_timer(&H->tcb);
+	sluice_tcp_on_timer(&H->tcb, now);
+	struct sluice_tcp_seg *r = pop();
+	cr_assert_eq(r->seq, ISS + 51);
+	cr_assert_eq(r->payload_len, 50);
+	cr_assert(r->flags & SLUICE_TCP_FIN);
+	cr_assert(sluice_tcp_seq_leq(H->tcb.snd_nxt, H->tcb.snd_max));
+	in(ts(pseg(IRS + 1, ISS + 102, SLUICE_TCP_ACK, 512)));
+	cr_assert_eq(H->tcb.snd_una, ISS + 102, "the ACK of the data and the FIN is taken");
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_FIN_WAIT_2);
+}
+
+/* Proves a zero-window probe of the last queued byte may take the FIN
+ * queued behind it, and that the peer's ACK of both is taken. (The probe
+ * asserted it was one byte long: a crash. Found while fixing the above.) */
+Test(stack_tcp, persist_probe_of_the_last_byte_takes_the_fin)
+{
+	open_with(IRS, true, 0);
+	sluice_tcp_send(&H->tcb, "x", 1);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(sluice_tcp_close(&H->tcb, now), 0);
+	cr_assert_eq(pending(), 0, "window closed");
+	now = sluice_tcp_next_timer(&H->tcb);
+	sluice_tcp_on_timer(&H->tcb, now);
+	struct sluice_tcp_seg *p = pop();
+	cr_assert_eq(p->seq, ISS + 1);
+	cr_assert_eq(p->payload_len, 1);
+	cr_assert(p->flags & SLUICE_TCP_FIN);
+	cr_assert_eq(H->tcb.counters.persist_probes, 1);
+	in(ts(pseg(IRS + 1, ISS + 3, SLUICE_TCP_ACK, 512))); /* the window opened: the peer took both */
+	cr_assert_eq(H->tcb.snd_una, ISS + 3, "the byte and the FIN acknowledged");
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_FIN_WAIT_2);
+}
+
 /* Proves the RFC 6298 estimate from timestamp-measured RTTs (10 ms then
  * 50 ms: SRTT 15 ms, RTTVAR 13.75 ms, RTO 70 ms), and Karn's rule without
  * timestamps: the ACK of a retransmitted segment gives no sample and the
@@ -1147,6 +1232,75 @@ Test(stack_tcp, island_across_the_area_end_with_a_pause_between_its_pieces)
 	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
 	cr_assert_eq(H->tcb.rcv_nxt, r + island + 1000);
 	cr_assert_eq(H->tcb.ooo_n, 0, "the island is gone");
+}
+
+/* Proves an island that rcv_nxt reaches while the receiver is paused stays
+ * in the area unacknowledged and is not reported in a SACK block (its bytes
+ * wait for the peer to send them again, which a SACK would tell it not to
+ * do), while an island beyond it still is; and that the peer's resent bytes
+ * bring the stream out whole once resumed. (The held island was reported,
+ * its left edge at the ACK number: found by fuzz_stack_tcp.) */
+Test(stack_tcp, island_held_by_a_pause_is_not_sacked)
+{
+	H->cfg.ops.deliver = pausing_deliver;
+	deliveries = 0, pause_on = 1;
+	open_default();
+	uint8_t buf[6000];
+	fill(buf, 0, sizeof buf);
+	uint32_t r = IRS + 1;
+	in(pdata(r + 2000, buf + 2000, 1000)); /* the island reached during the pause */
+	in(pdata(r + 4000, buf + 4000, 1000)); /* one beyond it */
+	drain();
+	in(pdata(r, buf, 2000)); /* delivery 1 pauses */
+	cr_assert_eq(H->n_rcvd, 2000);
+	cr_assert_eq(H->tcb.ooo_n, 2);
+	cr_assert_eq(H->tcb.ooo[0].left, r + 2000, "held at rcv_nxt");
+	struct sluice_tcp_seg *a = pop();
+	cr_assert_eq(a->ack, r + 2000);
+	cr_assert_eq(a->sack_n, 1, "only the island beyond the held one");
+	cr_assert_eq(a->sack[0].left, r + 4000);
+	cr_assert_eq(a->sack[0].right, r + 5000);
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now);
+	in(pdata(r + 2000, buf + 2000, 2000)); /* resent: the held island's bytes and the gap after it */
+	cr_assert_eq(H->n_rcvd, 5000);
+	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	cr_assert_eq(H->tcb.ooo_n, 0);
+}
+
+/* A receiver that closes (orderly) from inside its delivery, as the DPDK
+ * transport's close op does when the network core ends a connection while
+ * taking its bytes: the FIN goes out from inside the state machine. */
+static void closing_deliver(void *arg, const uint8_t *p, uint32_t n)
+{
+	cap_deliver(arg, p, n);
+	(void)sluice_tcp_close(&H->tcb, now);
+}
+
+/* Proves a segment sent from inside a delivery (the FIN of a close there)
+ * reports no island that the delivery reached but has not drained yet, and
+ * that the island is then delivered and acknowledged. (It reported the
+ * island across its own ACK number: found by fuzz_stack_tcp.) */
+Test(stack_tcp, no_sack_for_an_island_being_drained)
+{
+	H->cfg.ops.deliver = closing_deliver;
+	open_default();
+	uint8_t buf[2500];
+	fill(buf, 0, sizeof buf);
+	uint32_t r = IRS + 1;
+	in(pdata(r + 1500, buf + 1500, 1000));
+	drain();
+	in(pdata(r, buf, 2000)); /* reaches into the island */
+	struct sluice_tcp_seg *fin = pop();
+	cr_assert(fin->flags & SLUICE_TCP_FIN);
+	cr_assert_eq(fin->ack, r + 2000);
+	cr_assert_eq(fin->sack_n, 0, "the island being drained is not reported");
+	cr_assert_eq(H->n_rcvd, 2500);
+	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	cr_assert_eq(H->tcb.ooo_n, 0);
+	struct sluice_tcp_seg *a = pop();
+	cr_assert_eq(a->ack, r + 2500);
+	cr_assert_eq(a->sack_n, 0);
 }
 
 /* A receiver that aborts the connection from inside its delivery, as the
