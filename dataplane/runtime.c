@@ -227,13 +227,35 @@ static bool backlog_grow(struct sluice_rt_backlog *bl)
 	return true;
 }
 
+/* Remember to wake `to` at the end of the batch. Deferring is safe: the
+ * message is in the ring already, so a target that goes to sleep before the
+ * wake sees it in its last look (pending), and one asleep is woken then. */
+static void wake_later(struct sluice_rt *rt, struct sluice_rt *to)
+{
+	for (uint32_t i = 0; i < rt->wakes_n; i++)
+		if (rt->wakes[i] == to)
+			return;
+	if (rt->wakes_n == SLUICE_RT_WAKES_MAX) {
+		sluice_rt_wake(to); /* more targets than cores exist: never, but never lose a wake */
+		return;
+	}
+	rt->wakes[rt->wakes_n++] = to;
+}
+
+void sluice_rt_wakes(struct sluice_rt *rt)
+{
+	for (uint32_t i = 0; i < rt->wakes_n; i++)
+		sluice_rt_wake(rt->wakes[i]);
+	rt->wakes_n = 0;
+}
+
 bool sluice_rt_send(struct sluice_rt *rt, struct sluice_ring *ring, struct sluice_rt *to, struct sluice_msg m)
 {
 	struct sluice_rt_backlog *bl = &rt->backlog;
 	assert(ring && to && to != rt);
 	assert(m.type != 0 && m.from_core == (uint32_t)rt->id);
 	if (bl->n == 0 && sluice_ring_push(ring, m)) {
-		sluice_rt_wake(to);
+		wake_later(rt, to);
 		return true;
 	}
 	if (bl->n == bl->cap && !backlog_grow(bl))
@@ -252,7 +274,7 @@ uint32_t sluice_rt_flush(struct sluice_rt *rt)
 		struct sluice_rt_pending *it = &bl->items[bl->head];
 		if (!sluice_ring_push(it->ring, it->m))
 			break;
-		sluice_rt_wake(it->to);
+		wake_later(rt, it->to);
 		bl->head = (bl->head + 1) & (bl->cap - 1);
 		bl->n--;
 		sent++;
@@ -316,6 +338,7 @@ static void turn_work(struct sluice_rt *rt, const struct sluice_rt_hooks *h, voi
 	if (h->work)
 		h->work(core, now);
 	sluice_rt_flush(rt);
+	sluice_rt_wakes(rt);
 	rt->turns++;
 }
 
@@ -339,6 +362,7 @@ static void turn_sleep(struct sluice_rt *rt, const struct sluice_rt_hooks *h, vo
 		wait = 0;
 	h->poll(core, wait);
 	__atomic_store_n(&rt->sleeping, 0, __ATOMIC_SEQ_CST);
+	sluice_rt_wakes(rt); /* for what the poll's upcalls sent */
 	assert(wait >= 0 && wait <= SLUICE_RT_SLEEP_MS_MAX);
 }
 
@@ -369,6 +393,8 @@ void sluice_rt_run(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *
 	}
 	while (sluice_rt_run_posts(rt) > 0)
 		; /* posts given before the stop all run */
+	sluice_rt_flush(rt);
+	sluice_rt_wakes(rt);
 	if (h->end)
 		h->end(core);
 }

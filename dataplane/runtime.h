@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #define SLUICE_CORES_MAX 64 /* network cores, and storage cores, each at most */
+#define SLUICE_RT_WAKES_MAX (2 * SLUICE_CORES_MAX) /* distinct cores one core may send to */
 /* Timers one core may have armed at once; add past it is refused. */
 #define SLUICE_RT_TIMERS_MAX 256
 /* Messages one core may keep waiting for room in other cores' rings; the
@@ -132,6 +133,10 @@ struct sluice_rt {
 	uint64_t timers_seq;
 	struct sluice_rt_timer *timers[SLUICE_RT_TIMERS_MAX]; /* min-heap by (due_ms, seq) */
 	struct sluice_rt_post *taken; /* taken from posts, oldest first, not run yet */
+	/* Cores this one sent to since it last woke them (sluice_rt_wakes):
+	 * one wake per target per batch, not one write(2) per message. */
+	uint32_t wakes_n;
+	struct sluice_rt *wakes[SLUICE_RT_WAKES_MAX];
 	/* Written by other threads: each on its own cache line. */
 	_Alignas(64) int stop;                  /* atomic: the loop ends after its next turn */
 	_Alignas(64) struct sluice_rt_post *posts; /* atomic: Treiber stack, newest first */
@@ -175,13 +180,19 @@ int64_t sluice_rt_timer_next_due(const struct sluice_rt *rt);
 int sluice_rt_timers_run(struct sluice_rt *rt, int64_t now_ms);
 
 /* Send m to another core through ring (rt is its only producer) and wake
- * `to`. Once a message waits on the backlog, every later one queues behind
+ * `to` when this core's batch ends (sluice_rt_wakes, which the loop calls
+ * after each turn's work and after each poll: a burst of frames read in one
+ * poll, or the completions of one, costs each target one wake). Once a message waits on the backlog, every later one queues behind
  * it, whatever its ring: order holds per core. False (and nothing sent)
  * when the backlog holds SLUICE_RT_BACKLOG_MAX messages or cannot grow:
  * the caller pushes back. flush: push what the rings now take, in order
  * (the loop does it every turn); returns how many went. */
 bool sluice_rt_send(struct sluice_rt *rt, struct sluice_ring *ring, struct sluice_rt *to, struct sluice_msg m);
 uint32_t sluice_rt_flush(struct sluice_rt *rt);
+/* Wake the cores sent to since the last call (the wake protocol: only those
+ * asleep are written to). The loop calls it; code that sends outside the
+ * loop (a shutdown drain) calls it before waiting. */
+void sluice_rt_wakes(struct sluice_rt *rt);
 uint32_t sluice_rt_backlog_n(const struct sluice_rt *rt);
 
 /* From any thread: run p->fn(p->arg) on rt's thread in a coming turn, and
