@@ -24,9 +24,12 @@
  * next poll; the state machine cuts segments, each built into a fresh mbuf
  * and sent in bursts. Upcalls (accepted, received, sent, closed) happen
  * only inside poll, as the contract asks: a connection that ends inside an
- * op is reported at the end of the next poll. Idle, the core naps on its
- * eventfd (at most SLUICE_DPDK_NAP_MS) instead of spinning, so an idle
- * broker does not burn the cores its tests share. */
+ * op is reported at the end of the next poll. Idle, the core sleeps until
+ * a frame arrives where the port has Rx interrupts, else naps on its
+ * eventfd, first briefly (SLUICE_DPDK_NAP_US_MIN) then twice as long each
+ * time up to SLUICE_DPDK_NAP_MS, instead of spinning: an idle broker does
+ * not burn the cores its tests share, and a lull between requests costs
+ * tens of microseconds, not a millisecond. */
 #include "common/log.h"
 #include "dataplane/req.h"
 #include "dataplane/stack/arp.h"
@@ -65,6 +68,7 @@
 #define SLUICE_DPDK_OOO_BUF_BYTES (64u << 10)  /* reassembly area per connection */
 #define SLUICE_DPDK_RCV_SPACE (256u << 10)     /* receive window while the core reads */
 #define SLUICE_DPDK_NAP_MS 1              /* the longest idle nap between looks at the queue */
+#define SLUICE_DPDK_NAP_US_MIN 50         /* the first nap after a frame (no Rx interrupts): doubled up to the above */
 #define SLUICE_DPDK_INTR_NAP_MS 5         /* the same when a frame's arrival wakes the core (timers' lateness) */
 #define SLUICE_DPDK_SPIN_POLLS 64         /* empty polls before napping */
 #define SLUICE_DPDK_ARGS_MAX 64           /* EAL arguments */
@@ -134,6 +138,7 @@ struct dstate {
 	struct rte_mbuf *tx[SLUICE_DPDK_BURST];
 	uint16_t tx_n;
 	uint32_t empty_polls;
+	uint32_t nap_us;                /* the next nap without Rx interrupts (backs off while idle) */
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused, not_ours;
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
@@ -819,10 +824,11 @@ static int rx_once(struct dstate *ds, int64_t now)
 }
 
 /* Nap on the core's eventfd (a wake: a storage core's reply, a stop). */
-static void nap(struct netcore *nc, int ms)
+static void nap(struct netcore *nc, int64_t us)
 {
 	struct pollfd pfd = {.fd = nc->rt.efd, .events = POLLIN};
-	if (poll(&pfd, 1, ms) > 0) {
+	struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+	if (ppoll(&pfd, 1, &ts, NULL) > 0) {
 		uint64_t v;
 		(void)!read(nc->rt.efd, &v, sizeof v);
 	}
@@ -892,18 +898,21 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 	int64_t now = sluice_now_ms(), until = now + wait_ms;
 	for (;;) {
 		int got = rx_once(ds, now);
+		if (got)
+			ds->nap_us = SLUICE_DPDK_NAP_US_MIN;
 		timers(ds, now);
 		tx_flush(ds);
 		if (got || ds->done || ds->detach || ds->sent_n || now >= until || !__atomic_load_n(&nc->rt.sleeping, __ATOMIC_ACQUIRE))
 			break;
 		if (++ds->empty_polls >= SLUICE_DPDK_SPIN_POLLS) {
 			ds->empty_polls = 0;
-			int longest = ds->rx_intr ? SLUICE_DPDK_INTR_NAP_MS : SLUICE_DPDK_NAP_MS;
-			int ms = (int)(until - now < longest ? until - now : longest);
-			if (ds->rx_intr)
-				nap_intr(ds, ms);
-			else
-				nap(nc, ms);
+			if (ds->rx_intr) {
+				nap_intr(ds, (int)(until - now < SLUICE_DPDK_INTR_NAP_MS ? until - now : SLUICE_DPDK_INTR_NAP_MS));
+			} else {
+				int64_t left_us = (until - now) * 1000;
+				nap(nc, left_us < ds->nap_us ? left_us : ds->nap_us);
+				ds->nap_us = ds->nap_us * 2 > SLUICE_DPDK_NAP_MS * 1000 ? SLUICE_DPDK_NAP_MS * 1000 : ds->nap_us * 2;
+			}
 		}
 		now = sluice_now_ms();
 	}
@@ -1294,6 +1303,7 @@ static int dpdk_init(struct netcore *nc)
 		return -1;
 	nc->tstate = ds;
 	ds->nc = nc;
+	ds->nap_us = SLUICE_DPDK_NAP_US_MIN;
 	if (address_config(ds, cfg) < 0)
 		return -1;
 	ds->port = g.port[nc->id];

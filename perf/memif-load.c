@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "common/kafka/batch.h"
 #include "common/kafka/codec.h"
 #include "perf/perf-histogram.h"
@@ -56,6 +57,7 @@
 #define RBUF_BYTES (256 * 1024)    /* one connection's unparsed response bytes */
 #define RESPONSE_MAX (64 * 1024)   /* a response larger than this is a protocol error here */
 #define ERR_CODES 128
+#define TAG_LEN 17                 /* "c0001s0000000042." at the start of each value */
 #define CLIENT_ID "memif-load"
 #define API_PRODUCE 0
 #define API_METADATA 3
@@ -69,6 +71,8 @@ struct lconn {
 	uint64_t sent_ns[INFLIGHT_MAX]; /* by correlation id % INFLIGHT_MAX */
 	uint8_t req[REQ_MAX];           /* this connection's Produce request; the correlation id patched */
 	size_t req_len;
+	size_t batch_off, value_off;    /* where its record batch and the record's value start in req */
+	uint32_t seq;                   /* the next record's number on this connection (in its value) */
 	uint8_t rbuf[RBUF_BYTES];
 	size_t rlen;
 	/* kernel */
@@ -91,7 +95,7 @@ static struct {
 	int64_t t_measure_ns, t_end_ns;
 	bool measuring;
 	uint64_t ok, errors, warm_ok, warm_errors, err_codes[ERR_CODES];
-	uint64_t requests_sent;
+	uint64_t requests_sent, acked; /* Produce requests sent, and answered without error (any time) */
 	struct perf_hist hist;
 	volatile sig_atomic_t stop;
 	const char *failure;
@@ -168,6 +172,8 @@ static void produce_request(struct lconn *c)
 	kwr_array(&w, false, 1);
 	kwr_i32(&w, c->partition);
 	kwr_bytes(&w, false, b.buf, (int32_t)b.len);
+	c->batch_off = w.len - b.len;
+	c->value_off = w.len - 1 - (size_t)g.record_size; /* the value is last but the headers' count (0) */
 	kwr_patch_i32(&w, 0, (int32_t)(w.len - 4));
 	if (w.err || w.len > REQ_MAX)
 		die("%s", "the request does not fit (--record-size)");
@@ -199,8 +205,24 @@ static void measured(void)
 
 static bool can_send(const struct lconn *c);
 
+/* Each record's value starts with "c<connection>s<number>." (when it is
+ * long enough), so a reader can check every acknowledged record is in the
+ * log once and in order; the batch's CRC-32C is computed again for it. */
+static void tag_record(struct lconn *c)
+{
+	char tag[TAG_LEN + 1];
+	snprintf(tag, sizeof tag, "c%04us%010u.", (unsigned)c->id % 10000u, c->seq++);
+	memcpy(c->req + c->value_off, tag, TAG_LEN);
+	uint8_t *batch = c->req + c->batch_off;
+	uint32_t crc = sluice_crc32c(0, batch + 21, c->req_len - c->batch_off - 21);
+	batch[17] = (uint8_t)(crc >> 24), batch[18] = (uint8_t)(crc >> 16);
+	batch[19] = (uint8_t)(crc >> 8), batch[20] = (uint8_t)crc;
+}
+
 static void send_produce(struct lconn *c)
 {
+	if (g.record_size >= TAG_LEN)
+		tag_record(c);
 	uint32_t corr = c->corr_next++;
 	c->req[8] = (uint8_t)(corr >> 24), c->req[9] = (uint8_t)(corr >> 16);
 	c->req[10] = (uint8_t)(corr >> 8), c->req[11] = (uint8_t)corr;
@@ -258,6 +280,8 @@ static void response(struct lconn *c, const uint8_t *p, size_t n)
 		c->dead = true;
 		return;
 	}
+	if (err == 0)
+		g.acked++;
 	if (g.measuring && t <= g.t_end_ns) {
 		if (err == 0) {
 			g.ok++;
@@ -779,10 +803,11 @@ int main(int argc, char **argv)
 	printf("{\"transport\": \"%s\", \"connections\": %d, \"inflight\": %d, \"record_size\": %d, \"acks\": %d, "
 	       "\"duration_s\": %d, \"ok\": %llu, \"errors\": %llu, \"requests_per_s\": %.1f, "
 	       "\"warmup_ok\": %llu, \"warmup_errors\": %llu, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
-	       "\"generator_cpu_s\": %.3f",
+	       "\"generator_cpu_s\": %.3f, \"sent\": %llu, \"acked\": %llu",
 	       g.transport, g.conns, g.inflight, g.record_size, g.acks, g.duration_s, (unsigned long long)g.ok,
 	       (unsigned long long)g.errors, (double)g.ok / g.duration_s, (unsigned long long)g.warm_ok,
-	       (unsigned long long)g.warm_errors, q[0] / 1e3, q[1] / 1e3, q[2] / 1e3, cpu);
+	       (unsigned long long)g.warm_errors, q[0] / 1e3, q[1] / 1e3, q[2] / 1e3, cpu,
+	       (unsigned long long)g.requests_sent, (unsigned long long)g.acked);
 #ifdef SLUICE_HAVE_DPDK
 	if (memif)
 		printf(", \"rx_frames\": %llu, \"tx_frames\": %llu, \"tx_drops\": %llu, \"drops\": %llu, "
