@@ -291,7 +291,7 @@ static void recv_update(struct conn *c)
 	} else if (c->paused) {
 		c->paused = false;
 		if (c->frame_start_ms)
-			c->frame_start_ms = sluice_now_ms();
+			c->frame_start_ms = sluice_coarse_ms();
 	}
 	if (c->recv_paused == !want)
 		return;
@@ -422,7 +422,7 @@ void sluice_netcore_sent(struct conn *c, ssize_t res)
 	assert(r && r->done && c->sent + (size_t)res <= resp_len(r));
 	c->refs++; /* dropping the request and resuming may close c */
 	c->sent += (size_t)res;
-	c->last_active_ms = sluice_now_ms();
+	c->last_active_ms = sluice_coarse_ms();
 	splices_sent(c, r, c->sent);
 	if (c->sent == resp_len(r)) {
 		c->sent = 0;
@@ -618,7 +618,7 @@ static void frame_clock(struct conn *c, bool consumed)
 	if (!partial)
 		c->frame_start_ms = 0;
 	else if (consumed || !c->frame_start_ms)
-		c->frame_start_ms = sluice_now_ms();
+		c->frame_start_ms = sluice_coarse_ms();
 }
 
 /* Cut frames out of the connection's buffer. */
@@ -676,7 +676,7 @@ void sluice_netcore_received(struct conn *c, const uint8_t *bytes, size_t n)
 	assert(c->tconn && n > 0);
 	if (c->closing)
 		return;
-	c->last_active_ms = sluice_now_ms();
+	c->last_active_ms = sluice_coarse_ms();
 	const uint8_t *plain;
 	size_t plain_n;
 	if (!c->stage->inbound(c, bytes, n, &plain, &plain_n)) {
@@ -790,7 +790,7 @@ struct conn *sluice_netcore_accepted(struct netcore *nc, void *t, const char *ho
 	c->tconn = t;
 	c->stage = &sluice_stage_plaintext;
 	c->refs = 2; /* the connection's own (dropped at close) and the backend's */
-	c->last_active_ms = sluice_now_ms();
+	c->last_active_ms = sluice_coarse_ms();
 	snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
 	snprintf(c->host, sizeof c->host, "/%s", host);
 	ns->conns++;

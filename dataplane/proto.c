@@ -87,6 +87,13 @@ int64_t sluice_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t sluice_coarse_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* ---- the core's pools ------------------------------------------------------
  * Every request takes one struct req, at most one op array and one frame
  * buffer, so a core that has one of each free can always take the next

@@ -135,6 +135,11 @@ void sluice_proto_retry_parked(struct netcore *nc, int64_t now_ms, bool all);
 int64_t sluice_proto_next_deadline(struct netcore *nc);
 void sluice_req_free(struct req *r);
 int64_t sluice_now_ms(void);
+/* The same clock read coarsely (CLOCK_MONOTONIC_COARSE: a memory read, at
+ * most a scheduler tick behind sluice_now_ms): for the per-request stamps
+ * that only timeouts of seconds compare (a connection's last activity, a
+ * frame's first byte). */
+int64_t sluice_coarse_ms(void);
 
 /* Transport services the protocol layer uses. */
 /* r's response is ready in r->out (or r->no_response): send it in turn. */

@@ -139,6 +139,7 @@ struct dstate {
 	uint16_t tx_n;
 	uint32_t empty_polls;
 	uint32_t nap_us;                /* the next nap without Rx interrupts (backs off while idle) */
+	int64_t now;                    /* the clock as the poll loop last read it (ds_now) */
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused, not_ours;
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
@@ -153,6 +154,14 @@ struct dstate {
 /* The signals a port raises per frame (net_tap's), taken only by the
  * network cores (signals_steer); set before any core starts. */
 static sigset_t steer_signals;
+
+/* The time for the state machines: inside poll, as its loop read it at the
+ * top of this pass (one clock read per burst, not per segment); outside,
+ * the clock. */
+static uint64_t ds_now(struct dstate *ds)
+{
+	return (uint64_t)(ds->in_poll ? ds->now : sluice_now_ms());
+}
 
 /* ---- frames out -------------------------------------------------------- */
 
@@ -303,7 +312,7 @@ static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 		 * new NIC): follow the cache for this connection's next hop. */
 		d->arp_gen = ds->arp_gen;
 		struct sluice_eth_addr mac;
-		if (d->next_hop && sluice_arp_lookup(&ds->arp, d->next_hop, sluice_now_ms(), &mac))
+		if (d->next_hop && sluice_arp_lookup(&ds->arp, d->next_hop, (int64_t)ds_now(ds), &mac))
 			d->peer_mac = mac;
 	}
 	struct rte_mbuf *m;
@@ -343,7 +352,7 @@ static void on_established(void *arg)
 	if (!d->c) {
 		ds->refused++;
 		d->closing = true;
-		sluice_tcp_abort(&d->tcb, sluice_now_ms()); /* its closed callback frees it */
+		sluice_tcp_abort(&d->tcb, ds_now(d->ds)); /* its closed callback frees it */
 	}
 }
 
@@ -353,7 +362,7 @@ static void on_peer_fin(void *arg)
 	/* Kafka has no half-close: the peer is done, so is the connection. */
 	if (!d->closing) {
 		d->closing = true;
-		(void)sluice_tcp_close(&d->tcb, sluice_now_ms());
+		(void)sluice_tcp_close(&d->tcb, ds_now(d->ds));
 	}
 }
 
@@ -639,7 +648,7 @@ static void dpdk_recv_pause(struct conn *c, bool paused)
 	 * resumed, it opens at once. */
 	sluice_tcp_set_rcv_space(&d->tcb, paused ? 0 : SLUICE_DPDK_RCV_SPACE);
 	if (!paused)
-		sluice_tcp_output(&d->tcb, (uint64_t)sluice_now_ms()); /* the window update */
+		sluice_tcp_output(&d->tcb, ds_now(d->ds)); /* the window update */
 	rearm(d->ds, d);
 }
 
@@ -657,7 +666,7 @@ static int dpdk_send(struct conn *c, const struct sluice_send_range *ranges, int
 	d->pend_i = 0;
 	d->pend_off = d->pend_taken = 0;
 	pend_fill(d);
-	sluice_tcp_output(&d->tcb, (uint64_t)sluice_now_ms());
+	sluice_tcp_output(&d->tcb, ds_now(d->ds));
 	rearm(d->ds, d);
 	return 0;
 }
@@ -674,9 +683,9 @@ static void dpdk_close(struct conn *c, bool abort)
 		return; /* ended already: its closed upcall is queued */
 	d->closing = true;
 	if (abort)
-		sluice_tcp_abort(&d->tcb, (uint64_t)sluice_now_ms());
+		sluice_tcp_abort(&d->tcb, ds_now(d->ds));
 	else
-		(void)sluice_tcp_close(&d->tcb, (uint64_t)sluice_now_ms());
+		(void)sluice_tcp_close(&d->tcb, ds_now(d->ds));
 	if (d->dead)
 		return; /* on the done list, with its connection */
 	rearm(ds, d);
@@ -896,6 +905,7 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 	}
 	ds->in_poll = true;
 	int64_t now = sluice_now_ms(), until = now + wait_ms;
+	ds->now = now;
 	for (;;) {
 		int got = rx_once(ds, now);
 		if (got)
@@ -914,7 +924,7 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 				ds->nap_us = ds->nap_us * 2 > SLUICE_DPDK_NAP_MS * 1000 ? SLUICE_DPDK_NAP_MS * 1000 : ds->nap_us * 2;
 			}
 		}
-		now = sluice_now_ms();
+		ds->now = now = sluice_now_ms();
 	}
 	report(ds);
 	tx_flush(ds);
