@@ -54,6 +54,20 @@ def threads_cpu(pid):
     return out
 
 
+def terminate(p, timeout):
+    """SIGTERM, then SIGKILL after timeout s; whether it stopped by itself."""
+    if p.poll() is not None:
+        return True
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        return False
+
+
 class Bench:
     def __init__(self, a):
         self.a = a
@@ -65,13 +79,7 @@ class Bench:
 
     def cleanup(self):
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            terminate(p, 15)
         for prefix in self.prefixes:
             shutil.rmtree(f"/var/run/dpdk/{prefix}", ignore_errors=True)
             shutil.rmtree(os.path.expanduser(f"~/.local/share/dpdk/{prefix}"), ignore_errors=True)
@@ -124,12 +132,7 @@ class Bench:
             time.sleep(0.1)
 
     def stop(self, p):
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        if not terminate(p, 30):
             raise RuntimeError("the broker did not stop in 30 s (killed)")
         if p.returncode != 0:
             raise RuntimeError(f"the broker exited {p.returncode} when stopped")
