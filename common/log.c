@@ -10,13 +10,82 @@
 int sluice_log_level_current = SLUICE_LOG_INFO;
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
 
+/* The loggers: root, then every area a SLOG names (a line of an area not
+ * listed here follows the root). Levels are written by whichever thread
+ * handles the request that sets them and read by every core: relaxed
+ * atomics, as the single level was. */
+static const char *const logger_names[] = {"root",    "admin", "broker", "config", "controller", "ctl", "group",
+					   "meta",    "net",   "proto",  "quorum", "replication", "storage"};
+#define LOGGERS ((int)(sizeof logger_names / sizeof *logger_names))
+static int logger_levels[LOGGERS] = {SLUICE_LOG_INFO, SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT,
+				     SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT,
+				     SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT, SLUICE_LOG_INHERIT,
+				     SLUICE_LOG_INHERIT};
+_Static_assert(sizeof logger_levels / sizeof *logger_levels == sizeof logger_names / sizeof *logger_names,
+	       "a level per logger");
+_Static_assert(LOGGERS <= SLUICE_LOG_LOGGERS_MAX, "within the callers' tables");
+
+const char *sluice_log_level_name(int level)
+{
+	return level >= SLUICE_LOG_ERROR && level <= SLUICE_LOG_TRACE ? level_names[level] : "?";
+}
+
+int sluice_log_logger_count(void) { return LOGGERS; }
+
+const char *sluice_log_logger_name(int i)
+{
+	return i >= 0 && i < LOGGERS ? logger_names[i] : NULL;
+}
+
+int sluice_log_logger_find(const char *name)
+{
+	for (int i = 0; i < LOGGERS; i++)
+		if (strcmp(name, logger_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int sluice_log_logger_level(int i)
+{
+	if (i < 0 || i >= LOGGERS)
+		i = 0;
+	int own = __atomic_load_n(&logger_levels[i], __ATOMIC_RELAXED);
+	return own == SLUICE_LOG_INHERIT ? __atomic_load_n(&logger_levels[0], __ATOMIC_RELAXED) : own;
+}
+
+bool sluice_log_logger_own(int i)
+{
+	return i == 0 || (i > 0 && i < LOGGERS && __atomic_load_n(&logger_levels[i], __ATOMIC_RELAXED) != SLUICE_LOG_INHERIT);
+}
+
+/* The fast test's level: the highest in effect. */
+static void levels_changed(void)
+{
+	int max = SLUICE_LOG_ERROR;
+	for (int i = 0; i < LOGGERS; i++) {
+		int l = sluice_log_logger_level(i);
+		max = l > max ? l : max;
+	}
+	__atomic_store_n(&sluice_log_level_current, max, __ATOMIC_RELAXED);
+}
+
+int sluice_log_logger_set(int i, int level)
+{
+	if (i < 0 || i >= LOGGERS || (i == 0 && level == SLUICE_LOG_INHERIT) ||
+	    (level != SLUICE_LOG_INHERIT && (level < SLUICE_LOG_ERROR || level > SLUICE_LOG_TRACE)))
+		return -1;
+	__atomic_store_n(&logger_levels[i], level, __ATOMIC_RELAXED);
+	levels_changed();
+	return 0;
+}
+
 void sluice_log_set_level(int level)
 {
 	if (level < SLUICE_LOG_ERROR)
 		level = SLUICE_LOG_ERROR;
 	if (level > SLUICE_LOG_TRACE)
 		level = SLUICE_LOG_TRACE;
-	__atomic_store_n(&sluice_log_level_current, level, __ATOMIC_RELAXED);
+	(void)sluice_log_logger_set(0, level);
 }
 
 int sluice_log_level_parse(const char *name)
@@ -31,6 +100,11 @@ int sluice_log_level_parse(const char *name)
 
 void sluice_log_write(int level, const char *area, const char *fmt, ...)
 {
+	/* SLOG let it through on the highest level of all; the area's own
+	 * (or the root's, for an area without a logger) decides. */
+	int i = sluice_log_logger_find(area);
+	if (level > sluice_log_logger_level(i < 0 ? 0 : i))
+		return;
 	char line[1024];
 	struct timespec ts;
 	struct tm tm;

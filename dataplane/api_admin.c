@@ -1020,6 +1020,7 @@ enum {
 	SRC_DYNAMIC_DEFAULT_BROKER = 3,
 	SRC_STATIC_BROKER = 4,
 	SRC_DEFAULT = 5,
+	SRC_DYNAMIC_BROKER_LOGGER = 6, /* every broker logger, as Kafka answers */
 };
 enum { CT_BOOLEAN = 1, CT_STRING = 2, CT_INT = 3, CT_LONG = 5, CT_DOUBLE = 6, CT_LIST = 7, CT_PASSWORD = 8 };
 
@@ -1278,16 +1279,20 @@ static void dc_write_topic(struct req *r, const struct dres *d, const struct slu
 	}
 }
 
-/* Broker loggers: one today, every area follows the root level. */
+/* Broker loggers: root and one per area (common/log.h), each with the
+ * level in effect, its own or the root's; Kafka lists every logger with
+ * source DYNAMIC_BROKER_LOGGER_CONFIG, which kafka-configs.sh relies on
+ * (it lists, and lets an operator set, only the loggers so described). */
 static void dc_write_loggers(struct req *r, const struct dres *d)
 {
-	static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
-	int lvl = __atomic_load_n(&sluice_log_level_current, __ATOMIC_RELAXED);
-	assert(lvl >= 0 && lvl < (int)(sizeof names / sizeof *names));
-	bool want = key_wanted(d->keys, d->nkeys, "root");
-	kwr_array(&r->out, r->flexible, want ? 1 : 0);
-	if (want)
-		dc_entry(r, "root", names[lvl], false, SRC_DEFAULT, CT_STRING, false);
+	int n = sluice_log_logger_count(), want = 0;
+	for (int i = 0; i < n; i++)
+		want += key_wanted(d->keys, d->nkeys, sluice_log_logger_name(i));
+	kwr_array(&r->out, r->flexible, want);
+	for (int i = 0; i < n; i++)
+		if (key_wanted(d->keys, d->nkeys, sluice_log_logger_name(i)))
+			dc_entry(r, sluice_log_logger_name(i), sluice_log_level_name(sluice_log_logger_level(i)), false,
+				 SRC_DYNAMIC_BROKER_LOGGER, CT_STRING, false);
 }
 
 /* ---- broker configs: static, and dynamic in cluster mode --------------------------------- */
@@ -1912,19 +1917,21 @@ static int16_t cfg_apply(struct sluice_topic_config *c, int32_t *n, int8_t op, c
 	return 0;
 }
 
-/* Broker loggers (resource type 8): levels change at run time. */
-static int16_t logger_apply(const char *value, char *msg, size_t msglen)
+/* Broker loggers (resource type 8): a resource's changes, checked as its
+ * entries are decoded and applied together once all of them passed. */
+#define LOGGER_UNCHANGED (-2)
+_Static_assert(LOGGER_UNCHANGED != SLUICE_LOG_INHERIT && LOGGER_UNCHANGED < SLUICE_LOG_ERROR, "a distinct mark");
+static void logger_apply(int8_t *levels)
 {
-	int lvl = value ? sluice_log_level_parse(value) : SLUICE_LOG_INFO;
-	if (lvl < 0) {
-		snprintf(msg, msglen, "Invalid log level %s", value);
-		return KERR_INVALID_CONFIG;
-	}
-	sluice_log_set_level(lvl);
-	SLOG_INFO("broker", "log level set to %s", value ? value : "INFO");
-	return 0;
+	for (int i = 0; i < sluice_log_logger_count(); i++)
+		if (levels[i] != LOGGER_UNCHANGED) {
+			int rc = sluice_log_logger_set(i, levels[i]);
+			assert(rc == 0); /* checked when decoded */
+			(void)rc;
+			SLOG_INFO("broker", "logger %s: %s", sluice_log_logger_name(i),
+				  levels[i] == SLUICE_LOG_INHERIT ? "the root logger's level again" : sluice_log_level_name(levels[i]));
+		}
 }
-
 
 #define ALTER_CONFIGS_RESOURCES_MAX 10000
 #define ALTER_CONFIGS_MESSAGE_BYTES 256
@@ -1941,7 +1948,8 @@ struct ar {
 	struct sluice_topic_config *c;
 	int32_t change; /* its change in the request's metadata batch, or -1 */
 	bool logger;
-	char level[16];
+	bool logger_changes;   /* levels holds a change */
+	int8_t levels[SLUICE_LOG_LOGGERS_MAX]; /* per logger: a level, SLUICE_LOG_INHERIT, or LOGGER_UNCHANGED */
 	bool forward;          /* cluster mode: decided by the controller */
 	const uint8_t *cfg_at; /* its Configs array in the frame (forwarded: encoded again from there) */
 };
@@ -1987,12 +1995,43 @@ static void ar_apply_entry(struct ar *a, int8_t op, const char *key, const char 
 		a->err = cfg_apply(a->c, &a->cn, op, key, value, a->msg, sizeof a->msg);
 		return;
 	}
-	int lvl = value ? sluice_log_level_parse(value) : SLUICE_LOG_INFO;
+	/* Kafka's checks and messages (its ConfigAdminManager), for SET and
+	 * DELETE; a level Kafka takes that Sluice has not (OFF, FATAL, ALL) is
+	 * refused as unsupported. */
+	if (!a->logger_changes) {
+		memset(a->levels, LOGGER_UNCHANGED, sizeof a->levels);
+		a->logger_changes = true;
+	}
+	int i = sluice_log_logger_find(key);
+	if (i < 0) {
+		a->err = KERR_INVALID_CONFIG;
+		snprintf(a->msg, sizeof a->msg, "Logger %.64s does not exist!", key);
+		return;
+	}
+	if (op == OP_DELETE) {
+		if (i == 0) {
+			a->err = KERR_INVALID_REQUEST;
+			snprintf(a->msg, sizeof a->msg, "Removing the log level of the root logger is not allowed");
+		} else
+			a->levels[i] = SLUICE_LOG_INHERIT;
+		return;
+	}
+	if (op != OP_SET) {
+		a->err = KERR_INVALID_REQUEST;
+		snprintf(a->msg, sizeof a->msg, "Operation %s is not supported for broker loggers",
+			 op == OP_APPEND ? "APPEND" : op == OP_SUBTRACT ? "SUBTRACT" : "unknown");
+		return;
+	}
+	int lvl = value ? sluice_log_level_parse(value) : -1;
 	if (lvl < 0) {
 		a->err = KERR_INVALID_CONFIG;
-		snprintf(a->msg, sizeof a->msg, "Invalid log level %.32s for logger %.64s", value, key);
-	} else
-		snprintf(a->level, sizeof a->level, "%.15s", value && op != OP_DELETE ? value : "INFO");
+		snprintf(a->msg, sizeof a->msg,
+			 "Cannot set the log level of %.64s to %.32s as it is not a supported log level. "
+			 "Valid levels are ERROR, WARN, INFO, DEBUG, TRACE",
+			 key, value ? value : "null");
+		return;
+	}
+	a->levels[i] = (int8_t)lvl;
 }
 
 /* One config entry: Name, ConfigOperation (incremental), Value. */
@@ -2038,8 +2077,8 @@ static void ar_commit(struct req *r, struct ar_state *as, bool validate_only)
 		if (a->err || validate_only)
 			continue;
 		if (a->logger) {
-			if (a->level[0])
-				a->err = logger_apply(a->level, a->msg, sizeof a->msg);
+			if (a->logger_changes)
+				logger_apply(a->levels);
 			continue;
 		}
 		a->change = (int32_t)k;
@@ -2266,8 +2305,8 @@ static bool af_start(struct req *r, struct krd *rd, bool incremental)
 		return false;
 	for (int32_t i = 0; i < n; i++) {
 		struct ar *a = &as->ars[i];
-		if (a->logger && !a->err && !as->validate_only && a->level[0])
-			a->err = logger_apply(a->level, a->msg, sizeof a->msg);
+		if (a->logger && !a->err && !as->validate_only && a->logger_changes)
+			logger_apply(a->levels);
 	}
 	struct kwr w;
 	/* flexible lengths take at most twice the bytes; the margin covers the

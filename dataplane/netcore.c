@@ -515,6 +515,8 @@ void sluice_netcore_closed(struct conn *c, int error)
 	assert(c->tconn && !c->send_armed);
 	if (error < 0 && !c->closing)
 		SLOG_DEBUG("net", "%s: %s", c->peer, strerror(-error));
+	else
+		SLOG_DEBUG("net", "%s: connection closed (network core %d)", c->peer, c->nc->id);
 	c->tconn = NULL; /* the backend holds nothing of c any more */
 	sluice_conn_close(c); /* closes it, or (closing already) drops what it may */
 	conn_put(c); /* the backend's reference */
@@ -793,6 +795,7 @@ struct conn *sluice_netcore_accepted(struct netcore *nc, void *t, const char *ho
 	c->last_active_ms = sluice_coarse_ms();
 	snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
 	snprintf(c->host, sizeof c->host, "/%s", host);
+	SLOG_DEBUG("net", "%s: connection accepted (network core %d)", c->peer, nc->id);
 	ns->conns++;
 	c->all_next = ns->all;
 	if (ns->all)

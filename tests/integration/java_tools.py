@@ -11,6 +11,11 @@ Maven Central, run as classes; kafka-<tool>.sh are thin wrappers around them):
   kafka-topics --alter --partitions 6, --describe shows 6, keyed events reach them
   kafka-configs --describe / --alter --add-config retention.ms=... / --describe
       (and kafka-topics --describe shows it), --delete-config removes it again
+  kafka-configs --entity-type broker-loggers: --describe lists root and the other
+      loggers with their levels; root=DEBUG and another logger at TRACE set at run
+      time (the broker's log gains DEBUG lines), --delete-config gives that logger the
+      root's level again; deleting root and naming a logger the broker has not are
+      refused with Kafka's messages
 
 With `--group` it runs only the quickstart's own consume step instead:
   kafka-console-consumer --from-beginning without --partition, which joins a
@@ -196,6 +201,45 @@ def quickstart(java, broker):
     r = t.run("configs", CONFIGS, *cfg, "--describe")
     check("retention.ms" not in r.stdout,
           f"kafka-configs --describe still shows retention.ms after --delete-config: {r.stdout!r}")
+
+    loggers(t, broker)
+
+
+def loggers(t, broker):
+    """Log levels at run time with kafka-configs, as against Kafka."""
+    lg = ["--entity-type", "broker-loggers", "--entity-name", "1"]
+
+    def levels():
+        r = t.run("configs", CONFIGS, *lg, "--describe")
+        check("configs for broker-logger 1 are:" in r.stdout, f"kafka-configs broker-loggers printed {r.stdout!r}")
+        return dict(re.findall(r"^\s*(\S+)=(\S+) sensitive=false", r.stdout, re.M))
+
+    before = levels()
+    check("root" in before and len(before) > 1, f"root and other loggers listed: {before}")
+    other = sorted(k for k in before if k != "root")[-1]
+    debug_before = broker.target != "sluice" or " DEBUG " not in open(broker.logfile, errors="replace").read()
+    r = t.run("configs", CONFIGS, *lg, "--alter", "--add-config", f"root=DEBUG,{other}=TRACE")
+    check("Completed updating config for broker-logger 1." in r.stdout, f"kafka-configs --alter printed {r.stdout!r}")
+    now = levels()
+    check(now["root"] == "DEBUG" and now[other] == "TRACE", f"root=DEBUG, {other}=TRACE: {now}")
+    t.run("topics", TOPICS, "--describe", "--topic", TOPIC)  # some traffic to log about
+    if broker.target == "sluice":
+        check(debug_before, "no DEBUG line before root=DEBUG")
+        check(" DEBUG " in open(broker.logfile, errors="replace").read(), "DEBUG lines after root=DEBUG")
+        check(all(v == "DEBUG" for k, v in now.items() if k not in ("root", other)),
+              f"the other loggers follow the root: {now}")
+    r = t.run("configs", CONFIGS, *lg, "--alter", "--delete-config", other)
+    check("Completed updating config for broker-logger 1." in r.stdout, f"--delete-config printed {r.stdout!r}")
+    if broker.target == "sluice":
+        check(levels()[other] == "DEBUG", f"{other} has the root's level again")
+    r = t.run("configs", CONFIGS, *lg, "--alter", "--delete-config", "root", ok=False)
+    check(r.returncode != 0 and "Removing the log level of the root logger is not allowed" in r.stdout + r.stderr,
+          f"deleting root refused: {r.returncode} {r.stdout[-500:]} {r.stderr[-1500:]}")
+    r = t.run("configs", CONFIGS, *lg, "--alter", "--add-config", "no.such.logger=INFO", ok=False)
+    check(r.returncode != 0 and "Invalid broker logger(s): no.such.logger" in r.stdout + r.stderr,
+          f"an unknown logger refused: {r.returncode} {r.stdout[-500:]} {r.stderr[-1500:]}")
+    t.run("configs", CONFIGS, *lg, "--alter", "--add-config", f"root={before['root']}")
+    check(levels()["root"] == before["root"], "root back to its level")
 
 
 def group_consume(java, broker):

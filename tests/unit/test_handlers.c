@@ -4409,6 +4409,7 @@ Test(dynamic_configs, produce_limit_follows_the_dynamic_value, .init = dyn_setup
 struct ac_res {
 	int8_t type;
 	const char *name, *key, *value;
+	int8_t op; /* IncrementalAlterConfigs' operation: 0 SET (the default), 1 DELETE, 2 APPEND, 3 SUBTRACT */
 };
 
 static void enc_alter(struct rq *q, int16_t key, int16_t v, const struct ac_res *res, int n)
@@ -4421,7 +4422,7 @@ static void enc_alter(struct rq *q, int16_t key, int16_t v, const struct ac_res 
 		rq_arr(q, 1);
 		rq_str(q, res[i].key);
 		if (key == 44)
-			kwr_i8(&q->w, 0); /* SET */
+			kwr_i8(&q->w, res[i].op);
 		rq_str(q, res[i].value);
 		rq_tags(q);
 		rq_tags(q);
@@ -4924,4 +4925,71 @@ Test(describe_log_dirs, malformed_closes, .init = setup, .fini = teardown)
 	}
 	cr_expect_eq(stub_store_ops(), ops, "nothing reached storage");
 	reconnect();
+}
+
+/* Proves the broker loggers (resource type 8) as kafka-configs.sh uses
+ * them: DescribeConfigs lists root and every area's logger with source
+ * DYNAMIC_BROKER_LOGGER_CONFIG (6: the tool lists and accepts only loggers
+ * so described), each at its level in effect; IncrementalAlterConfigs sets
+ * one logger alone, DELETE gives it the root's level again, and Kafka's
+ * refusals: deleting the root (42), an unknown logger or level (40),
+ * APPEND (42); the fast test level follows the highest logger. */
+Test(broker_loggers, describe_set_delete, .init = setup, .fini = teardown)
+{
+	struct dc_res *o = calloc(1, sizeof *o);
+	cr_assert_not_null(o);
+	describe_configs_roundtrip(4, 8, "1", NULL, -1, true, o);
+	cr_assert_eq(o->err, 0);
+	cr_assert_eq(o->n, sluice_log_logger_count());
+	for (int i = 0; i < o->n; i++) {
+		cr_expect_eq(o->e[i].source, 6, "%s: DYNAMIC_BROKER_LOGGER_CONFIG", o->e[i].name);
+		cr_expect(!o->e[i].read_only && !o->e[i].sensitive && o->e[i].nsyn == 0, "%s", o->e[i].name);
+		cr_expect_str_eq(o->e[i].value, "ERROR", "%s follows the root (set to ERROR by setup)", o->e[i].name);
+	}
+	cr_expect_not_null(dc_find(o, "root"));
+	cr_expect_not_null(dc_find(o, "storage"));
+	cr_expect_not_null(dc_find(o, "net"));
+
+	struct ac_out a;
+	struct ac_res set = {8, "1", "storage", "DEBUG", 0};
+	alter_roundtrip(44, 1, &set, 1, &a);
+	cr_expect_eq(a.err[0], 0, "%s", a.msg[0]);
+	const char *storage = "storage", *root = "root";
+	describe_configs_roundtrip(4, 8, "1", &storage, 1, false, o);
+	cr_assert_eq(o->n, 1, "the key filter");
+	cr_expect_str_eq(o->e[0].value, "DEBUG");
+	describe_configs_roundtrip(4, 8, "1", &root, 1, false, o);
+	cr_expect_str_eq(o->e[0].value, "ERROR", "the root unchanged");
+	cr_expect_eq(sluice_log_level_current, SLUICE_LOG_DEBUG, "the fast test lets DEBUG through for storage");
+	cr_expect_eq(sluice_log_logger_level(sluice_log_logger_find("net")), SLUICE_LOG_ERROR, "other areas unchanged");
+
+	struct ac_res del = {8, "1", "storage", NULL, 1};
+	alter_roundtrip(44, 1, &del, 1, &a);
+	cr_expect_eq(a.err[0], 0, "%s", a.msg[0]);
+	describe_configs_roundtrip(4, 8, "1", &storage, 1, false, o);
+	cr_expect_str_eq(o->e[0].value, "ERROR", "the root's level again");
+	cr_expect_eq(sluice_log_level_current, SLUICE_LOG_ERROR);
+
+	struct ac_res root_del = {8, "1", "root", NULL, 1};
+	alter_roundtrip(44, 1, &root_del, 1, &a);
+	cr_expect_eq(a.err[0], 42);
+	cr_expect_str_eq(a.msg[0], "Removing the log level of the root logger is not allowed");
+	struct ac_res unknown = {8, "1", "kafka.server", "INFO", 0};
+	alter_roundtrip(44, 1, &unknown, 1, &a);
+	cr_expect_eq(a.err[0], 40);
+	cr_expect_str_eq(a.msg[0], "Logger kafka.server does not exist!");
+	struct ac_res bad_level = {8, "1", "net", "LOUD", 0};
+	alter_roundtrip(44, 1, &bad_level, 1, &a);
+	cr_expect_eq(a.err[0], 40, "%s", a.msg[0]);
+	struct ac_res append = {8, "1", "net", "INFO", 2};
+	alter_roundtrip(44, 1, &append, 1, &a);
+	cr_expect_eq(a.err[0], 42, "%s", a.msg[0]);
+	cr_expect_eq(sluice_log_logger_level(sluice_log_logger_find("net")), SLUICE_LOG_ERROR, "no refused change applied");
+
+	struct ac_res root_set = {8, "1", "root", "TRACE", 0};
+	alter_roundtrip(44, 1, &root_set, 1, &a);
+	cr_expect_eq(a.err[0], 0);
+	cr_expect_eq(sluice_log_logger_level(sluice_log_logger_find("replication")), SLUICE_LOG_TRACE, "follows the root");
+	sluice_log_set_level(SLUICE_LOG_ERROR);
+	free(o);
 }
