@@ -105,11 +105,12 @@ static void put_options(struct sluice_tcp_tcb *t, struct sluice_tcp_seg *s, uint
 	if (!t->sack_ok || t->ooo_n == 0 || (s->flags & SLUICE_TCP_SYN))
 		return;
 	/* RFC 2018 4: the first block is the island the latest segment touched.
-	 * Islands rcv_nxt reached are not reported: those a delivery is about
-	 * to drain (a segment sent from inside the deliver callback), and one
-	 * held while the caller is full (ooo_drain), whose bytes are not
-	 * acknowledged but wait for the peer to send them again, which a SACK
-	 * block would tell it not to do. */
+	 * Islands rcv_nxt reached are not reported (a block at or below the
+	 * ACK number is a D-SACK to the peer, RFC 2883, not news of data
+	 * held): those a delivery is about to drain (a segment sent from
+	 * inside the deliver callback), and one held while the caller is full
+	 * (ooo_drain), whose bytes are not acknowledged until the caller has
+	 * room (held_drain) or the peer sends them again. */
 	uint32_t room = t->ts_ok ? 3 : SLUICE_TCP_SACK_BLOCKS_MAX, reached = 0;
 	while (reached < t->ooo_n && sluice_tcp_seq_leq(t->ooo[reached].left, t->rcv_nxt))
 		reached++;
@@ -289,9 +290,13 @@ static void keepalive_update(struct sluice_tcp_tcb *t)
 	t->keepalive_at = keepalive_idle(t) ? keepalive_deadline(t) : SLUICE_TCP_TIMER_NONE;
 }
 
+static enum step held_drain(struct sluice_tcp_tcb *t, uint64_t now_ms);
+
 void sluice_tcp_output(struct sluice_tcp_tcb *t, uint64_t now_ms)
 {
 	assert(t->state != SLUICE_TCP_CLOSED);
+	if (held_drain(t, now_ms) == STEP_GONE)
+		return; /* ended from inside a callback: touch nothing more */
 	if (can_send_data(t)) {
 		send_data(t, now_ms);
 		/* Data waits and nothing is in flight to bring an ACK: probe. */
@@ -515,52 +520,58 @@ static enum step ack_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_s
 /* ---- receiving text ---- */
 
 /* In-order bytes to the caller; the books are updated first so the
- * callback may set the receive space. */
+ * callback may set the receive space. While it runs, sluice_tcp_output
+ * (which the callback may call) leaves held islands alone (held_drain):
+ * the caller is taking these bytes, and ooo_drain may be walking the
+ * islands. */
 static void deliver(struct sluice_tcp_tcb *t, const uint8_t *p, uint32_t n)
 {
 	if (n == 0)
 		return;
-	assert(n <= t->rcv_space);
+	assert(n <= t->rcv_space && !t->delivering);
 	t->rcv_nxt += n;
 	t->rcv_space -= n;
 	t->unacked_bytes += n;
 	t->counters.bytes_in += n;
+	t->delivering = true;
 	t->cfg.ops.deliver(t->cfg.arg, p, n);
+	t->delivering = false; /* the TCB stays readable until the callback returns, even if it closed */
 }
 
-/* Islands now reached by rcv_nxt go to the caller (as much as it has room
- * for); returns whether any byte did. The area is indexed by sequence
- * number modulo its size: every kept byte lies within its size of rcv_nxt. */
+/* Islands now reached by rcv_nxt go to the caller, a piece at a time (the
+ * area's end splits one; the caller may pause, or give its space back,
+ * between pieces), as long as it has room; returns whether any byte did.
+ * When it has none, the island reached stays in the area, held at rcv_nxt
+ * (its bytes unacknowledged) until room comes: held_drain. The area is
+ * indexed by sequence number modulo its size: every kept byte lies within
+ * its size of rcv_nxt. Bounded: each round delivers a byte at least, or
+ * drops an island. */
 static bool ooo_drain(struct sluice_tcp_tcb *t)
 {
 	bool moved = false;
-	if (t->ooo_n == 0)
-		return false;
 	uint32_t mask = t->cfg.ooo_buf_bytes - 1;
-	while (t->ooo_n > 0 && sluice_tcp_seq_leq(t->ooo[0].left, t->rcv_nxt)) {
+	for (uint32_t round = 0; round < t->cfg.ooo_buf_bytes + SLUICE_TCP_OOO_RANGES_MAX; round++) {
+		if (t->ooo_n == 0 || sluice_tcp_seq_gt(t->ooo[0].left, t->rcv_nxt))
+			return moved;
 		struct sluice_tcp_sack_block *b = &t->ooo[0];
 		if (sluice_tcp_seq_gt(b->right, t->rcv_nxt)) {
-			uint32_t n = min32(b->right - t->rcv_nxt, t->rcv_space);
+			if (t->rcv_space == 0) {
+				b->left = t->rcv_nxt; /* the caller is full: the rest waits */
+				return moved;
+			}
 			uint32_t pos = t->rcv_nxt & mask;
-			uint32_t first = min32(n, t->cfg.ooo_buf_bytes - pos);
-			deliver(t, t->cfg.ooo_buf + pos, first);
+			uint32_t n = min32(min32(b->right - t->rcv_nxt, t->rcv_space), t->cfg.ooo_buf_bytes - pos);
+			deliver(t, t->cfg.ooo_buf + pos, n);
+			moved = true;
 			if (t->state == SLUICE_TCP_CLOSED)
 				return true; /* aborted from inside the delivery */
-			/* The caller may have closed its window in between (a paused
-			 * connection): only what it still has room for. */
-			deliver(t, t->cfg.ooo_buf, min32(n - first, t->rcv_space));
-			if (t->state == SLUICE_TCP_CLOSED)
-				return true;
-			moved = moved || n > 0;
-			if (t->rcv_nxt != b->right) {
-				b->left = t->rcv_nxt; /* the caller is full: the rest waits */
-				break;
-			}
+			continue;
 		}
 		memmove(&t->ooo[0], &t->ooo[1], (t->ooo_n - 1u) * sizeof t->ooo[0]);
 		t->ooo_n--;
 		t->ooo_newest = t->ooo_newest > 0 ? t->ooo_newest - 1 : 0;
 	}
+	assert(!"ooo_drain: more rounds than bytes and islands");
 	return moved;
 }
 
@@ -693,6 +704,33 @@ static void text_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *
 		t->ack_now = true; /* every second full segment */
 	if ((fin && t->rcv_nxt == seq + len) || (t->ooo_fin && t->ooo_n == 0 && t->rcv_nxt == t->ooo_fin_seq))
 		fin_received(t, now_ms);
+}
+
+/* The bytes of an island held while the caller had no room (ooo_drain)
+ * go to it once it has room again (sluice_tcp_set_rcv_space, then
+ * sluice_tcp_output), rather than waiting for the peer to send them again;
+ * then the peer's FIN if it waited behind them. Not from inside a delivery
+ * (deliver says why), and only while text is taken (once the peer's FIN
+ * is in, islands are stale: bytes it sent past its own FIN). A callback
+ * may end the connection: then STEP_GONE. */
+static enum step held_drain(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	if (t->delivering || t->rcv_space == 0 || t->ooo_n == 0 || sluice_tcp_seq_gt(t->ooo[0].left, t->rcv_nxt))
+		return STEP_GO;
+	if (t->state != SLUICE_TCP_ESTABLISHED && t->state != SLUICE_TCP_FIN_WAIT_1 &&
+	    t->state != SLUICE_TCP_FIN_WAIT_2)
+		return STEP_GO;
+	bool moved = ooo_drain(t);
+	assert(moved);
+	if (t->state == SLUICE_TCP_CLOSED)
+		return STEP_GONE;
+	t->ack_now = true; /* a gap filled, as far as the peer can tell */
+	if (t->ooo_fin && t->ooo_n == 0 && t->rcv_nxt == t->ooo_fin_seq) {
+		fin_received(t, now_ms);
+		if (t->state == SLUICE_TCP_CLOSED)
+			return STEP_GONE; /* aborted from inside peer_fin */
+	}
+	return STEP_GO;
 }
 
 /* ---- segment arrival ---- */

@@ -119,7 +119,13 @@ struct sluice_tcp_counters {
  * sluice_tcp_abort, inside established and peer_fin sluice_tcp_close and
  * sluice_tcp_abort (the DPDK transport answers, closes and refuses so;
  * tests/fuzz/fuzz_stack_tcp does each); never input or on_timer (the
- * module is mid-update). */
+ * module is mid-update). Deliveries never nest: sluice_tcp_output called
+ * from inside deliver sends, but delivers nothing (a held island waits for
+ * the delivery to return). Besides input and on_timer, sluice_tcp_output
+ * (and sluice_tcp_close, which ends with it) delivers too, when the caller
+ * gave room back while an island was held (sluice_tcp_set_rcv_space): so
+ * its deliver and peer_fin callbacks may run, and end the connection,
+ * inside those calls. */
 struct sluice_tcp_ops {
 	/* Send this segment. seg->payload points into the send ring: valid only during the call. */
 	void (*emit)(void *arg, const struct sluice_tcp_seg *seg);
@@ -186,7 +192,8 @@ struct sluice_tcp_tcb {
 	uint32_t snd_head, snd_len, snd_buf_seq;
 	bool fin_queued, fin_acked;
 	/* Out-of-order islands, sorted by sequence; ooo_newest: the one the last
-	 * segment touched (first SACK block). */
+	 * segment touched (first SACK block). The first may start at rcv_nxt:
+	 * reached while the caller had no room, held until it has. */
 	struct sluice_tcp_sack_block ooo[SLUICE_TCP_OOO_RANGES_MAX];
 	uint8_t ooo_n, ooo_newest;
 	bool ooo_fin;
@@ -208,6 +215,7 @@ struct sluice_tcp_tcb {
 	uint32_t keepalive_sent;
 	uint32_t unacked_bytes; /* received since our last ACK */
 	bool ack_now;
+	bool delivering; /* inside ops.deliver: sluice_tcp_output leaves held islands alone */
 	struct sluice_tcp_counters counters;
 };
 
@@ -233,10 +241,18 @@ void sluice_tcp_input(struct sluice_tcp_tcb *tcb, const struct sluice_tcp_seg *s
  * once the connection is closing). Nothing is sent before sluice_tcp_output. */
 uint32_t sluice_tcp_send(struct sluice_tcp_tcb *tcb, const void *bytes, uint32_t n);
 uint32_t sluice_tcp_send_space(const struct sluice_tcp_tcb *tcb);
-/* Sends what the windows allow, and any ACK owed now. */
+/* Delivers what an island held while the caller had no room lets through
+ * (see sluice_tcp_set_rcv_space), then sends what the windows allow, and
+ * any ACK owed now. A callback may end the connection inside: the caller
+ * checks the state after (CLOSED: the closed callback ran). */
 void sluice_tcp_output(struct sluice_tcp_tcb *tcb, uint64_t now_ms);
 /* The caller can take `bytes` more received bytes; a window update is sent
- * at the next sluice_tcp_output when the window opens enough. */
+ * at the next sluice_tcp_output when the window opens enough. Bytes that
+ * arrived out of order and were held at rcv_nxt while the caller had no
+ * room (its space was 0: paused) are delivered by that sluice_tcp_output,
+ * without waiting for the peer to send them again, followed by the peer's
+ * FIN if it came behind them. Nothing is delivered inside this call: it
+ * may be made from inside callbacks. */
 void sluice_tcp_set_rcv_space(struct sluice_tcp_tcb *tcb, uint32_t bytes);
 /* Orderly close: FIN after the queued data. Returns 0, or -1 if already closing. */
 int sluice_tcp_close(struct sluice_tcp_tcb *tcb, uint64_t now_ms);

@@ -38,7 +38,8 @@
  *   and the FIN; the acked callback accounts for every acknowledged byte;
  * - the receive space is what the caller gave minus what was delivered;
  *   the islands are ordered, disjoint, beyond rcv_nxt (the first may start
- *   there, held while the caller is full) and within the area;
+ *   there, held while the caller is full, and only then: once it gives room,
+ *   the sluice_tcp_output that follows delivers it) and within the area;
  * - a closing state's timer runs exactly in TIME-WAIT and FIN-WAIT-2, and a
  *   connection with something unacknowledged or unsent has its
  *   retransmission or persist timer armed (else it would stall).
@@ -577,6 +578,14 @@ static void check_tcb(void)
 		      t->rcv_nxt);
 		prev = t->ooo[i].right;
 	}
+	/* An island held at rcv_nxt waits only while the caller has no room:
+	 * every step that gives room ends with sluice_tcp_output, which
+	 * delivers it (a room given inside a delivery, the drain goes on). */
+	bool text = t->state == SLUICE_TCP_ESTABLISHED || t->state == SLUICE_TCP_FIN_WAIT_1 ||
+		    t->state == SLUICE_TCP_FIN_WAIT_2;
+	CHECK(!text || t->ooo_n == 0 || sluice_tcp_seq_gt(t->ooo[0].left, t->rcv_nxt) || t->rcv_space == 0,
+	      "island [%u, %u) held at rcv_nxt %u with %u bytes of room", t->ooo[0].left, t->ooo[0].right, t->rcv_nxt,
+	      t->rcv_space);
 	bool closing_timer = t->state == SLUICE_TCP_TIME_WAIT || t->state == SLUICE_TCP_FIN_WAIT_2;
 	CHECK((t->state_at != SLUICE_TCP_TIMER_NONE) == closing_timer, "state timer %llu in %s",
 	      (unsigned long long)t->state_at, sluice_tcp_state_name(t->state));

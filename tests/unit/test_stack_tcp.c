@@ -1203,9 +1203,10 @@ static void pausing_deliver(void *arg, const uint8_t *p, uint32_t n)
 
 /* Proves an island that wraps the reassembly area's end is delivered in
  * two pieces and that a receiver pausing after the first gets no more: the
- * rest waits in the area until the peer sends it again, and the stream
- * comes out whole. (It once asserted: the second piece was sized before
- * the first was delivered.) */
+ * rest waits in the area, unacknowledged, and goes to the receiver when it
+ * resumes, without the peer sending it again; a resend then is old news.
+ * (It once asserted: the second piece was sized before the first was
+ * delivered. The rest once waited for the peer's resend.) */
 Test(stack_tcp, island_across_the_area_end_with_a_pause_between_its_pieces)
 {
 	H->cfg.ops.deliver = pausing_deliver;
@@ -1225,21 +1226,27 @@ Test(stack_tcp, island_across_the_area_end_with_a_pause_between_its_pieces)
 	cr_assert_eq(deliveries, 3);
 	cr_assert_eq(H->n_rcvd, island + 500, "the gap, then the island up to the area's end, then the pause");
 	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	cr_assert_eq(H->tcb.rcv_nxt, r + island + 500, "the rest unacknowledged");
+	drain();
 	sluice_tcp_set_rcv_space(&H->tcb, 65535);
-	sluice_tcp_output(&H->tcb, now); /* resumed: the window update */
-	in(pdata(r + island + 500, buf + island + 500, 500)); /* the peer sends the rest again */
+	sluice_tcp_output(&H->tcb, now); /* resumed: the rest of the island, then the ACK */
 	cr_assert_eq(H->n_rcvd, island + 1000);
 	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
 	cr_assert_eq(H->tcb.rcv_nxt, r + island + 1000);
 	cr_assert_eq(H->tcb.ooo_n, 0, "the island is gone");
+	cr_assert_eq(pop()->ack, r + island + 1000);
+	in(pdata(r + island + 500, buf + island + 500, 500)); /* the peer's resend: old */
+	cr_assert_eq(H->n_rcvd, island + 1000);
 }
 
 /* Proves an island that rcv_nxt reaches while the receiver is paused stays
- * in the area unacknowledged and is not reported in a SACK block (its bytes
- * wait for the peer to send them again, which a SACK would tell it not to
- * do), while an island beyond it still is; and that the peer's resent bytes
- * bring the stream out whole once resumed. (The held island was reported,
- * its left edge at the ACK number: found by fuzz_stack_tcp.) */
+ * in the area unacknowledged and is not reported in a SACK block (its left
+ * edge would be the ACK number: a D-SACK to the peer), while an island
+ * beyond it still is; that resuming delivers it and acknowledges it at
+ * once, the island beyond still reported; and that the peer's bytes for
+ * the gap after it bring the stream out whole. (The held island was
+ * reported: found by fuzz_stack_tcp. It once waited for the peer's
+ * resend.) */
 Test(stack_tcp, island_held_by_a_pause_is_not_sacked)
 {
 	H->cfg.ops.deliver = pausing_deliver;
@@ -1262,10 +1269,130 @@ Test(stack_tcp, island_held_by_a_pause_is_not_sacked)
 	cr_assert_eq(a->sack[0].right, r + 5000);
 	sluice_tcp_set_rcv_space(&H->tcb, 65535);
 	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(H->n_rcvd, 3000, "the held island, without a resend");
+	a = pop();
+	cr_assert_eq(a->ack, r + 3000);
+	cr_assert_eq(a->sack_n, 1);
+	cr_assert_eq(a->sack[0].left, r + 4000);
 	in(pdata(r + 2000, buf + 2000, 2000)); /* resent: the held island's bytes and the gap after it */
 	cr_assert_eq(H->n_rcvd, 5000);
 	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
 	cr_assert_eq(H->tcb.ooo_n, 0);
+}
+
+/* Paused with the island [2000, 3000) held at rcv_nxt (pause_on = 1) and
+ * another at [4000, 5000): the state the resume tests start from. With
+ * fin, the held island carries the peer's FIN. */
+static void hold_an_island(const uint8_t *buf, bool fin)
+{
+	uint32_t r = IRS + 1;
+	struct sluice_tcp_seg s = pdata(r + 2000, buf + 2000, 1000);
+	if (fin)
+		s.flags |= SLUICE_TCP_FIN;
+	in(s);
+	if (!fin)
+		in(pdata(r + 4000, buf + 4000, 1000));
+	in(pdata(r, buf, 2000)); /* delivery 1 pauses */
+	cr_assert_eq(H->n_rcvd, 2000);
+	cr_assert_eq(H->tcb.rcv_space, 0);
+	cr_assert_eq(H->tcb.ooo[0].left, r + 2000, "held at rcv_nxt");
+	drain();
+}
+
+/* Proves the peer's FIN that came behind a held island is taken when the
+ * receiver resumes and the island is delivered: end of stream reported
+ * once, after the bytes, and the FIN acknowledged, without the peer
+ * sending anything again. */
+Test(stack_tcp, held_island_and_its_fin_taken_on_resume)
+{
+	H->cfg.ops.deliver = pausing_deliver;
+	deliveries = 0, pause_on = 1;
+	open_default();
+	uint8_t buf[3000];
+	fill(buf, 0, sizeof buf);
+	hold_an_island(buf, true);
+	cr_assert_eq(H->peer_fin, 0);
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(H->n_rcvd, 3000);
+	cr_assert_arr_eq(H->rcvd, buf, 3000);
+	cr_assert_eq(H->peer_fin, 1);
+	cr_assert_eq(H->tcb.state, SLUICE_TCP_CLOSE_WAIT);
+	struct sluice_tcp_seg *a = pop();
+	cr_assert_eq(a->ack, IRS + 1 + 3001, "the bytes and the FIN");
+	cr_assert_eq(pending(), 0);
+}
+
+/* A receiver that answers from inside each delivery as the DPDK transport
+ * does (its space back, then sluice_tcp_output: a response or a window
+ * update), checking that no delivery starts inside another. */
+static int delivering_now, nested_deliveries;
+static void answering_deliver(void *arg, const uint8_t *p, uint32_t n)
+{
+	nested_deliveries += delivering_now;
+	delivering_now = 1;
+	cap_deliver(arg, p, n);
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_send(&H->tcb, "ok", 2);
+	sluice_tcp_output(&H->tcb, now);
+	delivering_now = 0;
+}
+
+/* Proves the resume drain is not re-entered from inside its own delivery:
+ * a held island that wraps the area's end goes out in two pieces, and the
+ * receiver answering inside the first (space back, sluice_tcp_output)
+ * gets the second only after it returned, in order, once. */
+Test(stack_tcp, resume_drain_is_not_reentered_from_a_delivery)
+{
+	H->cfg.ops.deliver = pausing_deliver;
+	deliveries = 0, pause_on = 2;
+	open_default();
+	static uint8_t buf[70000];
+	fill(buf, 0, sizeof buf);
+	uint32_t r = IRS + 1, island = 65035; /* its first 500 bytes end the area */
+	in(pdata(r, buf, 30000));
+	in(pdata(r + island, buf + island, 1000));
+	in(pdata(r + 30000, buf + 30000, island - 30000)); /* delivery 2 pauses before the island */
+	cr_assert_eq(H->n_rcvd, island);
+	cr_assert_eq(H->tcb.ooo[0].left, r + island, "held at rcv_nxt");
+	H->tcb.cfg.ops.deliver = answering_deliver;
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(nested_deliveries, 0);
+	cr_assert_eq(H->n_rcvd, island + 1000);
+	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	cr_assert_eq(H->tcb.ooo_n, 0);
+	cr_assert_eq(H->tcb.rcv_nxt, r + island + 1000);
+}
+
+/* Proves a receiver that pauses again inside the resume drain keeps the
+ * rest held (unacknowledged, not SACKed) until it resumes once more. */
+Test(stack_tcp, pause_inside_the_resume_drain)
+{
+	H->cfg.ops.deliver = pausing_deliver;
+	deliveries = 0, pause_on = 2;
+	open_default();
+	static uint8_t buf[70000];
+	fill(buf, 0, sizeof buf);
+	uint32_t r = IRS + 1, island = 65035;
+	in(pdata(r, buf, 30000));
+	in(pdata(r + island, buf + island, 1000));
+	in(pdata(r + 30000, buf + 30000, island - 30000)); /* delivery 2 pauses */
+	drain();
+	pause_on = 3; /* the island's first piece pauses again */
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(H->n_rcvd, island + 500);
+	cr_assert_eq(H->tcb.rcv_nxt, r + island + 500);
+	cr_assert_eq(H->tcb.ooo[0].left, r + island + 500, "the rest held");
+	struct sluice_tcp_seg *a = pop();
+	cr_assert_eq(a->ack, r + island + 500);
+	cr_assert_eq(a->sack_n, 0, "the held rest is not reported");
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(H->n_rcvd, island + 1000);
+	cr_assert_arr_eq(H->rcvd, buf, H->n_rcvd);
+	cr_assert_eq(pop()->ack, r + island + 1000);
 }
 
 /* A receiver that closes (orderly) from inside its delivery, as the DPDK
@@ -1335,6 +1462,28 @@ Test(stack_tcp, abort_from_inside_a_delivery)
 	cr_assert_eq(H->peer_fin, 0);
 	cr_assert_eq(pending(), 1, "the RST, and nothing after it");
 	cr_assert(pop()->flags & SLUICE_TCP_RST);
+}
+
+/* Proves an abort from inside the resume drain's delivery (the caller's
+ * sluice_tcp_output, not an input) ends the connection once, with its RST
+ * and nothing after it, and that sluice_tcp_output returns without going on. */
+Test(stack_tcp, abort_inside_the_resume_drain)
+{
+	H->cfg.ops.deliver = pausing_deliver;
+	deliveries = 0, pause_on = 1;
+	open_default();
+	uint8_t buf[5000];
+	fill(buf, 0, sizeof buf);
+	hold_an_island(buf, false);
+	H->tcb.cfg.ops.deliver = aborting_deliver;
+	sluice_tcp_set_rcv_space(&H->tcb, 65535);
+	sluice_tcp_output(&H->tcb, now);
+	cr_assert_eq(H->closed, 1);
+	cr_assert_eq(H->reason, SLUICE_TCP_END_ABORTED);
+	cr_assert_eq(H->n_rcvd, 3000, "the held island, then the abort");
+	cr_assert_eq(pending(), 1, "the RST, and nothing after it");
+	cr_assert(pop()->flags & SLUICE_TCP_RST);
+	cr_assert_eq(sluice_tcp_next_timer(&H->tcb), SLUICE_TCP_TIMER_NONE);
 }
 
 static void refusing_established(void *arg)
