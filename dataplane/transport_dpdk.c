@@ -393,6 +393,7 @@ static void counters_add(struct sluice_tcp_counters *to, const struct sluice_tcp
 	to->segs_out += c->segs_out;
 	to->retransmits += c->retransmits;
 	to->fast_retransmits += c->fast_retransmits;
+	to->sack_retransmits += c->sack_retransmits;
 	to->dup_acks += c->dup_acks;
 	to->ooo_queued += c->ooo_queued;
 	to->ooo_drops += c->ooo_drops;
@@ -950,7 +951,8 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 		int got = rx_once(ds, now);
 		timers(ds, now);
 		tx_flush(ds);
-		if (got || resumed || ds->resume_n || ds->done || ds->detach || ds->sent_n || now >= until || !__atomic_load_n(&nc->rt.sleeping, __ATOMIC_ACQUIRE))
+		if (got || resumed || ds->resume_n || ds->done || ds->detach || ds->sent_n || now >= until ||
+		    !__atomic_load_n(&nc->rt.sleeping, __ATOMIC_ACQUIRE))
 			break;
 		if (++ds->empty_polls >= SLUICE_DPDK_SPIN_POLLS) {
 			ds->empty_polls = 0;
@@ -1422,10 +1424,11 @@ static void dpdk_fini(struct netcore *nc)
 			  PRIu64 " not sent, %" PRIu64 " connections refused, %" PRIu64 " half-open dropped for newer "
 			  "SYNs; TCP: %" PRIu64 " segments in, %" PRIu64
 			  " out, %" PRIu64 " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64
-			  " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64 " dropped, %" PRIu64
-			  " unacceptable, %" PRIu64 " keepalive probes", nc->id, ds->rx_frames, dropped, ds->tx_frames,
-			  ds->tx_drops, ds->refused, ds->syn_evicted, t->segs_in, t->segs_out, t->retransmits, t->fast_retransmits,
-			  t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable, t->keepalive_probes);
+			  " SACK retransmissions, %" PRIu64 " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64
+			  " dropped, %" PRIu64 " unacceptable, %" PRIu64 " keepalive probes", nc->id, ds->rx_frames, dropped,
+			  ds->tx_frames, ds->tx_drops, ds->refused, ds->syn_evicted, t->segs_in, t->segs_out, t->retransmits,
+			  t->fast_retransmits, t->sack_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable,
+			  t->keepalive_probes);
 		SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64
 			  " reset by the peer, %" PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %"
 			  PRIu64 " in FIN-WAIT-2, %" PRIu64 " keepalive unanswered", nc->id,
