@@ -100,6 +100,7 @@ struct dconn {
 	int pend_n, pend_i;
 	size_t pend_off, pend_taken;
 	bool on_sent;                   /* on ds->sent_head: reported at the end of poll */
+	bool on_resume;                 /* on ds->resume: its window reopens at the next poll round */
 	bool half_open;                 /* SYN-RECEIVED: on ds's half-open list, oldest first */
 	struct dconn *ho_prev, *ho_next;
 	struct dconn *done_next;        /* ended: reported (and freed) at the end of poll */
@@ -135,6 +136,8 @@ struct dstate {
 	struct dconn *detach;           /* closed by the core, still finishing on the wire */
 	struct dconn *sent_head[SLUICE_DPDK_CONNS_MAX];
 	uint32_t sent_n;                /* connections with a send to report */
+	struct dconn *resume[SLUICE_DPDK_CONNS_MAX];
+	uint32_t resume_n;              /* connections the core resumed reading, in no order */
 	struct rte_mbuf *tx[SLUICE_DPDK_BURST];
 	uint16_t tx_n;
 	uint32_t empty_polls;
@@ -332,7 +335,7 @@ static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 static void on_deliver(void *arg, const uint8_t *bytes, uint32_t n)
 {
 	struct dconn *d = arg;
-	assert(d->ds->in_poll); /* bytes arrive only with input, inside poll */
+	assert(d->ds->in_poll); /* bytes arrive only with input, timers or a resume (resume_run), inside poll */
 	if (d->c && !d->closing)
 		sluice_netcore_received(d->c, bytes, n);
 	if (!d->paused)
@@ -404,11 +407,63 @@ static void counters_add(struct sluice_tcp_counters *to, const struct sluice_tcp
 	to->segs_out += c->segs_out;
 	to->retransmits += c->retransmits;
 	to->fast_retransmits += c->fast_retransmits;
+	to->sack_retransmits += c->sack_retransmits;
 	to->dup_acks += c->dup_acks;
 	to->ooo_queued += c->ooo_queued;
 	to->ooo_drops += c->ooo_drops;
 	to->unacceptable += c->unacceptable;
 	to->keepalive_probes += c->keepalive_probes;
+}
+
+/* The resume list: connections whose reading the core restarted
+ * (dpdk_recv_pause), their window to reopen at the next poll round. Not in
+ * the op itself: the state machine then delivers the bytes it held while
+ * the connection was paused (tcp.h, sluice_tcp_set_rcv_space), and a
+ * delivery is an upcall, which an op must not make (transport.h). So, as
+ * long as a connection is paused or waits here, its receive space stays
+ * 0, and the state machine delivers nothing from inside an op (send and
+ * close end with sluice_tcp_output too). */
+static void resume_queue(struct dstate *ds, struct dconn *d)
+{
+	if (d->on_resume || d->dead)
+		return;
+	assert(ds->resume_n < SLUICE_DPDK_CONNS_MAX);
+	ds->resume[ds->resume_n++] = d;
+	d->on_resume = true;
+}
+
+static void resume_remove(struct dstate *ds, struct dconn *d)
+{
+	if (!d->on_resume)
+		return;
+	for (uint32_t i = 0; i < ds->resume_n; i++)
+		if (ds->resume[i] == d) {
+			ds->resume[i] = ds->resume[--ds->resume_n];
+			break;
+		}
+	d->on_resume = false;
+}
+
+/* At the start of a poll round: the resumed connections' windows open
+ * (the update sent) and their held bytes go to the core. A delivery may
+ * pause one again, close or abort it, or resume others (queued, taken in
+ * this loop or the next round); bounded by the table either way. Returns
+ * how many were resumed. */
+static uint32_t resume_run(struct dstate *ds, int64_t now)
+{
+	uint32_t done = 0;
+	for (uint32_t i = 0; i < SLUICE_DPDK_CONNS_MAX && ds->resume_n > 0; i++) {
+		struct dconn *d = ds->resume[--ds->resume_n];
+		assert(d->on_resume && !d->dead);
+		d->on_resume = false;
+		if (d->paused)
+			continue; /* paused again before its turn */
+		sluice_tcp_set_rcv_space(&d->tcb, SLUICE_DPDK_RCV_SPACE);
+		sluice_tcp_output(&d->tcb, (uint64_t)now); /* may end it: closed, on the done list */
+		rearm(ds, d);
+		done++;
+	}
+	return done;
 }
 
 static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
@@ -419,6 +474,7 @@ static void on_closed(void *arg, enum sluice_tcp_close_reason reason)
 	d->dead = true;
 	sluice_wheel_cancel(&ds->wheel, &d->tn);
 	half_open_remove(ds, d);
+	resume_remove(ds, d); /* freed at the end of poll: off the list before */
 	counters_add(&ds->tcp, &d->tcb.counters);
 	assert((unsigned)reason < SLUICE_TCP_END_REASONS);
 	ds->ends[reason]++;
@@ -645,11 +701,11 @@ static void dpdk_recv_pause(struct conn *c, bool paused)
 		return;
 	d->paused = paused;
 	/* Paused, the window closes as bytes arrive (they stay with the peer);
-	 * resumed, it opens at once. */
-	sluice_tcp_set_rcv_space(&d->tcb, paused ? 0 : SLUICE_DPDK_RCV_SPACE);
-	if (!paused)
-		sluice_tcp_output(&d->tcb, ds_now(d->ds)); /* the window update */
-	rearm(d->ds, d);
+	 * resumed, it opens at the next poll round (resume_run says why). */
+	if (paused)
+		sluice_tcp_set_rcv_space(&d->tcb, 0);
+	else
+		resume_queue(d->ds, d);
 }
 
 /* Copy what the send ring takes now (the rest as the peer acknowledges);
@@ -907,12 +963,14 @@ static void dpdk_poll(struct netcore *nc, int64_t wait_ms)
 	int64_t now = sluice_now_ms(), until = now + wait_ms;
 	ds->now = now;
 	for (;;) {
+		uint32_t resumed = resume_run(ds, now);
 		int got = rx_once(ds, now);
 		if (got)
 			ds->nap_us = SLUICE_DPDK_NAP_US_MIN;
 		timers(ds, now);
 		tx_flush(ds);
-		if (got || ds->done || ds->detach || ds->sent_n || now >= until || !__atomic_load_n(&nc->rt.sleeping, __ATOMIC_ACQUIRE))
+		if (got || resumed || ds->resume_n || ds->done || ds->detach || ds->sent_n || now >= until ||
+		    !__atomic_load_n(&nc->rt.sleeping, __ATOMIC_ACQUIRE))
 			break;
 		if (++ds->empty_polls >= SLUICE_DPDK_SPIN_POLLS) {
 			ds->empty_polls = 0;
@@ -1386,10 +1444,11 @@ static void dpdk_fini(struct netcore *nc)
 			  PRIu64 " not sent, %" PRIu64 " connections refused, %" PRIu64 " half-open dropped for newer "
 			  "SYNs; TCP: %" PRIu64 " segments in, %" PRIu64
 			  " out, %" PRIu64 " retransmissions, %" PRIu64 " fast retransmissions, %" PRIu64
-			  " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64 " dropped, %" PRIu64
-			  " unacceptable, %" PRIu64 " keepalive probes", nc->id, ds->rx_frames, dropped, ds->tx_frames,
-			  ds->tx_drops, ds->refused, ds->syn_evicted, t->segs_in, t->segs_out, t->retransmits, t->fast_retransmits,
-			  t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable, t->keepalive_probes);
+			  " SACK retransmissions, %" PRIu64 " duplicate ACKs, %" PRIu64 " out-of-order kept, %" PRIu64
+			  " dropped, %" PRIu64 " unacceptable, %" PRIu64 " keepalive probes", nc->id, ds->rx_frames, dropped,
+			  ds->tx_frames, ds->tx_drops, ds->refused, ds->syn_evicted, t->segs_in, t->segs_out, t->retransmits,
+			  t->fast_retransmits, t->sack_retransmits, t->dup_acks, t->ooo_queued, t->ooo_drops, t->unacceptable,
+			  t->keepalive_probes);
 		SLOG_INFO("net", "network core %d: DPDK: connections ended: %" PRIu64 " orderly, %" PRIu64
 			  " reset by the peer, %" PRIu64 " timed out (sluice.dpdk.tcp.retries), %" PRIu64 " aborted, %"
 			  PRIu64 " in FIN-WAIT-2, %" PRIu64 " keepalive unanswered", nc->id,

@@ -6,8 +6,17 @@
  *   supplies (at most SLUICE_TCP_OOO_RANGES_MAX islands) and reported in
  *   SACK blocks; without an area, or past its bounds, they are dropped and
  *   answered by an immediate duplicate ACK;
- * - the sender is NewReno (RFC 6582) and ignores the SACK blocks it
- *   receives (an RFC 6675 scoreboard is later work);
+ * - the sender keeps the peer's SACK blocks (a scoreboard of at most
+ *   SLUICE_TCP_SCOREBOARD_MAX ranges, the lowest kept) and recovers from
+ *   losses by them as RFC 6675 does, conservatively: it enters recovery on
+ *   three duplicate ACKs only, resends the holes that more than two
+ *   segments' worth of SACKed bytes lie above (and the first segment at
+ *   snd_una, which the duplicate or partial ACK says is lost), while the
+ *   pipe estimate leaves cwnd room, then new data; never SACKed bytes,
+ *   never more than was sent. A recovery that began without SACK blocks
+ *   (the peer sends none) is NewReno's (RFC 6582). A timeout empties the
+ *   scoreboard (RFC 2018 8, RFC 6675 5.1: the peer may have reneged); the
+ *   SACK blocks that come after it are used again, also when going back N;
  * - the initial window is RFC 6928's 10 segments (capped at 14600 bytes);
  * - ACKs are delayed up to delack_ms, but sent at once for every second
  *   full segment's worth of bytes, out-of-order data, a filled hole, a FIN
@@ -36,6 +45,7 @@
 #define PAWS_IDLE_MS (24ull * 24 * 3600 * 1000)  /* RFC 7323 5.5: TS.Recent too old to trust */
 #define PERSIST_BACKOFF_MAX 16                   /* shifts of the persist interval */
 #define SSTHRESH_INITIAL 0x7fffffffu             /* RFC 5681 3.1: arbitrarily high */
+#define DUPTHRESH 3                              /* RFC 5681, RFC 6675: duplicate ACKs that mean a loss */
 
 _Static_assert(SLUICE_TCP_MSS_MIN > TS_OPTION_BYTES, "a segment carries data after the timestamps");
 _Static_assert((uint64_t)SLUICE_TCP_RTO_MAX_MS << PERSIST_BACKOFF_MAX < UINT32_MAX * 1000ull,
@@ -105,11 +115,12 @@ static void put_options(struct sluice_tcp_tcb *t, struct sluice_tcp_seg *s, uint
 	if (!t->sack_ok || t->ooo_n == 0 || (s->flags & SLUICE_TCP_SYN))
 		return;
 	/* RFC 2018 4: the first block is the island the latest segment touched.
-	 * Islands rcv_nxt reached are not reported: those a delivery is about
-	 * to drain (a segment sent from inside the deliver callback), and one
-	 * held while the caller is full (ooo_drain), whose bytes are not
-	 * acknowledged but wait for the peer to send them again, which a SACK
-	 * block would tell it not to do. */
+	 * Islands rcv_nxt reached are not reported (a block at or below the
+	 * ACK number is a D-SACK to the peer, RFC 2883, not news of data
+	 * held): those a delivery is about to drain (a segment sent from
+	 * inside the deliver callback), and one held while the caller is full
+	 * (ooo_drain), whose bytes are not acknowledged until the caller has
+	 * room (held_drain) or the peer sends them again. */
 	uint32_t room = t->ts_ok ? 3 : SLUICE_TCP_SACK_BLOCKS_MAX, reached = 0;
 	while (reached < t->ooo_n && sluice_tcp_seq_leq(t->ooo[reached].left, t->rcv_nxt))
 		reached++;
@@ -210,6 +221,197 @@ static void sent_at_nxt(struct sluice_tcp_tcb *t, uint32_t len, uint64_t now_ms)
 	t->persist_at = SLUICE_TCP_TIMER_NONE;
 }
 
+/* ---- the peer's SACK blocks (RFC 6675 scoreboard) ---- */
+
+/* The scoreboard's arithmetic is in offsets from snd_una: every range lies
+ * within snd_max - snd_una, far below 2^31. */
+
+/* Keeps [l, r) (offsets) merged into the scoreboard; when that makes more
+ * ranges than it keeps, the highest goes: its bytes may then be resent
+ * needlessly, never wrongly, and the lowest holes are filled first. */
+static void sack_insert(struct sluice_tcp_tcb *t, uint32_t l, uint32_t r)
+{
+	struct sluice_tcp_sack_block tmp[SLUICE_TCP_SCOREBOARD_MAX + 1];
+	uint32_t n = 0, base = t->snd_una;
+	bool placed = false;
+	assert(l > 0 && l < r && r <= t->snd_max - base);
+	for (uint32_t i = 0; i < t->sacked_n; i++) {
+		uint32_t bl = t->sacked[i].left - base, br = t->sacked[i].right - base;
+		if (br < l) {
+			tmp[n++] = t->sacked[i]; /* wholly below, not touching */
+		} else if (bl > r) {
+			if (!placed)
+				tmp[n++] = (struct sluice_tcp_sack_block){base + l, base + r}, placed = true;
+			tmp[n++] = t->sacked[i];
+		} else { /* overlapping or adjacent: merge */
+			l = bl < l ? bl : l;
+			r = br > r ? br : r;
+		}
+	}
+	if (!placed)
+		tmp[n++] = (struct sluice_tcp_sack_block){base + l, base + r};
+	t->sacked_n = (uint8_t)min32(n, SLUICE_TCP_SCOREBOARD_MAX);
+	memcpy(t->sacked, tmp, t->sacked_n * sizeof tmp[0]);
+}
+
+/* The SACK blocks of an ACK that is not old (ack == snd_una, after it
+ * moved) go into the scoreboard. Blocks that are no news of data held
+ * above snd_una are ignored: at or below it (a D-SACK, RFC 2883, or
+ * stale), past snd_max (never sent), empty or wrapped (a broken or lying
+ * peer), and a first block inside the second (a D-SACK above the ACK). */
+static void sack_update(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg)
+{
+	if (!t->sack_ok)
+		return;
+	uint32_t span = t->snd_max - t->snd_una;
+	for (uint32_t i = 0; i < seg->sack_n && i < SLUICE_TCP_SACK_BLOCKS_MAX; i++) {
+		const struct sluice_tcp_sack_block *b = &seg->sack[i];
+		uint32_t l = b->left - t->snd_una, r = b->right - t->snd_una;
+		if (l == 0 || l >= r || r > span)
+			continue;
+		if (i == 0 && seg->sack_n > 1 && sluice_tcp_seq_geq(b->left, seg->sack[1].left) &&
+		    sluice_tcp_seq_leq(b->right, seg->sack[1].right))
+			continue;
+		sack_insert(t, l, r);
+	}
+}
+
+/* SND.UNA moves to ack: only the ranges wholly above it stay (one it
+ * reached or entered says the peer holds bytes its cumulative ACK denies:
+ * dropped, as if reneged). */
+static void sack_trim(struct sluice_tcp_tcb *t, uint32_t ack)
+{
+	uint32_t d = ack - t->snd_una, n = 0;
+	for (uint32_t i = 0; i < t->sacked_n; i++)
+		if (t->sacked[i].left - t->snd_una > d)
+			t->sacked[n++] = t->sacked[i];
+	t->sacked_n = (uint8_t)n;
+}
+
+/* Hole i: the un-SACKed bytes [*from, *to) (offsets) below range i; the
+ * last one, i == sacked_n, lies above every range, up to snd_max. */
+static void sack_hole(const struct sluice_tcp_tcb *t, uint32_t i, uint32_t *from, uint32_t *to)
+{
+	assert(i <= t->sacked_n);
+	*from = i == 0 ? 0 : t->sacked[i - 1].right - t->snd_una;
+	*to = i < t->sacked_n ? t->sacked[i].left - t->snd_una : t->snd_max - t->snd_una;
+	assert(*from <= *to);
+}
+
+/* How much of hole i, from its start, is lost (RFC 6675 IsLost): all of
+ * it when more than DUPTHRESH - 1 segments' worth of bytes above it were
+ * SACKed; else, of the hole at snd_una, its first segment, which the
+ * duplicate ACKs or the partial ACK that brought the recovery say is lost
+ * (NewReno's inference; the rest of that hole may still be in flight). */
+static uint32_t sack_lost_len(const struct sluice_tcp_tcb *t, uint32_t i, uint32_t from, uint32_t to)
+{
+	uint32_t above = 0;
+	for (uint32_t k = i; k < t->sacked_n; k++)
+		above += t->sacked[k].right - t->sacked[k].left;
+	if (above > (DUPTHRESH - 1) * (uint32_t)t->smss)
+		return to - from;
+	return i == 0 ? min32(to - from, t->smss) : 0;
+}
+
+/* RFC 6675 SetPipe: the bytes thought to be in the network in a SACK
+ * recovery: those neither SACKed nor lost, and those resent in it (below
+ * rtx_high) once more. */
+static uint32_t sack_pipe(const struct sluice_tcp_tcb *t)
+{
+	uint32_t pipe = 0, rtx = t->rtx_high - t->snd_una;
+	assert(rtx <= t->snd_max - t->snd_una);
+	for (uint32_t i = 0; i <= t->sacked_n; i++) {
+		uint32_t from, to;
+		sack_hole(t, i, &from, &to);
+		pipe += to - from - sack_lost_len(t, i, from, to);
+		if (rtx > from)
+			pipe += min32(rtx, to) - from;
+	}
+	return pipe;
+}
+
+/* RFC 6675 NextSeg, rule 1: the first lost byte not resent yet in this
+ * recovery (*seq), and how much from it one segment may carry (*len): to
+ * the end of its hole's lost part at most, so never SACKed bytes and
+ * never past snd_max. False when there is none. */
+static bool sack_next_lost(const struct sluice_tcp_tcb *t, uint32_t *seq, uint32_t *len)
+{
+	uint32_t rtx = t->rtx_high - t->snd_una;
+	for (uint32_t i = 0; i <= t->sacked_n; i++) {
+		uint32_t from, to;
+		sack_hole(t, i, &from, &to);
+		uint32_t end = from + sack_lost_len(t, i, from, to), at = max32(from, rtx);
+		if (at < end) {
+			*seq = t->snd_una + at;
+			*len = min32(end - at, t->smss);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Going back over what was sent (after a timeout, or a window that
+ * closed), snd_nxt skips the ranges the peer SACKed since (RFC 6675 5.1:
+ * the SACK information that came after the timeout is used); returns how
+ * many bytes may go from snd_nxt before the next range (UINT32_MAX: no
+ * range ahead). */
+static uint32_t sack_skip(struct sluice_tcp_tcb *t)
+{
+	for (uint32_t i = 0; i < t->sacked_n && sluice_tcp_seq_lt(t->snd_nxt, t->snd_max); i++) {
+		uint32_t nxt = t->snd_nxt - t->snd_una;
+		uint32_t l = t->sacked[i].left - t->snd_una, r = t->sacked[i].right - t->snd_una;
+		if (nxt >= r)
+			continue;
+		if (nxt < l)
+			return l - nxt;
+		t->snd_nxt = t->sacked[i].right; /* inside a range: past it */
+	}
+	return UINT32_MAX;
+}
+
+/* Resends from seq at most limit bytes of what was sent (the caller keeps
+ * seq + limit within snd_max). Bytes queued since go later as new data: a
+ * retransmission that carried them would move the peer's ACK past
+ * snd_max, where it is dropped as acknowledging what was never sent. The
+ * FIN queued behind the last byte goes along (xmit), for the first time if
+ * a closed window held it back: then snd_max covers it. */
+static uint32_t resend(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uint64_t now_ms)
+{
+	assert(limit > 0 && sluice_tcp_seq_leq(seq + limit, t->snd_max));
+	uint32_t len = xmit(t, seq, limit, now_ms);
+	if (sluice_tcp_seq_gt(seq + len, t->snd_max))
+		t->snd_max = seq + len;
+	return len;
+}
+
+/* Resends the oldest unacknowledged segment: at most one MSS, up to the
+ * first range the peer SACKed. */
+static uint32_t resend_oldest(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	uint32_t limit = min32(t->smss, t->snd_max - t->snd_una);
+	if (t->sacked_n > 0)
+		limit = min32(limit, t->sacked[0].left - t->snd_una);
+	return resend(t, t->snd_una, limit, now_ms);
+}
+
+/* RFC 6675 (C): in a SACK recovery, while the pipe leaves cwnd a
+ * segment's room, the lost holes are resent (NextSeg rule 1), lowest
+ * first, each byte once per recovery; new data goes after, by send_data
+ * (rule 2). Bounded: every round resends a byte at least, past rtx_high. */
+static void sack_resend(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	uint32_t rounds_max = t->cfg.snd_buf_bytes / t->smss + 2 * (SLUICE_TCP_SCOREBOARD_MAX + 1) + 1;
+	for (uint32_t i = 0; i < rounds_max; i++) {
+		uint32_t pipe = sack_pipe(t), seq, len;
+		if (pipe >= t->cwnd || t->cwnd - pipe < t->smss || !sack_next_lost(t, &seq, &len))
+			return;
+		uint32_t sent = resend(t, seq, len, now_ms);
+		assert(sent > 0 && sluice_tcp_seq_leq(seq + sent, t->snd_max));
+		t->rtx_high = seq + sent;
+		t->counters.sack_retransmits++;
+	}
+}
+
 static bool can_send_data(const struct sluice_tcp_tcb *t)
 {
 	switch (t->state) {
@@ -233,11 +435,16 @@ static uint32_t unsent_bytes(const struct sluice_tcp_tcb *t)
  * when nothing is in flight. */
 static void send_data(struct sluice_tcp_tcb *t, uint64_t now_ms)
 {
-	uint32_t segs_max = t->cfg.snd_buf_bytes / t->smss + 3; /* bounded: each round sends or stops */
+	/* Bounded: each round sends or stops; a SACKed range cuts a segment
+	 * short at most once per range. */
+	uint32_t segs_max = t->cfg.snd_buf_bytes / t->smss + 3 + SLUICE_TCP_SCOREBOARD_MAX;
 	for (uint32_t i = 0; i < segs_max; i++) {
+		uint32_t to_sacked = sack_skip(t);
 		uint32_t flight = t->snd_nxt - t->snd_una;
-		uint32_t wnd = min32(t->snd_wnd, t->cwnd);
-		uint32_t usable = wnd > flight ? wnd - flight : 0;
+		/* In a SACK recovery the pipe estimate, not the flight, fills cwnd. */
+		uint32_t in_net = t->in_recovery && t->sack_recovery ? sack_pipe(t) : flight;
+		uint32_t usable = min32(t->snd_wnd > flight ? t->snd_wnd - flight : 0,
+					t->cwnd > in_net ? t->cwnd - in_net : 0);
 		uint32_t pending = unsent_bytes(t);
 		uint32_t n = min32(min32(pending, usable), t->smss);
 		if (pending == 0) {
@@ -247,9 +454,12 @@ static void send_data(struct sluice_tcp_tcb *t, uint64_t now_ms)
 		}
 		if (n == 0)
 			return;
-		if (n < t->smss && n < pending && n < t->max_snd_wnd / 2)
+		/* Bytes resent up to a SACKed range go however few they are. */
+		bool short_by_sack = to_sacked <= n;
+		n = min32(n, to_sacked);
+		if (!short_by_sack && n < t->smss && n < pending && n < t->max_snd_wnd / 2)
 			return;
-		if (t->cfg.nagle && n < t->smss && flight > 0)
+		if (!short_by_sack && t->cfg.nagle && n < t->smss && flight > 0)
 			return;
 		uint32_t len = xmit(t, t->snd_nxt, n, now_ms);
 		assert(len > 0);
@@ -289,10 +499,16 @@ static void keepalive_update(struct sluice_tcp_tcb *t)
 	t->keepalive_at = keepalive_idle(t) ? keepalive_deadline(t) : SLUICE_TCP_TIMER_NONE;
 }
 
+static enum step held_drain(struct sluice_tcp_tcb *t, uint64_t now_ms);
+
 void sluice_tcp_output(struct sluice_tcp_tcb *t, uint64_t now_ms)
 {
 	assert(t->state != SLUICE_TCP_CLOSED);
+	if (held_drain(t, now_ms) == STEP_GONE)
+		return; /* ended from inside a callback: touch nothing more */
 	if (can_send_data(t)) {
+		if (t->in_recovery && t->sack_recovery)
+			sack_resend(t, now_ms);
 		send_data(t, now_ms);
 		/* Data waits and nothing is in flight to bring an ACK: probe. */
 		if (t->rtx_at == SLUICE_TCP_TIMER_NONE && t->persist_at == SLUICE_TCP_TIMER_NONE &&
@@ -339,33 +555,33 @@ static void rtt_on_ack(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *se
 	}
 }
 
-/* Resends the oldest unacknowledged segment: at most one MSS of what was
- * sent. Bytes queued since go later as new data: a retransmission that
- * carried them would move the peer's ACK past snd_max, where it is dropped
- * as acknowledging what was never sent. The FIN queued behind the last
- * byte goes along (xmit), for the first time if a closed window held it
- * back: then snd_max covers it. */
-static uint32_t resend_oldest(struct sluice_tcp_tcb *t, uint64_t now_ms)
-{
-	uint32_t len = xmit(t, t->snd_una, min32(t->smss, t->snd_max - t->snd_una), now_ms);
-	if (sluice_tcp_seq_gt(t->snd_una + len, t->snd_max))
-		t->snd_max = t->snd_una + len;
-	return len;
-}
-
 static uint32_t initial_window(uint32_t smss)
 {
 	return min32(SLUICE_TCP_IW_SEGS * smss, max32(2 * smss, SLUICE_TCP_IW_BYTES_CAP));
 }
 
 /* New data acknowledged: slow start or congestion avoidance (RFC 5681
- * 3.1), or NewReno's partial and full ACKs in recovery (RFC 6582 3.2). */
+ * 3.1), or the partial and full ACKs of a recovery: NewReno's (RFC 6582
+ * 3.2), or in a SACK recovery a partial ACK that shows the hole now at
+ * snd_una lost (it was sent before what the ACK covers): its first
+ * segment goes at once unless it went already (the pipe sends the rest;
+ * cwnd stays, RFC 6675). */
 static void cc_on_ack(struct sluice_tcp_tcb *t, uint32_t acked, uint64_t now_ms)
 {
 	if (t->in_recovery && sluice_tcp_seq_gt(t->snd_una, t->recover)) {
 		uint32_t flight = t->snd_max - t->snd_una;
 		t->cwnd = min32(t->ssthresh, max32(flight, t->smss) + t->smss);
-		t->in_recovery = false;
+		t->in_recovery = t->sack_recovery = false;
+	} else if (t->in_recovery && t->sack_recovery) {
+		if (sluice_tcp_seq_lt(t->rtx_high, t->snd_una))
+			t->rtx_high = t->snd_una;
+		if (t->rtx_high == t->snd_una && t->snd_una != t->snd_max) {
+			t->rtx_high = t->snd_una + resend_oldest(t, now_ms);
+			t->counters.sack_retransmits++;
+		}
+		if (!t->partial_ack_seen) /* only the first partial ACK restarts the timer */
+			t->rtx_at = now_ms + t->rto_ms;
+		t->partial_ack_seen = true;
 	} else if (t->in_recovery) {
 		/* Partial ACK: the next hole is lost too; resend it at once and
 		 * deflate by what left the network, keeping one segment's credit. */
@@ -386,14 +602,20 @@ static void cc_on_ack(struct sluice_tcp_tcb *t, uint32_t acked, uint64_t now_ms)
 	t->dupacks = 0;
 }
 
+/* A duplicate ACK: the third starts a fast recovery (RFC 5681 3.2): the
+ * first segment resent, ssthresh halved. With SACK blocks to go by it is
+ * RFC 6675's: cwnd = ssthresh, and the pipe estimate says what may go
+ * (sluice_tcp_output); without, NewReno's: cwnd inflated by the three
+ * segments that left, and by one more per duplicate. */
 static void cc_on_dup_ack(struct sluice_tcp_tcb *t, uint64_t now_ms)
 {
 	t->counters.dup_acks++;
 	if (t->in_recovery) {
-		t->cwnd += t->smss; /* another segment left the network */
+		if (!t->sack_recovery)
+			t->cwnd += t->smss; /* another segment left the network */
 		return;
 	}
-	if (++t->dupacks != 3 || !sluice_tcp_seq_gt(t->snd_una, t->recover))
+	if (++t->dupacks != DUPTHRESH || !sluice_tcp_seq_gt(t->snd_una, t->recover))
 		return;
 	uint32_t flight = t->snd_max - t->snd_una;
 	t->ssthresh = max32(flight / 2, 2 * t->smss);
@@ -402,9 +624,11 @@ static void cc_on_dup_ack(struct sluice_tcp_tcb *t, uint64_t now_ms)
 	assert(len > 0);
 	t->counters.fast_retransmits++;
 	t->rtt_timing = false;
-	t->cwnd = t->ssthresh + 3 * t->smss;
 	t->in_recovery = true;
 	t->partial_ack_seen = false;
+	t->sack_recovery = t->sacked_n > 0;
+	t->rtx_high = t->snd_una + len;
+	t->cwnd = t->sack_recovery ? t->ssthresh : t->ssthresh + DUPTHRESH * t->smss;
 }
 
 /* ---- ACK processing ---- */
@@ -414,6 +638,7 @@ static void cc_on_dup_ack(struct sluice_tcp_tcb *t, uint64_t now_ms)
 static void ack_advance(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg, uint64_t now_ms)
 {
 	uint32_t ack = seg->ack, data = 0;
+	sack_trim(t, ack);
 	if (sluice_tcp_seq_gt(ack, t->snd_buf_seq)) {
 		data = min32(ack - t->snd_buf_seq, t->snd_len);
 		t->snd_head = (t->snd_head + data) & (t->cfg.snd_buf_bytes - 1);
@@ -489,7 +714,9 @@ static enum step ack_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_s
 		   !(seg->flags & (SLUICE_TCP_SYN | SLUICE_TCP_FIN)) && wnd == t->snd_wnd && wnd != 0;
 	if (sluice_tcp_seq_gt(ack, t->snd_una))
 		ack_advance(t, seg, now_ms);
-	else if (dup)
+	if (ack == t->snd_una && seg->sack_n > 0) /* not an old ACK: its blocks are news */
+		sack_update(t, seg);
+	if (dup)
 		cc_on_dup_ack(t, now_ms);
 	if (sluice_tcp_seq_geq(ack, t->snd_una))
 		window_update(t, seg);
@@ -515,52 +742,58 @@ static enum step ack_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_s
 /* ---- receiving text ---- */
 
 /* In-order bytes to the caller; the books are updated first so the
- * callback may set the receive space. */
+ * callback may set the receive space. While it runs, sluice_tcp_output
+ * (which the callback may call) leaves held islands alone (held_drain):
+ * the caller is taking these bytes, and ooo_drain may be walking the
+ * islands. */
 static void deliver(struct sluice_tcp_tcb *t, const uint8_t *p, uint32_t n)
 {
 	if (n == 0)
 		return;
-	assert(n <= t->rcv_space);
+	assert(n <= t->rcv_space && !t->delivering);
 	t->rcv_nxt += n;
 	t->rcv_space -= n;
 	t->unacked_bytes += n;
 	t->counters.bytes_in += n;
+	t->delivering = true;
 	t->cfg.ops.deliver(t->cfg.arg, p, n);
+	t->delivering = false; /* the TCB stays readable until the callback returns, even if it closed */
 }
 
-/* Islands now reached by rcv_nxt go to the caller (as much as it has room
- * for); returns whether any byte did. The area is indexed by sequence
- * number modulo its size: every kept byte lies within its size of rcv_nxt. */
+/* Islands now reached by rcv_nxt go to the caller, a piece at a time (the
+ * area's end splits one; the caller may pause, or give its space back,
+ * between pieces), as long as it has room; returns whether any byte did.
+ * When it has none, the island reached stays in the area, held at rcv_nxt
+ * (its bytes unacknowledged) until room comes: held_drain. The area is
+ * indexed by sequence number modulo its size: every kept byte lies within
+ * its size of rcv_nxt. Bounded: each round delivers a byte at least, or
+ * drops an island. */
 static bool ooo_drain(struct sluice_tcp_tcb *t)
 {
 	bool moved = false;
-	if (t->ooo_n == 0)
-		return false;
 	uint32_t mask = t->cfg.ooo_buf_bytes - 1;
-	while (t->ooo_n > 0 && sluice_tcp_seq_leq(t->ooo[0].left, t->rcv_nxt)) {
+	for (uint32_t round = 0; round < t->cfg.ooo_buf_bytes + SLUICE_TCP_OOO_RANGES_MAX; round++) {
+		if (t->ooo_n == 0 || sluice_tcp_seq_gt(t->ooo[0].left, t->rcv_nxt))
+			return moved;
 		struct sluice_tcp_sack_block *b = &t->ooo[0];
 		if (sluice_tcp_seq_gt(b->right, t->rcv_nxt)) {
-			uint32_t n = min32(b->right - t->rcv_nxt, t->rcv_space);
+			if (t->rcv_space == 0) {
+				b->left = t->rcv_nxt; /* the caller is full: the rest waits */
+				return moved;
+			}
 			uint32_t pos = t->rcv_nxt & mask;
-			uint32_t first = min32(n, t->cfg.ooo_buf_bytes - pos);
-			deliver(t, t->cfg.ooo_buf + pos, first);
+			uint32_t n = min32(min32(b->right - t->rcv_nxt, t->rcv_space), t->cfg.ooo_buf_bytes - pos);
+			deliver(t, t->cfg.ooo_buf + pos, n);
+			moved = true;
 			if (t->state == SLUICE_TCP_CLOSED)
 				return true; /* aborted from inside the delivery */
-			/* The caller may have closed its window in between (a paused
-			 * connection): only what it still has room for. */
-			deliver(t, t->cfg.ooo_buf, min32(n - first, t->rcv_space));
-			if (t->state == SLUICE_TCP_CLOSED)
-				return true;
-			moved = moved || n > 0;
-			if (t->rcv_nxt != b->right) {
-				b->left = t->rcv_nxt; /* the caller is full: the rest waits */
-				break;
-			}
+			continue;
 		}
 		memmove(&t->ooo[0], &t->ooo[1], (t->ooo_n - 1u) * sizeof t->ooo[0]);
 		t->ooo_n--;
 		t->ooo_newest = t->ooo_newest > 0 ? t->ooo_newest - 1 : 0;
 	}
+	assert(!"ooo_drain: more rounds than bytes and islands");
 	return moved;
 }
 
@@ -693,6 +926,33 @@ static void text_process(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *
 		t->ack_now = true; /* every second full segment */
 	if ((fin && t->rcv_nxt == seq + len) || (t->ooo_fin && t->ooo_n == 0 && t->rcv_nxt == t->ooo_fin_seq))
 		fin_received(t, now_ms);
+}
+
+/* The bytes of an island held while the caller had no room (ooo_drain)
+ * go to it once it has room again (sluice_tcp_set_rcv_space, then
+ * sluice_tcp_output), rather than waiting for the peer to send them again;
+ * then the peer's FIN if it waited behind them. Not from inside a delivery
+ * (deliver says why), and only while text is taken (once the peer's FIN
+ * is in, islands are stale: bytes it sent past its own FIN). A callback
+ * may end the connection: then STEP_GONE. */
+static enum step held_drain(struct sluice_tcp_tcb *t, uint64_t now_ms)
+{
+	if (t->delivering || t->rcv_space == 0 || t->ooo_n == 0 || sluice_tcp_seq_gt(t->ooo[0].left, t->rcv_nxt))
+		return STEP_GO;
+	if (t->state != SLUICE_TCP_ESTABLISHED && t->state != SLUICE_TCP_FIN_WAIT_1 &&
+	    t->state != SLUICE_TCP_FIN_WAIT_2)
+		return STEP_GO;
+	bool moved = ooo_drain(t);
+	assert(moved);
+	if (t->state == SLUICE_TCP_CLOSED)
+		return STEP_GONE;
+	t->ack_now = true; /* a gap filled, as far as the peer can tell */
+	if (t->ooo_fin && t->ooo_n == 0 && t->rcv_nxt == t->ooo_fin_seq) {
+		fin_received(t, now_ms);
+		if (t->state == SLUICE_TCP_CLOSED)
+			return STEP_GONE; /* aborted from inside peer_fin */
+	}
+	return STEP_GO;
 }
 
 /* ---- segment arrival ---- */
@@ -1051,7 +1311,8 @@ static enum step rto_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
 		t->ssthresh = max32((t->snd_max - t->snd_una) / 2, 2 * t->smss);
 	t->cwnd = t->smss;
 	t->recover = t->snd_max - 1;
-	t->in_recovery = false;
+	t->in_recovery = t->sack_recovery = false;
+	t->sacked_n = 0; /* RFC 2018 8, RFC 6675 5.1: the peer may have reneged */
 	t->dupacks = 0;
 	t->rtt_timing = false;
 	t->snd_nxt = t->snd_una;
@@ -1071,8 +1332,8 @@ static void persist_fire(struct sluice_tcp_tcb *t, uint64_t now_ms)
 	t->persist_at = SLUICE_TCP_TIMER_NONE;
 	if (!can_send_data(t) || t->snd_nxt != t->snd_una || unsent_bytes(t) == 0)
 		return;
-	if (t->snd_wnd > 0) {
-		sent_at_nxt(t, xmit(t, t->snd_nxt, t->snd_wnd, now_ms), now_ms);
+	if (t->snd_wnd > 0) { /* not into a range the peer SACKed (going back: snd_nxt is snd_una) */
+		sent_at_nxt(t, xmit(t, t->snd_nxt, min32(t->snd_wnd, sack_skip(t)), now_ms), now_ms);
 		return;
 	}
 	uint32_t len = xmit(t, t->snd_nxt, 1, now_ms);

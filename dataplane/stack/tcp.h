@@ -1,9 +1,10 @@
 /* The TCP connection state machine of Sluice's own TCP/IP stack (issue 14):
  * one transmission control block (TCB) per connection, RFC 9293 segment
  * arrival and state transitions, RFC 7323 timestamps (RTT, PAWS) and window
- * scaling, RFC 6298 retransmission timer, RFC 5681 + RFC 6582 (NewReno)
- * congestion control, zero-window persist, delayed ACKs, keepalive (RFC
- * 9293 3.8.4, RFC 1122 4.2.3.6), and bounded
+ * scaling, RFC 6298 retransmission timer, RFC 5681 congestion control with
+ * loss recovery driven by the peer's SACK blocks (RFC 6675, bounded) or,
+ * without them, NewReno (RFC 6582), zero-window persist, delayed ACKs,
+ * keepalive (RFC 9293 3.8.4, RFC 1122 4.2.3.6), and bounded
  * out-of-order reassembly with SACK blocks advertised (RFC 2018). It is a
  * pure module so it is unit tested without a NIC: it reads no clock (every
  * call that may emit or arm a timer takes now_ms), owns no packets (segments
@@ -27,6 +28,7 @@
 #define SLUICE_TCP_SND_BUF_MAX (4u << 20)   /* largest send ring per connection */
 #define SLUICE_TCP_OOO_BUF_MAX (4u << 20)   /* largest reassembly area per connection */
 #define SLUICE_TCP_OOO_RANGES_MAX 4         /* out-of-order islands kept at once */
+#define SLUICE_TCP_SCOREBOARD_MAX 8         /* the peer's SACKed ranges kept (RFC 6675 scoreboard) */
 #define SLUICE_TCP_MSS_DEFAULT 1460         /* what we announce: 1500-byte MTU */
 #define SLUICE_TCP_MSS_PEER_DEFAULT 536     /* RFC 9293 3.7.1: when a SYN has no MSS option */
 #define SLUICE_TCP_MSS_MIN 88               /* smaller announced MSS values are raised to this */
@@ -55,6 +57,7 @@ _Static_assert((SLUICE_TCP_SND_BUF_MAX & (SLUICE_TCP_SND_BUF_MAX - 1)) == 0, "ri
 _Static_assert((SLUICE_TCP_OOO_BUF_MAX & (SLUICE_TCP_OOO_BUF_MAX - 1)) == 0, "rings are powers of two");
 _Static_assert(SLUICE_TCP_OOO_RANGES_MAX <= SLUICE_TCP_SACK_BLOCKS_MAX,
 	       "every island fits a SACK option (the first one sent is the newest)");
+_Static_assert(SLUICE_TCP_SCOREBOARD_MAX >= SLUICE_TCP_SACK_BLOCKS_MAX, "one segment's SACK blocks fit the scoreboard");
 _Static_assert(((uint64_t)65535 << SLUICE_TCP_WSCALE_MAX) < (1ull << 31),
 	       "a scaled window stays below half the sequence space (RFC 7323 2.3)");
 _Static_assert(SLUICE_TCP_RTO_MIN_MS_DEFAULT <= SLUICE_TCP_RTO_INITIAL_MS &&
@@ -103,6 +106,7 @@ struct sluice_tcp_counters {
 	uint64_t bytes_in, bytes_out; /* payload delivered in order / first transmissions */
 	uint64_t retransmits;         /* segments resent by the retransmission timer */
 	uint64_t fast_retransmits;    /* by three duplicate ACKs or a NewReno partial ACK */
+	uint64_t sack_retransmits;    /* holes resent in a SACK recovery after its first (scoreboard, partial ACK) */
 	uint64_t dup_acks;            /* RFC 5681 duplicate ACKs received */
 	uint64_t ooo_queued;          /* out-of-order segments kept for reassembly */
 	uint64_t ooo_drops;           /* out-of-order segments dropped (no room, no area) */
@@ -119,7 +123,13 @@ struct sluice_tcp_counters {
  * sluice_tcp_abort, inside established and peer_fin sluice_tcp_close and
  * sluice_tcp_abort (the DPDK transport answers, closes and refuses so;
  * tests/fuzz/fuzz_stack_tcp does each); never input or on_timer (the
- * module is mid-update). */
+ * module is mid-update). Deliveries never nest: sluice_tcp_output called
+ * from inside deliver sends, but delivers nothing (a held island waits for
+ * the delivery to return). Besides input and on_timer, sluice_tcp_output
+ * (and sluice_tcp_close, which ends with it) delivers too, when the caller
+ * gave room back while an island was held (sluice_tcp_set_rcv_space): so
+ * its deliver and peer_fin callbacks may run, and end the connection,
+ * inside those calls. */
 struct sluice_tcp_ops {
 	/* Send this segment. seg->payload points into the send ring: valid only during the call. */
 	void (*emit)(void *arg, const struct sluice_tcp_seg *seg);
@@ -186,7 +196,8 @@ struct sluice_tcp_tcb {
 	uint32_t snd_head, snd_len, snd_buf_seq;
 	bool fin_queued, fin_acked;
 	/* Out-of-order islands, sorted by sequence; ooo_newest: the one the last
-	 * segment touched (first SACK block). */
+	 * segment touched (first SACK block). The first may start at rcv_nxt:
+	 * reached while the caller had no room, held until it has. */
 	struct sluice_tcp_sack_block ooo[SLUICE_TCP_OOO_RANGES_MAX];
 	uint8_t ooo_n, ooo_newest;
 	bool ooo_fin;
@@ -194,6 +205,16 @@ struct sluice_tcp_tcb {
 	/* Congestion control (RFC 5681, RFC 6582). */
 	uint32_t cwnd, ssthresh, recover, dupacks;
 	bool in_recovery, partial_ack_seen;
+	/* The peer's SACK blocks (RFC 6675 scoreboard): disjoint ranges above
+	 * snd_una (never starting at it) and within snd_max, sorted, not
+	 * touching; emptied by a retransmission timeout. sack_recovery: this
+	 * fast recovery resends by them (it began with some); rtx_high: the end
+	 * of the highest byte resent in it (RFC 6675 HighRxt), in [snd_una,
+	 * snd_max]. */
+	struct sluice_tcp_sack_block sacked[SLUICE_TCP_SCOREBOARD_MAX];
+	uint8_t sacked_n;
+	bool sack_recovery;
+	uint32_t rtx_high;
 	/* RTT (RFC 6298), microseconds; rtt_seq timed when no timestamps (Karn). */
 	uint32_t srtt_us, rttvar_us, rto_ms;
 	bool rtt_measured, rtt_timing;
@@ -208,6 +229,7 @@ struct sluice_tcp_tcb {
 	uint32_t keepalive_sent;
 	uint32_t unacked_bytes; /* received since our last ACK */
 	bool ack_now;
+	bool delivering; /* inside ops.deliver: sluice_tcp_output leaves held islands alone */
 	struct sluice_tcp_counters counters;
 };
 
@@ -233,10 +255,18 @@ void sluice_tcp_input(struct sluice_tcp_tcb *tcb, const struct sluice_tcp_seg *s
  * once the connection is closing). Nothing is sent before sluice_tcp_output. */
 uint32_t sluice_tcp_send(struct sluice_tcp_tcb *tcb, const void *bytes, uint32_t n);
 uint32_t sluice_tcp_send_space(const struct sluice_tcp_tcb *tcb);
-/* Sends what the windows allow, and any ACK owed now. */
+/* Delivers what an island held while the caller had no room lets through
+ * (see sluice_tcp_set_rcv_space), then sends what the windows allow, and
+ * any ACK owed now. A callback may end the connection inside: the caller
+ * checks the state after (CLOSED: the closed callback ran). */
 void sluice_tcp_output(struct sluice_tcp_tcb *tcb, uint64_t now_ms);
 /* The caller can take `bytes` more received bytes; a window update is sent
- * at the next sluice_tcp_output when the window opens enough. */
+ * at the next sluice_tcp_output when the window opens enough. Bytes that
+ * arrived out of order and were held at rcv_nxt while the caller had no
+ * room (its space was 0: paused) are delivered by that sluice_tcp_output,
+ * without waiting for the peer to send them again, followed by the peer's
+ * FIN if it came behind them. Nothing is delivered inside this call: it
+ * may be made from inside callbacks. */
 void sluice_tcp_set_rcv_space(struct sluice_tcp_tcb *tcb, uint32_t bytes);
 /* Orderly close: FIN after the queued data. Returns 0, or -1 if already closing. */
 int sluice_tcp_close(struct sluice_tcp_tcb *tcb, uint64_t now_ms);

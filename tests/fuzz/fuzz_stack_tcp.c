@@ -36,9 +36,14 @@
  * - snd_una <= snd_nxt <= snd_max, nothing emitted lies past snd_max (the
  *   peer's ACK of it would be dropped) and nothing past the queued bytes
  *   and the FIN; the acked callback accounts for every acknowledged byte;
+ * - the SACK scoreboard's ranges lie above snd_una and within snd_max,
+ *   ordered and apart, whatever blocks the peer sent (valid, past snd_max,
+ *   wrapped, raw); no byte it holds as SACKed is sent again; a SACK
+ *   recovery's resent bytes end within [snd_una, snd_max];
  * - the receive space is what the caller gave minus what was delivered;
  *   the islands are ordered, disjoint, beyond rcv_nxt (the first may start
- *   there, held while the caller is full) and within the area;
+ *   there, held while the caller is full, and only then: once it gives room,
+ *   the sluice_tcp_output that follows delivers it) and within the area;
  * - a closing state's timer runs exactly in TIME-WAIT and FIN-WAIT-2, and a
  *   connection with something unacknowledged or unsent has its
  *   retransmission or persist timer armed (else it would stall).
@@ -218,6 +223,11 @@ static void check_emit(const struct sluice_tcp_seg *s)
 		for (uint32_t i = 0; i < s->payload_len; i++)
 			CHECK(s->payload[i] == our_byte(o + i), "sent byte at offset %llu is not the one queued",
 			      (unsigned long long)(o + i));
+		for (uint32_t i = 0; i < t->sacked_n; i++)
+			CHECK(!(sluice_tcp_seq_lt(s->seq, t->sacked[i].right) &&
+				sluice_tcp_seq_gt(s->seq + s->payload_len, t->sacked[i].left)),
+			      "sent [%u, %u), SACKed [%u, %u)", our_off(s->seq), our_off(s->seq + s->payload_len),
+			      our_off(t->sacked[i].left), our_off(t->sacked[i].right));
 	}
 	if (s->flags & SLUICE_TCP_FIN) {
 		CHECK(t->fin_queued, "a FIN before close");
@@ -469,11 +479,34 @@ static uint32_t ack_choice(uint8_t mode)
 	}
 }
 
+/* A SACK block, by mode: above snd_una by u16 and u16 long; whole
+ * segments (the holes a real receiver reports); around snd_max; raw. */
+static struct sluice_tcp_sack_block sack_choice(uint8_t mode)
+{
+	const struct sluice_tcp_tcb *t = &F.tcb;
+	uint32_t l;
+	switch (mode & 3) {
+	case 0:
+		l = t->snd_una + u16();
+		return (struct sluice_tcp_sack_block){l, l + u16()};
+	case 1:
+		l = t->snd_una + t->smss * (u8() % 64u);
+		return (struct sluice_tcp_sack_block){l, l + t->smss * (1u + u8() % 8u)};
+	case 2:
+		l = t->snd_max - u16();
+		return (struct sluice_tcp_sack_block){l, l + u16()};
+	default:
+		l = u32();
+		return (struct sluice_tcp_sack_block){l, u32()};
+	}
+}
+
 /* A segment from the peer: its bytes are always peer_byte at their offset.
  * Bytes: flags (FIN, PSH, RST when both 0x0c, SYN when both 0x30, no ACK
  * when both 0xc0), modes (sequence and ACK number choices, timestamps,
  * SACK blocks), their operands, the window (sticky, or new), the payload
- * length, then the timestamp and SACK operands. */
+ * length, then the timestamp and SACK operands (per block: sack_choice's
+ * mode, then its operands). */
 static void peer_segment(void)
 {
 	static uint8_t payload[FUZZ_PAYLOAD_MAX];
@@ -526,10 +559,8 @@ static void peer_segment(void)
 	}
 	if (m & 0x80) {
 		s.sack_n = (uint8_t)(1 + u8() % SLUICE_TCP_SACK_BLOCKS_MAX);
-		for (uint8_t i = 0; i < s.sack_n; i++) {
-			s.sack[i].left = t->snd_una + u16();
-			s.sack[i].right = s.sack[i].left + u16();
-		}
+		for (uint8_t i = 0; i < s.sack_n; i++)
+			s.sack[i] = sack_choice(u8());
 	}
 	if (!(s.flags & (SLUICE_TCP_RST | SLUICE_TCP_SYN))) { /* what a real peer sends: remembered */
 		mark_sent(s.seq, s.payload_len);
@@ -577,6 +608,28 @@ static void check_tcb(void)
 		      t->rcv_nxt);
 		prev = t->ooo[i].right;
 	}
+	/* An island held at rcv_nxt waits only while the caller has no room:
+	 * every step that gives room ends with sluice_tcp_output, which
+	 * delivers it (a room given inside a delivery, the drain goes on). */
+	bool text = t->state == SLUICE_TCP_ESTABLISHED || t->state == SLUICE_TCP_FIN_WAIT_1 ||
+		    t->state == SLUICE_TCP_FIN_WAIT_2;
+	CHECK(!text || t->ooo_n == 0 || sluice_tcp_seq_gt(t->ooo[0].left, t->rcv_nxt) || t->rcv_space == 0,
+	      "island [%u, %u) held at rcv_nxt %u with %u bytes of room", t->ooo[0].left, t->ooo[0].right, t->rcv_nxt,
+	      t->rcv_space);
+	/* The scoreboard: ranges above snd_una, within snd_max, ordered, apart;
+	 * a SACK recovery's resends within [snd_una, snd_max]. */
+	CHECK(t->sacked_n <= SLUICE_TCP_SCOREBOARD_MAX && (t->sack_ok || t->sacked_n == 0), "scoreboard of %u",
+	      t->sacked_n);
+	for (uint32_t i = 0, below = 0; i < t->sacked_n; i++) {
+		uint32_t l = t->sacked[i].left - t->snd_una, r = t->sacked[i].right - t->snd_una;
+		CHECK(l > below && l < r && r <= t->snd_max - t->snd_una,
+		      "SACKed range %u [%u, %u) out of order or place (snd_una %u, snd_max %u)", i, our_off(t->sacked[i].left),
+		      our_off(t->sacked[i].right), our_off(t->snd_una), our_off(t->snd_max));
+		below = r;
+	}
+	CHECK(!t->sack_recovery || (t->in_recovery && seq_between(t->snd_una, t->rtx_high, t->snd_max)),
+	      "SACK recovery: in recovery %d, rtx_high %u (snd_una %u, snd_max %u)", t->in_recovery, our_off(t->rtx_high),
+	      our_off(t->snd_una), our_off(t->snd_max));
 	bool closing_timer = t->state == SLUICE_TCP_TIME_WAIT || t->state == SLUICE_TCP_FIN_WAIT_2;
 	CHECK((t->state_at != SLUICE_TCP_TIMER_NONE) == closing_timer, "state timer %llu in %s",
 	      (unsigned long long)t->state_at, sluice_tcp_state_name(t->state));
@@ -756,9 +809,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (F.closed)
 			break;
 		const struct sluice_tcp_tcb *t = &F.tcb;
-		say("una %u nxt %u max %u len %u wnd %u cwnd %u smss %u rcv_nxt %u adv %u space %u ooo %u timers rtx %lld "
-		    "persist %lld delack %lld state %lld keepalive %lld",
+		say("una %u nxt %u max %u len %u wnd %u cwnd %u smss %u recovery %d sack %d rtx_high %u sacked %u rcv_nxt %u "
+		    "adv %u space %u ooo %u timers rtx %lld persist %lld delack %lld state %lld keepalive %lld",
 		    our_off(t->snd_una), our_off(t->snd_nxt), our_off(t->snd_max), t->snd_len, t->snd_wnd, t->cwnd, t->smss,
+		    t->in_recovery, t->sack_recovery, our_off(t->rtx_high), t->sacked_n,
 		    peer_off(t->rcv_nxt), peer_off(t->rcv_adv), t->rcv_space, t->ooo_n, (long long)t->rtx_at,
 		    (long long)t->persist_at, (long long)t->delack_at, (long long)t->state_at, (long long)t->keepalive_at);
 		check_tcb();

@@ -18,7 +18,7 @@ SEQ_RCV_NXT, SEQ_AHEAD, SEQ_PEER_NEXT = 0, 2, 5
 # ACK number choices: 0 snd_una, 1 snd_nxt, 2 snd_max, 3 snd_una + i8,
 # 4 snd_max + i8, 5 snd_una + u16 % in flight (partial), 6 raw u32,
 # 7 snd_una - u16.
-ACK_NXT, ACK_MAX, ACK_PARTIAL = 1, 2, 5
+ACK_UNA, ACK_NXT, ACK_MAX, ACK_PARTIAL = 0, 1, 2, 5
 
 OUTPUT, PAUSE, RESUME, CLOSE = bytes([11]), bytes([12]), bytes([13]), bytes([14])
 ABORT = bytes([15, 0])
@@ -53,11 +53,18 @@ def syn(ts=True, sack=True, ws=7, mss=1460, irs=0x50000000, iss=0x10000000, win=
     return b
 
 
+def sacked(first, segs):
+    """A SACK block of whole segments (sack_choice mode 1): from snd_una +
+    first segments, segs long (1..8)."""
+    return bytes([1, first, segs - 1])
+
+
 def seg(fin=False, psh=False, seq=SEQ_RCV_NXT, seq_arg=b'', ack=ACK_MAX, ack_arg=b'', win=None, length=0,
-        ts=True):
-    """A peer segment (opcode 0); win None keeps the peer's last window."""
+        ts=True, sack=None):
+    """A peer segment (opcode 0); win None keeps the peer's last window;
+    sack: up to 4 blocks (sacked())."""
     f = (1 if fin else 0) | (2 if psh else 0)
-    m = seq | ack << 3 | (0x40 if ts else 0)
+    m = seq | ack << 3 | (0x40 if ts else 0) | (0x80 if sack else 0)
     b = bytes([0, f, m]) + seq_arg + ack_arg
     if win is None:
         b += bytes([0])
@@ -73,6 +80,8 @@ def seg(fin=False, psh=False, seq=SEQ_RCV_NXT, seq_arg=b'', ack=ACK_MAX, ack_arg
         b += bytes([2]) + u16(length)
     if ts:
         b += bytes([0])  # TSval from the peer's clock, TSecr our last TSval
+    if sack:
+        b += bytes([len(sack) - 1]) + b''.join(sack)
     return b
 
 
@@ -138,6 +147,26 @@ SEEDS = {
     'small-space-answers': (
         config(c=0xa0, rcv_space=3000) + syn(ws=None) + HANDSHAKE + data(2000) + data(2000) + data(2000) +
         OUTPUT + CLOSE + ACK_ALL + seg(fin=True, ack=ACK_MAX) + to_timer(), [0, 0, 11, 50, 0, 15, 0, 0, 0]),
+    # 256 KiB queued, the initial window out, segments 1, 4 and 7 lost: the
+    # peer's duplicate ACKs SACK the rest (a SACK recovery resending the
+    # three holes), then partial ACKs as the resends arrive, then all.
+    'sack-recovery': (
+        config() + syn() + HANDSHAKE + send(0, output=False) + OUTPUT +
+        seg(ack=ACK_PARTIAL, ack_arg=u16(1448)) +
+        seg(ack=ACK_UNA, sack=[sacked(1, 2)]) + seg(ack=ACK_UNA, sack=[sacked(4, 2), sacked(1, 2)]) +
+        seg(ack=ACK_UNA, sack=[sacked(4, 2), sacked(1, 2)]) + seg(ack=ACK_UNA, sack=[sacked(7, 2), sacked(4, 2),
+                                                                                      sacked(1, 2)]) +
+        seg(ack=ACK_UNA, sack=[sacked(7, 2), sacked(4, 2), sacked(1, 2)]) +
+        seg(ack=ACK_PARTIAL, ack_arg=u16(3 * 1448), sack=[sacked(1, 2), sacked(4, 2)]) +
+        seg(ack=ACK_PARTIAL, ack_arg=u16(3 * 1448), sack=[sacked(1, 2)]) + ACK_ALL + OUTPUT + ACK_ALL,
+        [0] * 16),
+    # A SACK recovery whose resend is lost: the timeout empties the
+    # scoreboard; the SACK blocks after it are skipped going back N.
+    'sack-then-timeout': (
+        config() + syn() + HANDSHAKE + send(20000) + seg(ack=ACK_UNA, sack=[sacked(1, 3)]) +
+        seg(ack=ACK_UNA, sack=[sacked(1, 4)]) + seg(ack=ACK_UNA, sack=[sacked(1, 5)]) + to_timer() +
+        seg(ack=ACK_PARTIAL, ack_arg=u16(1448), sack=[sacked(2, 3)]) + seg(ack=ACK_UNA, sack=[sacked(2, 3)]) +
+        ACK_ALL, [0] * 12),
     # Sequence numbers across 2^32 both ways, a jumbo MSS.
     'wrap-jumbo': (
         config(c=3) + syn(irs=0xfffff000, iss=0xffffff00, mss=8960) + HANDSHAKE + data(4096) + data(4096) +
