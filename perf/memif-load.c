@@ -662,6 +662,16 @@ static void memif_run(void)
 		if (!g.c[i].dead && g.c[i].tcb.state != SLUICE_TCP_CLOSED)
 			sluice_tcp_abort(&g.c[i].tcb, now_ms);
 	d_flush();
+	/* Linger a little, taking what still comes, so the peer reads the
+	 * resets from the rings before the link goes down with them. */
+	for (int64_t until = now_ns() + 200000000; now_ns() < until;) {
+		struct rte_mbuf *m[BURST];
+		uint16_t n = rte_eth_rx_burst(d.port, 0, m, BURST);
+		for (uint16_t i = 0; i < n; i++)
+			rte_pktmbuf_free(m[i]);
+		if (n == 0)
+			usleep(1000);
+	}
 	for (int i = 0; i < g.conns; i++)
 		if (g.c[i].tcb.state != SLUICE_TCP_CLOSED)
 			d.retransmits += g.c[i].tcb.counters.retransmits + g.c[i].tcb.counters.fast_retransmits;
