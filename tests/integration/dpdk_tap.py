@@ -99,6 +99,7 @@ class Netns:
 
     def __exit__(self, *exc):
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        shutil.rmtree(f"/var/run/dpdk/{self.prefix}", ignore_errors=True)  # the EAL's runtime files
 
     def run(self, *args, timeout=120, check_rc=True, stdin=None):
         r = subprocess.run(["ip", "netns", "exec", self.name, *args], capture_output=True, timeout=timeout,
