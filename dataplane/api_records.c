@@ -401,7 +401,7 @@ static void fetch_op_clear(struct partop *op)
 	op->rdata = NULL;
 	if (op->pins) {
 		assert(op->pins->pin.release && op->pins->bytes == op->rlen);
-		op->pins->pin.release(&op->pins->pin);
+		sluice_pin_put(&op->pins->pin);
 		op->pins = NULL;
 	}
 	op->splice_at = 0;
@@ -698,7 +698,7 @@ static void fetch_write_pinned(struct req *r, struct kwr *w, struct partop *op, 
 	op->pins = NULL;
 	for (uint32_t k = 0; k < pins->n; k++)
 		kwr_raw(w, pins->range[k].base, pins->range[k].len);
-	pins->pin.release(&pins->pin);
+	sluice_pin_put(&pins->pin);
 }
 
 /* The splice table, past the response's last byte (out.len stays): one

@@ -228,7 +228,7 @@ static void splice_release(struct conn *c, struct req *r)
 	int64_t bytes = r->splice[r->splice_done++].bytes;
 	assert(pins->bytes == bytes);
 	sluice_conn_unpin(c, bytes);
-	pins->pin.release(&pins->pin);
+	sluice_pin_put(&pins->pin);
 }
 
 /* Release the splices the sends have covered: those ending at or before

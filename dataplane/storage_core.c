@@ -2031,6 +2031,7 @@ static int32_t read_pinned(struct storecore *sc, struct spart *p, struct partop 
 		s->pins.range[i] = (struct sluice_send_range){g->ext->buf + g->off, g->len, &s->pins.pin};
 	}
 	s->pins.pin.release = sluice_net_release_pins;
+	s->pins.pin.holds = 0;
 	s->pins.nc = &sc->b->net[op->net_core];
 	s->pins.store_core = sc->id;
 	st->pinned_extents += s->res.n;

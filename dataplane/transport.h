@@ -45,16 +45,30 @@ struct conn;
 /* A reference that keeps memory a send range points into alive, e.g. a
  * pinned extent of the log cache that a Fetch response sends without
  * copying. Whoever builds the range takes the reference; the network core
- * owns it from then on and calls release exactly once: when the backend's
- * sent upcalls have covered every byte of the range, or when the
- * connection drops the response unsent (closed, failed send). The backend
- * never sees the pin's owner and never releases it: it only promises not to
- * read the range after the sent upcall that covers it. (Every response today
- * is one range of the core's own memory, pin NULL; the zero-copy fetch work
- * fills this in.) */
+ * owns it from then on and drops it exactly once (sluice_pin_put): when the
+ * backend's sent upcalls have covered every byte of the range, or when the
+ * connection drops the response unsent (closed, failed send). A backend
+ * that reads a range after the sent upcall covering it (a user-space TCP
+ * stack resending until the peer acknowledges, a NIC reading it by DMA: the
+ * dpdk backend's zero-copy sends) takes references of its own with
+ * sluice_pin_hold and drops each with sluice_pin_put; otherwise it never
+ * reads the range after that upcall. release runs once, when the last
+ * reference is dropped, on the network core that holds them (the only
+ * thread that touches a pin's count). */
 struct sluice_pin {
 	void (*release)(struct sluice_pin *pin);
+	uint32_t holds; /* references besides the first (the core's): 0 when built */
 };
+
+static inline void sluice_pin_hold(struct sluice_pin *pin) { pin->holds++; }
+
+static inline void sluice_pin_put(struct sluice_pin *pin)
+{
+	if (pin->holds > 0)
+		pin->holds--;
+	else
+		pin->release(pin);
+}
 
 /* One contiguous range of bytes to send, in order with its neighbours. */
 struct sluice_send_range {

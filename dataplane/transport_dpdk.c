@@ -47,6 +47,8 @@
 #include <sys/epoll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <rte_bus.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_epoll.h>
 #include <rte_ethdev.h>
@@ -75,11 +77,51 @@
 #define SLUICE_DPDK_ARP_TICK_MS 200
 #define SLUICE_DPDK_MSL_MS 5000           /* TIME-WAIT lasts twice this */
 #define SLUICE_DPDK_PORTS_MAX 16          /* ports in sluice.dpdk.port */
+#define SLUICE_DPDK_SND_DESCS 256         /* pieces of one connection's send stream at once (power of two) */
+#define SLUICE_DPDK_ZC_MIN 256            /* shorter pieces of cached log bytes are copied, not referenced */
+#define SLUICE_DPDK_ZREFS 8192            /* cached ranges held by reference, per network core */
+#define SLUICE_DPDK_EXT_MBUFS 8191        /* mbufs per network core that carry bytes by reference */
+#define SLUICE_DPDK_TX_SEGS_MAX 16        /* mbufs chained in one frame, at most */
+#define SLUICE_DPDK_FRAME_PIECES 96       /* pieces of the send stream one frame's payload spans, at most */
 _Static_assert(SLUICE_DPDK_TABLE_SLOTS >= 2 * SLUICE_DPDK_CONNS_MAX, "the table stays at most half full");
 _Static_assert((SLUICE_DPDK_TABLE_SLOTS & (SLUICE_DPDK_TABLE_SLOTS - 1)) == 0, "slots mask by a power of two");
 _Static_assert(SLUICE_DPDK_SND_BUF_BYTES <= SLUICE_TCP_SND_BUF_MAX, "within the state machine's ring bound");
 _Static_assert(SLUICE_DPDK_OOO_BUF_BYTES <= SLUICE_TCP_OOO_BUF_MAX, "within the reassembly bound");
 _Static_assert(SLUICE_DPDK_BURST <= SLUICE_DPDK_MBUF_CACHE, "a burst comes from the core's cache");
+_Static_assert((SLUICE_DPDK_SND_DESCS & (SLUICE_DPDK_SND_DESCS - 1)) == 0, "descriptors mask by a power of two");
+/* A frame's payload (9000 - 40 bytes at most) spans referenced pieces of
+ * SLUICE_DPDK_ZC_MIN bytes or more (a shorter one, cut by an ACK, only at
+ * the front), each with at most one copied piece before it. */
+_Static_assert(SLUICE_DPDK_FRAME_PIECES >= 2 * (9000 / SLUICE_DPDK_ZC_MIN + 2) + 1, "a jumbo frame's pieces fit");
+
+/* A range of cached log bytes (a pinned extent's) that a connection's send
+ * stream holds by reference: the pin held (sluice_pin_hold) until the
+ * stream has been acknowledged past it and every frame that carried its
+ * bytes has left the NIC. shinfo's count: the stream's reference and one
+ * per mbuf attached; when it falls to 0 the pin is dropped. */
+struct zref {
+	struct rte_mbuf_ext_shared_info shinfo;
+	struct sluice_pin *pin;
+	struct zpool *zp;
+	struct zref *next; /* the free list */
+};
+
+/* A network core's references. It outlives the core's state until the
+ * ports are closed: frames still in a NIC's ring point at them. */
+struct zpool {
+	struct zref *free;
+	uint32_t used;
+	bool stopped; /* the core stopped: a reference freed now drops no pin (the broker is ending) */
+	struct zref refs[SLUICE_DPDK_ZREFS];
+};
+
+/* A piece of a connection's send stream: bytes copied into its ring, or a
+ * cached range held by reference. */
+struct sdesc {
+	const uint8_t *base;
+	uint32_t len;
+	struct zref *ref; /* NULL: copied (base points into the ring) */
+};
 
 /* One connection: the state machine, its buffers, and what the network core
  * knows of it. */
@@ -106,6 +148,13 @@ struct dconn {
 	struct dconn *done_next;        /* ended: reported (and freed) at the end of poll */
 	struct dconn *detach_next;      /* closed by the core: reported at the end of poll */
 	uint8_t *snd_buf, *ooo_buf;
+	/* The send stream (tcp.c's external send buffer) from its first
+	 * unacknowledged byte: pieces in order, a ring of sq_n from sq_head;
+	 * the copied ones' bytes in snd_buf, a ring of cr_len from cr_head.
+	 * cur_k, cur_at: emit's cursor, piece cur_k from the front starts
+	 * cur_at bytes in (reset when the front moves). */
+	struct sdesc sq[SLUICE_DPDK_SND_DESCS];
+	uint32_t sq_head, sq_n, cr_head, cr_len, cur_k, cur_at;
 };
 
 /* One network core's state in this backend. */
@@ -118,6 +167,10 @@ struct dstate {
 	struct rte_epoll_event efd_ev;  /* the core's eventfd in the thread's DPDK epoll set */
 	unsigned lcore;                 /* the EAL lcore whose CPUs the core runs on (LCORE_ID_ANY: as placed) */
 	struct rte_mempool *pool;
+	struct rte_mempool *ext_pool;   /* mbufs without data room: attached to referenced bytes */
+	struct zpool *zp;
+	bool zc;                        /* cached bytes sent by reference (sluice.dpdk.zero.copy, the port allows) */
+	uint16_t tx_segs;               /* mbufs one frame may chain */
 	struct sluice_eth_addr mac;
 	uint32_t ip, netmask, gateway;
 	uint16_t listen_port;
@@ -145,6 +198,7 @@ struct dstate {
 	int64_t now;                    /* the clock as the poll loop last read it (ds_now) */
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused, not_ours;
+	uint64_t zc_frames, zc_bytes;   /* frames that carried bytes by reference, and those bytes (first sends and resends) */
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
 	uint64_t ends[SLUICE_TCP_END_REASONS]; /* connections ended, by reason */
 	/* SLUICE_DPDK_RX_CHAOS (tests): per mille of frames reordered, duplicated, corrupted. */
@@ -297,14 +351,300 @@ static void rearm(struct dstate *ds, struct dconn *d)
 		sluice_wheel_arm(&ds->wheel, &d->tn, at);
 }
 
+/* ---- the send stream: copies and references ------------------------------ */
+
+static void zref_free(struct zref *z)
+{
+	struct zpool *zp = z->zp;
+	if (!zp->stopped)
+		sluice_pin_put(z->pin);
+	z->pin = NULL;
+	z->next = zp->free;
+	zp->free = z;
+	assert(zp->used > 0);
+	zp->used--;
+}
+
+/* The last mbuf attached to z's bytes was freed (sent, or dropped). */
+static void zref_free_cb(void *addr, void *opaque)
+{
+	(void)addr;
+	zref_free(opaque);
+}
+
+/* A reference to bytes of pin's (held), the stream's own; NULL if none is free. */
+static struct zref *zref_get(struct zpool *zp, struct sluice_pin *pin)
+{
+	struct zref *z = zp->free;
+	if (!z)
+		return NULL;
+	zp->free = z->next;
+	zp->used++;
+	z->next = NULL;
+	z->pin = pin;
+	sluice_pin_hold(pin);
+	z->shinfo.free_cb = zref_free_cb;
+	z->shinfo.fcb_opaque = z;
+	rte_mbuf_ext_refcnt_set(&z->shinfo, 1);
+	return z;
+}
+
+static void zref_put(struct zref *z)
+{
+	if (rte_mbuf_ext_refcnt_update(&z->shinfo, -1) == 0)
+		zref_free(z);
+}
+
+static struct zpool *zpool_new(void)
+{
+	struct zpool *zp = calloc(1, sizeof *zp);
+	if (!zp)
+		return NULL;
+	for (uint32_t i = SLUICE_DPDK_ZREFS; i-- > 0;) {
+		zp->refs[i].zp = zp;
+		zp->refs[i].next = zp->free;
+		zp->free = &zp->refs[i];
+	}
+	return zp;
+}
+
+static struct sdesc *sq_at(struct dconn *d, uint32_t k) { return &d->sq[(d->sq_head + k) & (SLUICE_DPDK_SND_DESCS - 1)]; }
+
+static void sq_push(struct dconn *d, const uint8_t *base, uint32_t len, struct zref *ref)
+{
+	assert(d->sq_n < SLUICE_DPDK_SND_DESCS && len > 0);
+	*sq_at(d, d->sq_n++) = (struct sdesc){base, len, ref};
+}
+
+/* Copy up to n bytes onto the stream, as far as it and its ring take them;
+ * returns how many. */
+static uint32_t take_copy(struct dconn *d, const uint8_t *p, uint32_t n)
+{
+	uint32_t took = 0;
+	while (took < n) {
+		uint32_t pos = (d->cr_head + d->cr_len) & (SLUICE_DPDK_SND_BUF_BYTES - 1);
+		uint32_t k = n - took;
+		if (k > SLUICE_DPDK_SND_BUF_BYTES - pos)
+			k = SLUICE_DPDK_SND_BUF_BYTES - pos; /* up to the ring's end: the next piece starts at 0 */
+		if (k > SLUICE_DPDK_SND_BUF_BYTES - d->cr_len)
+			k = SLUICE_DPDK_SND_BUF_BYTES - d->cr_len;
+		struct sdesc *t = d->sq_n ? sq_at(d, d->sq_n - 1) : NULL;
+		bool join = t && !t->ref && t->base + t->len == d->snd_buf + pos;
+		if (!join && d->sq_n == SLUICE_DPDK_SND_DESCS)
+			break;
+		k = sluice_tcp_send_external(&d->tcb, k);
+		if (k == 0)
+			break;
+		memcpy(d->snd_buf + pos, p + took, k);
+		if (join)
+			t->len += k;
+		else
+			sq_push(d, d->snd_buf + pos, k, NULL);
+		d->cr_len += k;
+		took += k;
+	}
+	return took;
+}
+
+/* Put up to n bytes of pin's onto the stream by reference; 0 when that
+ * does not pay or cannot be done now (the caller copies them). */
+static uint32_t take_ref(struct dconn *d, const uint8_t *p, uint32_t n, struct sluice_pin *pin)
+{
+	uint32_t space = sluice_tcp_send_space(&d->tcb);
+	if (n > space)
+		n = space;
+	if (n < SLUICE_DPDK_ZC_MIN || d->sq_n == SLUICE_DPDK_SND_DESCS)
+		return 0;
+	struct zref *z = zref_get(d->ds->zp, pin);
+	if (!z)
+		return 0;
+	uint32_t k = sluice_tcp_send_external(&d->tcb, n);
+	assert(k == n);
+	sq_push(d, p, k, z);
+	return k;
+}
+
+/* The peer acknowledged the stream's first n bytes: they leave it. */
+static void sq_pop(struct dconn *d, uint32_t n)
+{
+	d->cur_k = d->cur_at = 0;
+	while (n > 0) {
+		assert(d->sq_n > 0);
+		struct sdesc *e = sq_at(d, 0);
+		uint32_t k = n < e->len ? n : e->len;
+		if (!e->ref) {
+			assert(e->base == d->snd_buf + d->cr_head && k <= d->cr_len);
+			d->cr_head = (d->cr_head + k) & (SLUICE_DPDK_SND_BUF_BYTES - 1);
+			d->cr_len -= k;
+		}
+		e->base += k;
+		e->len -= k;
+		n -= k;
+		if (e->len == 0) {
+			if (e->ref)
+				zref_put(e->ref);
+			e->ref = NULL;
+			d->sq_head = (d->sq_head + 1) & (SLUICE_DPDK_SND_DESCS - 1);
+			d->sq_n--;
+		}
+	}
+}
+
+/* A piece of a frame's payload. */
+struct fpiece {
+	const uint8_t *p;
+	uint32_t len;
+	struct zref *ref;
+};
+
+/* The pieces of the stream's bytes [off, off + len) from its front, into
+ * pc (at most max): how many. */
+static int sq_pieces(struct dconn *d, uint32_t off, uint32_t len, struct fpiece *pc, int max)
+{
+	if (off < d->cur_at)
+		d->cur_k = d->cur_at = 0;
+	uint32_t k = d->cur_k, at = d->cur_at;
+	while (k < d->sq_n && off >= at + sq_at(d, k)->len) {
+		at += sq_at(d, k)->len;
+		k++;
+	}
+	d->cur_k = k;
+	d->cur_at = at;
+	int n = 0;
+	uint32_t skip = off - at;
+	while (len > 0) {
+		assert(k < d->sq_n && n < max);
+		const struct sdesc *e = sq_at(d, k++);
+		uint32_t take = e->len - skip < len ? e->len - skip : len;
+		pc[n++] = (struct fpiece){e->base + skip, take, e->ref};
+		len -= take;
+		skip = 0;
+	}
+	return n;
+}
+
 static void conn_free(struct dconn *d)
 {
+	for (uint32_t k = 0; k < d->sq_n; k++)
+		if (sq_at(d, k)->ref)
+			zref_put(sq_at(d, k)->ref);
+	d->sq_n = 0;
 	free(d->snd_buf);
 	free(d->ooo_buf);
 	free(d);
 }
 
 /* ---- the state machine's callbacks ------------------------------------- */
+
+static void tx_offload_flags(struct dstate *ds, struct rte_mbuf *m, size_t tcp_hdr_len)
+{
+	if (ds->tx_csum) {
+		m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_TCP_CKSUM;
+		m->l2_len = SLUICE_ETH_HDR_LEN;
+		m->l3_len = SLUICE_IPV4_HDR_LEN;
+		m->l4_len = tcp_hdr_len;
+	}
+}
+
+/* Attach m to len bytes at p, held by z (one more reference). */
+static void attach(struct rte_mbuf *m, const uint8_t *p, uint32_t len, struct zref *z)
+{
+	rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? (rte_iova_t)(uintptr_t)p : RTE_BAD_IOVA;
+	rte_mbuf_ext_refcnt_update(&z->shinfo, 1);
+	rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)p, iova, (uint16_t)len, &z->shinfo);
+	m->data_len = (uint16_t)len;
+}
+
+/* A segment whose payload is on the stream: the headers in a fresh mbuf,
+ * then the payload's pieces, those held by reference (long enough to pay)
+ * in mbufs attached to their bytes, the rest copied; one chain. Whatever
+ * fails, the frame is not sent: as a lost segment, the state machine
+ * resends it. */
+static void emit_stream(struct dstate *ds, struct dconn *d, const struct sluice_tcp_seg *seg)
+{
+	struct fpiece pc[SLUICE_DPDK_FRAME_PIECES];
+	int n = sq_pieces(d, seg->seq - d->tcb.snd_buf_seq, seg->payload_len, pc, SLUICE_DPDK_FRAME_PIECES);
+	struct sluice_wire_piece wp[SLUICE_DPDK_FRAME_PIECES];
+	bool by_ref = false;
+	for (int i = 0; i < n; i++) {
+		wp[i] = (struct sluice_wire_piece){pc[i].p, pc[i].len};
+		by_ref |= ds->zc && pc[i].ref && pc[i].len >= SLUICE_DPDK_ZC_MIN;
+	}
+	struct rte_mbuf *head;
+	size_t cap;
+	uint8_t *p = tx_frame(ds, &head, &cap);
+	if (!p)
+		return;
+	/* A chain's checksums are summed here: zero copy is for virtual
+	 * devices, whose drivers sum in software anyway, and net_tap's sums
+	 * each mbuf on its own (wrong after one of odd length). */
+	size_t hdr = by_ref ? sluice_wire_tcp_headers_build(p, cap, &d->peer_mac, &ds->mac, ds->ip_id, seg, wp, n, 0) : 0;
+	if (hdr == 0) {
+		/* All copied, into one frame: the payload placed after the
+		 * headers, which the whole-frame builder then writes before it. */
+		size_t at = SLUICE_ETH_HDR_LEN + SLUICE_IPV4_HDR_LEN + SLUICE_TCP_HDR_LEN + sluice_wire_tcp_options_len(seg);
+		if (at + seg->payload_len > cap) {
+			tx_queue(ds, head, 0); /* cannot be: the MTU fits an mbuf (a dropped frame if it did) */
+			return;
+		}
+		for (int i = 0, o = 0; i < n; o += (int)pc[i].len, i++)
+			memcpy(p + at + o, pc[i].p, pc[i].len);
+		struct sluice_tcp_seg placed = *seg;
+		placed.payload = p + at;
+		size_t len = sluice_wire_tcp_frame_build_offload(p, cap, &d->peer_mac, &ds->mac, ds->ip_id++, &placed,
+								 ds->tx_csum);
+		tx_offload_flags(ds, head, at - SLUICE_ETH_HDR_LEN - SLUICE_IPV4_HDR_LEN);
+		tx_queue(ds, head, len);
+		return;
+	}
+	ds->ip_id++;
+	head->data_len = (uint16_t)hdr;
+	head->pkt_len = (uint32_t)hdr;
+	struct rte_mbuf *tail = head;
+	uint64_t zc_bytes = 0;
+	for (int i = 0; i < n; i++) {
+		const uint8_t *src = pc[i].p;
+		uint32_t left = pc[i].len;
+		if (ds->zc && pc[i].ref && left >= SLUICE_DPDK_ZC_MIN && head->nb_segs + 2 <= ds->tx_segs) {
+			struct rte_mbuf *m = rte_pktmbuf_alloc(ds->ext_pool);
+			if (m) {
+				attach(m, src, left, pc[i].ref);
+				tail->next = m;
+				tail = m;
+				head->nb_segs++;
+				head->pkt_len += left;
+				zc_bytes += left;
+				continue;
+			}
+		}
+		while (left > 0) { /* copied: into the tail while it is the frame's own, else a fresh mbuf */
+			if (RTE_MBUF_HAS_EXTBUF(tail) || rte_pktmbuf_tailroom(tail) == 0) {
+				struct rte_mbuf *m = head->nb_segs < ds->tx_segs ? rte_pktmbuf_alloc(ds->pool) : NULL;
+				if (!m) {
+					rte_pktmbuf_free(head);
+					ds->tx_drops++;
+					return;
+				}
+				tail->next = m;
+				tail = m;
+				head->nb_segs++;
+			}
+			uint32_t room = (uint32_t)rte_pktmbuf_tailroom(tail);
+			uint32_t k = left < room ? left : room;
+			memcpy(rte_pktmbuf_mtod_offset(tail, uint8_t *, tail->data_len), src, k);
+			tail->data_len = (uint16_t)(tail->data_len + k);
+			head->pkt_len += k;
+			src += k;
+			left -= k;
+		}
+	}
+	assert(head->pkt_len == hdr + seg->payload_len);
+	ds->zc_frames++;
+	ds->zc_bytes += zc_bytes;
+	ds->tx[ds->tx_n++] = head;
+	if (ds->tx_n == SLUICE_DPDK_BURST)
+		tx_flush(ds);
+}
 
 static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 {
@@ -318,17 +658,18 @@ static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 		if (d->next_hop && sluice_arp_lookup(&ds->arp, d->next_hop, (int64_t)ds_now(ds), &mac))
 			d->peer_mac = mac;
 	}
+	if (seg->payload_len > 0) {
+		assert(!seg->payload); /* the stream is ours (tcp.h's external send buffer) */
+		emit_stream(ds, d, seg);
+		return;
+	}
 	struct rte_mbuf *m;
 	size_t cap;
 	uint8_t *p = tx_frame(ds, &m, &cap);
 	if (!p)
 		return; /* as a lost segment: the state machine resends */
 	size_t len = sluice_wire_tcp_frame_build_offload(p, cap, &d->peer_mac, &ds->mac, ds->ip_id++, seg, ds->tx_csum);
-	if (ds->tx_csum) {
-		m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_TCP_CKSUM;
-		m->l2_len = SLUICE_ETH_HDR_LEN;
-		m->l3_len = SLUICE_IPV4_HDR_LEN;
-	}
+	tx_offload_flags(ds, m, len ? sluice_wire_tcp_options_len(seg) + SLUICE_TCP_HDR_LEN : 0);
 	tx_queue(ds, m, len);
 }
 
@@ -369,7 +710,9 @@ static void on_peer_fin(void *arg)
 	}
 }
 
-/* Copy the pending ranges into the send ring as far as it has room; once
+/* Put the pending ranges onto the send stream as far as it takes them:
+ * cached log bytes (a range with a pin) by reference when zero copy is on
+ * and the piece is long enough, the rest copied into the ring. Once
  * anything was taken the send is reported at the end of the poll. */
 static void pend_fill(struct dconn *d)
 {
@@ -377,11 +720,17 @@ static void pend_fill(struct dconn *d)
 		const struct sluice_send_range *r = &d->pend[d->pend_i];
 		size_t left = r->len - d->pend_off;
 		uint32_t want = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
-		uint32_t got = sluice_tcp_send(&d->tcb, r->base + d->pend_off, want);
+		uint32_t got = 0;
+		if (r->pin && d->ds->zc)
+			got = take_ref(d, r->base + d->pend_off, want, r->pin);
+		if (got == 0)
+			got = take_copy(d, r->base + d->pend_off, want);
+		if (got == 0)
+			break; /* the stream is full: more when the peer acknowledges */
 		d->pend_off += got;
 		d->pend_taken += got;
 		if (d->pend_off < r->len)
-			break; /* the ring is full: more when the peer acknowledges */
+			break; /* the stream is full */
 		d->pend_i++;
 		d->pend_off = 0;
 	}
@@ -396,7 +745,7 @@ static void pend_fill(struct dconn *d)
 static void on_acked(void *arg, uint32_t bytes)
 {
 	struct dconn *d = arg;
-	(void)bytes;
+	sq_pop(d, bytes);
 	if (d->pend_n && d->pend_i < d->pend_n)
 		pend_fill(d);
 }
@@ -498,7 +847,7 @@ static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_con
 	cfg->ops = (struct sluice_tcp_ops){.emit = on_emit, .deliver = on_deliver, .established = on_established,
 					   .peer_fin = on_peer_fin, .acked = on_acked, .closed = on_closed};
 	cfg->arg = d;
-	cfg->snd_buf = d->snd_buf;
+	cfg->snd_buf = NULL; /* the stream is ours: copies in d->snd_buf, and references */
 	cfg->snd_buf_bytes = SLUICE_DPDK_SND_BUF_BYTES;
 	cfg->ooo_buf = d->ooo_buf;
 	cfg->ooo_buf_bytes = SLUICE_DPDK_OOO_BUF_BYTES;
@@ -1005,6 +1354,10 @@ static struct {
 	bool rss; /* one port, its queues spread by the device's hash */
 	bool tx_csum[RTE_MAX_ETHPORTS], rx_csum[RTE_MAX_ETHPORTS]; /* checksum offloads enabled on each port */
 	bool rx_intr[RTE_MAX_ETHPORTS];                            /* Rx interrupts configured on each port */
+	bool zc[RTE_MAX_ETHPORTS];                                 /* frames may carry cached bytes by reference */
+	uint16_t tx_segs[RTE_MAX_ETHPORTS];                        /* mbufs a frame may chain on each port */
+	struct rte_mempool *ext_pool[SLUICE_CORES_MAX];
+	struct zpool *zp[SLUICE_CORES_MAX];
 	int fini_left;
 } g;
 
@@ -1239,6 +1592,20 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		conf.txmode.offloads = g.tx_csum[p] ? tx_want : 0;
 		conf.rxmode.offloads = g.rx_csum[p] ? rx_want : 0;
 	}
+	/* Frames as mbuf chains: zero-copy sends attach cached log bytes.
+	 * Only on ports whose driver copies the bytes with the CPU (virtual
+	 * devices: net_tap, net_memif, ...); a NIC on a bus reads them by DMA,
+	 * for which the extents are not registered (rte_extmem_register): it
+	 * gets copies. */
+	const char *bus = rc == 0 && info.device ? rte_bus_name(rte_dev_bus(info.device)) : NULL;
+	bool vdev = bus && strcmp(bus, "vdev") == 0;
+	g.tx_segs[p] = 1;
+	if (rc == 0 && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)) {
+		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+		uint16_t lim = info.tx_desc_lim.nb_mtu_seg_max ? info.tx_desc_lim.nb_mtu_seg_max : 1;
+		g.tx_segs[p] = lim < SLUICE_DPDK_TX_SEGS_MAX ? lim : SLUICE_DPDK_TX_SEGS_MAX;
+	}
+	g.zc[p] = cfg->dpdk_zero_copy && vdev && g.tx_segs[p] >= 3;
 	/* Rx interrupts where the port takes them (its start says), else
 	 * without: the cores then nap briefly instead. */
 	conf.intr_conf.rxq = cfg->dpdk_rx_interrupts;
@@ -1256,10 +1623,14 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		SLOG_ERR("net", "sluice.dpdk.port %u: cannot start it: %s", p, rte_strerror(-rc));
 		return -1;
 	}
-	SLOG_INFO("net", "sluice.dpdk.port %u (%s): %d queue pair(s); checksums: sent %s, received %s; idle cores %s", p,
-		  info.driver_name, q, g.tx_csum[p] ? "by the NIC" : "in software",
+	SLOG_INFO("net", "sluice.dpdk.port %u (%s): %d queue pair(s); checksums: sent %s, received %s; idle cores %s; "
+		  "cached log bytes sent %s", p, info.driver_name, q, g.tx_csum[p] ? "by the NIC" : "in software",
 		  g.rx_csum[p] ? "checked by the NIC (software when it did not)" : "in software",
-		  g.rx_intr[p] ? "sleep until a frame arrives (Rx interrupts)" : "nap 1 ms at a time");
+		  g.rx_intr[p] ? "sleep until a frame arrives (Rx interrupts)" : "nap 1 ms at a time",
+		  g.zc[p]                    ? "by reference (zero copy)"
+		  : !cfg->dpdk_zero_copy     ? "as copies (sluice.dpdk.zero.copy=false)"
+		  : !vdev                    ? "as copies (a device on a bus: extents not registered for DMA)"
+					     : "as copies (the port does not chain mbufs)");
 	return 0;
 }
 
@@ -1329,6 +1700,14 @@ static int dpdk_prepare(struct broker *b)
 				 "sluice.dpdk.eal.args)", k, rte_strerror(rte_errno));
 			return -1;
 		}
+		snprintf(name, sizeof name, "sluice_ext%d", k);
+		g.ext_pool[k] = rte_pktmbuf_pool_create(name, SLUICE_DPDK_EXT_MBUFS, SLUICE_DPDK_MBUF_CACHE, 0, 0, socket);
+		g.zp[k] = g.ext_pool[k] ? zpool_new() : NULL;
+		if (!g.zp[k]) {
+			SLOG_ERR("net", "DPDK: cannot create network core %d's zero-copy mbuf pool: %s (memory: -m in "
+				 "sluice.dpdk.eal.args)", k, g.ext_pool[k] ? "out of memory" : rte_strerror(rte_errno));
+			return -1;
+		}
 	}
 	for (int i = 0; i < g.ports_n; i++)
 		if (port_start(cfg, g.ports[i], g.rss ? g.cores : 1, g.rss ? g.pool : &g.pool[i]) < 0)
@@ -1377,6 +1756,10 @@ static int dpdk_init(struct netcore *nc)
 	ds->port = g.port[nc->id];
 	ds->queue = g.queue[nc->id];
 	ds->pool = g.pool[nc->id];
+	ds->ext_pool = g.ext_pool[nc->id];
+	ds->zp = g.zp[nc->id];
+	ds->zc = g.zc[ds->port];
+	ds->tx_segs = g.tx_segs[ds->port];
 	ds->lcore = g.lcore[nc->id];
 	ds->tx_csum = g.tx_csum[ds->port] ? SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP : 0;
 	ds->rx_csum = g.rx_csum[ds->port];
@@ -1410,6 +1793,9 @@ static void dpdk_fini(struct netcore *nc)
 {
 	struct dstate *ds = nc->tstate;
 	if (ds) {
+		/* The core's thread is gone: pins are no longer its to drop
+		 * (nothing reads the extents after this; the process ends). */
+		ds->zp->stopped = true;
 		for (uint32_t i = 0; i < SLUICE_DPDK_TABLE_SLOTS; i++)
 			if (ds->table[i]) {
 				struct dconn *d = ds->table[i];
@@ -1455,6 +1841,8 @@ static void dpdk_fini(struct netcore *nc)
 			  ds->ends[SLUICE_TCP_END_ORDERLY], ds->ends[SLUICE_TCP_END_RESET], ds->ends[SLUICE_TCP_END_TIMEOUT],
 			  ds->ends[SLUICE_TCP_END_ABORTED], ds->ends[SLUICE_TCP_END_FIN_WAIT_2],
 			  ds->ends[SLUICE_TCP_END_KEEPALIVE]);
+		SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " bytes of cached log data sent by reference (zero copy) "
+			  "in %" PRIu64 " frames", nc->id, ds->zc_bytes, ds->zc_frames);
 		free(ds);
 		nc->tstate = NULL;
 	}
@@ -1465,6 +1853,10 @@ static void dpdk_fini(struct netcore *nc)
 	for (int i = 0; i < g.ports_n; i++) {
 		(void)rte_eth_dev_stop(g.ports[i]);
 		(void)rte_eth_dev_close(g.ports[i]);
+	}
+	for (int k = 0; k < g.cores; k++) { /* the NICs' rings are empty now: nothing points at a reference */
+		free(g.zp[k]);
+		g.zp[k] = NULL;
 	}
 	(void)rte_eal_cleanup();
 	g.eal_up = false;

@@ -183,7 +183,8 @@ static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uin
 	assert(off <= t->snd_len);
 	uint32_t pos = (t->snd_head + off) & (t->cfg.snd_buf_bytes - 1);
 	uint32_t n = min32(min32(t->snd_len - off, limit), t->smss);
-	n = min32(n, t->cfg.snd_buf_bytes - pos); /* one contiguous piece per segment */
+	if (t->cfg.snd_buf)
+		n = min32(n, t->cfg.snd_buf_bytes - pos); /* one contiguous piece per segment */
 	bool fin = fin_may_go(t) && off + n == t->snd_len;
 	if (n == 0 && !fin)
 		return 0;
@@ -192,7 +193,7 @@ static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uin
 		flags |= SLUICE_TCP_PSH;
 	if (fin)
 		flags |= SLUICE_TCP_FIN;
-	emit_seg(t, seq, flags, n ? t->cfg.snd_buf + pos : NULL, n, now_ms);
+	emit_seg(t, seq, flags, n && t->cfg.snd_buf ? t->cfg.snd_buf + pos : NULL, n, now_ms);
 	return n + fin;
 }
 
@@ -648,6 +649,11 @@ static void ack_advance(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *s
 			assert(t->snd_len == 0 && ack == t->snd_buf_seq + 1);
 			t->fin_acked = true;
 		}
+		/* Given back before anything below may emit (a recovery's
+		 * retransmission): an external send buffer finds its bytes by
+		 * offset from snd_buf_seq, which has just moved. */
+		if (data > 0 && t->cfg.ops.acked)
+			t->cfg.ops.acked(t->cfg.arg, data);
 	}
 	t->snd_una = ack;
 	if (sluice_tcp_seq_lt(t->snd_nxt, ack))
@@ -660,8 +666,6 @@ static void ack_advance(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *s
 		t->rtx_at = SLUICE_TCP_TIMER_NONE;
 	else if (!was_partial || !t->in_recovery)
 		t->rtx_at = now_ms + t->rto_ms; /* RFC 6298 5.3 */
-	if (data > 0 && t->cfg.ops.acked)
-		t->cfg.ops.acked(t->cfg.arg, data);
 }
 
 /* SND.WND from a segment newer than the last update (WL1/WL2 rule). A
@@ -1143,7 +1147,7 @@ void sluice_tcp_input(struct sluice_tcp_tcb *t, const struct sluice_tcp_seg *seg
 static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *cfg, uint32_t iss, uint64_t now_ms)
 {
 	assert(cfg->ops.emit && cfg->ops.deliver && cfg->ops.closed);
-	assert(cfg->snd_buf && cfg->snd_buf_bytes > 0 && cfg->snd_buf_bytes <= SLUICE_TCP_SND_BUF_MAX &&
+	assert(cfg->snd_buf_bytes > 0 && cfg->snd_buf_bytes <= SLUICE_TCP_SND_BUF_MAX &&
 	       (cfg->snd_buf_bytes & (cfg->snd_buf_bytes - 1)) == 0);
 	assert(cfg->ooo_buf ? cfg->ooo_buf_bytes > 0 && cfg->ooo_buf_bytes <= SLUICE_TCP_OOO_BUF_MAX &&
 				      (cfg->ooo_buf_bytes & (cfg->ooo_buf_bytes - 1)) == 0
@@ -1220,8 +1224,18 @@ uint32_t sluice_tcp_send_space(const struct sluice_tcp_tcb *t)
 	return open && !t->fin_queued ? t->cfg.snd_buf_bytes - t->snd_len : 0;
 }
 
+uint32_t sluice_tcp_send_external(struct sluice_tcp_tcb *t, uint32_t n)
+{
+	assert(!t->cfg.snd_buf);
+	n = min32(n, sluice_tcp_send_space(t));
+	t->snd_len += n;
+	assert(t->snd_len <= t->cfg.snd_buf_bytes);
+	return n;
+}
+
 uint32_t sluice_tcp_send(struct sluice_tcp_tcb *t, const void *bytes, uint32_t n)
 {
+	assert(t->cfg.snd_buf);
 	n = min32(n, sluice_tcp_send_space(t));
 	if (n == 0)
 		return 0;

@@ -131,7 +131,11 @@ struct sluice_tcp_counters {
  * its deliver and peer_fin callbacks may run, and end the connection,
  * inside those calls. */
 struct sluice_tcp_ops {
-	/* Send this segment. seg->payload points into the send ring: valid only during the call. */
+	/* Send this segment. seg->payload points into the send ring: valid
+	 * only during the call. With an external send buffer (config.snd_buf
+	 * NULL) seg->payload is NULL and the caller supplies the payload_len
+	 * bytes itself: those at offset seg->seq - tcb->snd_buf_seq of what it
+	 * queued with sluice_tcp_send_external (a SYN or a FIN carries none). */
 	void (*emit)(void *arg, const struct sluice_tcp_seg *seg);
 	/* In-order bytes for the application, at most the receive space last
 	 * given (sluice_tcp_set_rcv_space) minus what was delivered since:
@@ -150,7 +154,10 @@ struct sluice_tcp_ops {
 struct sluice_tcp_config {
 	struct sluice_tcp_ops ops;
 	void *arg;                  /* passed to every callback */
-	uint8_t *snd_buf;           /* caller-owned send ring, snd_buf_bytes long */
+	/* The caller-owned send ring, snd_buf_bytes long; or NULL: the caller
+	 * keeps the bytes queued (sluice_tcp_send_external) and snd_buf_bytes
+	 * bounds how many may be queued and unacknowledged at once. */
+	uint8_t *snd_buf;
 	uint32_t snd_buf_bytes;     /* power of two, 1 .. SLUICE_TCP_SND_BUF_MAX */
 	uint8_t *ooo_buf;           /* caller-owned reassembly area; NULL: out-of-order segments dropped */
 	uint32_t ooo_buf_bytes;     /* power of two, <= SLUICE_TCP_OOO_BUF_MAX, or 0 */
@@ -255,6 +262,11 @@ void sluice_tcp_input(struct sluice_tcp_tcb *tcb, const struct sluice_tcp_seg *s
  * once the connection is closing). Nothing is sent before sluice_tcp_output. */
 uint32_t sluice_tcp_send(struct sluice_tcp_tcb *tcb, const void *bytes, uint32_t n);
 uint32_t sluice_tcp_send_space(const struct sluice_tcp_tcb *tcb);
+/* With an external send buffer: n more bytes of the stream, which the
+ * caller keeps until ops.acked gives them back (in order, from the front);
+ * returns how many it may queue (0 when the buffer's bound is reached or
+ * the connection can no longer send), as sluice_tcp_send. */
+uint32_t sluice_tcp_send_external(struct sluice_tcp_tcb *tcb, uint32_t n);
 /* Delivers what an island held while the caller had no room lets through
  * (see sluice_tcp_set_rcv_space), then sends what the windows allow, and
  * any ACK owed now. A callback may end the connection inside: the caller

@@ -566,20 +566,23 @@ static size_t tcp_options_write(uint8_t *o, const struct sluice_tcp_seg *s)
 	return n;
 }
 
-static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload);
+static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload,
+			const struct sluice_wire_piece *pieces, int n);
 
 size_t sluice_wire_tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s)
 {
-	return tcp_build(p, cap, s, false);
+	return tcp_build(p, cap, s, false, NULL, 0);
 }
 
 /* offload: the checksum field holds the pseudo-header's sum alone (folded,
  * not complemented), which the NIC completes over the segment: DPDK's
- * convention for RTE_MBUF_F_TX_TCP_CKSUM. */
-static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload)
+ * convention for RTE_MBUF_F_TX_TCP_CKSUM. pieces: the payload, when it is
+ * not at s->payload (NULL: it is). */
+static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload,
+			const struct sluice_wire_piece *pieces, int n)
 {
 	assert(s->wscale <= SLUICE_TCP_WSCALE_MAX && s->sack_n <= SLUICE_TCP_SACK_BLOCKS_MAX);
-	assert(s->payload != NULL || s->payload_len == 0);
+	assert(pieces || s->payload != NULL || s->payload_len == 0);
 	size_t opt_len = sluice_wire_tcp_options_len(s);
 	size_t hdr_len = SLUICE_TCP_HDR_LEN + opt_len;
 	if (opt_len > SLUICE_TCP_OPTIONS_LEN_MAX || cap < hdr_len || s->payload_len > TCP_SEGMENT_LEN_MAX - hdr_len)
@@ -603,7 +606,17 @@ static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, 
 		return hdr_len;
 	}
 	sluice_wire_csum_add(&c, p, hdr_len);
-	sluice_wire_csum_add(&c, s->payload, s->payload_len);
+	if (!pieces) {
+		sluice_wire_csum_add(&c, s->payload, s->payload_len);
+	} else {
+		size_t total = 0;
+		for (int i = 0; i < n; i++) {
+			sluice_wire_csum_add(&c, pieces[i].p, pieces[i].len);
+			total += pieces[i].len;
+		}
+		assert(total == s->payload_len);
+		(void)total;
+	}
 	put16(p + 16, sluice_wire_csum_finish(&c));
 	return hdr_len;
 }
@@ -638,9 +651,32 @@ size_t sluice_wire_tcp_frame_build_offload(uint8_t *frame, size_t cap, const str
 							       s->payload_len)};
 	size_t n = sluice_wire_eth_build(frame, cap, &eh);
 	n += ipv4_build(frame + n, cap - n, &ih, (offload & SLUICE_WIRE_CSUM_IP) != 0);
-	n += tcp_build(frame + n, cap - n, &placed, (offload & SLUICE_WIRE_CSUM_TCP) != 0);
+	n += tcp_build(frame + n, cap - n, &placed, (offload & SLUICE_WIRE_CSUM_TCP) != 0, NULL, 0);
 	assert(n == headers);
 	return frame_pad(frame, headers + s->payload_len, cap);
+}
+
+size_t sluice_wire_tcp_headers_build(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
+				     const struct sluice_eth_addr *src, uint16_t ip_id, const struct sluice_tcp_seg *s,
+				     const struct sluice_wire_piece *pieces, int pieces_n, unsigned offload)
+{
+	size_t opt_len = sluice_wire_tcp_options_len(s);
+	if (opt_len > SLUICE_TCP_OPTIONS_LEN_MAX || pieces_n < 0)
+		return 0;
+	size_t headers = SLUICE_ETH_HDR_LEN + SLUICE_IPV4_HDR_LEN + SLUICE_TCP_HDR_LEN + opt_len;
+	if (cap < headers || headers + s->payload_len < SLUICE_ETH_FRAME_MIN ||
+	    s->payload_len > SLUICE_IPV4_TOTAL_LEN_MAX - (headers - SLUICE_ETH_HDR_LEN))
+		return 0;
+	struct sluice_eth_hdr eh = {.dst = *dst, .src = *src, .ethertype = SLUICE_ETHERTYPE_IPV4};
+	struct sluice_ipv4_hdr ih = {.id = ip_id, .ttl = SLUICE_IPV4_TTL_DEFAULT, .protocol = SLUICE_IPPROTO_TCP,
+				     .saddr = s->saddr, .daddr = s->daddr,
+				     .payload_len = (uint16_t)(headers - SLUICE_ETH_HDR_LEN - SLUICE_IPV4_HDR_LEN +
+							       s->payload_len)};
+	size_t n = sluice_wire_eth_build(frame, cap, &eh);
+	n += ipv4_build(frame + n, cap - n, &ih, (offload & SLUICE_WIRE_CSUM_IP) != 0);
+	n += tcp_build(frame + n, cap - n, s, (offload & SLUICE_WIRE_CSUM_TCP) != 0, pieces, pieces_n);
+	assert(n == headers);
+	return headers;
 }
 
 /* --- The receive path ---------------------------------------------------- */

@@ -248,6 +248,23 @@ size_t sluice_wire_tcp_frame_build_offload(uint8_t *frame, size_t cap, const str
 					   const struct sluice_eth_addr *src, uint16_t ip_id,
 					   const struct sluice_tcp_seg *s, unsigned offload);
 
+/* A piece of a payload that lies elsewhere than after its headers. */
+struct sluice_wire_piece {
+	const uint8_t *p;
+	size_t len;
+};
+
+/* Only the Ethernet, IPv4 and TCP headers of the frame carrying s, whose
+ * s->payload_len payload bytes (s->payload unused) the caller places after
+ * them, in buffers of its own (an mbuf chain pointing into a cache): the
+ * TCP checksum, unless offloaded, is summed over pieces[0..pieces_n),
+ * which hold exactly those bytes in order. Returns the headers' length, or
+ * 0 when they do not fit cap or the whole frame would be shorter than
+ * SLUICE_ETH_FRAME_MIN (nothing pads it here: such a frame is built whole). */
+size_t sluice_wire_tcp_headers_build(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
+				     const struct sluice_eth_addr *src, uint16_t ip_id, const struct sluice_tcp_seg *s,
+				     const struct sluice_wire_piece *pieces, int pieces_n, unsigned offload);
+
 enum sluice_wire_kind {
 	SLUICE_WIRE_DROP = 0,   /* out->reason says why */
 	SLUICE_WIRE_ARP,        /* out->arp */

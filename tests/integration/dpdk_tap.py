@@ -28,6 +28,12 @@ queue. Proves:
   sluice.dpdk.checksum.offload=false, every checksum in software; likewise the first
   broker's idle core sleeps until a frame arrives (the TAP queue's Rx interrupt), the
   second's naps 1 ms at a time (sluice.dpdk.rx.interrupts=false);
+- zero copy: the first broker sends the consumers' fetch responses out of the storage
+  cores' cache extents by reference (mbufs attached to the pinned extents, held until
+  the peer acknowledges them; its stop line counts the bytes, which must be more than
+  0), through every round trip above, the lossy one included (resent from the
+  extents); the second copies them (sluice.dpdk.zero.copy=false, 0 bytes by reference)
+  through the reordering, duplication and corruption below;
 - reordering, duplication and corruption: started again with the stack's receive-path
   test hook (SLUICE_DPDK_RX_CHAOS: 3% of the frames held back behind the next one, 2%
   handed in twice, 2% with a byte flipped), a kcat round trip of 20,000 records completes
@@ -371,17 +377,26 @@ def counters(text):
     return dict(zip(keys, map(int, m.groups())))
 
 
+def zero_copy_bytes(text):
+    import re
+    m = re.search(r"(\d+) bytes of cached log data sent by reference \(zero copy\)", text)
+    check(m is not None, "no zero-copy counter in the broker's last lines")
+    return int(m.group(1))
+
+
 def chaos_run(ns, work):
     """A second broker (fresh data) with the receive-path hook on, one round trip."""
     d = os.path.join(work, "chaos")
     os.makedirs(d)
     b = DpdkBroker(ns, d, env={"SLUICE_DPDK_RX_CHAOS": "7:30:20:20"},
                    extra="sluice.dpdk.tcp.retries=3\nsluice.dpdk.checksum.offload=false\n"
-                         "sluice.dpdk.rx.interrupts=false\nlog.level=DEBUG\n")
+                         "sluice.dpdk.rx.interrupts=false\nsluice.dpdk.zero.copy=false\nlog.level=DEBUG\n")
     try:
         b.start()
         check("checksums: sent in software, received in software; idle cores nap 1 ms at a time" in b.text(),
               "sluice.dpdk.checksum.offload=false and sluice.dpdk.rx.interrupts=false were not taken")
+        check("cached log bytes sent as copies (sluice.dpdk.zero.copy=false)" in b.text(),
+              "sluice.dpdk.zero.copy=false was not taken")
         link_up(ns)
         kcat_roundtrip(ns, "lz4", n=20000, topic="dpdk-chaos")
         vanishing_peers(ns, b)
@@ -400,6 +415,7 @@ def chaos_run(ns, work):
     check(m and all(int(x) > 0 for x in m.groups()), f"the hook did nothing: {m and m.groups()}")
     dropped = re.search(r"frames in \((\d+) dropped\)", text)
     c = counters(text)
+    check(zero_copy_bytes(text) == 0, "bytes sent by reference with sluice.dpdk.zero.copy=false")
     check(dropped and int(dropped.group(1)) > 0, "no corrupted frame was dropped")
     check(c["ooo_queued"] > 0 or c["dup_acks"] > 0, f"no reordering seen by TCP: {c}")
     log(f"the same through reordering, duplication and corruption: hook {m.groups()}, frames dropped "
@@ -696,6 +712,8 @@ def main():
             b.start()
             check("checksums: sent by the NIC, received checked by the NIC" in b.text(),
                   "net_tap offers checksum offloads, but the broker did not take them")
+            check("cached log bytes sent by reference (zero copy)" in b.text(),
+                  "net_tap chains mbufs, but the broker does not send cached log bytes by reference")
             check("idle cores sleep until a frame arrives (Rx interrupts)" in b.text(),
                   "net_tap offers Rx interrupts, but the broker did not take them")
             check_signal_steering(b)
@@ -713,6 +731,10 @@ def main():
             check(rc == 0, f"the broker exited {rc} after SIGTERM")
             c = counters(b.text())
             log(f"the stack's counters: {c}")
+            zc = zero_copy_bytes(b.text())
+            check(zc > 0, "no cached log byte was sent by reference although sluice.dpdk.zero.copy is on and "
+                  "every round trip consumed through the stack")
+            log(f"zero copy: {zc} bytes of the consumers' fetch responses went out of the cache extents by reference")
             check(c["retransmits"] + c["fast_retransmits"] + c["sack_retransmits"] > 0,
                   "no retransmission although 3% of its frames were lost")
             check(c["dup_acks"] + c["ooo_queued"] + c["ooo_drops"] > 0,

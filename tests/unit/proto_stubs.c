@@ -500,6 +500,7 @@ static bool pin_read(const struct fpart *p, struct partop *op, size_t from, size
 									&s->pins.pin};
 	s->pins.bytes = (int32_t)n;
 	s->pins.pin.release = stub_pin_release;
+	s->pins.pin.holds = 0;
 	s->pins.nc = &B.net[0];
 	s->pins.store_core = 0;
 	s->lent = true;

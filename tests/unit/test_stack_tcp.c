@@ -37,8 +37,11 @@ struct harness {
 	int established, peer_fin, closed;
 	enum sluice_tcp_close_reason reason;
 	uint64_t acked;
+	uint32_t ext_segs; /* segments emitted without a payload pointer (external send buffer) */
 };
 static struct harness *H;
+
+static uint8_t pattern(uint64_t i) { return (uint8_t)(i * 131 + (i >> 9)); }
 
 static void cap_emit(void *arg, const struct sluice_tcp_seg *seg)
 {
@@ -47,8 +50,17 @@ static void cap_emit(void *arg, const struct sluice_tcp_seg *seg)
 	cr_assert_leq(h->arena_used + seg->payload_len, CAP_BYTES_MAX);
 	struct sluice_tcp_seg *c = &h->out[h->n_out++];
 	*c = *seg;
-	if (seg->payload_len > 0)
+	if (seg->payload_len > 0 && !seg->payload) {
+		/* External send buffer: the stream is pattern(i); this segment's
+		 * bytes are at seq - snd_buf_seq past what was acknowledged. */
+		cr_assert_null(h->cfg.snd_buf, "no payload pointer with a send ring");
+		uint64_t at = h->acked + (seg->seq - h->tcb.snd_buf_seq);
+		for (uint32_t i = 0; i < seg->payload_len; i++)
+			h->arena[h->arena_used + i] = pattern(at + i);
+		h->ext_segs++;
+	} else if (seg->payload_len > 0) {
 		memcpy(h->arena + h->arena_used, seg->payload, seg->payload_len);
+	}
 	c->payload = h->arena + h->arena_used;
 	h->arena_used += seg->payload_len;
 }
@@ -170,7 +182,6 @@ static struct sluice_tcp_seg pdata(uint32_t seq, const void *p, uint32_t n)
 	return s;
 }
 
-static uint8_t pattern(uint64_t i) { return (uint8_t)(i * 131 + (i >> 9)); }
 
 static void fill(uint8_t *p, uint64_t from, uint32_t n)
 {
@@ -699,6 +710,59 @@ Test(stack_tcp, retransmission_carries_only_what_was_sent)
 	cr_assert_eq(len, 512, "no byte that was never sent");
 }
 
+/* Proves the external send buffer (config.snd_buf NULL, the DPDK
+ * transport's zero-copy sends): segments carry no payload pointer and are
+ * cut at the MSS alone, each naming its bytes by offset from snd_buf_seq
+ * (the capture fills them from that offset and what acked gave back, so a
+ * wrong offset shows as wrong bytes); the queue is bounded by
+ * snd_buf_bytes; an ACK gives bytes back, in order, before anything is
+ * emitted at the new offsets; a retransmission after a partial ACK names
+ * the right bytes. */
+Test(stack_tcp, external_send_buffer)
+{
+	H->cfg.snd_buf = NULL;
+	open_with(IRS, true, 65535); /* 8 MiB window: cwnd decides */
+	cr_assert_eq(sluice_tcp_send_external(&H->tcb, 5000), 5000);
+	cr_assert_eq(sluice_tcp_send_space(&H->tcb), SND_BUF_BYTES - 5000);
+	cr_assert_eq(sluice_tcp_send_external(&H->tcb, SND_BUF_BYTES), SND_BUF_BYTES - 5000, "bounded");
+	sluice_tcp_output(&H->tcb, now);
+	uint32_t smss = H->tcb.smss, sent = 0;
+	while (pending()) {
+		struct sluice_tcp_seg *g = pop();
+		cr_assert_eq(g->seq, ISS + 1 + sent);
+		cr_assert_leq(g->payload_len, smss);
+		for (uint32_t i = 0; i < g->payload_len; i++)
+			cr_assert_eq(g->payload[i], pattern(sent + i));
+		sent += g->payload_len;
+	}
+	cr_assert_eq(sent, SLUICE_TCP_IW_BYTES_CAP / smss * smss, "the initial window, whole segments: %u", sent);
+	cr_assert_eq(H->ext_segs, sent / smss);
+	/* Two segments acknowledged: the window grows, new data goes at the new offsets. */
+	in(ts(pseg(IRS + 1, ISS + 1 + 2 * smss, SLUICE_TCP_ACK, 65535)));
+	cr_assert_eq(H->acked, 2 * smss);
+	cr_assert_eq(H->tcb.snd_buf_seq, ISS + 1 + 2 * smss);
+	uint32_t more = 0;
+	while (pending()) {
+		struct sluice_tcp_seg *g = pop();
+		if (g->payload_len == 0)
+			continue;
+		cr_assert_eq(g->seq, ISS + 1 + sent + more);
+		for (uint32_t i = 0; i < g->payload_len; i++)
+			cr_assert_eq(g->payload[i], pattern(sent + more + i));
+		more += g->payload_len;
+	}
+	cr_assert_gt(more, 0, "slow start sent more");
+	/* The retransmission timer resends from the first unacknowledged byte. */
+	drain();
+	now = sluice_tcp_next_timer(&H->tcb);
+	sluice_tcp_on_timer(&H->tcb, now);
+	struct sluice_tcp_seg *r = pop();
+	cr_assert_eq(r->seq, ISS + 1 + 2 * smss);
+	cr_assert_eq(r->payload_len, smss);
+	for (uint32_t i = 0; i < r->payload_len; i++)
+		cr_assert_eq(r->payload[i], pattern(2 * smss + i));
+}
+
 /* Proves a FIN that goes for the first time with a retransmission counts
  * as sent: 100 bytes sent, the window closed (the sender goes back), the
  * close queues the FIN behind them, the peer acknowledges 50 with its
@@ -812,13 +876,18 @@ Test(stack_tcp, rto_estimate_from_measured_rtts)
  * segments; further duplicates inflate cwnd; a partial ACK resends the next
  * hole at once and deflates cwnd (RFC 6582); the full ACK ends recovery
  * with cwnd = min(ssthresh, flight + 1 segment). */
-Test(stack_tcp, fast_retransmit_and_newreno_partial_ack)
+static void fast_retransmit_and_newreno(bool external)
 {
+	if (external)
+		H->cfg.snd_buf = NULL;
 	open_default();
 	const uint32_t m = 1448;
 	uint8_t buf[10 * 1448];
-	fill(buf, 0, sizeof buf);
-	sluice_tcp_send(&H->tcb, buf, sizeof buf);
+	fill(buf, 0, sizeof buf); /* the external stream's bytes too (cap_emit) */
+	if (external)
+		sluice_tcp_send_external(&H->tcb, sizeof buf);
+	else
+		sluice_tcp_send(&H->tcb, buf, sizeof buf);
 	sluice_tcp_output(&H->tcb, now);
 	cr_assert_eq(pending(), 10, "the initial window: 10 segments");
 	drain();
@@ -853,6 +922,14 @@ Test(stack_tcp, fast_retransmit_and_newreno_partial_ack)
 	cr_assert_eq(H->tcb.cwnd, 2 * m, "min(ssthresh, 0 in flight + one segment)");
 	cr_assert_eq(H->tcb.counters.retransmits, 0, "no timeout was needed");
 }
+
+Test(stack_tcp, fast_retransmit_and_newreno_partial_ack) { fast_retransmit_and_newreno(false); }
+
+/* The same with an external send buffer: the partial ACK's retransmission
+ * is emitted while the ACK is processed, so the caller must have been
+ * given the acknowledged bytes back (ops.acked) before it, or it sends the
+ * wrong ones (the capture's bytes would differ). */
+Test(stack_tcp, fast_retransmit_and_newreno_partial_ack_external) { fast_retransmit_and_newreno(true); }
 
 /* ---- SACK-driven recovery ---- */
 

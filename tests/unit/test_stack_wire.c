@@ -995,6 +995,52 @@ Test(stack_wire, tcp_offload_build_is_the_software_frame_once_filled)
 	}
 }
 
+/* Proves the headers built for a payload kept elsewhere (the DPDK
+ * transport's zero-copy frames: headers in one buffer, the payload in
+ * pieces after them), once the pieces are placed after them, make the very
+ * frame the whole-frame builder makes, in software and with offloads, for
+ * payloads split at odd and even places; and that a frame too short to
+ * need no padding is refused (the caller builds it whole). */
+Test(stack_wire, tcp_headers_for_a_payload_in_pieces)
+{
+	static uint8_t data[1448];
+	for (size_t i = 0; i < sizeof data; i++)
+		data[i] = (uint8_t)(i * 13 + 5);
+	const size_t cuts[][3] = {{1448, 0, 0}, {1, 1447, 0}, {333, 1000, 115}, {700, 3, 745}, {0, 1448, 0}};
+	for (unsigned off = 0; off <= SLUICE_WIRE_CSUM_TCP; off += SLUICE_WIRE_CSUM_TCP)
+		for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+			struct sluice_tcp_seg s = {.saddr = IP4(198, 18, 0, 2), .daddr = IP4(198, 18, 0, 1), .sport = 9092,
+						   .dport = 40123, .seq = 77, .ack = 12345, .window = 2048,
+						   .flags = SLUICE_TCP_ACK | SLUICE_TCP_PSH, .wscale = -1, .has_ts = true,
+						   .ts_val = 99, .ts_ecr = 7, .payload = data, .payload_len = sizeof data};
+			uint8_t whole[FRAME_BYTES_MAX], parts[FRAME_BYTES_MAX];
+			size_t a = sluice_wire_tcp_frame_build_offload(whole, sizeof whole, &mac_host, &mac_us, 42, &s, off);
+			struct sluice_wire_piece pieces[3];
+			size_t at = 0;
+			for (int i = 0; i < 3; i++) {
+				pieces[i] = (struct sluice_wire_piece){data + at, cuts[k][i]};
+				at += cuts[k][i];
+			}
+			cr_assert_eq(at, sizeof data);
+			s.payload = NULL;
+			size_t h = sluice_wire_tcp_headers_build(parts, sizeof parts, &mac_host, &mac_us, 42, &s, pieces, 3, off);
+			cr_assert_eq(h, 14 + 20 + 20 + 12);
+			memcpy(parts + h, data, sizeof data);
+			cr_assert_eq(a, h + sizeof data);
+			cr_assert_eq(memcmp(whole, parts, a), 0, "cut %zu, offload %u: the frames differ", k, off);
+			if (!off) {
+				struct sluice_wire_pkt pkt;
+				cr_assert_eq(sluice_wire_classify(parts, a, &pkt), SLUICE_WIRE_TCP, "checksums good");
+			}
+		}
+	static const uint8_t few[3] = {1, 2, 3};
+	struct sluice_wire_piece p = {few, 3};
+	struct sluice_tcp_seg s = {.saddr = IP4(10, 0, 0, 1), .daddr = IP4(10, 0, 0, 2), .sport = 1, .dport = 2,
+				   .flags = SLUICE_TCP_ACK, .wscale = -1, .payload_len = 3};
+	uint8_t f[FRAME_BYTES_MAX];
+	cr_assert_eq(sluice_wire_tcp_headers_build(f, sizeof f, &mac_host, &mac_us, 1, &s, &p, 1, 0), 0, "57 bytes: padding");
+}
+
 /* Proves what the NIC verified is not checked again, and only that: a
  * frame with a bad TCP checksum passes when the NIC vouched for TCP, a bad
  * IPv4 header checksum when it vouched for IPv4, neither otherwise; ICMP's
