@@ -8,7 +8,9 @@
 #
 # usage: perf/dpdk-memif.sh [--phases 1x1,4x32,16x32] [--duration S] [--warmup S]
 #                           [--record-size B] [--out DIR] [--build-dir DIR] [--no-build] [--keep]
+#                           [--fetch BYTES [--transports dpdk,dpdk-copy,uring]]
 #   --phases     connections x requests outstanding per connection, comma-separated
+#   --fetch      consumers instead: Fetch requests of up to BYTES (zero copy vs copies vs io_uring)
 #   --keep       keep the brokers' logs and data under the build directory
 set -euo pipefail
 
@@ -22,7 +24,7 @@ usage() { sed -n '/^# usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "dpdk-memif: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --phases|--duration|--warmup|--record-size) pass+=("$1" "$2"); shift 2 ;;
+    --phases|--duration|--warmup|--record-size|--fetch|--transports) pass+=("$1" "$2"); shift 2 ;;
     --keep) pass+=("$1"); shift ;;
     --out) out=$2; shift 2 ;;
     --build-dir) build=$2; shift 2 ;;

@@ -13,6 +13,14 @@ storage core, io_uring workers, the whole process), read from
 generator's measurement window. perf/dpdk-memif.sh builds and calls this;
 docs/benchmarks.md explains the figures.
 
+With --fetch BYTES it measures consumers instead: each partition is filled
+first (the generator producing 1,000-byte records for --fill-seconds), then
+the generator's connections send Fetch requests of up to BYTES from offset 0
+again and again (the bytes stay in the storage core's cache), and the
+figures are MB/s of record bytes and broker CPU per MB; transport dpdk-copy
+is the dpdk transport with sluice.dpdk.zero.copy=false, the zero-copy
+send's own measure.
+
 Runs as any user (no namespace, no TAP: memif is a UNIX socket and shared
 memory); cleans up what it started (brokers and generators by PID, their
 data directories, the memif socket, the EAL runtime directories)."""
@@ -100,15 +108,17 @@ class Bench:
     def start_broker(self, transport, pdir, sock):
         data = os.path.join(pdir, "data")
         os.makedirs(data)
-        host = BROKER_IP if transport == "dpdk" else "127.0.0.1"
-        port = 9092 if transport == "dpdk" else self.a.port
+        dpdk = transport.startswith("dpdk")
+        host = BROKER_IP if dpdk else "127.0.0.1"
+        port = 9092 if dpdk else self.a.port
         lines = [f"listeners=PLAINTEXT://{host}:{port}", f"advertised.listeners=PLAINTEXT://{host}:{port}",
                  f"log.dirs={data}", f"num.partitions={self.a.partitions}", "auto.create.topics.enable=true",
                  "num.network.threads=1", "sluice.storage.threads=1", "sluice.cpu.affinity=false"]
-        if transport == "dpdk":
+        if dpdk:
             lines += ["sluice.transport=dpdk",
                       "sluice.dpdk.eal.args=" + self.eal("b", "server", sock, BROKER_MAC, self.a.broker_lcore),
-                      f"sluice.dpdk.ipv4.address={BROKER_IP}/24"]
+                      f"sluice.dpdk.ipv4.address={BROKER_IP}/24",
+                      f"sluice.dpdk.zero.copy={'false' if transport == 'dpdk-copy' else 'true'}"]
         props = os.path.join(pdir, "broker.properties")
         with open(props, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -117,7 +127,7 @@ class Bench:
             p = subprocess.Popen([self.a.broker, props], stdout=lf, stderr=subprocess.STDOUT, cwd=pdir)
         self.procs.append(p)
         deadline = time.monotonic() + 30
-        want = f"transport {'dpdk' if transport == 'dpdk' else 'uring'}"
+        want = f"transport {'dpdk' if dpdk else 'uring'}"
         while True:
             with open(blog, errors="replace") as f:
                 text = f.read()
@@ -137,21 +147,35 @@ class Bench:
         if p.returncode != 0:
             raise RuntimeError(f"the broker exited {p.returncode} when stopped")
 
+    def load_cmd(self, transport, sock, conns, inflight, record_size, warmup, duration, extra=()):
+        cmd = [self.a.load, "--connections", str(conns), "--inflight", str(inflight),
+               "--partitions", str(self.a.partitions), "--record-size", str(record_size),
+               "--warmup", str(warmup), "--duration", str(duration)] + list(extra)
+        if transport.startswith("dpdk"):
+            return cmd + ["--transport", "memif", "--address", LOAD_IP, "--broker", f"{BROKER_IP}:9092",
+                          "--eal", self.eal("g", "client", sock, LOAD_MAC, self.a.load_lcore)]
+        return ["taskset", "-c", str(self.a.load_lcore)] + cmd + [
+            "--transport", "kernel", "--broker", f"127.0.0.1:{self.a.port}"]
+
     def run_one(self, transport, conns, inflight):
         name = f"{transport}-{conns}x{inflight}"
         pdir = os.path.join(self.work, name)
         os.makedirs(pdir)
         sock = os.path.join(pdir, "memif.sock")
         broker, blog = self.start_broker(transport, pdir, sock)
-        cmd = [self.a.load, "--connections", str(conns), "--inflight", str(inflight),
-               "--partitions", str(self.a.partitions), "--record-size", str(self.a.record_size),
-               "--warmup", str(self.a.warmup), "--duration", str(self.a.duration)]
-        if transport == "dpdk":
-            cmd += ["--transport", "memif", "--address", LOAD_IP, "--broker", f"{BROKER_IP}:9092",
-                    "--eal", self.eal("g", "client", sock, LOAD_MAC, self.a.load_lcore)]
+        if self.a.fetch:
+            fill = self.load_cmd(transport, sock, self.a.partitions, 32, 1000, 0, self.a.fill_seconds)
+            f = subprocess.run(fill, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            if f.returncode != 0:
+                self.stop(broker)
+                raise RuntimeError(f"{name}: filling the partitions failed ({f.returncode}):\n{f.stderr[-2000:]}")
+            filled = json.loads(f.stdout.strip().splitlines()[-1])
+            log(f"{name}: filled with {filled['acked']:,} records of 1,000 bytes")
+            cmd = self.load_cmd(transport, sock, conns, inflight, self.a.record_size, self.a.warmup,
+                                self.a.duration, ["--fetch", str(self.a.fetch)])
         else:
-            cmd = ["taskset", "-c", str(self.a.load_lcore)] + cmd + [
-                "--transport", "kernel", "--broker", f"127.0.0.1:{self.a.port}"]
+            cmd = self.load_cmd(transport, sock, conns, inflight, self.a.record_size, self.a.warmup,
+                                self.a.duration)
         glog = os.path.join(pdir, "load.log")
         g = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(g)
@@ -181,9 +205,18 @@ class Bench:
         res["broker_cpu_share"] = {k: (c1.get(k, 0) - c0.get(k, 0)) / 1e9 / window for k in c1}
         res["load_cpu_share"] = (g1["process"] - g0["process"]) / 1e9 / window
         res["name"] = name
-        log(f"{name}: {res['requests_per_s']:,.0f} requests/s, p50 {res['p50_us']:.0f} us, p99 {res['p99_us']:.0f} us, "
-            f"network core {res['broker_cpu_us_per_request'].get('sluice-net0', 0):.2f} us/request, "
-            f"broker {res['broker_cpu_us_per_request']['process']:.2f} us/request")
+        if self.a.fetch:
+            mb = max(res["fetched_bytes"], 1) / 1e6
+            res["broker_cpu_us_per_mb"] = {k: (c1.get(k, 0) - c0.get(k, 0)) / 1e3 / mb for k in c1}
+            log(f"{name}: {res['fetched_mb_per_s']:,.1f} MB/s in {res['requests_per_s']:,.0f} responses/s, "
+                f"p50 {res['p50_us']:.0f} us, p99 {res['p99_us']:.0f} us, network core "
+                f"{res['broker_cpu_us_per_mb'].get('sluice-net0', 0):,.0f} us/MB, broker "
+                f"{res['broker_cpu_us_per_mb']['process']:,.0f} us/MB")
+        else:
+            log(f"{name}: {res['requests_per_s']:,.0f} requests/s, p50 {res['p50_us']:.0f} us, p99 "
+                f"{res['p99_us']:.0f} us, network core "
+                f"{res['broker_cpu_us_per_request'].get('sluice-net0', 0):.2f} us/request, "
+                f"broker {res['broker_cpu_us_per_request']['process']:.2f} us/request")
         if not self.a.keep:
             shutil.rmtree(os.path.join(pdir, "data"), ignore_errors=True)
         return res
@@ -215,6 +248,34 @@ def table(results, phases, transports):
     return "\n".join(rows) + "\n"
 
 
+def fetch_table(results, phases, transports):
+    rows = ["| phase | transport | MB/s | responses/s | p50 us | p99 us | network core us/MB | storage core us/MB "
+            "| broker us/MB | network core busy | generator CPU |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    label = {"dpdk": "dpdk over net_memif, zero copy", "dpdk-copy": "dpdk over net_memif, copies",
+             "uring": "io_uring over loopback"}
+    for ph in phases:
+        for t in transports:
+            r = results.get(f"{t}-{ph}")
+            if not r:
+                continue
+            u, s = r["broker_cpu_us_per_mb"], r["broker_cpu_share"]
+            rows.append(f"| {ph} | {label[t]} | {r['fetched_mb_per_s']:,.1f} | {r['requests_per_s']:,.0f} "
+                        f"| {r['p50_us']:.0f} | {r['p99_us']:.0f} | {u.get('sluice-net0', 0):,.0f} "
+                        f"| {u.get('sluice-store0', 0):,.0f} | {u['process']:,.0f} | {s.get('sluice-net0', 0):.0%} "
+                        f"| {r['load_cpu_share']:.0%} |")
+        for other in ("dpdk-copy", "uring"):
+            a, b = results.get(f"dpdk-{ph}"), results.get(f"{other}-{ph}")
+            if a and b and b["fetched_mb_per_s"] > 0:
+                na = a["broker_cpu_us_per_mb"].get("sluice-net0", 0)
+                nb = b["broker_cpu_us_per_mb"].get("sluice-net0", 0)
+                rows.append(f"| {ph} | **zero copy / {label[other]}** | "
+                            f"**{a['fetched_mb_per_s'] / b['fetched_mb_per_s']:.2f}x** | | | | "
+                            f"**{na / nb if nb else 0:.2f}x** | | "
+                            f"{a['broker_cpu_us_per_mb']['process'] / b['broker_cpu_us_per_mb']['process']:.2f}x | | |")
+    return "\n".join(rows) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--broker", required=True)
@@ -231,11 +292,13 @@ def main():
     ap.add_argument("--broker-lcore", default="0")
     ap.add_argument("--load-lcore", default="1")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--fetch", type=int, default=0, help="BYTES: measure consumers (Fetch up to BYTES) instead")
+    ap.add_argument("--fill-seconds", type=int, default=3)
     a = ap.parse_args()
     phases = [p.strip() for p in a.phases.split(",") if p.strip()]
     transports = [t.strip() for t in a.transports.split(",") if t.strip()]
     for t in transports:
-        if t not in ("dpdk", "uring"):
+        if t not in ("dpdk", "dpdk-copy", "uring"):
             ap.error(f"unknown transport {t}")
     b = Bench(a)
     os.makedirs(b.work)
@@ -259,6 +322,18 @@ def main():
             "cpus": os.cpu_count()}
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
+    if a.fetch:
+        meta["fetch_bytes"] = a.fetch
+        md = fetch_table(results, phases, transports)
+        with open(os.path.join(a.out, "results.md"), "w") as f:
+            f.write(f"# Kernel-free consumers: DPDK (net_memif, zero copy and copies) vs io_uring (loopback), "
+                    f"{meta['date']}\n\nFetch v4 of up to {a.fetch} bytes from offset 0 of one partition per "
+                    f"connection, again and again (cached), after {a.fill_seconds} s of 1,000-byte records "
+                    f"produced into each of {a.partitions} partitions; {a.warmup} s warmup + {a.duration} s per "
+                    f"phase; one network core and one storage core; {meta['cpus']} CPUs shared by broker and "
+                    f"generator (generator on CPU {a.load_lcore}).\n\n" + md)
+        print(md)
+        return
     md = table(results, phases, transports)
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write(f"# Kernel-free DPDK (net_memif) vs io_uring (loopback), {meta['date']}\n\n"

@@ -3,7 +3,11 @@
  * broker, each with K single-record Produce requests outstanding (v3, acks
  * as asked, one uncompressed batch of one record: the broker checks its
  * CRC-32C and copies it once, into a storage core's extent), and counts
- * answered requests, their latency and their error codes.
+ * answered requests, their latency and their error codes. With --fetch B
+ * it is a consumer instead: K Fetch requests (v4, from offset 0, at most B
+ * bytes) outstanding per connection, each on its own partition, reading
+ * the same cached bytes again and again; it counts the record bytes the
+ * responses carry (the responses are read as they stream, not kept).
  *
  * Two transports, the same requests:
  *   memif   DPDK (a net_memif client port: shared-memory frames, no system
@@ -60,7 +64,10 @@
 #define TAG_LEN 17                 /* "c0001s0000000042." at the start of each value */
 #define CLIENT_ID "memif-load"
 #define API_PRODUCE 0
+#define API_FETCH 1
 #define API_METADATA 3
+#define FETCH_HEAD 256             /* a Fetch response's first bytes, kept to parse; the rest is counted */
+#define FETCH_RESPONSE_MAX (64 << 20)
 
 struct lconn {
 	int id;
@@ -75,6 +82,7 @@ struct lconn {
 	uint32_t seq;                   /* the next record's number on this connection (in its value) */
 	uint8_t rbuf[RBUF_BYTES];
 	size_t rlen;
+	uint32_t resp_len, resp_left;   /* --fetch: the response streaming in, and what is still to come */
 	/* kernel */
 	int fd;
 	uint8_t *wbuf;
@@ -88,7 +96,7 @@ struct lconn {
 
 static struct {
 	const char *transport, *eal, *address, *broker, *topic;
-	int conns, inflight, partitions, record_size, acks, duration_s, warmup_s, connect_s;
+	int conns, inflight, partitions, record_size, acks, duration_s, warmup_s, connect_s, fetch_bytes;
 	uint32_t broker_ip;
 	uint16_t broker_port;
 	struct lconn *c;
@@ -96,6 +104,7 @@ static struct {
 	bool measuring;
 	uint64_t ok, errors, warm_ok, warm_errors, err_codes[ERR_CODES];
 	uint64_t requests_sent, acked; /* Produce requests sent, and answered without error (any time) */
+	uint64_t fetched, fetch_empty; /* --fetch: record bytes the measured responses carried; responses with none */
 	struct perf_hist hist;
 	volatile sig_atomic_t stop;
 	const char *failure;
@@ -184,6 +193,35 @@ static void produce_request(struct lconn *c)
 	free(value);
 }
 
+/* --fetch: Fetch v4 of the connection's partition from offset 0. */
+static void fetch_request(struct lconn *c)
+{
+	struct kwr w;
+	kwr_init(&w, 256, REQ_MAX);
+	kwr_i32(&w, 0);
+	kwr_i16(&w, API_FETCH);
+	kwr_i16(&w, 4);
+	kwr_i32(&w, 0); /* correlation id, patched per request */
+	kwr_cstr(&w, false, CLIENT_ID);
+	kwr_i32(&w, -1); /* replica_id: a consumer */
+	kwr_i32(&w, 0);  /* max_wait_ms */
+	kwr_i32(&w, 1);  /* min_bytes */
+	kwr_i32(&w, g.fetch_bytes);
+	kwr_i8(&w, 0); /* read_uncommitted */
+	kwr_array(&w, false, 1);
+	kwr_cstr(&w, false, g.topic);
+	kwr_array(&w, false, 1);
+	kwr_i32(&w, c->partition);
+	kwr_i64(&w, 0);
+	kwr_i32(&w, g.fetch_bytes);
+	kwr_patch_i32(&w, 0, (int32_t)(w.len - 4));
+	if (w.err || w.len > REQ_MAX)
+		die("%s", "the Fetch request does not fit");
+	memcpy(c->req, w.buf, w.len);
+	c->req_len = w.len;
+	kwr_free(&w);
+}
+
 static void transport_send(struct lconn *c, const uint8_t *p, size_t n);
 
 /* The measurement's edges, said on stderr at once, so a driver samples the
@@ -221,8 +259,8 @@ static void tag_record(struct lconn *c)
 
 static void send_produce(struct lconn *c)
 {
-	if (g.record_size >= TAG_LEN)
-		tag_record(c);
+	if (!g.fetch_bytes && g.record_size >= TAG_LEN)
+		tag_record(c); /* a Fetch goes again as it is */
 	uint32_t corr = c->corr_next++;
 	c->req[8] = (uint8_t)(corr >> 24), c->req[9] = (uint8_t)(corr >> 16);
 	c->req[10] = (uint8_t)(corr >> 8), c->req[11] = (uint8_t)corr;
@@ -299,9 +337,119 @@ static void response(struct lconn *c, const uint8_t *p, size_t n)
 	}
 }
 
+/* Fetch v4's answer (its first hn bytes, after the correlation id):
+ * throttle [topic [partition error_code hw lso [aborted] records]]; the
+ * error code and the records' size, or -1 when it does not parse. */
+static int fetch_error(const uint8_t *body, size_t hn, int32_t *records)
+{
+	struct krd r;
+	krd_init(&r, body, hn);
+	(void)krd_i32(&r);
+	int32_t topics = krd_i32(&r);
+	(void)krd_string(&r, false);
+	int32_t parts = krd_i32(&r);
+	(void)krd_i32(&r);
+	int16_t err = krd_i16(&r);
+	(void)krd_i64(&r);
+	(void)krd_i64(&r);
+	int32_t aborted = krd_i32(&r);
+	for (int32_t i = 0; i < aborted && !r.err; i++) {
+		(void)krd_i64(&r);
+		(void)krd_i64(&r);
+	}
+	*records = krd_i32(&r);
+	if (r.err || topics != 1 || parts != 1 || *records < -1)
+		return -1;
+	return err;
+}
+
+/* --fetch: a whole response has streamed in (its first bytes in c->rbuf). */
+static void fetch_response(struct lconn *c, size_t hn)
+{
+	uint32_t corr = kbe32(c->rbuf);
+	if (corr != c->answered) {
+		g.failure = "a response out of order (correlation id)";
+		c->dead = true;
+		return;
+	}
+	c->answered++;
+	if (!c->ready) { /* the Metadata answer: fetch from now on */
+		c->ready = true;
+		c->corr_next = c->answered;
+		return;
+	}
+	int32_t records = 0;
+	int err = fetch_error(c->rbuf + 4, hn - 4, &records);
+	int64_t t = now_ns();
+	if (err < 0) {
+		g.failure = "a Fetch response that does not parse";
+		c->dead = true;
+		return;
+	}
+	bool ok = err == 0 && records > 0;
+	if (g.measuring && t <= g.t_end_ns) {
+		if (ok) {
+			g.ok++;
+			g.fetched += (uint64_t)records;
+			perf_hist_record(&g.hist, (uint64_t)(t - (int64_t)c->sent_ns[corr % INFLIGHT_MAX]));
+		} else if (err == 0) {
+			g.fetch_empty++;
+		} else {
+			g.errors++;
+		}
+		if (err > 0 && err < ERR_CODES)
+			g.err_codes[err]++;
+	} else if (!g.measuring) {
+		if (ok)
+			g.warm_ok++;
+		else
+			g.warm_errors++;
+	}
+}
+
+/* --fetch: responses read as they stream in, only their first bytes kept. */
+static void fetch_received(struct lconn *c, const uint8_t *p, size_t n)
+{
+	while (n > 0 && !c->dead) {
+		if (c->resp_left == 0) { /* the size */
+			size_t take = n < 4 - c->rlen ? n : 4 - c->rlen;
+			memcpy(c->rbuf + c->rlen, p, take);
+			c->rlen += take, p += take, n -= take;
+			if (c->rlen < 4)
+				break;
+			uint32_t len = kbe32(c->rbuf);
+			if (len < 4 || len > FETCH_RESPONSE_MAX) {
+				g.failure = "a response of an unexpected size";
+				c->dead = true;
+				return;
+			}
+			c->resp_len = c->resp_left = len;
+			c->rlen = 0;
+			continue;
+		}
+		size_t take = n < c->resp_left ? n : c->resp_left;
+		if (c->rlen < FETCH_HEAD) {
+			size_t k = take < FETCH_HEAD - c->rlen ? take : FETCH_HEAD - c->rlen;
+			memcpy(c->rbuf + c->rlen, p, k);
+			c->rlen += k;
+		}
+		c->resp_left -= (uint32_t)take, p += take, n -= take;
+		if (c->resp_left == 0) {
+			size_t hn = c->rlen;
+			c->rlen = 0;
+			fetch_response(c, hn);
+		}
+	}
+}
+
 /* Stream bytes in: whole responses are taken as they complete. */
 static void received(struct lconn *c, const uint8_t *p, size_t n)
 {
+	if (g.fetch_bytes) {
+		fetch_received(c, p, n);
+		fill(c);
+		return;
+	}
 	while (n > 0 && !c->dead) {
 		size_t take = n < RBUF_BYTES - c->rlen ? n : RBUF_BYTES - c->rlen;
 		memcpy(c->rbuf + c->rlen, p, take);
@@ -717,7 +865,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: memif-load --broker IP:PORT [--transport kernel|memif] [--eal 'EAL ARGS'] [--address IP]\n"
 		"                  [--connections N] [--inflight K] [--partitions P] [--topic T] [--record-size B]\n"
-		"                  [--acks A] [--warmup S] [--duration S]\n");
+		"                  [--acks A] [--warmup S] [--duration S] [--fetch BYTES]\n");
 	exit(2);
 }
 
@@ -736,7 +884,7 @@ int main(int argc, char **argv)
 		{"transport", 1, 0, 't'}, {"eal", 1, 0, 'e'},	   {"address", 1, 0, 'a'},  {"broker", 1, 0, 'b'},
 		{"connections", 1, 0, 'c'}, {"inflight", 1, 0, 'k'}, {"partitions", 1, 0, 'p'}, {"topic", 1, 0, 'T'},
 		{"record-size", 1, 0, 's'}, {"acks", 1, 0, 'A'},    {"warmup", 1, 0, 'w'},   {"duration", 1, 0, 'd'},
-		{0, 0, 0, 0}};
+		{"fetch", 1, 0, 'f'},	    {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -752,6 +900,7 @@ int main(int argc, char **argv)
 		case 'A': g.acks = parse_int(optarg, -1, 1, "--acks"); break;
 		case 'w': g.warmup_s = parse_int(optarg, 0, 3600, "--warmup"); break;
 		case 'd': g.duration_s = parse_int(optarg, 1, 36000, "--duration"); break;
+		case 'f': g.fetch_bytes = parse_int(optarg, 1, 16 << 20, "--fetch"); break;
 		default: usage();
 		}
 	}
@@ -788,7 +937,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < g.conns; i++) {
 		g.c[i].id = i;
 		g.c[i].partition = i % g.partitions;
-		produce_request(&g.c[i]);
+		if (g.fetch_bytes)
+			fetch_request(&g.c[i]);
+		else
+			produce_request(&g.c[i]);
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
@@ -813,11 +965,13 @@ int main(int argc, char **argv)
 	printf("{\"transport\": \"%s\", \"connections\": %d, \"inflight\": %d, \"record_size\": %d, \"acks\": %d, "
 	       "\"duration_s\": %d, \"ok\": %llu, \"errors\": %llu, \"requests_per_s\": %.1f, "
 	       "\"warmup_ok\": %llu, \"warmup_errors\": %llu, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
-	       "\"generator_cpu_s\": %.3f, \"sent\": %llu, \"acked\": %llu",
+	       "\"generator_cpu_s\": %.3f, \"sent\": %llu, \"acked\": %llu, \"fetch_bytes\": %d, \"fetched_bytes\": %llu, "
+	       "\"fetched_mb_per_s\": %.1f, \"fetch_empty\": %llu",
 	       g.transport, g.conns, g.inflight, g.record_size, g.acks, g.duration_s, (unsigned long long)g.ok,
 	       (unsigned long long)g.errors, (double)g.ok / g.duration_s, (unsigned long long)g.warm_ok,
 	       (unsigned long long)g.warm_errors, q[0] / 1e3, q[1] / 1e3, q[2] / 1e3, cpu,
-	       (unsigned long long)g.requests_sent, (unsigned long long)g.acked);
+	       (unsigned long long)g.requests_sent, (unsigned long long)g.acked, g.fetch_bytes,
+	       (unsigned long long)g.fetched, (double)g.fetched / 1e6 / g.duration_s, (unsigned long long)g.fetch_empty);
 #ifdef SLUICE_HAVE_DPDK
 	if (memif)
 		printf(", \"rx_frames\": %llu, \"tx_frames\": %llu, \"tx_drops\": %llu, \"drops\": %llu, "
