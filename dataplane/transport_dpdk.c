@@ -464,10 +464,12 @@ static uint32_t take_ref(struct dconn *d, const uint8_t *p, uint32_t n, struct s
 	return k;
 }
 
-/* The peer acknowledged the stream's first n bytes: they leave it. */
+/* The peer acknowledged the stream's first n bytes: they leave it. Emit's
+ * cursor moves with the pieces after them (the one the front is now
+ * starts at 0; one that left sends the cursor back to the front). */
 static void sq_pop(struct dconn *d, uint32_t n)
 {
-	d->cur_k = d->cur_at = 0;
+	uint32_t gone = 0, bytes = n;
 	while (n > 0) {
 		assert(d->sq_n > 0);
 		struct sdesc *e = sq_at(d, 0);
@@ -486,7 +488,15 @@ static void sq_pop(struct dconn *d, uint32_t n)
 			e->ref = NULL;
 			d->sq_head = (d->sq_head + 1) & (SLUICE_DPDK_SND_DESCS - 1);
 			d->sq_n--;
+			gone++;
 		}
+	}
+	if (d->cur_k <= gone) {
+		d->cur_k = d->cur_at = 0;
+	} else {
+		assert(d->cur_at >= bytes);
+		d->cur_k -= gone;
+		d->cur_at -= bytes;
 	}
 }
 
