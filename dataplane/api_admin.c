@@ -166,7 +166,9 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 	for (int32_t p = 0; p < parts; p++) {
 		struct partition_view pv;
 		partition_view(r, t, p, offline, &pv);
-		kwr_i16(w, partition_error(&pv));
+		int16_t perr = partition_error(&pv);
+		sluice_proto_error_count(r, perr);
+		kwr_i16(w, perr);
 		kwr_i32(w, p);
 		kwr_i32(w, pv.leader);
 		if (v >= 7)
@@ -330,6 +332,7 @@ static void md_answer(struct req *r)
 		for (int32_t i = 0; i < ms->n; i++) {
 			int16_t err;
 			const struct sluice_topic *t = md_lookup(s, &ms->ts[i], &err);
+			sluice_proto_error_count(r, err);
 			md_write_topic(r, t, ms->ts[i].name, ms->ts[i].by_id ? ms->ts[i].id : NULL, err);
 		}
 	}
