@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -268,16 +269,26 @@ struct sluice_http_server *sluice_http_start(const char *key, const char *host, 
 	for (size_t i = 0; i < SLUICE_HTTP_CONNS_MAX; i++)
 		s->conns[i].fd = -1;
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int stop_errno = errno;
 	s->listen_fd = s->stop_fd < 0 ? -1 : listen_on(key, host, port, err, errlen);
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof ss;
 	if (s->listen_fd >= 0 && getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl) == 0)
 		s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						   : ((struct sockaddr_in *)&ss)->sin_port);
-	if (s->listen_fd >= 0 && pthread_create(&s->thread, NULL, serve, s) == 0)
+	/* The thread takes no process signal (SIGTERM, SIGINT are the main
+	 * thread's to wait for): it is created with every signal blocked. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int rc = s->listen_fd >= 0 ? pthread_create(&s->thread, NULL, serve, s) : -1;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0)
 		return s;
-	if (s->stop_fd < 0 || s->listen_fd >= 0)
-		snprintf(err, errlen, "%s: cannot start the admin listener: %s", key, strerror(errno));
+	if (s->stop_fd < 0)
+		snprintf(err, errlen, "%s: cannot create an eventfd: %s", key, strerror(stop_errno));
+	else if (s->listen_fd >= 0)
+		snprintf(err, errlen, "%s: cannot start the admin listener's thread: %s", key, strerror(rc));
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->stop_fd >= 0)
