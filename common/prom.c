@@ -195,7 +195,8 @@ void sluice_prom_histogram(struct sluice_prom *w, const char *name, const struct
 {
 	assert(n < SLUICE_PROM_LABELS_MAX && nb <= SLUICE_PROM_BUCKETS_MAX);
 	struct sluice_prom_label l[SLUICE_PROM_LABELS_MAX];
-	memcpy(l, labels, n * sizeof *l);
+	if (n)
+		memcpy(l, labels, n * sizeof *l);
 	char le[32];
 	l[n].name = "le";
 	l[n].value = le;
