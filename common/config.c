@@ -327,8 +327,8 @@ static int parse_admin_listener(struct sluice_config *cfg, char *err, size_t err
 		port = port * 10 + (*p - '0');
 	if (!colon || hl == 0 || hl > SLUICE_CONFIG_HOST_MAX || memchr(host, '/', hl) || *p || colon[1] == '\0' ||
 	    port < 1 || port > 65535) {
-		snprintf(err, errlen, "sluice.admin.listener: '%s' is not host:port (for example 127.0.0.1:9644; a port "
-			 "of 1 to 65535)", v);
+		snprintf(err, errlen, "sluice.admin.listener: '%s' is not host:port (for example 127.0.0.1:9644; "
+			 "a port of 1 to 65535)", v);
 		return -1;
 	}
 	memcpy(cfg->admin_host, host, hl);

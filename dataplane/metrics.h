@@ -31,8 +31,8 @@ struct sluice_http_server;
 #define SLUICE_METRICS_ERROR_SLOTS (KERR_CODE_MAX + 2)
 /* Request latency buckets' upper bounds, in microseconds (the +Inf bucket
  * comes after them). */
-#define SLUICE_METRICS_LATENCY_BOUNDS_US                                                                                \
-	{100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,    \
+#define SLUICE_METRICS_LATENCY_BOUNDS_US \
+	{100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, \
 	 10000000, 30000000, 60000000}
 #define SLUICE_METRICS_LATENCY_BUCKETS 18
 #define SLUICE_METRICS_TEXT_BYTES_MAX (64u << 20) /* the most a /metrics answer may take */

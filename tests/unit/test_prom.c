@@ -182,6 +182,7 @@ Test(prom, http_get_routes_404_405_and_a_bounded_head)
 	free(big);
 	/* The same port cannot be bound twice: the error names the key. */
 	cr_assert_null(sluice_http_start("sluice.admin.listener", "127.0.0.1", port, routes, 1, err, sizeof err));
-	cr_assert(strstr(err, "sluice.admin.listener: cannot listen on 127.0.0.1:") && strstr(err, "in use"), "%s", err);
+	cr_assert(strstr(err, "sluice.admin.listener: cannot listen on 127.0.0.1:") && strstr(err, "in use"), "%s",
+		  err);
 	sluice_http_stop(s);
 }
