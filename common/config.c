@@ -51,6 +51,8 @@ static const struct cfg_key keys[] = {
 	{"max.connections", CFG_INT, F(connections_max), 1, 1000000, "10000"},
 	{"sluice.listener.bind.timeout.ms", CFG_LONG, F(listener_bind_timeout_ms), 0, 3600000, "30000"},
 	{"sluice.transport", CFG_STRING, F(transport), 0, 0, "uring"},
+	{"sluice.admin.listener", CFG_STRING, F(admin_listener), 0, 0, ""},
+	{"sluice.metrics.topics.max", CFG_INT, F(metrics_topics_max), 0, SLUICE_CONFIG_METRICS_TOPICS_MAX, "1000"},
 	{"sluice.dpdk.eal.args", CFG_STRING, F(dpdk_eal_args), 0, 0, ""},
 	{"sluice.dpdk.port", CFG_STRING, F(dpdk_ports), 0, 0, "0"},
 	{"sluice.dpdk.lcores", CFG_STRING, F(dpdk_lcores), 0, 0, ""},
@@ -305,6 +307,37 @@ static int parse_listener(const char *key, const char *text, char *host, size_t 
 	return 0;
 }
 
+/* sluice.admin.listener: "host:port" or "[v6 address]:port" (a port of 1
+ * to 65535, no scheme: it is HTTP, not a Kafka listener), or "" (off). */
+static int parse_admin_listener(struct sluice_config *cfg, char *err, size_t errlen)
+{
+	const char *v = cfg->admin_listener, *colon = strrchr(v, ':');
+	cfg->admin_host[0] = '\0';
+	cfg->admin_port = 0;
+	if (!v[0])
+		return 0;
+	const char *host = v;
+	size_t hl = colon ? (size_t)(colon - v) : 0;
+	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+		host++;
+		hl -= 2;
+	}
+	long port = 0;
+	const char *p = colon ? colon + 1 : "";
+	for (; *p >= '0' && *p <= '9' && port <= 65535; p++)
+		port = port * 10 + (*p - '0');
+	if (!colon || hl == 0 || hl > SLUICE_CONFIG_HOST_MAX || memchr(host, '/', hl) || *p || colon[1] == '\0' ||
+	    port < 1 || port > 65535) {
+		snprintf(err, errlen, "sluice.admin.listener: '%s' is not host:port (for example 127.0.0.1:9644; "
+			 "a port of 1 to 65535)", v);
+		return -1;
+	}
+	memcpy(cfg->admin_host, host, hl);
+	cfg->admin_host[hl] = '\0';
+	cfg->admin_port = (int)port;
+	return 0;
+}
+
 bool sluice_config_cluster_mode(const struct sluice_config *cfg)
 {
 	return cfg->controller_quorum_voters[0] != '\0' || cfg->controller_quorum_bootstrap_servers[0] != '\0';
@@ -550,6 +583,8 @@ int sluice_config_finish(struct sluice_config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	if (sluice_config_derive(cfg, err, errlen) < 0)
+		return -1;
+	if (parse_admin_listener(cfg, err, errlen) < 0)
 		return -1;
 	int lvl = sluice_log_level_parse(cfg->log_level);
 	if (lvl < 0) {

@@ -24,6 +24,8 @@
  * request header, client id, transactional id, topic names, and the other
  * partitions' (smaller) batches of a request that names several. */
 #define SLUICE_CONFIG_FRAME_OVERHEAD_BYTES (64 << 10)
+/* sluice.metrics.topics.max: topics with their own series in /metrics. */
+#define SLUICE_CONFIG_METRICS_TOPICS_MAX 100000
 /* The largest default.replication.factor (control/meta.h's SLUICE_REPLICAS_MAX). */
 #define SLUICE_CONFIG_REPLICATION_FACTOR_MAX 16
 
@@ -56,6 +58,15 @@ struct sluice_config {
 	int32_t connections_max;
 	int64_t listener_bind_timeout_ms; /* how long a port in use is retried at start */
 	char transport[32];               /* sluice.transport: the network backend, by name (dataplane/transport.h) */
+	/* sluice.admin.listener: host:port of the HTTP admin listener (/metrics,
+	 * /ready; docs/operations.md), "" for none; parsed by finish into
+	 * admin_host and admin_port. */
+	char admin_listener[SLUICE_CONFIG_STRING_MAX];
+	char admin_host[SLUICE_CONFIG_HOST_MAX + 1];
+	int admin_port;
+	/* sluice.metrics.topics.max: topics with their own per-topic series; the
+	 * rest are counted together under topic="(other)". */
+	int32_t metrics_topics_max;
 	/* The dpdk transport (dataplane/transport_dpdk.c; docs/dpdk.md). */
 	char dpdk_eal_args[SLUICE_CONFIG_STRING_MAX];     /* sluice.dpdk.eal.args: rte_eal_init's arguments */
 	char dpdk_ports[SLUICE_CONFIG_STRING_MAX];        /* sluice.dpdk.port: ethdev port indexes, "0" or "0,1" */

@@ -166,7 +166,9 @@ static void md_write_topic(struct req *r, const struct sluice_topic *t, struct k
 	for (int32_t p = 0; p < parts; p++) {
 		struct partition_view pv;
 		partition_view(r, t, p, offline, &pv);
-		kwr_i16(w, partition_error(&pv));
+		int16_t perr = partition_error(&pv);
+		sluice_proto_error_count(r, perr);
+		kwr_i16(w, perr);
 		kwr_i32(w, p);
 		kwr_i32(w, pv.leader);
 		if (v >= 7)
@@ -330,6 +332,7 @@ static void md_answer(struct req *r)
 		for (int32_t i = 0; i < ms->n; i++) {
 			int16_t err;
 			const struct sluice_topic *t = md_lookup(s, &ms->ts[i], &err);
+			sluice_proto_error_count(r, err);
 			md_write_topic(r, t, ms->ts[i].name, ms->ts[i].by_id ? ms->ts[i].id : NULL, err);
 		}
 	}
@@ -726,6 +729,7 @@ static void ct_write_response(struct req *r, const struct ct *cts, int32_t n, co
 		kwr_string(w, flex, ct->name.ptr ? ct->name.ptr : "", ct->name.ptr ? ct->name.len : 0);
 		if (v >= 7)
 			kwr_uuid(w, ct->id);
+		sluice_proto_error_count(r, ct->err);
 		kwr_i16(w, ct->err);
 		if (v >= 1)
 			kwr_cstr(w, flex, ct->err ? ct->msg : NULL);
@@ -1002,6 +1006,7 @@ static void dt_answer(struct req *r)
 			kwr_cstr(w, flex, d->deleted_name[0] ? d->deleted_name : NULL);
 		if (v >= 6)
 			kwr_uuid(w, d->id);
+		sluice_proto_error_count(r, d->err);
 		kwr_i16(w, d->err);
 		if (v >= 5)
 			kwr_cstr(w, flex, d->err ? d->msg : NULL);
@@ -1455,6 +1460,7 @@ bool sluice_api_describe_configs_start(struct req *r, struct krd *rd)
 		const struct sluice_topic *t;
 		const char *msg;
 		int16_t err = dc_resource_check(r, d, &t, &msg);
+		sluice_proto_error_count(r, err);
 		kwr_i16(w, err);
 		kwr_cstr(w, flex, msg);
 		kwr_i8(w, d->type);
@@ -1560,6 +1566,7 @@ bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
 		kwr_i32(w, 0);
 	if (v <= 3) {
 		int16_t e = coordinator_find(r, single, &self, &node);
+		sluice_proto_error_count(r, e);
 		kwr_i16(w, e);
 		if (v >= 1)
 			kwr_cstr(w, flex, NULL);
@@ -1570,6 +1577,7 @@ bool sluice_api_find_coordinator_start(struct req *r, struct krd *rd)
 			int16_t e = coordinator_find(r, keys[i], &self, &node);
 			kwr_string(w, flex, keys[i].ptr ? keys[i].ptr : "", keys[i].ptr ? keys[i].len : 0);
 			coordinator_write(w, flex, node);
+			sluice_proto_error_count(r, e);
 			kwr_i16(w, e);
 			kwr_cstr(w, flex, NULL);
 			kwr_tags_empty(w);
@@ -1813,6 +1821,7 @@ static void cp_answer(struct req *r)
 	for (int32_t i = 0; i < cs->n; i++) {
 		const struct cp *cp = &cs->cps[i];
 		kwr_string(w, flex, cp->name.ptr ? cp->name.ptr : "", cp->name.ptr ? cp->name.len : 0);
+		sluice_proto_error_count(r, cp->err);
 		kwr_i16(w, cp->err);
 		kwr_cstr(w, flex, cp->err ? cp->msg : NULL);
 		if (flex)
@@ -2126,6 +2135,7 @@ static void ar_answer(struct req *r)
 	kwr_array(w, flex, as->n);
 	for (int32_t i = 0; i < as->n; i++) {
 		const struct ar *a = &as->ars[i];
+		sluice_proto_error_count(r, a->err);
 		kwr_i16(w, a->err);
 		kwr_cstr(w, flex, a->err ? a->msg : NULL);
 		kwr_i8(w, a->type);

@@ -189,6 +189,8 @@ _Static_assert(SLUICE_CORES_MAX < INT16_MAX, "struct partop's core_plus1 holds a
 _Static_assert(SLUICE_LOG_DIRS_MAX <= INT16_MAX, "struct partop's log_dir holds a data directory index");
 
 struct broker;
+struct sluice_store_metrics;
+struct sluice_metrics;
 
 struct storecore {
 	struct sluice_rt rt; /* the core's loop, wake and timers (dataplane/runtime.h); first: its own cache lines */
@@ -200,6 +202,7 @@ struct storecore {
 	void *state;             /* storage_core.c private */
 	void *groups;            /* group.c private */
 	void *fetcher;           /* fetcher.c private: the follower fetcher */
+	struct sluice_store_metrics *metrics; /* this core's counters (metrics.h), or NULL */
 };
 
 struct sluice_transport_ops;
@@ -244,6 +247,8 @@ struct broker {
 	 * followers, and fetched as a follower, over every storage core (set up
 	 * by storage core 0, as hw_ckpt_mu). */
 	struct sluice_rate leader_quota, follower_quota;
+	/* /metrics and /ready (metrics.h), or NULL (the tests' brokers). */
+	struct sluice_metrics *metrics;
 };
 
 _Static_assert(offsetof(struct storecore, rt) == 0 && offsetof(struct netcore, rt) == 0,

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "dataplane/core.h"
 #include "dataplane/group.h"
+#include "dataplane/metrics.h"
 #include <dirent.h>
 #include <assert.h>
 #include <errno.h>
@@ -835,6 +836,25 @@ static void cores_stop(struct broker *b)
 	}
 }
 
+/* The counters and the admin listener (sluice.admin.listener), bound
+ * before any data directory is touched: a bad or busy address stops the
+ * start there, naming the key. /ready answers 503 until the cores serve.
+ * Returns -1 after saying why not. */
+static int metrics_start(struct broker *b)
+{
+	char err[512] = "";
+	b->metrics = sluice_metrics_new(b);
+	if (!b->metrics) {
+		fprintf(stderr, "sluice-broker: out of memory (metrics)\n");
+		return -1;
+	}
+	if (sluice_metrics_listen(b->metrics, err, sizeof err) < 0) {
+		fprintf(stderr, "sluice-broker: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
 /* Cluster mode, SIGTERM: the controller moves this broker's leadership
  * away (clients keep being served meanwhile and follow with
  * NOT_LEADER_OR_FOLLOWER), bounded by sluice.controller.shutdown.wait.ms. */
@@ -867,6 +887,8 @@ int main(int argc, char **argv)
 	if (b.net_n < 0)
 		return 1;
 	b.store_n = b.cfg.storage_threads;
+	if (metrics_start(&b) < 0)
+		return 1;
 	b.clean_start = true;
 	for (int d = 0; d < b.cfg.log_dir_count; d++)
 		if (open_data_dir(&b, d) < 0)
@@ -896,13 +918,22 @@ int main(int argc, char **argv)
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
 		  b.cfg.node_id, b.cfg.listen_host, b.cfg.listen_port, b.cfg.advertised_host, b.cfg.advertised_port,
 		  b.cfg.transport, b.net_n, b.store_n, b.cfg.log_dirs);
+	/* Serving: the cores' counters may be read, and /ready says 200. */
+	__atomic_store_n(&b.metrics->cores_live, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&b.metrics->ready, 1, __ATOMIC_RELEASE);
 	while (!signalled && !__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
+	__atomic_store_n(&b.metrics->ready, 0, __ATOMIC_RELEASE); /* going: rolling restarts wait elsewhere */
 	if (cluster)
 		controlled_shutdown(&b);
 	SLOG_INFO("broker", "shutting down");
 	__atomic_store_n(&b.stopping, 1, __ATOMIC_RELEASE);
+	/* The admin listener ends before the cores it reads are freed. */
+	sluice_metrics_unlisten(b.metrics);
+	__atomic_store_n(&b.metrics->cores_live, 0, __ATOMIC_RELEASE);
 	cores_stop(&b);
+	sluice_metrics_free(b.metrics);
+	b.metrics = NULL;
 	if (cluster)
 		sluice_meta_controller_close(&b.meta);
 	else

@@ -80,6 +80,7 @@ static void conn_put(struct conn *c)
 	free(c->spare);
 	free(c);
 	ns->conns--;
+	sluice_metric_add(&ns->proto.metrics.conns_closed, 1);
 	__atomic_sub_fetch(&conns_open, 1, __ATOMIC_RELAXED);
 }
 
@@ -797,6 +798,7 @@ struct conn *sluice_netcore_accepted(struct netcore *nc, void *t, const char *ho
 	snprintf(c->host, sizeof c->host, "/%s", host);
 	SLOG_DEBUG("net", "%s: connection accepted (network core %d)", c->peer, nc->id);
 	ns->conns++;
+	sluice_metric_add(&ns->proto.metrics.conns_accepted, 1);
 	c->all_next = ns->all;
 	if (ns->all)
 		ns->all->all_prev = c;

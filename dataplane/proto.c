@@ -87,6 +87,38 @@ int64_t sluice_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+const char *sluice_proto_api_name(int16_t key)
+{
+	return key >= 0 && key < API_KEY_MAX ? apis[key].name : NULL;
+}
+
+void sluice_proto_error_count(struct req *r, int16_t code)
+{
+	struct proto_state *ps = r->nc->state;
+	sluice_metrics_error(&ps->metrics, r->api_key, code);
+}
+
+/* The APIs whose ops are the response's partitions, each answered with its
+ * op's error: counted here for every handler at once. (DeleteTopics' and
+ * DescribeLogDirs' ops are lookups, the group APIs' carry their answers in
+ * gout: their codes are not op errors.) */
+static void count_op_errors(struct req *r)
+{
+	int16_t k = r->api_key;
+	if (k != API_PRODUCE && k != API_FETCH && k != API_LIST_OFFSETS && k != API_DELETE_RECORDS &&
+	    k != API_OFFSET_FOR_LEADER_EPOCH)
+		return;
+	for (int32_t i = 0; i < r->nops; i++)
+		sluice_proto_error_count(r, r->ops[i].error);
+}
+
 int64_t sluice_coarse_ms(void)
 {
 	struct timespec ts;
@@ -298,6 +330,7 @@ void sluice_proto_resp_end(struct req *r)
 		return;
 	}
 	assert(r->out.len >= RESP_HEADER_BYTES);
+	count_op_errors(r);
 	/* The size counts the bytes spliced in from pinned extents (req.h). */
 	assert(r->out.len - 4 + (size_t)r->splice_bytes <= (size_t)INT32_MAX);
 	kwr_patch_i32(&r->out, 0, (int32_t)(r->out.len - 4 + (size_t)r->splice_bytes));
@@ -308,6 +341,9 @@ void sluice_proto_resp_end(struct req *r)
 void sluice_req_free(struct req *r)
 {
 	assert(r->pending == 0 && !r->parked); /* no storage core holds its ops */
+	struct proto_state *ps = r->nc->state;
+	if (r->done) /* answered (its response sent, or none wanted), or refused: its total time */
+		sluice_metrics_latency(&ps->metrics, r->api_key, now_us() - r->received_us);
 	for (int32_t i = 0; i < r->nops; i++) {
 		free(r->ops[i].rdata);
 		kwr_free(&r->ops[i].gout);
@@ -321,7 +357,6 @@ void sluice_req_free(struct req *r)
 	kwr_free(&r->out);
 	if (r->snap)
 		r->nc->b->meta.ops->release(r->nc->b->meta.self, r->snap);
-	struct proto_state *ps = r->nc->state;
 	if (sluice_objpool_owns(&ps->reqs, r)) {
 		sluice_objpool_put(&ps->reqs, r);
 		return;
@@ -622,6 +657,7 @@ static struct req *req_queue(struct conn *c, uint8_t *frame, uint32_t len, int16
 	r->correlation_id = corr;
 	r->frame = frame;
 	r->frame_len = len;
+	r->received_us = now_us();
 	if (c->tail)
 		c->tail->next = r;
 	else
@@ -688,6 +724,8 @@ bool sluice_proto_on_frame(struct conn *c, uint8_t *frame, uint32_t len)
 		return false;
 	}
 	bool known = api_served(c->nc->b, key);
+	if (known)
+		sluice_metric_add(&((struct proto_state *)c->nc->state)->metrics.requests[key], 1);
 	if (key == API_API_VERSIONS && (version < 0 || version > apis[API_API_VERSIONS].adv_max))
 		return api_versions_unsupported(r);
 	if (!known || version < apis[key].adv_min || version > apis[key].adv_max) {

@@ -49,6 +49,15 @@ enum sluice_api_key {
 	API_KEY_MAX = 76, /* size of the api table: one past the highest key served */
 };
 
+/* Kafka's name of an API this broker serves ("Produce"), from the api
+ * table; NULL for a key it does not have. */
+const char *sluice_proto_api_name(int16_t key);
+/* An error code r answers with (a top-level or partition error; KERR_NONE
+ * is not counted), for sluice_request_errors_total. Partition ops' errors
+ * are counted by the protocol layer itself (proto.c, resp_end); a handler
+ * calls this for the codes it writes otherwise. */
+void sluice_proto_error_count(struct req *r, int16_t code);
+
 /* ---- handlers (the api table's entries) ------------------------------------------
  * start decodes the body with the bounds-checked reader and either answers
  * at once (resp_begin ... resp_end), lends ops to storage cores

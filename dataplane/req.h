@@ -8,6 +8,7 @@
 #define SLUICE_REQ_H
 #include "common/kafka/compress.h"
 #include "dataplane/core.h"
+#include "dataplane/metrics.h"
 #include "dataplane/objpool.h"
 #include "dataplane/transport.h"
 
@@ -48,6 +49,7 @@ struct req {
 	int32_t nops;
 	int32_t pending;    /* ops lent to storage cores */
 	int64_t deadline_ms;
+	int64_t received_us; /* monotonic: its frame was read (sluice_request_duration_seconds) */
 	/* Budgets (netcore.c): the most bytes this request's response (and
 	 * the data read for it) may take, set by the handler when it can be
 	 * large (Fetch); the frame bytes counted in the broker's queue until
@@ -188,6 +190,9 @@ struct proto_state {
 	uint8_t *resp_cache[SLUICE_PROTO_RESP_CACHE_N];
 	size_t resp_cache_cap[SLUICE_PROTO_RESP_CACHE_N];
 	int32_t resp_cache_n;
+	/* This core's counters (metrics.h): written by this core only, read by
+	 * the admin listener's scrape. */
+	struct sluice_net_metrics metrics;
 };
 /* Reserve the core's pools from the configuration: 0, or -1 (logged). */
 int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *cfg);

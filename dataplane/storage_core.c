@@ -12,6 +12,7 @@
 #include "common/kafka/errors.h"
 #include "dataplane/fetcher.h"
 #include "dataplane/group.h"
+#include "dataplane/metrics.h"
 #include "dataplane/partition.h"
 #include "dataplane/service.h"
 #include "storage/checkpoint.h"
@@ -161,6 +162,7 @@ struct spart {
 	bool epochs_unsynced;         /* its leader-epoch-checkpoint holds a durable change not yet synced */
 	bool epochs_queued;           /* on the core's list of caches to write (epochs_next) */
 	struct spart *epochs_next;
+	uint32_t metrics_topic;       /* its topic's slot in the core's counters (metrics.h) */
 };
 
 /* A zero-copy read's slot: the pins lent to a network core (first: a
@@ -1389,6 +1391,7 @@ static struct spart *part_entry(struct storecore *sc, const char *topic, int32_t
 	p->partition = partition;
 	p->sc = sc;
 	p->dir = -1;
+	p->metrics_topic = sluice_metrics_topic_slot(sc->b->metrics, topic);
 	sluice_partition_init(&p->part, sc->b->cfg.node_id);
 	st->table[slot] = p;
 	st->count++;
@@ -2444,6 +2447,9 @@ static void op_append(struct storecore *sc, struct spart *p, struct partop *op, 
 			return;
 		}
 		sluice_partition_on_append(&p->part, op->base_offset);
+		if (sc->metrics) /* records and bytes in, counted here: a duplicate never gets this far */
+			sluice_metrics_topic_in(sc->metrics, p->metrics_topic,
+						(uint64_t)b.records_count, op->len);
 		if (idempotent)
 			sluice_partition_producer_record(&p->part, &b, op->base_offset, op->last_offset);
 		if (!p->dirty) {
