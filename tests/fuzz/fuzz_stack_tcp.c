@@ -33,6 +33,10 @@
  *   RST answering a bad ACK takes that ACK), its payload is at most one
  *   segment, lies in the send ring and equals the bytes queued at that
  *   sequence, its ACK number never goes back, its SACK blocks lie beyond it;
+ *   its offset from snd_buf_seq plus what acked gave back is its stream
+ *   offset (what an external send buffer finds its bytes by: tcp.h); with
+ *   an external send buffer (inputs of odd length: the DPDK transport's
+ *   mode) it carries no payload pointer and is cut at the MSS alone;
  * - snd_una <= snd_nxt <= snd_max, nothing emitted lies past snd_max (the
  *   peer's ACK of it would be dropped) and nothing past the queued bytes
  *   and the FIN; the acked callback accounts for every acknowledged byte;
@@ -109,6 +113,7 @@ struct fuzz {
 	bool in_rst;
 	uint32_t space;       /* receive space given, minus what was delivered since */
 	uint64_t delivered, queued, acked;
+	bool external; /* the send buffer is the caller's (sluice_tcp_send_external) */
 	uint64_t adv_max;     /* right edge of the windows offered, stream offset */
 	uint64_t ack_last;    /* last ACK number emitted, stream offset */
 	uint32_t sent_hi;     /* the end of what was emitted, as seq - iss */
@@ -216,11 +221,16 @@ static void check_emit(const struct sluice_tcp_seg *s)
 	if (s->payload_len > 0) {
 		CHECK(s->payload_len <= t->smss, "a payload of %u past the MSS %u", s->payload_len, t->smss);
 		uint64_t o = our_off(s->seq);
+		CHECK(F.acked + (s->seq - t->snd_buf_seq) == o, "emitted at offset %u from the send buffer's front, with "
+		      "%llu given back by acked, but at stream offset %llu", s->seq - t->snd_buf_seq,
+		      (unsigned long long)F.acked, (unsigned long long)o);
 		CHECK(s->seq - t->snd_buf_seq + (uint64_t)s->payload_len <= t->snd_len,
 		      "sent bytes outside the send ring (seq %u, ring from %u, %u long)", s->seq, t->snd_buf_seq, t->snd_len);
 		CHECK(o + s->payload_len <= F.queued, "sent bytes never queued (offset %llu + %u, queued %llu)",
 		      (unsigned long long)o, s->payload_len, (unsigned long long)F.queued);
-		for (uint32_t i = 0; i < s->payload_len; i++)
+		CHECK((s->payload == NULL) == F.external, "a payload pointer %s an external send buffer",
+		      F.external ? "with" : "without");
+		for (uint32_t i = 0; s->payload && i < s->payload_len; i++)
 			CHECK(s->payload[i] == our_byte(o + i), "sent byte at offset %llu is not the one queued",
 			      (unsigned long long)(o + i));
 		for (uint32_t i = 0; i < t->sacked_n; i++)
@@ -421,7 +431,7 @@ static void do_send(uint32_t n, bool output)
 	uint32_t take = n < space ? n : space;
 	for (uint32_t i = 0; i < take; i++)
 		scratch[i] = our_byte(F.queued + i);
-	uint32_t got = sluice_tcp_send(&F.tcb, scratch, n);
+	uint32_t got = F.external ? sluice_tcp_send_external(&F.tcb, n) : sluice_tcp_send(&F.tcb, scratch, n);
 	CHECK(got == take, "send took %u of %u with %u of space", got, n, space);
 	F.queued += got;
 	say("send %u (queued %llu)%s", got, (unsigned long long)F.queued, output ? " + output" : "");
@@ -658,7 +668,7 @@ static void configure(struct sluice_tcp_config *cfg)
 	uint8_t c = u8();
 	sluice_tcp_config_default(cfg);
 	cfg->ops = (struct sluice_tcp_ops){on_emit, on_deliver, on_established, on_peer_fin, on_acked, on_closed};
-	cfg->snd_buf = snd_buf;
+	cfg->snd_buf = F.external ? NULL : snd_buf;
 	cfg->snd_buf_bytes = FUZZ_SND_BUF_BYTES;
 	cfg->ooo_buf = (c & 0x10) ? NULL : ooo_buf;
 	cfg->ooo_buf_bytes = (c & 0x10) ? 0 : FUZZ_OOO_BUF_BYTES;
@@ -799,6 +809,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&F, 0, sizeof F);
 	memset(covered, 0, sizeof covered);
 	F.in = (struct reader){data, 0, size};
+	F.external = size & 1; /* half the inputs (and seeds) each way, whatever their bytes */
 	F.now = 1000; /* TSval 0 reads as no echo: start the clock past it */
 	configure(&F.cfg);
 	F.cfg.arg = &F;
