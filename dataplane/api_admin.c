@@ -1227,6 +1227,34 @@ fail:
 
 /* The error (and message) a resource is answered with, its topic if it is
  * one. */
+/* A BROKER_LOGGER resource names this broker's id, as Kafka requires (its
+ * loggers are the process's own: the admin client sends each broker's to
+ * it); else INVALID_REQUEST with Kafka's message, in msg. */
+static int16_t logger_resource_check(struct req *r, struct kstr name, char *msg, size_t cap)
+{
+	int32_t id = r->nc->b->cfg.node_id;
+	if (!name.ptr || name.len <= 0) {
+		snprintf(msg, cap, "Broker id must not be empty");
+		return KERR_INVALID_REQUEST;
+	}
+	char text[16];
+	bool digits = name.len < (int32_t)sizeof text;
+	for (int32_t i = 0; digits && i < name.len; i++)
+		digits = (name.ptr[i] >= '0' && name.ptr[i] <= '9') || (i == 0 && name.ptr[i] == '-' && name.len > 1);
+	if (!digits) {
+		snprintf(msg, cap, "Broker id must be an integer, but it is: %.*s", name.len > 200 ? 200 : (int)name.len,
+			 name.ptr);
+		return KERR_INVALID_REQUEST;
+	}
+	memcpy(text, name.ptr, (size_t)name.len);
+	text[name.len] = 0;
+	if (strtol(text, NULL, 10) != id) {
+		snprintf(msg, cap, "Unexpected broker id, expected %d but received %s", (int)id, text);
+		return KERR_INVALID_REQUEST;
+	}
+	return KERR_NONE;
+}
+
 static int16_t dc_resource_check(struct req *r, const struct dres *d, const struct sluice_topic **t, const char **msg)
 {
 	char node[16];
@@ -1247,7 +1275,12 @@ static int16_t dc_resource_check(struct req *r, const struct dres *d, const stru
 			       "cluster-wide default) only";
 			return KERR_INVALID_REQUEST;
 		}
-	} else if (d->type != 8) {
+	} else if (d->type == 8) {
+		static _Thread_local char why[256];
+		int16_t err = logger_resource_check(r, d->name, why, sizeof why);
+		*msg = err ? why : NULL;
+		return err;
+	} else {
 		*msg = "Unsupported resource type";
 		return KERR_INVALID_REQUEST;
 	}
@@ -1987,6 +2020,7 @@ static void ar_resolve(struct req *r, struct ar *a, bool incremental)
 		}
 	} else if (a->type == 8) {
 		a->logger = true;
+		a->err = logger_resource_check(r, a->name, a->msg, sizeof a->msg);
 	} else if (a->type == 4) {
 		a->err = KERR_INVALID_REQUEST;
 		snprintf(a->msg, sizeof a->msg, "Broker configs are read-only in this release (set them in server.properties)");

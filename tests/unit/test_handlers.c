@@ -4986,6 +4986,19 @@ Test(broker_loggers, describe_set_delete, .init = setup, .fini = teardown)
 	cr_expect_eq(a.err[0], 42, "%s", a.msg[0]);
 	cr_expect_eq(sluice_log_logger_level(sluice_log_logger_find("net")), SLUICE_LOG_ERROR, "no refused change applied");
 
+	/* Another broker's loggers, or no id: refused as Kafka refuses them. */
+	describe_configs_roundtrip(4, 8, "2", NULL, -1, true, o);
+	cr_expect_eq(o->err, 42, "another broker's id: INVALID_REQUEST");
+	describe_configs_roundtrip(4, 8, "", NULL, -1, true, o);
+	cr_expect_eq(o->err, 42, "an empty id: INVALID_REQUEST");
+	describe_configs_roundtrip(4, 8, "one", NULL, -1, true, o);
+	cr_expect_eq(o->err, 42, "not a number: INVALID_REQUEST");
+	struct ac_res other = {8, "2", "net", "DEBUG", 0};
+	alter_roundtrip(44, 1, &other, 1, &a);
+	cr_expect_eq(a.err[0], 42, "%s", a.msg[0]);
+	cr_expect_str_eq(a.msg[0], "Unexpected broker id, expected 1 but received 2");
+	cr_expect_eq(sluice_log_logger_level(sluice_log_logger_find("net")), SLUICE_LOG_ERROR, "another broker's: not applied");
+
 	struct ac_res root_set = {8, "1", "root", "TRACE", 0};
 	alter_roundtrip(44, 1, &root_set, 1, &a);
 	cr_expect_eq(a.err[0], 0);
