@@ -246,6 +246,10 @@ struct sluice_meta_isr_change {
 struct sluice_meta_ops {
 	struct sluice_meta_snapshot *(*acquire)(void *self);
 	void (*release)(void *self, struct sluice_meta_snapshot *snap);
+	/* Optional: whether snap (held by the caller) is still the current
+	 * snapshot; a load, no lock, so a network core can keep one snapshot
+	 * for its requests and acquire again only when a newer one is out. */
+	bool (*is_current)(void *self, const struct sluice_meta_snapshot *snap);
 	enum sluice_meta_submit_result (*submit)(void *self, struct sluice_meta_batch *batch);
 	int16_t (*create_topic)(void *self, const struct sluice_topic_spec *spec, bool validate_only,
 				char *msg, size_t msglen, struct sluice_topic *out);

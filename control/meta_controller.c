@@ -334,6 +334,12 @@ static void snap_free(struct sluice_meta_snapshot *s)
 	free(s);
 }
 
+static bool mc_is_current(void *self, const struct sluice_meta_snapshot *snap)
+{
+	struct mc *m = self;
+	return __atomic_load_n(&m->current, __ATOMIC_ACQUIRE) == snap;
+}
+
 static struct sluice_meta_snapshot *mc_acquire(void *self)
 {
 	struct mc *m = self;
@@ -657,7 +663,7 @@ static int snap_publish(struct mc *m)
 	s->version = old->version + 1;
 	s->refs = 1;
 	pthread_mutex_lock(&m->pub_lock);
-	m->current = s;
+	__atomic_store_n(&m->current, s, __ATOMIC_RELEASE); /* read without the lock by mc_is_current */
 	pthread_mutex_unlock(&m->pub_lock);
 	mc_release(m, old);
 	m->dirty_n = 0;
@@ -3122,6 +3128,7 @@ static bool mc_lease_valid(void *self, int64_t now)
 
 static const struct sluice_meta_ops controller_ops = {
 	.acquire = mc_acquire,
+	.is_current = mc_is_current,
 	.release = mc_release,
 	.submit = mc_submit,
 	.create_topic = mc_create,

@@ -233,6 +233,12 @@ static struct sluice_meta_snapshot *snap_clone(const struct sluice_meta_snapshot
 	return s;
 }
 
+static bool ml_is_current(void *self, const struct sluice_meta_snapshot *snap)
+{
+	struct meta_local *m = self;
+	return __atomic_load_n(&m->current, __ATOMIC_ACQUIRE) == snap;
+}
+
 static void publish(struct meta_local *m, struct sluice_meta_snapshot *s)
 {
 	assert(s->refs == 1 && s->version > m->current->version); /* the writer's, handed to current */
@@ -241,7 +247,7 @@ static void publish(struct meta_local *m, struct sluice_meta_snapshot *s)
 	s->metadata_offset = (int64_t)s->version;
 	pthread_mutex_lock(&m->pub_lock);
 	struct sluice_meta_snapshot *old = m->current;
-	m->current = s;
+	__atomic_store_n(&m->current, s, __ATOMIC_RELEASE); /* read without the lock by ml_is_current */
 	pthread_mutex_unlock(&m->pub_lock);
 	ml_release(m, old);
 }
@@ -1383,6 +1389,7 @@ static int16_t ml_batch_commit(void *self, char *msg, size_t msglen)
 
 static const struct sluice_meta_ops local_ops = {
 	.acquire = ml_acquire,
+	.is_current = ml_is_current,
 	.release = ml_release,
 	.submit = ml_submit,
 	.create_topic = ml_create,

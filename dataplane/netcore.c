@@ -990,6 +990,7 @@ void sluice_netcore_fini(struct netcore *nc)
 	if (nc->tops)
 		nc->tops->fini(nc);
 	sluice_rt_fini(&nc->rt);
+	sluice_proto_snap_drop_cached(nc);
 	sluice_proto_state_fini(nc->state);
 	free(nc->state);
 	nc->state = NULL;

@@ -124,6 +124,8 @@ void sluice_proto_resp_end(struct req *r);
  * the request is freed; refresh takes a newer one (after a change). */
 struct sluice_meta_snapshot *sluice_proto_snap(struct req *r);
 void sluice_proto_snap_refresh(struct req *r);
+/* The request is done with its snapshot (its own reference, or one of the core's users). */
+void sluice_proto_snap_put(struct req *r);
 /* The broker configuration in effect for r: its snapshot's dynamic one
  * (cluster mode, control/broker_config.h), else server.properties. Topic
  * overrides still come first where a topic has them. */

@@ -45,6 +45,7 @@ struct req {
 	int32_t nsplice, splice_done;
 	int64_t splice_bytes;
 	struct sluice_meta_snapshot *snap;
+	bool snap_core;     /* snap is one the network core holds for its requests (proto.c): counted, not referenced */
 	struct partop *ops; /* partition operations, owned */
 	int32_t nops;
 	int32_t pending;    /* ops lent to storage cores */
@@ -168,6 +169,7 @@ static inline bool sluice_netcore_posts_waiting(const struct netcore *nc)
 
 /* Per network core protocol state. */
 #define SLUICE_PROTO_RESP_CACHE_N 256              /* small response buffers a core keeps */
+#define SLUICE_PROTO_SNAPS_RETIRED_MAX 8            /* older snapshots a core keeps for requests still using them */
 #define SLUICE_PROTO_RESP_CACHE_BYTES_MAX (16u << 10) /* the largest it keeps: at most 4 MiB a core */
 _Static_assert(SLUICE_PROTO_RESP_CACHE_N >= SLUICE_CONN_INFLIGHT_MAX,
 	       "one connection's pipelined responses find buffers");
@@ -177,6 +179,17 @@ struct proto_state {
 	int32_t parked_n;
 	struct partop *refused; /* ops the runtime's backlog refused, answered by the next drain (net_rings.c) */
 	int32_t meta_out; /* requests whose metadata batch is out (proto.c) */
+	uint64_t clock_pass; /* the loop pass clock_us was read in (proto.c, pass_us) */
+	/* The metadata snapshot the core's requests share (proto.c,
+	 * sluice_proto_snap): one reference held by the core, its users
+	 * counted here, none of it shared with another core; older ones still
+	 * in use by requests wait in retired until their last user is done. */
+	struct sluice_snap_hold {
+		struct sluice_meta_snapshot *snap;
+		int32_t users;
+	} snap_cur, snap_retired[SLUICE_PROTO_SNAPS_RETIRED_MAX];
+	int32_t snap_retired_n;
+	int64_t clock_us;
 	struct sluice_inflater inflater; /* decompresses produced batches to validate them */
 	/* The core's pools (sizes: sluice.network.pool.*), used by this core only. */
 	struct sluice_objpool reqs;         /* struct req */
@@ -199,5 +212,8 @@ int sluice_proto_state_init(struct proto_state *ps, const struct sluice_config *
 /* Release what the protocol layer keeps in a core's state (the network
  * core calls it before freeing the state, once every request is freed). */
 void sluice_proto_state_fini(struct proto_state *ps);
+/* Release the snapshot the core kept for its requests (sluice_proto_snap),
+ * unless a request still uses it; before the pools go, at shutdown. */
+void sluice_proto_snap_drop_cached(struct netcore *nc);
 
 #endif

@@ -331,6 +331,7 @@ uint32_t sluice_rt_run_posts(struct sluice_rt *rt)
 
 static void turn_work(struct sluice_rt *rt, const struct sluice_rt_hooks *h, void *core)
 {
+	rt->pass++;
 	h->drain(core);
 	sluice_rt_run_posts(rt);
 	int64_t now = sluice_rt_now_ms();
@@ -360,6 +361,7 @@ static void turn_sleep(struct sluice_rt *rt, const struct sluice_rt_hooks *h, vo
 	if (wait > 0 && (__atomic_load_n(&rt->posts, __ATOMIC_SEQ_CST) || rt->taken || rt->backlog.n ||
 			 (h->pending && h->pending(core))))
 		wait = 0;
+	rt->pass++; /* what arrives in the poll is stamped after its wait */
 	h->poll(core, wait);
 	__atomic_store_n(&rt->sleeping, 0, __ATOMIC_SEQ_CST);
 	sluice_rt_wakes(rt); /* for what the poll's upcalls sent */

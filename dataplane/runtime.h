@@ -128,6 +128,10 @@ struct sluice_rt {
 	const struct sluice_rt_hooks *hooks; /* while running */
 	void *core;
 	uint64_t turns;
+	/* Bumped as each turn's work starts and before each poll, never 0
+	 * once the loop runs: what the core caches for one pass of its loop
+	 * (the clock it stamps requests with) keys on it. */
+	uint64_t pass;
 	struct sluice_rt_backlog backlog;
 	uint32_t timers_n;
 	uint64_t timers_seq;

@@ -218,6 +218,7 @@ void stub_cluster_begin(void)
 	CL.ops = *B.meta.ops;
 	CL.ops.acquire = cluster_acquire;
 	CL.ops.release = cluster_release;
+	CL.ops.is_current = NULL; /* its snapshots are copies: requests take their own */
 	B.meta.ops = &CL.ops;
 }
 

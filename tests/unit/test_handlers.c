@@ -32,6 +32,7 @@
 #include "common/kafka/errors.h"
 #include "common/log.h"
 #include "control/meta.h"
+#include "dataplane/proto_internal.h"
 #include "proto_stubs.h"
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -5005,4 +5006,50 @@ Test(broker_loggers, describe_set_delete, .init = setup, .fini = teardown)
 	cr_expect_eq(sluice_log_logger_level(sluice_log_logger_find("replication")), SLUICE_LOG_TRACE, "follows the root");
 	sluice_log_set_level(SLUICE_LOG_ERROR);
 	free(o);
+}
+
+/* ---- the network core's shared snapshot ---- */
+
+/* Proves requests on one network core share the snapshot the core holds
+ * (one reference for all of them, users counted) while it is current; a
+ * newer one out, the next request gets it and the old one stays, retired,
+ * until its last request is done, then is released (its count back to the
+ * writer's alone); and the core's own reference goes at shutdown. */
+Test(snap_cache, shared_retired_released, .init = setup, .fini = teardown)
+{
+	struct netcore *nc = &BR->net[0];
+	struct proto_state *ps = nc->state;
+	struct req *r = calloc(3, sizeof *r);
+	cr_assert_not_null(r);
+	for (int i = 0; i < 3; i++)
+		r[i].nc = nc;
+	struct sluice_meta_snapshot *s1 = sluice_proto_snap(&r[0]);
+	cr_assert_eq(sluice_proto_snap(&r[1]), s1, "the same snapshot for both");
+	cr_assert(r[0].snap_core && ps->snap_cur.snap == s1 && ps->snap_cur.users == 2);
+	int refs1 = __atomic_load_n(&s1->refs, __ATOMIC_ACQUIRE);
+	cr_assert_eq(refs1, 2, "the writer's and the core's, none per request: %d", refs1);
+
+	create_topic("snap-cache", 1); /* publishes a newer snapshot */
+	struct sluice_meta_snapshot *s2 = sluice_proto_snap(&r[2]);
+	cr_assert_neq(s2, s1, "the newer one");
+	cr_assert_not_null(sluice_meta_find(s2, "snap-cache", strlen("snap-cache")));
+	cr_assert_null(sluice_meta_find(s1, "snap-cache", strlen("snap-cache")), "the old one unchanged");
+	cr_assert_eq(ps->snap_retired_n, 1);
+	cr_assert(ps->snap_retired[0].snap == s1 && ps->snap_retired[0].users == 2);
+
+	sluice_proto_snap_refresh(&r[0]);
+	cr_assert_eq(r[0].snap, s2);
+	cr_assert_eq(ps->snap_retired[0].users, 1);
+	__atomic_add_fetch(&s1->refs, 1, __ATOMIC_ACQ_REL); /* the test's own, to see the count after */
+	sluice_proto_snap_refresh(&r[1]);
+	cr_assert_eq(ps->snap_retired_n, 0, "its last request done: released");
+	cr_assert_eq(__atomic_load_n(&s1->refs, __ATOMIC_ACQUIRE), 1, "only the test's reference left");
+	BR->meta.ops->release(BR->meta.self, s1);
+	cr_assert_eq(ps->snap_cur.snap, s2);
+	cr_assert_eq(ps->snap_cur.users, 3);
+	for (int i = 0; i < 3; i++)
+		sluice_proto_snap_put(&r[i]);
+	cr_assert_eq(ps->snap_cur.users, 0, "kept for the next requests; released at shutdown (teardown)");
+	cr_assert_null(r[0].snap);
+	free(r);
 }
