@@ -63,6 +63,7 @@ static const struct cfg_key keys[] = {
 	{"sluice.dpdk.tcp.retries", CFG_INT, F(dpdk_tcp_retries), 1, 30, "12"},
 	{"sluice.dpdk.checksum.offload", CFG_BOOL, F(dpdk_checksum_offload), 0, 1, "true"},
 	{"sluice.dpdk.zero.copy", CFG_BOOL, F(dpdk_zero_copy), 0, 1, "true"},
+	{"sluice.dpdk.tso", CFG_BOOL, F(dpdk_tso), 0, 1, "true"},
 	{"sluice.dpdk.syn.backlog", CFG_INT, F(dpdk_syn_backlog), 1, 4096, "1024"},
 	{"sluice.dpdk.rx.interrupts", CFG_BOOL, F(dpdk_rx_interrupts), 0, 1, "true"},
 	{"sluice.dpdk.tcp.keepalive.ms", CFG_INT, F(dpdk_tcp_keepalive_ms), 0, 32767000, "7200000"},

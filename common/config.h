@@ -78,6 +78,7 @@ struct sluice_config {
 	int32_t dpdk_tcp_retries;                         /* sluice.dpdk.tcp.retries: retransmissions before a connection is dropped */
 	bool dpdk_checksum_offload;                       /* sluice.dpdk.checksum.offload: the NIC's, when it offers them */
 	bool dpdk_zero_copy;                              /* sluice.dpdk.zero.copy: cached log bytes sent by reference */
+	bool dpdk_tso;                                    /* sluice.dpdk.tso: TCP segmentation offload, when offered */
 	int32_t dpdk_syn_backlog;                         /* sluice.dpdk.syn.backlog: half-open connections per network core */
 	bool dpdk_rx_interrupts;                          /* sluice.dpdk.rx.interrupts: idle cores sleep until a frame arrives */
 	int32_t dpdk_tcp_keepalive_ms;                    /* sluice.dpdk.tcp.keepalive.ms: idle before probes; 0: off */

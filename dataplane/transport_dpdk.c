@@ -83,6 +83,8 @@
 #define SLUICE_DPDK_EXT_MBUFS 8191        /* mbufs per network core that carry bytes by reference */
 #define SLUICE_DPDK_TX_SEGS_MAX 16        /* mbufs chained in one frame, at most */
 #define SLUICE_DPDK_FRAME_PIECES 96       /* pieces of the send stream one frame's payload spans, at most */
+#define SLUICE_DPDK_TSO_SEGS_MAX 64       /* mbufs chained in one offloaded (TSO) frame, at most */
+#define SLUICE_DPDK_TSO_CHUNK 1920        /* payload bytes per mbuf of a TSO frame: a fresh mbuf's room, even */
 _Static_assert(SLUICE_DPDK_TABLE_SLOTS >= 2 * SLUICE_DPDK_CONNS_MAX, "the table stays at most half full");
 _Static_assert((SLUICE_DPDK_TABLE_SLOTS & (SLUICE_DPDK_TABLE_SLOTS - 1)) == 0, "slots mask by a power of two");
 _Static_assert(SLUICE_DPDK_SND_BUF_BYTES <= SLUICE_TCP_SND_BUF_MAX, "within the state machine's ring bound");
@@ -171,6 +173,8 @@ struct dstate {
 	struct zpool *zp;
 	bool zc;                        /* cached bytes sent by reference (sluice.dpdk.zero.copy, the port allows) */
 	uint16_t tx_segs;               /* mbufs one frame may chain */
+	bool tso;                       /* the port cuts segments (TCP segmentation offload) */
+	uint16_t tso_mss_less;          /* bytes the port's TSO wants under the MSS (net_tap counts the Ethernet header) */
 	struct sluice_eth_addr mac;
 	uint32_t ip, netmask, gateway;
 	uint16_t listen_port;
@@ -199,6 +203,7 @@ struct dstate {
 	bool in_poll, registered;
 	uint64_t rx_frames, tx_frames, tx_drops, drops[SLUICE_WIRE_REASONS], refused, not_ours;
 	uint64_t zc_frames, zc_bytes;   /* frames that carried bytes by reference, and those bytes (first sends and resends) */
+	uint64_t tso_frames, tso_bytes; /* frames the port cut into segments (TSO), and their payload */
 	struct sluice_tcp_counters tcp; /* of the connections that ended (fini adds the rest) */
 	uint64_t ends[SLUICE_TCP_END_REASONS]; /* connections ended, by reason */
 	/* SLUICE_DPDK_RX_CHAOS (tests): per mille of frames reordered, duplicated, corrupted. */
@@ -533,6 +538,23 @@ static int sq_pieces(struct dconn *d, uint32_t off, uint32_t len, struct fpiece 
 	return n;
 }
 
+/* Copy the stream's bytes [off, off + len) from its front into dst. */
+static void sq_copy(struct dconn *d, uint32_t off, uint8_t *dst, uint32_t len)
+{
+	struct fpiece pc[SLUICE_DPDK_FRAME_PIECES];
+	while (len > 0) {
+		/* At most a piece per SLUICE_DPDK_ZC_MIN bytes and one before each (FRAME_PIECES' bound). */
+		uint32_t take = len < 9000 - 40 ? len : 9000 - 40;
+		int n = sq_pieces(d, off, take, pc, SLUICE_DPDK_FRAME_PIECES);
+		for (int i = 0; i < n; i++) {
+			memcpy(dst, pc[i].p, pc[i].len);
+			dst += pc[i].len;
+		}
+		off += take;
+		len -= take;
+	}
+}
+
 static void conn_free(struct dconn *d)
 {
 	for (uint32_t k = 0; k < d->sq_n; k++)
@@ -563,6 +585,60 @@ static void attach(struct rte_mbuf *m, const uint8_t *p, uint32_t len, struct zr
 	rte_mbuf_ext_refcnt_update(&z->shinfo, 1);
 	rte_pktmbuf_attach_extbuf(m, (void *)(uintptr_t)p, iova, (uint16_t)len, &z->shinfo);
 	m->data_len = (uint16_t)len;
+}
+
+/* A segment the port cuts (TSO): the headers alone in a fresh mbuf (the
+ * checksums the port's, the pseudo-header's sum without the length), the
+ * payload copied after it in chunks of even length (net_tap sums each
+ * mbuf of a chain on its own, wrong after one of odd length). Not sent
+ * when mbufs run out: as a lost segment, the state machine resends. */
+static void emit_tso(struct dstate *ds, struct dconn *d, const struct sluice_tcp_seg *seg)
+{
+	struct rte_mbuf *head;
+	size_t cap;
+	uint8_t *p = tx_frame(ds, &head, &cap);
+	if (!p)
+		return;
+	size_t hdr = sluice_wire_tcp_headers_build(p, cap, &d->peer_mac, &ds->mac, ds->ip_id, seg, NULL, 0,
+						   SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP | SLUICE_WIRE_CSUM_TSO);
+	if (hdr == 0) {
+		tx_queue(ds, head, 0);
+		return;
+	}
+	head->data_len = (uint16_t)hdr;
+	head->pkt_len = (uint32_t)hdr;
+	struct rte_mbuf *tail = head;
+	uint32_t off = seg->seq - d->tcb.snd_buf_seq, left = seg->payload_len;
+	while (left > 0) {
+		struct rte_mbuf *m = head->nb_segs < SLUICE_DPDK_TSO_SEGS_MAX ? rte_pktmbuf_alloc(ds->pool) : NULL;
+		if (!m) {
+			rte_pktmbuf_free(head);
+			ds->tx_drops++;
+			return;
+		}
+		uint32_t k = left < SLUICE_DPDK_TSO_CHUNK ? left : SLUICE_DPDK_TSO_CHUNK;
+		assert(rte_pktmbuf_tailroom(m) >= k);
+		sq_copy(d, off, rte_pktmbuf_mtod(m, uint8_t *), k);
+		m->data_len = (uint16_t)k;
+		tail->next = m;
+		tail = m;
+		head->nb_segs++;
+		head->pkt_len += k;
+		off += k;
+		left -= k;
+	}
+	uint16_t segsz = (uint16_t)(d->tcb.smss - ds->tso_mss_less);
+	head->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_TCP_CKSUM | RTE_MBUF_F_TX_TCP_SEG;
+	head->l2_len = SLUICE_ETH_HDR_LEN;
+	head->l3_len = SLUICE_IPV4_HDR_LEN;
+	head->l4_len = hdr - SLUICE_ETH_HDR_LEN - SLUICE_IPV4_HDR_LEN;
+	head->tso_segsz = segsz;
+	ds->ip_id = (uint16_t)(ds->ip_id + (seg->payload_len + segsz - 1) / segsz);
+	ds->tso_frames++;
+	ds->tso_bytes += seg->payload_len;
+	ds->tx[ds->tx_n++] = head;
+	if (ds->tx_n == SLUICE_DPDK_BURST)
+		tx_flush(ds);
 }
 
 /* A segment whose payload is on the stream: the headers in a fresh mbuf,
@@ -667,6 +743,11 @@ static void on_emit(void *arg, const struct sluice_tcp_seg *seg)
 		struct sluice_eth_addr mac;
 		if (d->next_hop && sluice_arp_lookup(&ds->arp, d->next_hop, (int64_t)ds_now(ds), &mac))
 			d->peer_mac = mac;
+	}
+	if (seg->payload_len > d->tcb.smss) {
+		assert(!seg->payload && ds->tso);
+		emit_tso(ds, d, seg);
+		return;
 	}
 	if (seg->payload_len > 0) {
 		assert(!seg->payload); /* the stream is ours (tcp.h's external send buffer) */
@@ -863,6 +944,10 @@ static void tcb_config(struct dstate *ds, struct dconn *d, struct sluice_tcp_con
 	cfg->ooo_buf_bytes = SLUICE_DPDK_OOO_BUF_BYTES;
 	cfg->rcv_space = SLUICE_DPDK_RCV_SPACE;
 	cfg->mss = (uint16_t)(ds->nc->b->cfg.dpdk_mtu - 40);
+	/* A TSO frame: its headers' mbuf and payload chunks, within the
+	 * port's chain limit and one IPv4 packet. */
+	uint32_t tso = (uint32_t)(SLUICE_DPDK_TSO_SEGS_MAX - 1) * SLUICE_DPDK_TSO_CHUNK;
+	cfg->tso_max = ds->tso ? (tso < SLUICE_TCP_TSO_MAX ? tso : SLUICE_TCP_TSO_MAX) : 0;
 	cfg->ts_offset = ds->secret;
 	/* TIME-WAIT holds a connection's buffers (320 KiB): 2 x 5 s rather than
 	 * 2 x 30 s, so a client reconnecting often cannot pin the table. */
@@ -1365,6 +1450,8 @@ static struct {
 	bool tx_csum[RTE_MAX_ETHPORTS], rx_csum[RTE_MAX_ETHPORTS]; /* checksum offloads enabled on each port */
 	bool rx_intr[RTE_MAX_ETHPORTS];                            /* Rx interrupts configured on each port */
 	bool zc[RTE_MAX_ETHPORTS];                                 /* frames may carry cached bytes by reference */
+	bool tso[RTE_MAX_ETHPORTS];                                /* TCP segmentation offload enabled */
+	uint16_t tso_mss_less[RTE_MAX_ETHPORTS];
 	uint16_t tx_segs[RTE_MAX_ETHPORTS];                        /* mbufs a frame may chain on each port */
 	struct rte_mempool *ext_pool[SLUICE_CORES_MAX];
 	struct zpool *zp[SLUICE_CORES_MAX];
@@ -1616,6 +1703,17 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		g.tx_segs[p] = lim < SLUICE_DPDK_TX_SEGS_MAX ? lim : SLUICE_DPDK_TX_SEGS_MAX;
 	}
 	g.zc[p] = cfg->dpdk_zero_copy && vdev && g.tx_segs[p] >= 3;
+	/* Segmentation offload, with the checksum offloads it implies, on a
+	 * port that chains mbufs. net_tap's (software GSO in the driver)
+	 * counts the Ethernet header against the MTU: its segments are cut
+	 * that much under the MSS. */
+	const uint64_t tso_want = RTE_ETH_TX_OFFLOAD_TCP_TSO | RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+	if (rc == 0 && cfg->dpdk_tso && g.tx_csum[p] && (info.tx_offload_capa & tso_want) == tso_want &&
+	    info.tx_desc_lim.nb_seg_max >= SLUICE_DPDK_TSO_SEGS_MAX) {
+		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_TCP_TSO;
+		g.tso[p] = true;
+		g.tso_mss_less[p] = strcmp(info.driver_name, "net_tap") == 0 ? SLUICE_ETH_HDR_LEN : 0;
+	}
 	/* Rx interrupts where the port takes them (its start says), else
 	 * without: the cores then nap briefly instead. */
 	conf.intr_conf.rxq = cfg->dpdk_rx_interrupts;
@@ -1634,9 +1732,11 @@ static int port_start(const struct sluice_config *cfg, uint16_t p, int q, struct
 		return -1;
 	}
 	SLOG_INFO("net", "sluice.dpdk.port %u (%s): %d queue pair(s); checksums: sent %s, received %s; idle cores %s; "
-		  "cached log bytes sent %s", p, info.driver_name, q, g.tx_csum[p] ? "by the NIC" : "in software",
+		  "segments cut %s; cached log bytes sent %s", p, info.driver_name, q,
+		  g.tx_csum[p] ? "by the NIC" : "in software",
 		  g.rx_csum[p] ? "checked by the NIC (software when it did not)" : "in software",
 		  g.rx_intr[p] ? "sleep until a frame arrives (Rx interrupts)" : "nap 1 ms at a time",
+		  g.tso[p] ? "by the NIC (TSO)" : "by the stack",
 		  g.zc[p]                    ? "by reference (zero copy)"
 		  : !cfg->dpdk_zero_copy     ? "as copies (sluice.dpdk.zero.copy=false)"
 		  : !vdev                    ? "as copies (a device on a bus: extents not registered for DMA)"
@@ -1770,6 +1870,8 @@ static int dpdk_init(struct netcore *nc)
 	ds->zp = g.zp[nc->id];
 	ds->zc = g.zc[ds->port];
 	ds->tx_segs = g.tx_segs[ds->port];
+	ds->tso = g.tso[ds->port];
+	ds->tso_mss_less = g.tso_mss_less[ds->port];
 	ds->lcore = g.lcore[nc->id];
 	ds->tx_csum = g.tx_csum[ds->port] ? SLUICE_WIRE_CSUM_IP | SLUICE_WIRE_CSUM_TCP : 0;
 	ds->rx_csum = g.rx_csum[ds->port];
@@ -1852,7 +1954,8 @@ static void dpdk_fini(struct netcore *nc)
 			  ds->ends[SLUICE_TCP_END_ABORTED], ds->ends[SLUICE_TCP_END_FIN_WAIT_2],
 			  ds->ends[SLUICE_TCP_END_KEEPALIVE]);
 		SLOG_INFO("net", "network core %d: DPDK: %" PRIu64 " bytes of cached log data sent by reference (zero copy) "
-			  "in %" PRIu64 " frames", nc->id, ds->zc_bytes, ds->zc_frames);
+			  "in %" PRIu64 " frames; %" PRIu64 " bytes in %" PRIu64 " frames the port cut into segments (TSO)",
+			  nc->id, ds->zc_bytes, ds->zc_frames, ds->tso_bytes, ds->tso_frames);
 		free(ds);
 		nc->tstate = NULL;
 	}

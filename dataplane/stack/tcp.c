@@ -167,10 +167,22 @@ static bool fin_may_go(const struct sluice_tcp_tcb *t)
 				 t->state == SLUICE_TCP_LAST_ACK);
 }
 
-/* Sends one segment starting at seq with at most limit payload bytes (the
- * SYN, data up to the ring's wrap, the FIN after the last byte); returns
- * the sequence space it covered, 0 when there was nothing to send. */
-static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uint64_t now_ms)
+/* The most payload one emitted segment may carry: the MSS, or with
+ * segmentation offload (config.tso_max) whole MSS-sized segments up to
+ * tso_max, for new data only (sends by send_data and window probes;
+ * retransmissions stay one MSS). */
+static uint32_t seg_cap(const struct sluice_tcp_tcb *t, bool big)
+{
+	if (!big || t->cfg.tso_max <= t->smss)
+		return t->smss;
+	return t->cfg.tso_max / t->smss * t->smss;
+}
+
+/* Sends one segment starting at seq with at most limit payload bytes, at
+ * most one MSS unless big (seg_cap) (the SYN, data up to the ring's wrap,
+ * the FIN after the last byte); returns the sequence space it covered, 0
+ * when there was nothing to send. */
+static uint32_t xmit_cap(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, bool big, uint64_t now_ms)
 {
 	if (seq == t->iss && (t->state == SLUICE_TCP_SYN_SENT || t->state == SLUICE_TCP_SYN_RECEIVED)) {
 		uint8_t f = SLUICE_TCP_SYN | (t->state == SLUICE_TCP_SYN_RECEIVED ? SLUICE_TCP_ACK : 0);
@@ -182,7 +194,7 @@ static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uin
 	uint32_t off = seq - t->snd_buf_seq;
 	assert(off <= t->snd_len);
 	uint32_t pos = (t->snd_head + off) & (t->cfg.snd_buf_bytes - 1);
-	uint32_t n = min32(min32(t->snd_len - off, limit), t->smss);
+	uint32_t n = min32(min32(t->snd_len - off, limit), seg_cap(t, big));
 	if (t->cfg.snd_buf)
 		n = min32(n, t->cfg.snd_buf_bytes - pos); /* one contiguous piece per segment */
 	bool fin = fin_may_go(t) && off + n == t->snd_len;
@@ -195,6 +207,11 @@ static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uin
 		flags |= SLUICE_TCP_FIN;
 	emit_seg(t, seq, flags, n && t->cfg.snd_buf ? t->cfg.snd_buf + pos : NULL, n, now_ms);
 	return n + fin;
+}
+
+static uint32_t xmit(struct sluice_tcp_tcb *t, uint32_t seq, uint32_t limit, uint64_t now_ms)
+{
+	return xmit_cap(t, seq, limit, false, now_ms);
 }
 
 /* Bookkeeping after sending len at snd_nxt: new data counted, the RTT timed
@@ -447,7 +464,7 @@ static void send_data(struct sluice_tcp_tcb *t, uint64_t now_ms)
 		uint32_t usable = min32(t->snd_wnd > flight ? t->snd_wnd - flight : 0,
 					t->cwnd > in_net ? t->cwnd - in_net : 0);
 		uint32_t pending = unsent_bytes(t);
-		uint32_t n = min32(min32(pending, usable), t->smss);
+		uint32_t n = min32(min32(pending, usable), seg_cap(t, true));
 		if (pending == 0) {
 			if (fin_may_go(t) && t->snd_nxt == t->snd_buf_seq + t->snd_len)
 				sent_at_nxt(t, xmit(t, t->snd_nxt, 0, now_ms), now_ms);
@@ -462,7 +479,7 @@ static void send_data(struct sluice_tcp_tcb *t, uint64_t now_ms)
 			return;
 		if (!short_by_sack && t->cfg.nagle && n < t->smss && flight > 0)
 			return;
-		uint32_t len = xmit(t, t->snd_nxt, n, now_ms);
+		uint32_t len = xmit_cap(t, t->snd_nxt, n, true, now_ms);
 		assert(len > 0);
 		sent_at_nxt(t, len, now_ms);
 	}
@@ -1153,6 +1170,7 @@ static void tcb_init(struct sluice_tcp_tcb *t, const struct sluice_tcp_config *c
 				      (cfg->ooo_buf_bytes & (cfg->ooo_buf_bytes - 1)) == 0
 			    : cfg->ooo_buf_bytes == 0);
 	assert(cfg->mss >= SLUICE_TCP_MSS_MIN && cfg->rcv_wscale <= SLUICE_TCP_WSCALE_MAX);
+	assert(cfg->tso_max <= SLUICE_TCP_TSO_MAX);
 	assert(cfg->rto_min_ms > 0 && cfg->rto_min_ms <= cfg->rto_initial_ms &&
 	       cfg->rto_initial_ms <= cfg->rto_max_ms && cfg->rto_max_ms <= SLUICE_TCP_RTO_MAX_MS);
 	assert(cfg->retries_max <= SLUICE_TCP_RETRIES_LIMIT && cfg->delack_ms > 0);

@@ -26,6 +26,7 @@
 
 /* Limits and defaults. */
 #define SLUICE_TCP_SND_BUF_MAX (4u << 20)   /* largest send ring per connection */
+#define SLUICE_TCP_TSO_MAX 65000u           /* config.tso_max at most: one IPv4 packet's payload, headers aside */
 #define SLUICE_TCP_OOO_BUF_MAX (4u << 20)   /* largest reassembly area per connection */
 #define SLUICE_TCP_OOO_RANGES_MAX 4         /* out-of-order islands kept at once */
 #define SLUICE_TCP_SCOREBOARD_MAX 8         /* the peer's SACKed ranges kept (RFC 6675 scoreboard) */
@@ -163,6 +164,12 @@ struct sluice_tcp_config {
 	uint32_t ooo_buf_bytes;     /* power of two, <= SLUICE_TCP_OOO_BUF_MAX, or 0 */
 	uint32_t rcv_space;         /* receive bytes the caller can take at first */
 	uint16_t mss;               /* announced: the largest payload we accept (MTU - 40) */
+	/* Segmentation offload: new data may go in segments of up to tso_max
+	 * payload bytes (whole MSS-sized segments: the NIC cuts them at the
+	 * MSS, repeating the headers and options); 0, or not above the MSS:
+	 * off. Retransmissions and probes of a closed window stay one MSS. The
+	 * counters count each such segment once. */
+	uint32_t tso_max;
 	uint8_t rcv_wscale;         /* our receive window shift when the peer scales */
 	bool nagle;                 /* RFC 896; off by default (Kafka responses want latency) */
 	uint32_t rto_min_ms, rto_initial_ms, rto_max_ms; /* rto_max_ms <= SLUICE_TCP_RTO_MAX_MS */

@@ -604,23 +604,24 @@ static size_t tcp_options_write(uint8_t *o, const struct sluice_tcp_seg *s)
 	return n;
 }
 
-static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload,
+static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload, bool tso,
 			const struct sluice_wire_piece *pieces, int n);
 
 size_t sluice_wire_tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s)
 {
-	return tcp_build(p, cap, s, false, NULL, 0);
+	return tcp_build(p, cap, s, false, false, NULL, 0);
 }
 
 /* offload: the checksum field holds the pseudo-header's sum alone (folded,
  * not complemented), which the NIC completes over the segment: DPDK's
  * convention for RTE_MBUF_F_TX_TCP_CKSUM. pieces: the payload, when it is
  * not at s->payload (NULL: it is). */
-static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload,
+static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, bool offload, bool tso,
 			const struct sluice_wire_piece *pieces, int n)
 {
+	assert(!tso || offload);
 	assert(s->wscale <= SLUICE_TCP_WSCALE_MAX && s->sack_n <= SLUICE_TCP_SACK_BLOCKS_MAX);
-	assert(pieces || s->payload != NULL || s->payload_len == 0);
+	assert(offload || pieces || s->payload != NULL || s->payload_len == 0);
 	size_t opt_len = sluice_wire_tcp_options_len(s);
 	size_t hdr_len = SLUICE_TCP_HDR_LEN + opt_len;
 	if (opt_len > SLUICE_TCP_OPTIONS_LEN_MAX || cap < hdr_len || s->payload_len > TCP_SEGMENT_LEN_MAX - hdr_len)
@@ -638,7 +639,8 @@ static size_t tcp_build(uint8_t *p, size_t cap, const struct sluice_tcp_seg *s, 
 	assert(written == opt_len);
 	struct sluice_wire_csum c;
 	sluice_wire_csum_init(&c);
-	sluice_wire_csum_add_pseudo(&c, s->saddr, s->daddr, SLUICE_IPPROTO_TCP, (uint16_t)(hdr_len + s->payload_len));
+	sluice_wire_csum_add_pseudo(&c, s->saddr, s->daddr, SLUICE_IPPROTO_TCP,
+				    tso ? 0 : (uint16_t)(hdr_len + s->payload_len));
 	if (offload) {
 		put16(p + 16, (uint16_t)~sluice_wire_csum_finish(&c));
 		return hdr_len;
@@ -689,7 +691,7 @@ size_t sluice_wire_tcp_frame_build_offload(uint8_t *frame, size_t cap, const str
 							       s->payload_len)};
 	size_t n = sluice_wire_eth_build(frame, cap, &eh);
 	n += ipv4_build(frame + n, cap - n, &ih, (offload & SLUICE_WIRE_CSUM_IP) != 0);
-	n += tcp_build(frame + n, cap - n, &placed, (offload & SLUICE_WIRE_CSUM_TCP) != 0, NULL, 0);
+	n += tcp_build(frame + n, cap - n, &placed, (offload & SLUICE_WIRE_CSUM_TCP) != 0, false, NULL, 0);
 	assert(n == headers);
 	return frame_pad(frame, headers + s->payload_len, cap);
 }
@@ -712,7 +714,10 @@ size_t sluice_wire_tcp_headers_build(uint8_t *frame, size_t cap, const struct sl
 							       s->payload_len)};
 	size_t n = sluice_wire_eth_build(frame, cap, &eh);
 	n += ipv4_build(frame + n, cap - n, &ih, (offload & SLUICE_WIRE_CSUM_IP) != 0);
-	n += tcp_build(frame + n, cap - n, s, (offload & SLUICE_WIRE_CSUM_TCP) != 0, pieces, pieces_n);
+	n += tcp_build(frame + n, cap - n, s, (offload & SLUICE_WIRE_CSUM_TCP) != 0,
+		       (offload & (SLUICE_WIRE_CSUM_TCP | SLUICE_WIRE_CSUM_TSO)) ==
+			       (SLUICE_WIRE_CSUM_TCP | SLUICE_WIRE_CSUM_TSO),
+		       pieces, pieces_n);
 	assert(n == headers);
 	return headers;
 }

@@ -243,6 +243,10 @@ size_t sluice_wire_tcp_frame_build(uint8_t *frame, size_t cap, const struct slui
  * RTE_MBUF_F_TX_TCP_CKSUM asks. */
 #define SLUICE_WIRE_CSUM_IP 1u
 #define SLUICE_WIRE_CSUM_TCP 2u
+/* With SLUICE_WIRE_CSUM_TCP, for a segment the NIC cuts (TCP segmentation
+ * offload): the pseudo-header's sum leaves the length out, as DPDK's
+ * RTE_MBUF_F_TX_TCP_SEG asks (each cut segment's length differs). */
+#define SLUICE_WIRE_CSUM_TSO 4u
 /* sluice_wire_tcp_frame_build, leaving the checksums offload names to the NIC. */
 size_t sluice_wire_tcp_frame_build_offload(uint8_t *frame, size_t cap, const struct sluice_eth_addr *dst,
 					   const struct sluice_eth_addr *src, uint16_t ip_id,

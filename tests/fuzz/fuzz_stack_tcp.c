@@ -36,7 +36,9 @@
  *   its offset from snd_buf_seq plus what acked gave back is its stream
  *   offset (what an external send buffer finds its bytes by: tcp.h); with
  *   an external send buffer (inputs of odd length: the DPDK transport's
- *   mode) it carries no payload pointer and is cut at the MSS alone;
+ *   mode) it carries no payload pointer and is cut at the MSS alone; with
+ *   segmentation offload (inputs whose length has bit 1 set) at most
+ *   tso_max's whole MSS parts;
  * - snd_una <= snd_nxt <= snd_max, nothing emitted lies past snd_max (the
  *   peer's ACK of it would be dropped) and nothing past the queued bytes
  *   and the FIN; the acked callback accounts for every acknowledged byte;
@@ -114,6 +116,7 @@ struct fuzz {
 	uint32_t space;       /* receive space given, minus what was delivered since */
 	uint64_t delivered, queued, acked;
 	bool external; /* the send buffer is the caller's (sluice_tcp_send_external) */
+	bool tso;      /* config.tso_max: new data in segments of many MSS */
 	uint64_t adv_max;     /* right edge of the windows offered, stream offset */
 	uint64_t ack_last;    /* last ACK number emitted, stream offset */
 	uint32_t sent_hi;     /* the end of what was emitted, as seq - iss */
@@ -219,7 +222,9 @@ static void check_emit(const struct sluice_tcp_seg *s)
 	if (s->has_ts)
 		F.our_ts = s->ts_val;
 	if (s->payload_len > 0) {
-		CHECK(s->payload_len <= t->smss, "a payload of %u past the MSS %u", s->payload_len, t->smss);
+		uint32_t cap = F.tso && t->cfg.tso_max > t->smss ? t->cfg.tso_max / t->smss * t->smss : t->smss;
+		CHECK(s->payload_len <= cap, "a payload of %u past the MSS %u (segmentation offload: %u)", s->payload_len,
+		      t->smss, F.tso ? cap : 0);
 		uint64_t o = our_off(s->seq);
 		CHECK(F.acked + (s->seq - t->snd_buf_seq) == o, "emitted at offset %u from the send buffer's front, with "
 		      "%llu given back by acked, but at stream offset %llu", s->seq - t->snd_buf_seq,
@@ -669,6 +674,7 @@ static void configure(struct sluice_tcp_config *cfg)
 	sluice_tcp_config_default(cfg);
 	cfg->ops = (struct sluice_tcp_ops){on_emit, on_deliver, on_established, on_peer_fin, on_acked, on_closed};
 	cfg->snd_buf = F.external ? NULL : snd_buf;
+	cfg->tso_max = F.tso ? SLUICE_TCP_TSO_MAX : 0;
 	cfg->snd_buf_bytes = FUZZ_SND_BUF_BYTES;
 	cfg->ooo_buf = (c & 0x10) ? NULL : ooo_buf;
 	cfg->ooo_buf_bytes = (c & 0x10) ? 0 : FUZZ_OOO_BUF_BYTES;
@@ -810,6 +816,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(covered, 0, sizeof covered);
 	F.in = (struct reader){data, 0, size};
 	F.external = size & 1; /* half the inputs (and seeds) each way, whatever their bytes */
+	F.tso = (size & 2) != 0; /* and half with segmentation offload (segments of many MSS) */
 	F.now = 1000; /* TSval 0 reads as no echo: start the clock past it */
 	configure(&F.cfg);
 	F.cfg.arg = &F;

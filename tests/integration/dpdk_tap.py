@@ -34,6 +34,10 @@ queue. Proves:
   0), through every round trip above, the lossy one included (resent from the
   extents); the second copies them (sluice.dpdk.zero.copy=false, 0 bytes by reference)
   through the reordering, duplication and corruption below;
+- segmentation offload: net_tap offers TSO (its driver cuts in software), so the first
+  broker hands it segments of up to 64 KB of new data (its stop line counts them, more
+  than 0), every round trip above byte for byte; the second, without checksum offloads,
+  cuts every segment itself (0 such frames);
 - reordering, duplication and corruption: started again with the stack's receive-path
   test hook (SLUICE_DPDK_RX_CHAOS: 3% of the frames held back behind the next one, 2%
   handed in twice, 2% with a byte flipped), a kcat round trip of 20,000 records completes
@@ -377,6 +381,13 @@ def counters(text):
     return dict(zip(keys, map(int, m.groups())))
 
 
+def tso_frames(text):
+    import re
+    m = re.search(r"(\d+) bytes in (\d+) frames the port cut into segments \(TSO\)", text)
+    check(m is not None, "no TSO counter in the broker's last lines")
+    return int(m.group(1)), int(m.group(2))
+
+
 def zero_copy_bytes(text):
     import re
     m = re.search(r"(\d+) bytes of cached log data sent by reference \(zero copy\)", text)
@@ -416,6 +427,7 @@ def chaos_run(ns, work):
     dropped = re.search(r"frames in \((\d+) dropped\)", text)
     c = counters(text)
     check(zero_copy_bytes(text) == 0, "bytes sent by reference with sluice.dpdk.zero.copy=false")
+    check(tso_frames(text)[1] == 0, "frames cut by the port with sluice.dpdk.checksum.offload=false (TSO needs it)")
     check(dropped and int(dropped.group(1)) > 0, "no corrupted frame was dropped")
     check(c["ooo_queued"] > 0 or c["dup_acks"] > 0, f"no reordering seen by TCP: {c}")
     log(f"the same through reordering, duplication and corruption: hook {m.groups()}, frames dropped "
@@ -712,6 +724,8 @@ def main():
             b.start()
             check("checksums: sent by the NIC, received checked by the NIC" in b.text(),
                   "net_tap offers checksum offloads, but the broker did not take them")
+            check("segments cut by the NIC (TSO)" in b.text(),
+                  "net_tap offers TCP segmentation offload, but the broker did not take it")
             check("cached log bytes sent by reference (zero copy)" in b.text(),
                   "net_tap chains mbufs, but the broker does not send cached log bytes by reference")
             check("idle cores sleep until a frame arrives (Rx interrupts)" in b.text(),
@@ -731,6 +745,9 @@ def main():
             check(rc == 0, f"the broker exited {rc} after SIGTERM")
             c = counters(b.text())
             log(f"the stack's counters: {c}")
+            tso = tso_frames(b.text())
+            check(tso[1] > 0, "no frame was cut by the port although net_tap offers TCP segmentation offload")
+            log(f"segmentation offload: {tso[0]} bytes went in {tso[1]} frames the port cut into segments")
             zc = zero_copy_bytes(b.text())
             check(zc > 0, "no cached log byte was sent by reference although sluice.dpdk.zero.copy is on and "
                   "every round trip consumed through the stack")

@@ -763,6 +763,51 @@ Test(stack_tcp, external_send_buffer)
 		cr_assert_eq(r->payload[i], pattern(2 * smss + i));
 }
 
+/* Proves segmentation offload (config.tso_max): new data goes in one
+ * segment of whole MSS-sized parts as far as cwnd and the window allow
+ * (the initial window in one, the next flight in one after the ACK),
+ * bytes named by offset as before; a retransmission is one MSS again. */
+Test(stack_tcp, segmentation_offload_sends_whole_mss_multiples)
+{
+	H->cfg.snd_buf = NULL;
+	H->cfg.tso_max = SLUICE_TCP_TSO_MAX;
+	open_with(IRS, true, 65535); /* 8 MiB window: cwnd decides */
+	uint32_t smss = H->tcb.smss;
+	cr_assert_eq(sluice_tcp_send_external(&H->tcb, 200000), 200000);
+	sluice_tcp_output(&H->tcb, now);
+	struct sluice_tcp_seg *g = pop();
+	cr_assert_eq(g->seq, ISS + 1);
+	cr_assert_eq(g->payload_len, SLUICE_TCP_IW_BYTES_CAP / smss * smss, "the initial window in one: %u",
+		     g->payload_len);
+	cr_assert_eq(g->payload[0], pattern(0));
+	cr_assert_eq(g->payload[g->payload_len - 1], pattern(g->payload_len - 1));
+	cr_assert_eq(pending(), 0);
+	uint32_t first = g->payload_len;
+	in(ts(pseg(IRS + 1, ISS + 1 + first, SLUICE_TCP_ACK, 65535)));
+	uint32_t more = 0, segs = 0;
+	while (pending()) {
+		g = pop();
+		if (g->payload_len == 0)
+			continue;
+		cr_assert_eq(g->seq, ISS + 1 + first + more);
+		cr_assert_eq(g->payload_len % smss, 0, "whole MSS parts");
+		cr_assert_leq(g->payload_len, SLUICE_TCP_TSO_MAX);
+		for (uint32_t i = 0; i < g->payload_len; i += 997)
+			cr_assert_eq(g->payload[i], pattern(first + more + i));
+		more += g->payload_len;
+		segs++;
+	}
+	cr_assert_eq(segs, 1, "the next flight in one segment");
+	cr_assert_gt(more, first, "slow start grew cwnd");
+	drain();
+	now = sluice_tcp_next_timer(&H->tcb);
+	sluice_tcp_on_timer(&H->tcb, now);
+	struct sluice_tcp_seg *r = pop();
+	cr_assert_eq(r->seq, ISS + 1 + first);
+	cr_assert_eq(r->payload_len, smss, "a retransmission is one MSS");
+	cr_assert_eq(r->payload[0], pattern(first));
+}
+
 /* Proves a FIN that goes for the first time with a retransmission counts
  * as sent: 100 bytes sent, the window closed (the sender goes back), the
  * close queues the FIN behind them, the peer acknowledges 50 with its
