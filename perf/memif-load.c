@@ -86,7 +86,7 @@ struct lconn {
 	/* kernel */
 	int fd;
 	uint8_t *wbuf;
-	size_t wlen, woff;
+	size_t wlen, woff, wcap;        /* wcap: K requests and the Metadata one (kernel_run) */
 #ifdef SLUICE_HAVE_DPDK
 	struct sluice_tcp_tcb tcb;
 	uint16_t lport;
@@ -504,7 +504,12 @@ static void kernel_flush(struct lconn *c)
 
 static void kernel_send(struct lconn *c, const uint8_t *p, size_t n)
 {
-	if (c->wlen + n > (size_t)INFLIGHT_MAX * REQ_MAX) {
+	if (c->woff > 0 && c->wlen + n > c->wcap) { /* what was sent makes room */
+		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+		c->wlen -= c->woff;
+		c->woff = 0;
+	}
+	if (c->wlen + n > c->wcap) {
 		g.failure = "send buffer overflow";
 		c->dead = true;
 		return;
@@ -521,7 +526,8 @@ static void kernel_run(void)
 	struct pollfd pf[CONNS_MAX];
 	for (int i = 0; i < g.conns; i++) {
 		struct lconn *c = &g.c[i];
-		c->wbuf = malloc((size_t)INFLIGHT_MAX * REQ_MAX);
+		c->wcap = (size_t)(g.inflight + 1) * (c->req_len > 4096 ? c->req_len : 4096);
+		c->wbuf = malloc(c->wcap);
 		c->fd = socket(AF_INET, SOCK_STREAM, 0);
 		int one = 1;
 		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -849,7 +855,7 @@ static bool can_send(const struct lconn *c)
 	if (strcmp(g.transport, "memif") == 0)
 		return can_send_memif(c);
 #endif
-	return c->wlen - c->woff < (size_t)(INFLIGHT_MAX - 1) * REQ_MAX;
+	return c->wcap - (c->wlen - c->woff) >= c->req_len;
 }
 
 /* ---- main ------------------------------------------------------------------ */
