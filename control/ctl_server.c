@@ -32,6 +32,7 @@
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "control/broker_config.h"
 #include "control/ctl_logic.h"
 #include "control/image.h"
@@ -1034,6 +1035,16 @@ static void on_leader_changed(void *arg, bool is_leader, int32_t leader_id)
 		SLOG_INFO("controller", "node %d is the active controller (epoch %" PRId64 ")", leader_id, term);
 	else
 		SLOG_INFO("controller", "no active controller known (an election is under way)");
+	/* What `systemctl status` shows (nothing is sent outside systemd). */
+	if (is_leader)
+		sluice_sdnotify_sendf("STATUS=serving %s:%u; this node (%d) is the active controller (epoch %" PRId64 ")",
+				      s->cfg.listen_host, (unsigned)s->cfg.listen_port, s->cfg.node_id, term);
+	else if (leader_id >= 0)
+		sluice_sdnotify_sendf("STATUS=serving %s:%u; node %d is the active controller (epoch %" PRId64 ")",
+				      s->cfg.listen_host, (unsigned)s->cfg.listen_port, leader_id, term);
+	else
+		sluice_sdnotify_sendf("STATUS=serving %s:%u; no active controller known (an election is under way)",
+				      s->cfg.listen_host, (unsigned)s->cfg.listen_port);
 	if (is_leader && !was) {
 		sluice_ctl_became_leader(s->ctl, now_ms(s));
 		observers_forget(s);
