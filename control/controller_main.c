@@ -117,8 +117,8 @@ int main(int argc, char **argv)
 	}
 	/* Before the start: the server's leader-change callback replaces this
 	 * STATUS= (a lone voter is elected inside sluice_ctl_server_start). */
-	sluice_sdnotify_sendf("STATUS=serving %s:%u (node %d); no active controller known yet (an election is under way)",
-			      cfg.listen_host, (unsigned)cfg.listen_port, cfg.node_id);
+	sluice_sdnotify_sendf("STATUS=node %d on %s:%u: no active controller known yet (an election is under way)",
+			      cfg.node_id, cfg.listen_host, (unsigned)cfg.listen_port);
 	if (sluice_ctl_server_start(&c.server, &c.loop, &cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-controller: %s\n", err);
 		uv_loop_close(&c.loop);
