@@ -99,6 +99,10 @@ int main(int argc, char **argv)
 	/* First: a peer's socket closing under a write must not kill the
 	 * process (libraft's transport writes to dead peers). */
 	signal(SIGPIPE, SIG_IGN);
+	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		usage();
+		return 0;
+	}
 	if (argc < 2 || argv[1][0] == '-') {
 		usage();
 		return 1;
