@@ -268,7 +268,37 @@ def check_scripts(deb, tmp):
         check(os.access(p, os.X_OK), f"{s} not executable")
         r = lib.run(["sh", "-n", p], timeout=30)
         check(r.returncode == 0, f"{s}: sh -n: {r.stderr}")
-    log("conffiles: both properties files; postinst creates the system user sluice; scripts parse")
+    postinst_runs(os.path.join(ctl, "postinst"), tmp)
+    log("conffiles: both properties files; postinst creates the system user sluice once; scripts parse")
+
+
+def postinst_runs(postinst, tmp):
+    """Runs the postinst with getent, adduser and systemctl replaced by stubs that record
+    their arguments (nothing on this machine changes): `configure` creates the user when
+    getent does not know it, and leaves it alone when it does."""
+    stubs = os.path.join(tmp, "stubs")
+    os.makedirs(stubs, exist_ok=True)
+    calls = os.path.join(tmp, "calls")
+    for name in ("adduser", "systemctl"):
+        with open(os.path.join(stubs, name), "w") as f:
+            f.write(f'#!/bin/sh\necho "{name} $*" >>"{calls}"\n')
+    with open(os.path.join(stubs, "getent"), "w") as f:
+        f.write(f'#!/bin/sh\necho "getent $*" >>"{calls}"\n[ -n "$SLUICE_USER_EXISTS" ]\n')
+    for name in ("adduser", "systemctl", "getent"):
+        os.chmod(os.path.join(stubs, name), 0o755)
+    for exists in ("", "1"):
+        if os.path.exists(calls):
+            os.remove(calls)
+        env = dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin", SLUICE_USER_EXISTS=exists)
+        r = lib.run(["sh", postinst, "configure", ""], timeout=30, env=env)
+        check(r.returncode == 0, f"postinst configure: exit {r.returncode}: {r.stderr}")
+        with open(calls) as f:
+            made = [line.strip() for line in f if line.startswith("adduser")]
+        if exists:
+            check(not made, f"postinst ran adduser for a user that exists: {made}")
+        else:
+            check(made == ["adduser --system --group --home /var/lib/sluice --no-create-home --quiet sluice"],
+                  f"postinst's adduser calls: {made}")
 
 
 def serve(exe, args, port, logpath, what):
