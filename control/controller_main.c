@@ -5,8 +5,10 @@
  * rules and the Kafka-protocol listener (control/ctl_server.h) until
  * SIGTERM or SIGINT, which stop it cleanly (quorum stopped, listener and
  * connections closed, exit 0). A bad or missing property exits 1 with one
- * line naming the key. */
+ * line naming the key. Under systemd (Type=notify) it says READY=1 once its
+ * listener is bound and its quorum started, and STOPPING=1 at SIGTERM. */
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "control/ctl_config.h"
 #include "control/ctl_server.h"
 #include <signal.h>
@@ -88,6 +90,7 @@ static void on_signal(uv_signal_t *h, int signum)
 		return;
 	c->stopping = true;
 	SLOG_INFO("controller", "%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	sluice_sdnotify_send("STOPPING=1\nSTATUS=stopping: closing the listener, then the quorum");
 	sluice_ctl_server_stop(c->server, on_stopped, c);
 }
 
@@ -96,6 +99,10 @@ int main(int argc, char **argv)
 	/* First: a peer's socket closing under a write must not kill the
 	 * process (libraft's transport writes to dead peers). */
 	signal(SIGPIPE, SIG_IGN);
+	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		usage();
+		return 0;
+	}
 	if (argc < 2 || argv[1][0] == '-') {
 		usage();
 		return 1;
@@ -112,6 +119,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sluice-controller: uv_loop_init: %s\n", uv_strerror(rc));
 		return 1;
 	}
+	/* Before the start: the server's leader-change callback replaces this
+	 * STATUS= (a lone voter is elected inside sluice_ctl_server_start). */
+	sluice_sdnotify_sendf("STATUS=node %d on %s:%u: no active controller known yet (an election is under way)",
+			      cfg.node_id, cfg.listen_host, (unsigned)cfg.listen_port);
 	if (sluice_ctl_server_start(&c.server, &c.loop, &cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-controller: %s\n", err);
 		uv_loop_close(&c.loop);
@@ -122,6 +133,10 @@ int main(int argc, char **argv)
 	c.sigterm.data = c.sigint.data = &c;
 	uv_signal_start(&c.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&c.sigint, on_signal, SIGINT);
+	/* Ready once it serves, not once a leader is known: a quorum's first
+	 * voters start one by one, and a unit waiting for an election that needs
+	 * the next voter would hold that voter's start back. */
+	sluice_sdnotify_send("READY=1");
 	uv_run(&c.loop, UV_RUN_DEFAULT);
 	sluice_ctl_server_free(c.server);
 	rc = uv_loop_close(&c.loop);

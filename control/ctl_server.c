@@ -32,6 +32,7 @@
 #include "common/kafka/codec.h"
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "control/broker_config.h"
 #include "control/ctl_logic.h"
 #include "control/image.h"
@@ -1015,6 +1016,23 @@ static void leadership_lost(struct sluice_ctl_server *s)
 	s->tick_due = false;
 }
 
+/* The active controller in what `systemctl status` shows (nothing is sent
+ * outside systemd); once stopping, the STOPPING=1 status stays. */
+static void notify_leader(const struct sluice_ctl_server *s, bool is_leader, int32_t leader_id, int64_t term)
+{
+	if (s->stopping)
+		return;
+	if (is_leader)
+		sluice_sdnotify_sendf("STATUS=serving %s:%u; this node (%d) is the active controller (epoch %" PRId64 ")",
+				      s->cfg.listen_host, (unsigned)s->cfg.listen_port, s->cfg.node_id, term);
+	else if (leader_id >= 0)
+		sluice_sdnotify_sendf("STATUS=serving %s:%u; node %d is the active controller (epoch %" PRId64 ")",
+				      s->cfg.listen_host, (unsigned)s->cfg.listen_port, leader_id, term);
+	else
+		sluice_sdnotify_sendf("STATUS=serving %s:%u; no active controller known (an election is under way)",
+				      s->cfg.listen_host, (unsigned)s->cfg.listen_port);
+}
+
 static void on_leader_changed(void *arg, bool is_leader, int32_t leader_id)
 {
 	struct sluice_ctl_server *s = arg;
@@ -1034,6 +1052,7 @@ static void on_leader_changed(void *arg, bool is_leader, int32_t leader_id)
 		SLOG_INFO("controller", "node %d is the active controller (epoch %" PRId64 ")", leader_id, term);
 	else
 		SLOG_INFO("controller", "no active controller known (an election is under way)");
+	notify_leader(s, is_leader, leader_id, term);
 	if (is_leader && !was) {
 		sluice_ctl_became_leader(s->ctl, now_ms(s));
 		observers_forget(s);

@@ -11,6 +11,7 @@
  * before it stops. */
 #include "common/kafka/errors.h"
 #include "common/log.h"
+#include "common/sdnotify.h"
 #include "dataplane/core.h"
 #include "dataplane/group.h"
 #include "dataplane/metrics.h"
@@ -736,6 +737,7 @@ static int open_metadata_cluster(struct broker *b)
 		  "with the controllers (%s)", (long long)b->cfg.controller_wait_ms,
 		  b->cfg.controller_quorum_voters[0] ? b->cfg.controller_quorum_voters
 						     : b->cfg.controller_quorum_bootstrap_servers);
+	sluice_sdnotify_send("STATUS=waiting to be registered and caught up with the controllers");
 	if (sluice_meta_controller_wait_ready(&b->meta, (unsigned)b->cfg.controller_wait_ms, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-broker: refusing to start: not ready within sluice.controller.wait.ms=%lld: %s\n",
 			(long long)b->cfg.controller_wait_ms, err);
@@ -855,6 +857,22 @@ static int metrics_start(struct broker *b)
 	return 0;
 }
 
+/* Serving (on) or going (off): GET /ready and systemd's readiness say the
+ * same thing at the same moment, once the listener is open and every core
+ * runs (Type=notify units wait for READY=1; rolling restarts wait for /ready). */
+static void serving_set(struct broker *b, bool on)
+{
+	assert(b->metrics);
+	__atomic_store_n(&b->metrics->ready, on ? 1 : 0, __ATOMIC_RELEASE);
+	if (on)
+		sluice_sdnotify_sendf("READY=1\nSTATUS=serving on %s:%d (node %d, transport %s)", b->cfg.listen_host,
+				      b->cfg.listen_port, b->cfg.node_id, b->cfg.transport);
+	else
+		sluice_sdnotify_send(sluice_config_cluster_mode(&b->cfg)
+					     ? "STOPPING=1\nSTATUS=controlled shutdown: moving leadership away, then stopping"
+					     : "STOPPING=1\nSTATUS=stopping");
+}
+
 /* Cluster mode, SIGTERM: the controller moves this broker's leadership
  * away (clients keep being served meanwhile and follow with
  * NOT_LEADER_OR_FOLLOWER), bounded by sluice.controller.shutdown.wait.ms. */
@@ -890,6 +908,7 @@ int main(int argc, char **argv)
 	if (metrics_start(&b) < 0)
 		return 1;
 	b.clean_start = true;
+	sluice_sdnotify_send("STATUS=opening the data directories");
 	for (int d = 0; d < b.cfg.log_dir_count; d++)
 		if (open_data_dir(&b, d) < 0)
 			return 1;
@@ -912,18 +931,19 @@ int main(int argc, char **argv)
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sluice_sdnotify_send("STATUS=recovering logs and starting the cores");
 	if (cores_start(&b) < 0)
 		return 1;
 	SLOG_INFO("broker", "sluice-broker node %d listening on %s:%d (advertised %s:%d), transport %s, "
 		  "%d network core(s), %d storage core(s), log.dirs=%s",
 		  b.cfg.node_id, b.cfg.listen_host, b.cfg.listen_port, b.cfg.advertised_host, b.cfg.advertised_port,
 		  b.cfg.transport, b.net_n, b.store_n, b.cfg.log_dirs);
-	/* Serving: the cores' counters may be read, and /ready says 200. */
+	/* Serving: the cores' counters may be read, /ready says 200, systemd hears READY=1. */
 	__atomic_store_n(&b.metrics->cores_live, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&b.metrics->ready, 1, __ATOMIC_RELEASE);
+	serving_set(&b, true);
 	while (!signalled && !__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
 		pause();
-	__atomic_store_n(&b.metrics->ready, 0, __ATOMIC_RELEASE); /* going: rolling restarts wait elsewhere */
+	serving_set(&b, false); /* going: rolling restarts wait elsewhere */
 	if (cluster)
 		controlled_shutdown(&b);
 	SLOG_INFO("broker", "shutting down");

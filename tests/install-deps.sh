@@ -5,6 +5,9 @@
 #   python3                integration test scripts (standard library, and:)
 #   python3-prometheus-client   Prometheus' text parser, which the metrics test reads
 #                          /metrics with (tests/integration/metrics.py)
+#   systemd                systemd-analyze verify/security on the units (tests/integration/
+#                          deploy_package.py; reads unit files, no systemd PID 1 needed)
+#   ansible-core           deploy/ansible run with -c local (tests/integration/ansible_local.py)
 #   iproute2, iptables     the fault campaign's --netns mode (tests/fault/: namespaces,
 #                          veth, bridge, tc tbf; iptables DROP and statistic rules)
 #   maven, default-jre-headless   reference Apache Kafka (tests/reference/kafka-ref.sh)
@@ -26,7 +29,7 @@ set -euo pipefail
 # Criterion for unit tests, clang with its libFuzzer and sanitizer runtimes
 # (libclang-rt-14-dev: without it a fuzz target does not link) for the fuzzers.
 "$(dirname "$0")/../deploy/install-deps.sh" libcriterion-dev clang libclang-rt-14-dev libdpdk-dev
-pkgs=(kcat librdkafka-dev python3 python3-prometheus-client iproute2 iptables iputils-ping)
+pkgs=(kcat librdkafka-dev python3 python3-prometheus-client iproute2 iptables iputils-ping systemd ansible-core)
 want_kafka=; [[ -n "${SLUICE_SKIP_KAFKA:-}" ]] || want_kafka=1
 want_clients=; [[ -n "${SLUICE_SKIP_CLIENTS:-}" ]] || want_clients=1
 # Maven by command: a machine may have it from elsewhere than Debian.
