@@ -12,8 +12,8 @@ Proves:
   from either side, shows it fenced and offline_partitions equal to the
   number of partitions it led (an RF=1 topic spread over both brokers, and
   __consumer_offsets), and the table says so;
-- nothing reachable, a server that answers garbage, one that never answers:
-  exit 1 with a message naming the server; bad usage: usage text,
+- nothing reachable: exit 3; a server that answers garbage, one that never
+  answers: exit 1; each with a message naming the server; bad usage: usage text,
   exit 2; --help: the usage text on stdout, exit 0.
 
 Python 3 standard library only. Ports 13000-13099 on 127.0.0.1.
@@ -237,7 +237,7 @@ def fake_server(answer):
 
 def failures():
     r = cli("--bootstrap-server", f"127.0.0.1:{DOWN_PORT}", "cluster", "status")
-    check(r.returncode == 1 and f"127.0.0.1:{DOWN_PORT}" in r.stderr and "connect" in r.stderr,
+    check(r.returncode == 3 and f"127.0.0.1:{DOWN_PORT}" in r.stderr and "connect" in r.stderr,
           f"nothing reachable: exit {r.returncode}, stderr {r.stderr!r}")
     # ApiVersions answered with a frame of the wrong correlation id and junk
     garbage = fake_server(lambda: b"\x00\x00\x00\x08\x7f\xff\xff\xff\x01\x02\x03\x04")
@@ -263,7 +263,7 @@ def failures():
         check(r.returncode == 2 and "usage: sluice" in r.stderr, f"sluice {args}: exit {r.returncode}, {r.stderr!r}")
     r = cli("--help")
     check(r.returncode == 0 and "usage: sluice" in r.stdout, f"sluice --help: exit {r.returncode}, {r.stdout!r}")
-    log("unreachable, garbage, silent: exit 1 with a message; bad usage: exit 2; --help: usage on stdout, exit 0")
+    log("unreachable: exit 3, garbage, silent: exit 1 with a message; bad usage: exit 2; --help: usage on stdout, exit 0")
 
 
 # ----------------------------------------------------------------- the test
