@@ -30,7 +30,12 @@
 
 /* Kafka API keys the tool speaks. */
 enum {
+	SLUICE_CLI_API_LIST_OFFSETS = 2,
 	SLUICE_CLI_API_METADATA = 3,
+	SLUICE_CLI_API_OFFSET_FETCH = 9,
+	SLUICE_CLI_API_FIND_COORDINATOR = 10,
+	SLUICE_CLI_API_DESCRIBE_GROUPS = 15,
+	SLUICE_CLI_API_LIST_GROUPS = 16,
 	SLUICE_CLI_API_API_VERSIONS = 18,
 	SLUICE_CLI_API_CREATE_TOPICS = 19,
 	SLUICE_CLI_API_DELETE_TOPICS = 20,
@@ -65,6 +70,16 @@ enum {
 #define SLUICE_CLI_CREATE_TOPICS_MAX 7
 #define SLUICE_CLI_DELETE_TOPICS_MIN 4
 #define SLUICE_CLI_DELETE_TOPICS_MAX 6
+
+#define SLUICE_CLI_LIST_OFFSETS_MIN 6
+#define SLUICE_CLI_LIST_OFFSETS_MAX 7
+#define SLUICE_CLI_OFFSET_FETCH_VERSION 8 /* the Groups array; v9 only adds the new protocol's member */
+#define SLUICE_CLI_FIND_COORDINATOR_MIN 3
+#define SLUICE_CLI_FIND_COORDINATOR_MAX 4
+#define SLUICE_CLI_DESCRIBE_GROUPS_MIN 5
+#define SLUICE_CLI_DESCRIBE_GROUPS_MAX 6
+#define SLUICE_CLI_LIST_GROUPS_MIN 3
+#define SLUICE_CLI_LIST_GROUPS_MAX 5
 
 #define SLUICE_CLI_TOPIC_NAME_MAX 256  /* Kafka's limit is 249 bytes; with the NUL */
 #define SLUICE_CLI_MESSAGE_MAX 512     /* a server's ErrorMessage as kept (longer ones are cut) */
@@ -193,6 +208,59 @@ struct sluice_cli_result {
 	int16_t replication_factor;
 };
 
+/* ---- consumer groups (cli_admin_wire.c) ---- */
+
+#define SLUICE_CLI_WORD_MAX 64 /* a group's state, protocol type or protocol, as kept (cut) */
+
+struct sluice_cli_group_listing {
+	char *group_id; /* malloc'd */
+	char protocol_type[SLUICE_CLI_WORD_MAX];
+	char state[SLUICE_CLI_WORD_MAX]; /* "" below ListGroups v4 */
+};
+
+struct sluice_cli_group_list {
+	int16_t error;
+	int32_t n;
+	struct sluice_cli_group_listing *groups;
+};
+
+struct sluice_cli_coordinator {
+	int16_t error;
+	char message[SLUICE_CLI_MESSAGE_MAX];
+	int32_t node_id;
+	struct sluice_cli_endpoint endpoint;
+};
+
+/* A topic partition and an offset: a committed one (OffsetFetch, -1 none),
+ * a log end offset (ListOffsets), or an assignment (offset unused). */
+struct sluice_cli_tp {
+	char topic[SLUICE_CLI_TOPIC_NAME_MAX];
+	int32_t partition;
+	int64_t offset;
+	int16_t error;
+};
+
+struct sluice_cli_tps {
+	int16_t error; /* the group's or the request's */
+	int32_t n, cap;
+	struct sluice_cli_tp *v;
+};
+
+struct sluice_cli_member {
+	char *member_id, *instance_id, *client_id, *client_host; /* malloc'd; instance_id may be NULL */
+	int32_t assigned_at, assigned_n; /* into the group's assigned */
+	bool assignment_unreadable;      /* not the consumer protocol's layout */
+};
+
+struct sluice_cli_group {
+	int16_t error;
+	char message[SLUICE_CLI_MESSAGE_MAX];
+	char state[SLUICE_CLI_WORD_MAX], protocol_type[SLUICE_CLI_WORD_MAX], protocol[SLUICE_CLI_WORD_MAX];
+	int32_t member_n;
+	struct sluice_cli_member *members;
+	struct sluice_cli_tps assigned;
+};
+
 /* A config change: key and value (value NULL for DELETE). */
 struct sluice_cli_alter {
 	const char *key, *value;
@@ -255,6 +323,33 @@ int sluice_cli_decode_create_topics(const uint8_t *body, size_t len, int16_t ver
 void sluice_cli_encode_delete_topic(struct kwr *w, int16_t version, const char *name, int32_t timeout_ms);
 int sluice_cli_decode_delete_topics(const uint8_t *body, size_t len, int16_t version, struct sluice_cli_result *out,
 				    char *err, size_t errlen);
+
+/* ---- cli_admin_wire.c: consumer groups ----------------------------------------- */
+
+bool sluice_cli_list_offsets_flexible(int16_t version);
+void sluice_cli_encode_list_groups(struct kwr *w, int16_t version);
+int sluice_cli_decode_list_groups(const uint8_t *body, size_t len, int16_t version, struct sluice_cli_group_list *out,
+				  char *err, size_t errlen);
+void sluice_cli_group_list_free(struct sluice_cli_group_list *l);
+/* FindCoordinator of a group (KeyType 0). */
+void sluice_cli_encode_find_coordinator(struct kwr *w, int16_t version, const char *group);
+int sluice_cli_decode_find_coordinator(const uint8_t *body, size_t len, int16_t version,
+				       struct sluice_cli_coordinator *out, char *err, size_t errlen);
+void sluice_cli_encode_describe_group(struct kwr *w, int16_t version, const char *group);
+int sluice_cli_decode_describe_group(const uint8_t *body, size_t len, int16_t version, struct sluice_cli_group *out,
+				     char *err, size_t errlen);
+void sluice_cli_group_free(struct sluice_cli_group *g);
+/* OffsetFetch v8 of every topic of one group. */
+void sluice_cli_encode_offset_fetch(struct kwr *w, const char *group);
+int sluice_cli_decode_offset_fetch(const uint8_t *body, size_t len, struct sluice_cli_tps *out, char *err,
+				   size_t errlen);
+/* ListOffsets (latest) of the partitions in tps (sorted by topic). */
+void sluice_cli_encode_list_offsets(struct kwr *w, int16_t version, const struct sluice_cli_tp *tps, int32_t n);
+int sluice_cli_decode_list_offsets(const uint8_t *body, size_t len, int16_t version, struct sluice_cli_tps *out,
+				   char *err, size_t errlen);
+void sluice_cli_tps_free(struct sluice_cli_tps *t);
+/* Appends (topic, partition, offset, error) to t, growing it; false when out of memory. */
+bool sluice_cli_tps_add(struct sluice_cli_tps *t, const char *topic, int32_t partition, int64_t offset, int16_t error);
 
 /* Kafka's text form of a topic id: URL-safe base64 without padding (22 chars). */
 void sluice_cli_topic_id_text(const uint8_t id[16], char out[23]);
@@ -328,8 +423,37 @@ void sluice_cli_print_status_table(const struct sluice_cli_status *s, FILE *out)
 
 /* ---- cli_admin.c: `sluice logger` and `sluice topic ...` ---------------------- */
 
+/* One command's connection and where it reports. */
+struct sluice_cli_session {
+	const struct sluice_cli_options *o;
+	struct sluice_cli_conn c;
+	FILE *out, *errout;
+	const char *what; /* "logger", "topic describe", ... for messages */
+};
+
+/* The first server of the list that answers ApiVersions; else the exit
+ * status (3: none took a connection), with a message. */
+int sluice_cli_session_open(struct sluice_cli_session *s);
+/* The version to write of an API, or -1 with a message. */
+int16_t sluice_cli_session_pick(struct sluice_cli_session *s, int16_t key, int16_t ours_min, int16_t ours_max,
+				const char *api);
+/* Sends w (freed here) and returns the answer (free *resp); -1 with a message. */
+int sluice_cli_session_call(struct sluice_cli_session *s, int16_t key, int16_t v, bool flex, struct kwr *w,
+			    uint8_t **resp, const uint8_t **body, size_t *len);
+/* Reports a decoder's failure or a refusal (Kafka's error name, the
+ * server's message); both return SLUICE_CLI_EXIT_ERROR. */
+int sluice_cli_session_malformed(struct sluice_cli_session *s, const char *why);
+int sluice_cli_session_refused(struct sluice_cli_session *s, int16_t error, const char *message);
+/* Metadata of the named topics (n -1: all, 0: brokers only); 0 or the exit status. */
+int sluice_cli_session_metadata(struct sluice_cli_session *s, const char *const *names, int32_t n,
+				struct sluice_cli_metadata *m);
+/* Flushes the output: 0, or 1 with a message when it could not be written. */
+int sluice_cli_session_finish(struct sluice_cli_session *s);
+
 int sluice_cli_logger(const struct sluice_cli_options *o, FILE *out, FILE *errout);
 int sluice_cli_topic(const struct sluice_cli_options *o, FILE *out, FILE *errout);
+/* ---- cli_group.c: `sluice group list|describe|lag` ---- */
+int sluice_cli_group(const struct sluice_cli_options *o, FILE *out, FILE *errout);
 /* A JSON string: quotes, backslashes and every byte outside printable ASCII escaped. */
 void sluice_cli_json_string(FILE *out, const char *s);
 

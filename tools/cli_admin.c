@@ -19,19 +19,12 @@
 
 #include "common/kafka/errors.h"
 
-/* One command's connection and where it reports. */
-struct session {
-	const struct sluice_cli_options *o;
-	struct sluice_cli_conn c;
-	FILE *out, *errout;
-	const char *what; /* "logger", "topic describe", ... for messages */
-};
 
 /* ---- asking ---------------------------------------------------------------------------- */
 
 /* The first server of the list that takes a connection and answers
  * ApiVersions; else the exit status (3: none took a connection). */
-static int session_open(struct session *s)
+int sluice_cli_session_open(struct sluice_cli_session *s)
 {
 	char err[SLUICE_CLI_ERR_MAX] = "";
 	bool reached = false;
@@ -46,7 +39,7 @@ static int session_open(struct session *s)
 }
 
 /* The version to write of an API, or -1 with a message. */
-static int16_t pick(struct session *s, int16_t key, int16_t ours_min, int16_t ours_max, const char *api)
+int16_t sluice_cli_session_pick(struct sluice_cli_session *s, int16_t key, int16_t ours_min, int16_t ours_max, const char *api)
 {
 	const struct sluice_cli_versions *vs = &s->c.versions;
 	assert(key >= 0 && key < SLUICE_CLI_API_KEYS_MAX);
@@ -58,7 +51,7 @@ static int16_t pick(struct session *s, int16_t key, int16_t ours_min, int16_t ou
 }
 
 /* Sends w and returns the answer (free *resp); -1 with a message. */
-static int call(struct session *s, int16_t key, int16_t v, bool flex, struct kwr *w, uint8_t **resp,
+int sluice_cli_session_call(struct sluice_cli_session *s, int16_t key, int16_t v, bool flex, struct kwr *w, uint8_t **resp,
 		const uint8_t **body, size_t *len)
 {
 	char err[SLUICE_CLI_ERR_MAX];
@@ -72,14 +65,14 @@ static int call(struct session *s, int16_t key, int16_t v, bool flex, struct kwr
 }
 
 /* A decoder's failure, with the server's name in front. */
-static int malformed(struct session *s, const char *why)
+int sluice_cli_session_malformed(struct sluice_cli_session *s, const char *why)
 {
 	fprintf(s->errout, "sluice: %s: %s:%d: %s\n", s->what, s->c.peer.host, (int)s->c.peer.port, why);
 	return SLUICE_CLI_EXIT_ERROR;
 }
 
 /* A refusal: Kafka's error name and the server's message. */
-static int refused(struct session *s, int16_t error, const char *message)
+int sluice_cli_session_refused(struct sluice_cli_session *s, int16_t error, const char *message)
 {
 	fprintf(s->errout, "sluice: %s: %s%s%s\n", s->what, sluice_kafka_error_name(error), message[0] ? ": " : "",
 		message);
@@ -87,9 +80,9 @@ static int refused(struct session *s, int16_t error, const char *message)
 }
 
 /* Metadata of the named topics (n -1: all); 0 or the exit status. */
-static int ask_metadata(struct session *s, const char *const *names, int32_t n, struct sluice_cli_metadata *m)
+int sluice_cli_session_metadata(struct sluice_cli_session *s, const char *const *names, int32_t n, struct sluice_cli_metadata *m)
 {
-	int16_t v = pick(s, SLUICE_CLI_API_METADATA, SLUICE_CLI_METADATA_MIN, SLUICE_CLI_METADATA_MAX, "Metadata");
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_METADATA, SLUICE_CLI_METADATA_MIN, SLUICE_CLI_METADATA_MAX, "Metadata");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	struct kwr w;
@@ -98,19 +91,19 @@ static int ask_metadata(struct session *s, const char *const *names, int32_t n, 
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (call(s, SLUICE_CLI_API_METADATA, v, sluice_cli_metadata_flexible(v), &w, &resp, &body, &len) < 0)
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_METADATA, v, sluice_cli_metadata_flexible(v), &w, &resp, &body, &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	int rc = sluice_cli_decode_metadata_full(body, len, v, m, why, sizeof why);
 	free(resp);
-	return rc < 0 ? malformed(s, why) : 0;
+	return rc < 0 ? sluice_cli_session_malformed(s, why) : 0;
 }
 
 /* DescribeConfigs of one resource (key NULL: all of its configs); a
  * refusal is reported here. 0 or the exit status. */
-static int ask_configs(struct session *s, int8_t type, const char *name, const char *key, struct sluice_cli_configs *c)
+static int ask_configs(struct sluice_cli_session *s, int8_t type, const char *name, const char *key, struct sluice_cli_configs *c)
 {
-	int16_t v = pick(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, SLUICE_CLI_DESCRIBE_CONFIGS_MIN,
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, SLUICE_CLI_DESCRIBE_CONFIGS_MIN,
 			 SLUICE_CLI_DESCRIBE_CONFIGS_MAX, "DescribeConfigs");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
@@ -120,26 +113,26 @@ static int ask_configs(struct session *s, int8_t type, const char *name, const c
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (call(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, v, sluice_cli_describe_configs_flexible(v), &w, &resp, &body,
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, v, sluice_cli_describe_configs_flexible(v), &w, &resp, &body,
 		 &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	int rc = sluice_cli_decode_describe_configs(body, len, v, c, why, sizeof why);
 	free(resp);
 	if (rc < 0)
-		return malformed(s, why);
+		return sluice_cli_session_malformed(s, why);
 	if (c->error != KERR_NONE) {
 		sluice_cli_configs_free(c);
-		return refused(s, c->error, c->message);
+		return sluice_cli_session_refused(s, c->error, c->message);
 	}
 	return 0;
 }
 
 /* IncrementalAlterConfigs v1 of one resource; 0 or the exit status. */
-static int alter_configs(struct session *s, int8_t type, const char *name, const struct sluice_cli_alter *a, int32_t n)
+static int alter_configs(struct sluice_cli_session *s, int8_t type, const char *name, const struct sluice_cli_alter *a, int32_t n)
 {
 	const int16_t v = SLUICE_CLI_ALTER_CONFIGS_VERSION;
-	if (pick(s, SLUICE_CLI_API_INCREMENTAL_ALTER_CONFIGS, v, v, "IncrementalAlterConfigs") < 0)
+	if (sluice_cli_session_pick(s, SLUICE_CLI_API_INCREMENTAL_ALTER_CONFIGS, v, v, "IncrementalAlterConfigs") < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	struct kwr w;
 	kwr_init(&w, 64, SLUICE_CLI_REQUEST_MAX);
@@ -147,18 +140,18 @@ static int alter_configs(struct session *s, int8_t type, const char *name, const
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (call(s, SLUICE_CLI_API_INCREMENTAL_ALTER_CONFIGS, v, true, &w, &resp, &body, &len) < 0)
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_INCREMENTAL_ALTER_CONFIGS, v, true, &w, &resp, &body, &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	struct sluice_cli_result r;
 	int rc = sluice_cli_decode_alter_configs(body, len, &r, why, sizeof why);
 	free(resp);
 	if (rc < 0)
-		return malformed(s, why);
-	return r.error != KERR_NONE ? refused(s, r.error, r.message) : 0;
+		return sluice_cli_session_malformed(s, why);
+	return r.error != KERR_NONE ? sluice_cli_session_refused(s, r.error, r.message) : 0;
 }
 
-static int finish_output(struct session *s)
+int sluice_cli_session_finish(struct sluice_cli_session *s)
 {
 	if (fflush(s->out) == 0 && !ferror(s->out))
 		return SLUICE_CLI_EXIT_OK;
@@ -171,14 +164,14 @@ static int finish_output(struct session *s)
 /* The id of the broker the tool is connected to: --broker-id, else the
  * broker of Metadata's list with the endpoint connected to (by host and
  * port, else by port alone when one broker has it), else the only one. */
-static int logger_broker_id(struct session *s, int32_t *id)
+static int logger_broker_id(struct sluice_cli_session *s, int32_t *id)
 {
 	if (s->o->broker_id >= 0) {
 		*id = s->o->broker_id;
 		return 0;
 	}
 	struct sluice_cli_metadata m;
-	int rc = ask_metadata(s, NULL, 0, &m);
+	int rc = sluice_cli_session_metadata(s, NULL, 0, &m);
 	if (rc)
 		return rc;
 	int32_t exact = -1, by_port = -1, ports = 0;
@@ -200,7 +193,7 @@ static int logger_broker_id(struct session *s, int32_t *id)
 	return SLUICE_CLI_EXIT_ERROR;
 }
 
-static void logger_print(struct session *s, int32_t id, const struct sluice_cli_configs *c)
+static void logger_print(struct sluice_cli_session *s, int32_t id, const struct sluice_cli_configs *c)
 {
 	if (s->o->json) {
 		fprintf(s->out, "{\"broker_id\":%d,\"loggers\":[", id);
@@ -223,7 +216,7 @@ static void logger_print(struct session *s, int32_t id, const struct sluice_cli_
 }
 
 /* Lists the loggers (name NULL: all), once set or deleted if asked. */
-static int logger_run(struct session *s)
+static int logger_run(struct sluice_cli_session *s)
 {
 	const struct sluice_cli_options *o = s->o;
 	const char *name = o->word_n > 1 ? o->words[1] : NULL, *level = o->word_n > 2 ? o->words[2] : NULL;
@@ -248,14 +241,14 @@ static int logger_run(struct session *s)
 	}
 	logger_print(s, id, &c);
 	sluice_cli_configs_free(&c);
-	return finish_output(s);
+	return sluice_cli_session_finish(s);
 }
 
 int sluice_cli_logger(const struct sluice_cli_options *o, FILE *out, FILE *errout)
 {
 	assert(o->word_n >= 1 && o->word_n <= 3);
-	struct session s = {.o = o, .out = out, .errout = errout, .what = "logger"};
-	int rc = session_open(&s);
+	struct sluice_cli_session s = {.o = o, .out = out, .errout = errout, .what = "logger"};
+	int rc = sluice_cli_session_open(&s);
 	if (rc)
 		return rc;
 	rc = logger_run(&s);
@@ -270,10 +263,10 @@ static int by_name(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int topic_list(struct session *s)
+static int topic_list(struct sluice_cli_session *s)
 {
 	struct sluice_cli_metadata m;
-	int rc = ask_metadata(s, NULL, -1, &m);
+	int rc = sluice_cli_session_metadata(s, NULL, -1, &m);
 	if (rc)
 		return rc;
 	const char **names = calloc((size_t)m.topic_n + 1, sizeof *names);
@@ -299,7 +292,7 @@ static int topic_list(struct session *s)
 		fputs("]}\n", s->out);
 	free(names);
 	sluice_cli_metadata_free(&m);
-	return finish_output(s);
+	return sluice_cli_session_finish(s);
 }
 
 /* "1,2,3" (Kafka's way) or a JSON array of ids. */
@@ -335,7 +328,7 @@ static void print_overrides(FILE *out, const struct sluice_cli_configs *c, bool 
 	}
 }
 
-static void describe_json(struct session *s, const struct sluice_cli_metadata *m, const struct sluice_cli_md_topic *t,
+static void describe_json(struct sluice_cli_session *s, const struct sluice_cli_metadata *m, const struct sluice_cli_md_topic *t,
 			  const struct sluice_cli_configs *c, const char *id, int32_t rf)
 {
 	FILE *out = s->out;
@@ -359,7 +352,7 @@ static void describe_json(struct session *s, const struct sluice_cli_metadata *m
 }
 
 /* As Kafka 4.x's kafka-topics --describe prints it (without the ELR columns). */
-static void describe_text(struct session *s, const struct sluice_cli_metadata *m, const struct sluice_cli_md_topic *t,
+static void describe_text(struct sluice_cli_session *s, const struct sluice_cli_metadata *m, const struct sluice_cli_md_topic *t,
 			  const struct sluice_cli_configs *c, const char *id, int32_t rf)
 {
 	FILE *out = s->out;
@@ -392,18 +385,18 @@ static int by_partition(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static int topic_describe(struct session *s, const char *topic)
+static int topic_describe(struct sluice_cli_session *s, const char *topic)
 {
 	struct sluice_cli_metadata m;
-	int rc = ask_metadata(s, &topic, 1, &m);
+	int rc = sluice_cli_session_metadata(s, &topic, 1, &m);
 	if (rc)
 		return rc;
 	const struct sluice_cli_md_topic *t = m.topic_n == 1 && strcmp(m.topics[0].name, topic) == 0 ? &m.topics[0] : NULL;
 	struct sluice_cli_configs c = {0};
 	if (!t)
-		rc = malformed(s, "Metadata did not answer for the topic asked about");
+		rc = sluice_cli_session_malformed(s, "Metadata did not answer for the topic asked about");
 	else if (t->error != KERR_NONE)
-		rc = refused(s, t->error, t->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? "the topic does not exist" : "");
+		rc = sluice_cli_session_refused(s, t->error, t->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? "the topic does not exist" : "");
 	else
 		rc = ask_configs(s, SLUICE_CLI_RESOURCE_TOPIC, topic, NULL, &c);
 	if (rc == 0) {
@@ -415,7 +408,7 @@ static int topic_describe(struct session *s, const char *topic)
 			describe_json(s, &m, t, &c, id, rf);
 		else
 			describe_text(s, &m, t, &c, id, rf);
-		rc = finish_output(s);
+		rc = sluice_cli_session_finish(s);
 	}
 	sluice_cli_configs_free(&c);
 	sluice_cli_metadata_free(&m);
@@ -424,10 +417,10 @@ static int topic_describe(struct session *s, const char *topic)
 
 /* ---- topic create / delete / alter-config ----------------------------------------------------- */
 
-static int topic_create(struct session *s, const char *topic)
+static int topic_create(struct sluice_cli_session *s, const char *topic)
 {
 	const struct sluice_cli_options *o = s->o;
-	int16_t v = pick(s, SLUICE_CLI_API_CREATE_TOPICS, SLUICE_CLI_CREATE_TOPICS_MIN, SLUICE_CLI_CREATE_TOPICS_MAX,
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_CREATE_TOPICS, SLUICE_CLI_CREATE_TOPICS_MIN, SLUICE_CLI_CREATE_TOPICS_MAX,
 			 "CreateTopics");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
@@ -447,16 +440,16 @@ static int topic_create(struct session *s, const char *topic)
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (call(s, SLUICE_CLI_API_CREATE_TOPICS, v, true, &w, &resp, &body, &len) < 0)
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_CREATE_TOPICS, v, true, &w, &resp, &body, &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	struct sluice_cli_result r;
 	int rc = sluice_cli_decode_create_topics(body, len, v, &r, why, sizeof why);
 	free(resp);
 	if (rc < 0)
-		return malformed(s, why);
+		return sluice_cli_session_malformed(s, why);
 	if (r.error != KERR_NONE)
-		return refused(s, r.error, r.message);
+		return sluice_cli_session_refused(s, r.error, r.message);
 	char id[23];
 	sluice_cli_topic_id_text(r.topic_id, id);
 	if (o->json) {
@@ -468,12 +461,12 @@ static int topic_create(struct session *s, const char *topic)
 	} else {
 		fprintf(s->out, "Created topic %s.\n", topic);
 	}
-	return finish_output(s);
+	return sluice_cli_session_finish(s);
 }
 
-static int topic_delete(struct session *s, const char *topic)
+static int topic_delete(struct sluice_cli_session *s, const char *topic)
 {
-	int16_t v = pick(s, SLUICE_CLI_API_DELETE_TOPICS, SLUICE_CLI_DELETE_TOPICS_MIN, SLUICE_CLI_DELETE_TOPICS_MAX,
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_DELETE_TOPICS, SLUICE_CLI_DELETE_TOPICS_MIN, SLUICE_CLI_DELETE_TOPICS_MAX,
 			 "DeleteTopics");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
@@ -483,16 +476,16 @@ static int topic_delete(struct session *s, const char *topic)
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (call(s, SLUICE_CLI_API_DELETE_TOPICS, v, true, &w, &resp, &body, &len) < 0)
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_DELETE_TOPICS, v, true, &w, &resp, &body, &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	struct sluice_cli_result r;
 	int rc = sluice_cli_decode_delete_topics(body, len, v, &r, why, sizeof why);
 	free(resp);
 	if (rc < 0)
-		return malformed(s, why);
+		return sluice_cli_session_malformed(s, why);
 	if (r.error != KERR_NONE)
-		return refused(s, r.error, r.message);
+		return sluice_cli_session_refused(s, r.error, r.message);
 	if (s->o->json) {
 		fputs("{\"topic\":", s->out);
 		sluice_cli_json_string(s->out, topic);
@@ -500,10 +493,10 @@ static int topic_delete(struct session *s, const char *topic)
 	} else {
 		fprintf(s->out, "Deleted topic %s.\n", topic);
 	}
-	return finish_output(s);
+	return sluice_cli_session_finish(s);
 }
 
-static int topic_alter_config(struct session *s, const char *topic)
+static int topic_alter_config(struct sluice_cli_session *s, const char *topic)
 {
 	const struct sluice_cli_options *o = s->o;
 	int rc = alter_configs(s, SLUICE_CLI_RESOURCE_TOPIC, topic, o->alters, o->alter_n);
@@ -511,7 +504,7 @@ static int topic_alter_config(struct session *s, const char *topic)
 		return rc;
 	if (!o->json) {
 		fprintf(s->out, "Updated the configs of topic %s.\n", topic);
-		return finish_output(s);
+		return sluice_cli_session_finish(s);
 	}
 	fputs("{\"topic\":", s->out);
 	sluice_cli_json_string(s->out, topic);
@@ -534,7 +527,7 @@ static int topic_alter_config(struct session *s, const char *topic)
 			first = false;
 		}
 	fputs("]}\n", s->out);
-	return finish_output(s);
+	return sluice_cli_session_finish(s);
 }
 
 int sluice_cli_topic(const struct sluice_cli_options *o, FILE *out, FILE *errout)
@@ -543,8 +536,8 @@ int sluice_cli_topic(const struct sluice_cli_options *o, FILE *out, FILE *errout
 	const char *cmd = o->words[1], *topic = o->word_n > 2 ? o->words[2] : NULL;
 	char what[64];
 	snprintf(what, sizeof what, "topic %s", cmd);
-	struct session s = {.o = o, .out = out, .errout = errout, .what = what};
-	int rc = session_open(&s);
+	struct sluice_cli_session s = {.o = o, .out = out, .errout = errout, .what = what};
+	int rc = sluice_cli_session_open(&s);
 	if (rc)
 		return rc;
 	if (strcmp(cmd, "list") == 0)

@@ -506,3 +506,352 @@ int sluice_cli_decode_delete_topics(const uint8_t *body, size_t len, int16_t v, 
 	krd_tags_skip(&rd);
 	return finish(&rd, "DeleteTopics", v, err, errlen);
 }
+
+/* ---- consumer groups ------------------------------------------------------------------- */
+
+bool sluice_cli_tps_add(struct sluice_cli_tps *t, const char *topic, int32_t partition, int64_t offset, int16_t error)
+{
+	if (t->n == t->cap) {
+		int32_t cap = t->cap ? t->cap * 2 : 16;
+		struct sluice_cli_tp *v = cap > t->cap ? realloc(t->v, (size_t)cap * sizeof *v) : NULL;
+		if (!v)
+			return false;
+		t->v = v;
+		t->cap = cap;
+	}
+	struct sluice_cli_tp *e = &t->v[t->n++];
+	snprintf(e->topic, sizeof e->topic, "%s", topic);
+	e->partition = partition;
+	e->offset = offset;
+	e->error = error;
+	return true;
+}
+
+void sluice_cli_tps_free(struct sluice_cli_tps *t)
+{
+	free(t->v);
+	memset(t, 0, sizeof *t);
+}
+
+/* A topic name from the wire into a bounded buffer, then the entry added. */
+static void tps_add_wire(struct krd *rd, struct sluice_cli_tps *t, const char *topic, int32_t partition,
+			 int64_t offset, int16_t error)
+{
+	if (!rd->err && !sluice_cli_tps_add(t, topic, partition, offset, error))
+		krd_fail(rd, "out of memory");
+}
+
+void sluice_cli_encode_list_groups(struct kwr *w, int16_t v)
+{
+	assert(v >= SLUICE_CLI_LIST_GROUPS_MIN && v <= SLUICE_CLI_LIST_GROUPS_MAX);
+	if (v >= 4)
+		kwr_array(w, true, 0); /* StatesFilter: every state */
+	if (v >= 5)
+		kwr_array(w, true, 0); /* TypesFilter: every type */
+	kwr_tags_empty(w);
+}
+
+int sluice_cli_decode_list_groups(const uint8_t *body, size_t len, int16_t v, struct sluice_cli_group_list *out,
+				  char *err, size_t errlen)
+{
+	assert(v >= SLUICE_CLI_LIST_GROUPS_MIN && v <= SLUICE_CLI_LIST_GROUPS_MAX);
+	struct krd rd;
+	krd_init(&rd, body, len);
+	memset(out, 0, sizeof *out);
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	out->error = krd_i16(&rd);
+	int32_t n = krd_array(&rd, true, 3 + (v >= 4 ? 1 : 0) + (v >= 5 ? 1 : 0));
+	if (n > 0 && !(out->groups = calloc((size_t)n, sizeof *out->groups)))
+		krd_fail(&rd, "out of memory");
+	for (int32_t i = 0; i < n && !rd.err; i++) {
+		struct sluice_cli_group_listing *g = &out->groups[i];
+		struct kstr id = krd_string(&rd, true);
+		copy_message(krd_string(&rd, true), g->protocol_type, sizeof g->protocol_type);
+		if (v >= 4)
+			copy_message(krd_string(&rd, true), g->state, sizeof g->state);
+		if (v >= 5)
+			(void)krd_string(&rd, true); /* GroupType */
+		krd_tags_skip(&rd);
+		g->group_id = dup_string(&rd, id, false, "group id");
+		out->n += !rd.err;
+	}
+	krd_tags_skip(&rd);
+	if (finish(&rd, "ListGroups", v, err, errlen) < 0) {
+		sluice_cli_group_list_free(out);
+		return -1;
+	}
+	return 0;
+}
+
+void sluice_cli_group_list_free(struct sluice_cli_group_list *l)
+{
+	for (int32_t i = 0; i < l->n; i++)
+		free(l->groups[i].group_id);
+	free(l->groups);
+	memset(l, 0, sizeof *l);
+}
+
+void sluice_cli_encode_find_coordinator(struct kwr *w, int16_t v, const char *group)
+{
+	assert(v >= SLUICE_CLI_FIND_COORDINATOR_MIN && v <= SLUICE_CLI_FIND_COORDINATOR_MAX && group);
+	if (v >= 4) {
+		kwr_i8(w, 0); /* KeyType: group */
+		kwr_array(w, true, 1);
+		kwr_cstr(w, true, group);
+	} else {
+		kwr_cstr(w, true, group);
+		kwr_i8(w, 0);
+	}
+	kwr_tags_empty(w);
+}
+
+static void fc_endpoint(struct krd *rd, struct sluice_cli_coordinator *out)
+{
+	out->node_id = krd_i32(rd);
+	struct kstr host = krd_string(rd, true);
+	out->endpoint.port = krd_i32(rd);
+	if (!rd->err && out->node_id >= 0 &&
+	    (!copy_name(rd, host, out->endpoint.host, sizeof out->endpoint.host, "coordinator host") ||
+	     out->endpoint.port < 1 || out->endpoint.port > 65535))
+		krd_fail(rd, "coordinator endpoint");
+}
+
+int sluice_cli_decode_find_coordinator(const uint8_t *body, size_t len, int16_t v, struct sluice_cli_coordinator *out,
+				       char *err, size_t errlen)
+{
+	assert(v >= SLUICE_CLI_FIND_COORDINATOR_MIN && v <= SLUICE_CLI_FIND_COORDINATOR_MAX);
+	struct krd rd;
+	krd_init(&rd, body, len);
+	memset(out, 0, sizeof *out);
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	if (v >= 4) {
+		int32_t n = krd_array(&rd, true, 1 + 4 + 1 + 4 + 2 + 1 + 1);
+		if (!rd.err && n != 1)
+			return fail(&rd, "FindCoordinator", v, "not one coordinator in the answer", err, errlen);
+		(void)krd_string(&rd, true); /* Key */
+		fc_endpoint(&rd, out);
+		out->error = krd_i16(&rd);
+		copy_message(krd_string(&rd, true), out->message, sizeof out->message);
+		krd_tags_skip(&rd);
+	} else {
+		out->error = krd_i16(&rd);
+		copy_message(krd_string(&rd, true), out->message, sizeof out->message);
+		fc_endpoint(&rd, out);
+	}
+	krd_tags_skip(&rd);
+	return finish(&rd, "FindCoordinator", v, err, errlen);
+}
+
+void sluice_cli_encode_describe_group(struct kwr *w, int16_t v, const char *group)
+{
+	assert(v >= SLUICE_CLI_DESCRIBE_GROUPS_MIN && v <= SLUICE_CLI_DESCRIBE_GROUPS_MAX && group);
+	kwr_array(w, true, 1);
+	kwr_cstr(w, true, group);
+	kwr_bool(w, false); /* IncludeAuthorizedOperations */
+	kwr_tags_empty(w);
+}
+
+/* The consumer protocol's assignment (ConsumerProtocolAssignment v0-3, not
+ * flexible): Version, [Topic, [Partition]], UserData. false when the bytes
+ * are not laid out so (another protocol type): shown as unreadable. */
+static bool dg_assignment(const uint8_t *p, int32_t len, struct sluice_cli_tps *out)
+{
+	struct krd rd;
+	krd_init(&rd, p, (size_t)len);
+	int32_t start = out->n;
+	(void)krd_i16(&rd); /* Version */
+	int32_t tn = krd_array(&rd, false, 2 + 4);
+	for (int32_t t = 0; t < tn && !rd.err; t++) {
+		char topic[SLUICE_CLI_TOPIC_NAME_MAX];
+		bool named = copy_name(&rd, krd_string(&rd, false), topic, sizeof topic, "assigned topic");
+		int32_t pn = krd_array(&rd, false, 4);
+		for (int32_t i = 0; i < pn && named && !rd.err; i++) {
+			int32_t partition = krd_i32(&rd);
+			tps_add_wire(&rd, out, topic, partition, -1, 0);
+		}
+	}
+	/* UserData (and later versions' fields) are not needed */
+	if (rd.err)
+		out->n = start;
+	return !rd.err;
+}
+
+static void dg_member(struct krd *rd, bool consumer, struct sluice_cli_group *g)
+{
+	struct sluice_cli_member *m = &g->members[g->member_n];
+	memset(m, 0, sizeof *m);
+	struct kstr id = krd_string(rd, true), instance = krd_string(rd, true);
+	struct kstr client = krd_string(rd, true), host = krd_string(rd, true);
+	const uint8_t *meta, *assignment;
+	(void)krd_bytes(rd, true, &meta);
+	int32_t alen = krd_bytes(rd, true, &assignment);
+	krd_tags_skip(rd);
+	m->member_id = dup_string(rd, id, false, "member id");
+	m->instance_id = dup_string(rd, instance, true, "group instance id");
+	m->client_id = dup_string(rd, client, false, "client id");
+	m->client_host = dup_string(rd, host, false, "client host");
+	m->assigned_at = g->assigned.n;
+	if (!rd->err && alen > 0)
+		m->assignment_unreadable = !consumer || !dg_assignment(assignment, alen, &g->assigned);
+	m->assigned_n = g->assigned.n - m->assigned_at;
+	g->member_n++; /* freed with the group even when cut short */
+}
+
+int sluice_cli_decode_describe_group(const uint8_t *body, size_t len, int16_t v, struct sluice_cli_group *out,
+				     char *err, size_t errlen)
+{
+	assert(v >= SLUICE_CLI_DESCRIBE_GROUPS_MIN && v <= SLUICE_CLI_DESCRIBE_GROUPS_MAX);
+	struct krd rd;
+	krd_init(&rd, body, len);
+	memset(out, 0, sizeof *out);
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	int32_t n = krd_array(&rd, true, 2 + (v >= 6 ? 1 : 0) + 4 + 1 + 4 + 1);
+	if (!rd.err && n != 1)
+		return fail(&rd, "DescribeGroups", v, "not one group in the answer", err, errlen);
+	out->error = krd_i16(&rd);
+	if (v >= 6)
+		copy_message(krd_string(&rd, true), out->message, sizeof out->message);
+	(void)krd_string(&rd, true); /* GroupId */
+	copy_message(krd_string(&rd, true), out->state, sizeof out->state);
+	copy_message(krd_string(&rd, true), out->protocol_type, sizeof out->protocol_type);
+	copy_message(krd_string(&rd, true), out->protocol, sizeof out->protocol);
+	int32_t mn = krd_array(&rd, true, 1 + 1 + 1 + 1 + 1 + 1 + 1);
+	if (mn > 0 && !(out->members = calloc((size_t)mn, sizeof *out->members)))
+		krd_fail(&rd, "out of memory");
+	bool consumer = strcmp(out->protocol_type, "consumer") == 0;
+	for (int32_t i = 0; i < mn && !rd.err; i++)
+		dg_member(&rd, consumer, out);
+	(void)krd_i32(&rd); /* AuthorizedOperations */
+	krd_tags_skip(&rd);
+	krd_tags_skip(&rd);
+	if (finish(&rd, "DescribeGroups", v, err, errlen) < 0) {
+		sluice_cli_group_free(out);
+		return -1;
+	}
+	return 0;
+}
+
+void sluice_cli_group_free(struct sluice_cli_group *g)
+{
+	for (int32_t i = 0; i < g->member_n; i++) {
+		free(g->members[i].member_id);
+		free(g->members[i].instance_id);
+		free(g->members[i].client_id);
+		free(g->members[i].client_host);
+	}
+	free(g->members);
+	sluice_cli_tps_free(&g->assigned);
+	g->members = NULL;
+	g->member_n = 0;
+}
+
+void sluice_cli_encode_offset_fetch(struct kwr *w, const char *group)
+{
+	assert(group);
+	kwr_array(w, true, 1);
+	kwr_cstr(w, true, group);
+	kwr_array(w, true, -1); /* Topics: null, every committed one */
+	kwr_tags_empty(w);
+	kwr_bool(w, false); /* RequireStable */
+	kwr_tags_empty(w);
+}
+
+/* Partitions of one topic of an OffsetFetch or ListOffsets answer. */
+static void offsets_topic(struct krd *rd, bool list_offsets, struct sluice_cli_tps *out)
+{
+	char topic[SLUICE_CLI_TOPIC_NAME_MAX];
+	bool named = copy_name(rd, krd_string(rd, true), topic, sizeof topic, "topic name");
+	int32_t pn = krd_array(rd, true, list_offsets ? 4 + 2 + 8 + 8 + 4 + 1 : 4 + 8 + 4 + 1 + 2 + 1);
+	for (int32_t i = 0; i < pn && named && !rd->err; i++) {
+		int32_t partition = krd_i32(rd);
+		int16_t error = 0;
+		int64_t offset;
+		if (list_offsets) {
+			error = krd_i16(rd);
+			(void)krd_i64(rd); /* Timestamp */
+			offset = krd_i64(rd);
+			(void)krd_i32(rd); /* LeaderEpoch */
+		} else {
+			offset = krd_i64(rd);
+			(void)krd_i32(rd);          /* CommittedLeaderEpoch */
+			(void)krd_string(rd, true); /* Metadata */
+			error = krd_i16(rd);
+		}
+		krd_tags_skip(rd);
+		tps_add_wire(rd, out, topic, partition, offset, error);
+	}
+	krd_tags_skip(rd);
+}
+
+int sluice_cli_decode_offset_fetch(const uint8_t *body, size_t len, struct sluice_cli_tps *out, char *err,
+				   size_t errlen)
+{
+	const int16_t v = SLUICE_CLI_OFFSET_FETCH_VERSION;
+	struct krd rd;
+	krd_init(&rd, body, len);
+	memset(out, 0, sizeof *out);
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	int32_t n = krd_array(&rd, true, 1 + 1 + 2 + 1);
+	if (!rd.err && n != 1)
+		return fail(&rd, "OffsetFetch", v, "not one group in the answer", err, errlen);
+	(void)krd_string(&rd, true); /* GroupId */
+	int32_t tn = krd_array(&rd, true, 1 + 1 + 1);
+	for (int32_t t = 0; t < tn && !rd.err; t++)
+		offsets_topic(&rd, false, out);
+	out->error = krd_i16(&rd);
+	krd_tags_skip(&rd);
+	krd_tags_skip(&rd);
+	if (finish(&rd, "OffsetFetch", v, err, errlen) < 0) {
+		sluice_cli_tps_free(out);
+		return -1;
+	}
+	return 0;
+}
+
+bool sluice_cli_list_offsets_flexible(int16_t v) { return v >= 6; }
+
+void sluice_cli_encode_list_offsets(struct kwr *w, int16_t v, const struct sluice_cli_tp *tps, int32_t n)
+{
+	assert(v >= SLUICE_CLI_LIST_OFFSETS_MIN && v <= SLUICE_CLI_LIST_OFFSETS_MAX && n >= 0);
+	kwr_i32(w, -1); /* ReplicaId: a client */
+	kwr_i8(w, 0);   /* IsolationLevel: read_uncommitted, the log end offset */
+	int32_t topics = 0;
+	for (int32_t i = 0; i < n; i++)
+		topics += i == 0 || strcmp(tps[i].topic, tps[i - 1].topic) != 0;
+	kwr_array(w, true, topics);
+	for (int32_t i = 0; i < n;) {
+		int32_t j = i;
+		while (j < n && strcmp(tps[j].topic, tps[i].topic) == 0)
+			j++;
+		kwr_cstr(w, true, tps[i].topic);
+		kwr_array(w, true, j - i);
+		for (int32_t k = i; k < j; k++) {
+			kwr_i32(w, tps[k].partition);
+			kwr_i32(w, -1); /* CurrentLeaderEpoch */
+			kwr_i64(w, -1); /* Timestamp: latest */
+			kwr_tags_empty(w);
+		}
+		kwr_tags_empty(w);
+		i = j;
+	}
+	kwr_tags_empty(w);
+}
+
+int sluice_cli_decode_list_offsets(const uint8_t *body, size_t len, int16_t v, struct sluice_cli_tps *out, char *err,
+				   size_t errlen)
+{
+	assert(v >= SLUICE_CLI_LIST_OFFSETS_MIN && v <= SLUICE_CLI_LIST_OFFSETS_MAX);
+	struct krd rd;
+	krd_init(&rd, body, len);
+	memset(out, 0, sizeof *out);
+	(void)krd_i32(&rd); /* ThrottleTimeMs */
+	int32_t tn = krd_array(&rd, true, 1 + 1 + 1);
+	for (int32_t t = 0; t < tn && !rd.err; t++)
+		offsets_topic(&rd, true, out);
+	krd_tags_skip(&rd);
+	if (finish(&rd, "ListOffsets", v, err, errlen) < 0) {
+		sluice_cli_tps_free(out);
+		return -1;
+	}
+	return 0;
+}

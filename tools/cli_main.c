@@ -3,8 +3,8 @@
  * line (Kafka's tool conventions: --bootstrap-server for brokers,
  * --bootstrap-controller for controllers, comma-separated lists tried in
  * turn; `GROUP COMMAND [ARGS]` words, options anywhere after the group) and
- * hands over to cli_status.c (cluster status) or cli_admin.c (logger,
- * topic). Exit status, the same for every command: 0 success, 1 a refusal
+ * hands over to cli_status.c (cluster status), cli_admin.c (logger,
+ * topic) or cli_group.c (group). Exit status, the same for every command: 0 success, 1 a refusal
  * or error from the server (or a malformed answer), 2 usage, 3 no server
  * could be connected to; --help prints the usage text to stdout and exits
  * 0 (`sluice topic --help`: the topic commands' own). */
@@ -35,8 +35,10 @@ static const char usage_text[] =
 	"  cluster status                controllers, brokers, offline and under-replicated partitions\n"
 	"  logger [NAME [LEVEL]]         a broker's loggers and their levels; set one; --delete\n"
 	"  topic list|describe|create|delete|alter-config ...\n"
+	"  group list|describe|lag ...   consumer groups, members, committed offsets and lag\n"
 	"\n"
-	"`sluice cluster --help`, `sluice logger --help`, `sluice topic --help`: each command's own.\n"
+	"`sluice cluster --help`, `sluice logger --help`, `sluice topic --help`,\n"
+	"`sluice group --help`: each command's own.\n"
 	"\n";
 
 static const char cluster_usage[] =
@@ -80,6 +82,18 @@ static const char topic_usage[] =
 	"default.replication.factor. alter-config: the changes are applied together.\n"
 	"\n";
 
+static const char group_usage[] =
+	"usage: sluice --bootstrap-server HOST:PORT group list [--json]\n"
+	"       sluice --bootstrap-server HOST:PORT group describe GROUP [--json]\n"
+	"       sluice --bootstrap-server HOST:PORT group lag GROUP [--json]\n"
+	"\n"
+	"list: every consumer group of every broker (ListGroups), sorted. describe: the\n"
+	"group's state, protocol, coordinator and members with their assignments\n"
+	"(DescribeGroups of the coordinator). lag: per partition, the committed offset, the\n"
+	"log end offset and their difference, and the member that owns the partition, as\n"
+	"kafka-consumer-groups --describe prints them.\n"
+	"\n";
+
 struct group {
 	const char *name;
 	const char *usage;
@@ -88,6 +102,7 @@ static const struct group groups[] = {
 	{"cluster", cluster_usage},
 	{"logger", logger_usage},
 	{"topic", topic_usage},
+	{"group", group_usage},
 };
 #define GROUPS_N (sizeof groups / sizeof *groups)
 
@@ -292,6 +307,14 @@ static command_fn pick_command(const struct sluice_cli_options *o, int *rc)
 		if (o->word_n > 3 || topic_opts || o->alter_n > 0 || (o->delete_flag && o->word_n != 2))
 			return usage(o, "logger [NAME [LEVEL]] or logger NAME --delete"), NULL;
 		return sluice_cli_logger;
+	}
+	if (word_is(o, 0, "group")) {
+		bool list = word_is(o, 1, "list"), named = word_is(o, 1, "describe") || word_is(o, 1, "lag");
+		if ((!list && !named) || any_opts)
+			return usage(o, "group list|describe|lag"), NULL;
+		if (o->word_n != (list ? 2 : 3) || (named && !o->words[2][0]))
+			return usage(o, list ? "group list takes no argument" : "name one group"), NULL;
+		return sluice_cli_group;
 	}
 	if (!word_is(o, 0, "topic"))
 		return usage(o, o->word_n ? "unknown command" : "no command"), NULL;
