@@ -254,7 +254,8 @@ static int describe_group(struct sluice_cli_session *s, struct sluice_cli_conn *
 
 /* ---- describe ------------------------------------------------------------------------------------ */
 
-/* "t(0,1),u(2)" as kafka-consumer-groups prints an assignment; "-" when empty. */
+/* "t:0,1;u:2" as Kafka 4's kafka-consumer-groups --members --verbose prints
+ * an assignment; "-" when empty, "?" when not in the consumer protocol's layout. */
 static void print_assignment(FILE *out, const struct sluice_cli_group *g, const struct sluice_cli_member *m)
 {
 	if (m->assigned_n == 0) {
@@ -264,12 +265,9 @@ static void print_assignment(FILE *out, const struct sluice_cli_group *g, const 
 	const struct sluice_cli_tp *a = g->assigned.v + m->assigned_at;
 	for (int32_t i = 0; i < m->assigned_n; i++) {
 		bool new_topic = i == 0 || strcmp(a[i].topic, a[i - 1].topic) != 0;
-		bool last_of_topic = i + 1 == m->assigned_n || strcmp(a[i].topic, a[i + 1].topic) != 0;
 		if (new_topic)
-			fprintf(out, "%s%s(", i ? "," : "", a[i].topic);
+			fprintf(out, "%s%s:", i ? ";" : "", a[i].topic);
 		fprintf(out, "%s%d", new_topic ? "" : ",", a[i].partition);
-		if (last_of_topic)
-			fputc(')', out);
 	}
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The `sluice` CLI's logger and topic commands against a running single-node
+"""The `sluice` CLI's logger, topic and group commands against a running single-node
 broker, checked against what Apache Kafka's own tools (4.1 jars, run as
 classes) see of the same broker.
 
@@ -19,6 +19,14 @@ Proves:
   TOPIC_ALREADY_EXISTS; topic list (text and --json) is kafka-topics --list;
   alter-config --set/--delete seen by kafka-configs --describe; delete: gone
   from kafka-topics --list, describe then exits 1 UNKNOWN_TOPIC_OR_PARTITION;
+- group: with a kcat -G member consuming a 3-partition topic, `group describe`
+  shows it Stable with that member and its assignment, the same row (consumer id,
+  host, client id, partitions, assignment) as kafka-consumer-groups --describe
+  --members --verbose; `group list` is kafka-consumer-groups --list; once the
+  member committed and left and 10 more records arrived, `group lag` shows per
+  partition the same committed offset, log end offset and lag as
+  kafka-consumer-groups --describe (total lag 10, --json too); an unknown group:
+  exit 1 GROUP_ID_NOT_FOUND;
 - --help of each command: usage on stdout, exit 0; usage errors exit 2; no
   server listening: exit 3.
 
@@ -28,7 +36,10 @@ loggers have other names: the first one not root is used instead of storage).
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clients  # noqa: E402
@@ -36,6 +47,8 @@ import lib  # noqa: E402
 from lib import check, log  # noqa: E402
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
+CGC = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+GROUP, GROUP_TOPIC = "cli-group", "cli-group-topic"
 CONFIGS = "kafka.admin.ConfigCommand"
 TOPIC = "cli-commands"
 BROKER_ID = "1"
@@ -154,6 +167,8 @@ def topics(cli, kafka):
                 "--config", "retention.ms=123456789", "--config", "cleanup.policy=compact")
     check(r.stdout == f"Created topic {TOPIC}.\n", f"topic create printed {r.stdout!r}")
     cli.refused(("topic", "create", TOPIC, "--partitions", "1"), "TOPIC_ALREADY_EXISTS", TOPIC)
+    # Kafka's brokers learn a new topic from the controller a moment after CreateTopics answers
+    lib_wait(lambda: cli.run("topic", "describe", TOPIC, rc=None).returncode == 0, f"{TOPIC} in Metadata")
 
     ours = parse_describe(cli.run("topic", "describe", TOPIC).stdout, TOPIC)
     theirs = parse_describe(kafka.run(TOPICS, "--describe", "--topic", TOPIC), TOPIC)
@@ -196,7 +211,6 @@ def topics(cli, kafka):
 
 
 def lib_wait(fn, what, timeout=30):
-    import time
     deadline = time.monotonic() + timeout
     while not fn():
         if time.monotonic() > deadline:
@@ -204,18 +218,98 @@ def lib_wait(fn, what, timeout=30):
         time.sleep(0.5)
 
 
+def table(out):
+    """Rows of a kafka-consumer-groups-like table as dicts keyed by its header's words."""
+    cols, rows = None, []
+    for ln in out.splitlines():
+        toks = ln.split()
+        if toks and toks[0] == "GROUP":
+            cols = toks
+        elif cols and len(toks) == len(cols):
+            rows.append(dict(zip(cols, toks)))
+    return rows
+
+
+def kcat(broker, *args, input=None):
+    r = lib.run([lib.kcat_path(), "-b", broker.bootstrap, *args], timeout=60, input=input)
+    check(r.returncode == 0, f"kcat {args}: exit {r.returncode} {r.stderr[-1000:]}")
+
+
+def groups(cli, kafka, broker):
+    cli.run("topic", "create", GROUP_TOPIC, "--partitions", "3")
+    lib_wait(lambda: cli.run("topic", "describe", GROUP_TOPIC, rc=None).returncode == 0, f"{GROUP_TOPIC} in Metadata")
+    kcat(broker, "-P", "-t", GROUP_TOPIC, "-K", ":", input="".join(f"k{i}:v{i}\n" for i in range(30)))
+    out = open(os.path.join(broker.tmp, "kcat-member.out"), "wb")
+    member = subprocess.Popen([lib.kcat_path(), "-b", broker.bootstrap, "-G", GROUP, "-q", "-X", "client.id=m1",
+                               "-X", "auto.offset.reset=earliest", "-X", "auto.commit.interval.ms=200",
+                               GROUP_TOPIC], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    out.close()
+    try:
+        def stable():
+            r = cli.run("group", "describe", GROUP, "--json", rc=None)
+            if r.returncode != 0:
+                return None
+            d = json.loads(r.stdout)
+            return d if d["state"] == "Stable" and len(d["members"]) == 1 and d["members"][0]["assignment"] else None
+
+        lib_wait(stable, f"{GROUP} Stable with its member", 60)
+        d = stable()
+        m = d["members"][0]
+        check(m["client_id"] == "m1" and d["protocol_type"] == "consumer" and
+              sorted(a["partition"] for a in m["assignment"]) == [0, 1, 2], f"group describe --json: {d}")
+        ours = table(cli.run("group", "describe", GROUP).stdout)
+        theirs = table(kafka.run(CGC, "--describe", "--group", GROUP, "--members", "--verbose"))
+        check(len(ours) == 1 and len(theirs) == 1, f"one member row each: ours {ours}, theirs {theirs}")
+        keys = ("CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT")
+        theirs[0].setdefault("ASSIGNMENT", theirs[0].get("CURRENT-ASSIGNMENT"))
+        check({k: ours[0].get(k) for k in keys} == {k: theirs[0].get(k) for k in keys},
+              f"group describe differs from kafka-consumer-groups --describe --members --verbose:\n"
+              f"  ours   {ours[0]}\n  theirs {theirs[0]}")
+        log(f"group describe = kafka-consumer-groups --members --verbose: {ours[0]}")
+        listed = cli.run("group", "list").stdout.split()
+        check(GROUP in listed and listed == sorted(kafka.run(CGC, "--list").split()),
+              f"group list {listed} != kafka-consumer-groups --list")
+
+        def committed_all():
+            d = cli.json("group", "lag", GROUP)
+            return d["total_lag"] == 0 and all(p["committed_offset"] is not None for p in d["partitions"])
+
+        lib_wait(committed_all, f"{GROUP} committed every record", 60)
+    finally:
+        member.send_signal(signal.SIGTERM)
+        try:
+            member.wait(20)
+        except subprocess.TimeoutExpired:
+            member.kill()
+            member.wait()
+    lib_wait(lambda: cli.json("group", "describe", GROUP)["state"] == "Empty", f"{GROUP} Empty", 60)
+    kcat(broker, "-P", "-t", GROUP_TOPIC, "-K", ":", input="".join(f"k{i}:after{i}\n" for i in range(10)))
+    ours = {r["PARTITION"]: r for r in table(cli.run("group", "lag", GROUP).stdout)}
+    theirs = {r["PARTITION"]: r for r in table(kafka.run(CGC, "--describe", "--group", GROUP))}
+    keys = ("TOPIC", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")
+    check(sorted(ours) == ["0", "1", "2"] and sorted(ours) == sorted(theirs)
+          and all({k: ours[p][k] for k in keys} == {k: theirs[p][k] for k in keys} for p in ours),
+          f"group lag differs from kafka-consumer-groups --describe:\n  ours   {ours}\n  theirs {theirs}")
+    d = cli.json("group", "lag", GROUP)
+    check(d["total_lag"] == 10 and sum(p["lag"] for p in d["partitions"]) == 10
+          and sum(p["log_end_offset"] for p in d["partitions"]) == 40, f"group lag --json: {d}")
+    log(f"group lag = kafka-consumer-groups --describe: {[(p, ours[p]['LAG']) for p in sorted(ours)]}")
+    cli.refused(("group", "describe", "no-such-group"), "GROUP_ID_NOT_FOUND", "")
+
+
 def usage(cli):
-    for group in ("cluster", "logger", "topic"):
+    for group in ("cluster", "logger", "topic", "group"):
         r = cli.run(group, "--help", server=False)
         check(r.stdout.startswith("usage: sluice") and group in r.stdout.split("\n")[0], f"{group} --help: {r.stdout!r}")
     for args in (["topic"], ["topic", "describe"], ["topic", "list", "x"], ["topic", "create", "t", "--partitions", "0"],
                  ["topic", "alter-config", "t"], ["topic", "alter-config", "t", "--set", "novalue"],
                  ["logger", "a", "b", "c"], ["logger", "a", "INFO", "--delete"], ["logger", "--partitions", "3"],
+                 ["group"], ["group", "lag"], ["group", "list", "g"], ["group", "describe", "g", "--set", "a=b"],
                  ["frob"]):
         r = cli.run(*args, rc=2)
         check("usage: sluice" in r.stderr and r.stdout == "", f"sluice {args}: {r.stderr!r}")
     down = lib.free_port()
-    for args in (["logger"], ["topic", "list"], ["cluster", "status"]):
+    for args in (["logger"], ["topic", "list"], ["group", "list"], ["cluster", "status"]):
         r = lib.run([cli.exe, "--bootstrap-server", f"127.0.0.1:{down}", *args], timeout=60)
         check(r.returncode == 3 and "cannot connect" in r.stderr, f"{args} with nothing listening: "
               f"exit {r.returncode}, {r.stderr!r}")
@@ -229,6 +323,7 @@ def test():
         usage(cli)
         loggers(cli, kafka, broker)
         topics(cli, kafka)
+        groups(cli, kafka, broker)
 
 
 if __name__ == "__main__":

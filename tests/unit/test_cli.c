@@ -777,3 +777,260 @@ Test(cli, topic_id_text)
 	sluice_cli_topic_id_text(id, out);
 	cr_assert_str_eq(out, "AAECAwQFBgcICQoLDA0O_w"); /* URL-safe alphabet, no padding */
 }
+
+/* ---- consumer groups ------------------------------------------------------------------------ */
+
+static int lg(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_list_groups(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_group_list_free(o);
+	return rc;
+}
+
+Test(cli, list_groups_all_versions)
+{
+	struct sluice_cli_group_list l;
+	for (int16_t v = SLUICE_CLI_LIST_GROUPS_MIN; v <= SLUICE_CLI_LIST_GROUPS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		kwr_i16(&w, 0);
+		kwr_array(&w, true, 2);
+		for (int i = 0; i < 2; i++) {
+			kwr_cstr(&w, true, i ? "g2" : "g1");
+			kwr_cstr(&w, true, "consumer");
+			if (v >= 4)
+				kwr_cstr(&w, true, i ? "Empty" : "Stable");
+			if (v >= 5)
+				kwr_cstr(&w, true, "classic");
+			kwr_tags_empty(&w);
+		}
+		kwr_tags_empty(&w);
+		cr_assert_eq(sluice_cli_decode_list_groups(w.buf, w.len, v, &l, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(l.n, 2);
+		cr_assert_str_eq(l.groups[1].group_id, "g2");
+		cr_assert_str_eq(l.groups[0].protocol_type, "consumer");
+		cr_assert_str_eq(l.groups[0].state, v >= 4 ? "Stable" : "");
+		sluice_cli_group_list_free(&l);
+		cuts_refused(&w, v, lg, &l);
+		kwr_free(&w);
+	}
+}
+
+static int fc(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_find_coordinator(b, n, v, o, why, sizeof why);
+}
+
+Test(cli, find_coordinator_all_versions)
+{
+	struct sluice_cli_coordinator co;
+	for (int16_t v = SLUICE_CLI_FIND_COORDINATOR_MIN; v <= SLUICE_CLI_FIND_COORDINATOR_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		if (v >= 4) {
+			kwr_array(&w, true, 1);
+			kwr_cstr(&w, true, "g");
+		} else {
+			kwr_i16(&w, 0);
+			kwr_cstr(&w, true, NULL);
+		}
+		kwr_i32(&w, 7);
+		kwr_cstr(&w, true, "127.0.0.1");
+		kwr_i32(&w, 9092);
+		if (v >= 4) {
+			kwr_i16(&w, 0);
+			kwr_cstr(&w, true, NULL);
+			kwr_tags_empty(&w);
+		}
+		kwr_tags_empty(&w);
+		cr_assert_eq(sluice_cli_decode_find_coordinator(w.buf, w.len, v, &co, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(co.node_id, 7);
+		cr_assert_str_eq(co.endpoint.host, "127.0.0.1");
+		cr_assert_eq(co.endpoint.port, 9092);
+		cuts_refused(&w, v, fc, &co);
+		kwr_reset(&w);
+		sluice_cli_encode_find_coordinator(&w, v, "g");
+		cr_assert_eq(w.len, v >= 4 ? 1 + 1 + 2 + 1 : 2 + 1 + 1);
+		kwr_free(&w);
+	}
+}
+
+/* A ConsumerProtocolAssignment v0: [t: 2, 0], no user data. */
+static void w_assignment(struct kwr *a)
+{
+	kwr_i16(a, 0);
+	kwr_array(a, false, 1);
+	kwr_cstr(a, false, "t");
+	kwr_array(a, false, 2);
+	kwr_i32(a, 2);
+	kwr_i32(a, 0);
+	kwr_bytes(a, false, NULL, -1);
+}
+
+static void w_group(struct kwr *w, int16_t v, const char *protocol_type, const struct kwr *assignment)
+{
+	kwr_i32(w, 0);
+	kwr_array(w, true, 1);
+	kwr_i16(w, 0);
+	if (v >= 6)
+		kwr_cstr(w, true, NULL);
+	kwr_cstr(w, true, "g");
+	kwr_cstr(w, true, "Stable");
+	kwr_cstr(w, true, protocol_type);
+	kwr_cstr(w, true, "range");
+	kwr_array(w, true, 1);
+	kwr_cstr(w, true, "m-1");
+	kwr_cstr(w, true, NULL);
+	kwr_cstr(w, true, "client");
+	kwr_cstr(w, true, "/127.0.0.1");
+	kwr_bytes(w, true, "", 0);
+	kwr_bytes(w, true, assignment->buf, (int32_t)assignment->len);
+	kwr_tags_empty(w);
+	kwr_i32(w, INT32_MIN);
+	kwr_tags_empty(w);
+	kwr_tags_empty(w);
+}
+
+static int dgr(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_describe_group(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_group_free(o);
+	return rc;
+}
+
+Test(cli, describe_group_all_versions)
+{
+	struct kwr a;
+	kwr_init(&a, 0, 1024);
+	w_assignment(&a);
+	struct sluice_cli_group g;
+	for (int16_t v = SLUICE_CLI_DESCRIBE_GROUPS_MIN; v <= SLUICE_CLI_DESCRIBE_GROUPS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 4096);
+		w_group(&w, v, "consumer", &a);
+		cr_assert_eq(sluice_cli_decode_describe_group(w.buf, w.len, v, &g, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_str_eq(g.state, "Stable");
+		cr_assert_str_eq(g.protocol, "range");
+		cr_assert_eq(g.member_n, 1);
+		cr_assert_str_eq(g.members[0].member_id, "m-1");
+		cr_assert_null(g.members[0].instance_id);
+		cr_assert_str_eq(g.members[0].client_host, "/127.0.0.1");
+		cr_assert_eq(g.members[0].assigned_n, 2);
+		cr_assert_str_eq(g.assigned.v[0].topic, "t");
+		cr_assert_eq(g.assigned.v[0].partition, 2);
+		cr_assert_not(g.members[0].assignment_unreadable);
+		sluice_cli_group_free(&g);
+		cuts_refused(&w, v, dgr, &g);
+		/* a cut assignment, or another protocol type: unreadable, not malformed */
+		for (int k = 0; k < 2; k++) {
+			struct kwr cut = a;
+			cut.len = k ? a.len : a.len - 9; /* the user data and the last partition gone */
+			kwr_reset(&w);
+			w_group(&w, v, k ? "connect" : "consumer", &cut);
+			cr_assert_eq(sluice_cli_decode_describe_group(w.buf, w.len, v, &g, why, sizeof why), 0, "%s", why);
+			cr_assert(g.members[0].assignment_unreadable);
+			cr_assert_eq(g.members[0].assigned_n, 0);
+			sluice_cli_group_free(&g);
+		}
+		kwr_free(&w);
+	}
+	kwr_free(&a);
+}
+
+static int of(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	(void)v;
+	int rc = sluice_cli_decode_offset_fetch(b, n, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_tps_free(o);
+	return rc;
+}
+
+Test(cli, offset_fetch)
+{
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	kwr_i32(&w, 0);
+	kwr_array(&w, true, 1);
+	kwr_cstr(&w, true, "g");
+	kwr_array(&w, true, 1);
+	kwr_cstr(&w, true, "t");
+	kwr_array(&w, true, 2);
+	for (int p = 0; p < 2; p++) {
+		kwr_i32(&w, p);
+		kwr_i64(&w, p ? -1 : 42);
+		kwr_i32(&w, -1);
+		kwr_cstr(&w, true, "");
+		kwr_i16(&w, 0);
+		kwr_tags_empty(&w);
+	}
+	kwr_tags_empty(&w);
+	kwr_i16(&w, 0);
+	kwr_tags_empty(&w);
+	kwr_tags_empty(&w);
+	struct sluice_cli_tps t;
+	cr_assert_eq(sluice_cli_decode_offset_fetch(w.buf, w.len, &t, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(t.n, 2);
+	cr_assert_str_eq(t.v[0].topic, "t");
+	cr_assert_eq(t.v[0].offset, 42);
+	cr_assert_eq(t.v[1].offset, -1);
+	sluice_cli_tps_free(&t);
+	cuts_refused(&w, 8, of, &t);
+	kwr_reset(&w);
+	sluice_cli_encode_offset_fetch(&w, "g"); /* [ {"g", null topics, tags} ], RequireStable false, tags */
+	static const uint8_t want[] = {2, 2, 'g', 0, 0, 0, 0};
+	cr_assert_eq(w.len, sizeof want);
+	cr_assert(memcmp(w.buf, want, sizeof want) == 0);
+	kwr_free(&w);
+}
+
+static int lo(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_list_offsets(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_tps_free(o);
+	return rc;
+}
+
+Test(cli, list_offsets_all_versions)
+{
+	for (int16_t v = SLUICE_CLI_LIST_OFFSETS_MIN; v <= SLUICE_CLI_LIST_OFFSETS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		kwr_array(&w, true, 1);
+		kwr_cstr(&w, true, "t");
+		kwr_array(&w, true, 1);
+		kwr_i32(&w, 3);
+		kwr_i16(&w, 0);
+		kwr_i64(&w, -1);
+		kwr_i64(&w, 1234);
+		kwr_i32(&w, 5);
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		struct sluice_cli_tps t;
+		cr_assert_eq(sluice_cli_decode_list_offsets(w.buf, w.len, v, &t, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(t.n, 1);
+		cr_assert_eq(t.v[0].partition, 3);
+		cr_assert_eq(t.v[0].offset, 1234);
+		sluice_cli_tps_free(&t);
+		cuts_refused(&w, v, lo, &t);
+		kwr_free(&w);
+	}
+	/* the request groups partitions by topic: t [0, 1], u [0] */
+	struct sluice_cli_tps ask = {0};
+	cr_assert(sluice_cli_tps_add(&ask, "t", 0, 0, 0) && sluice_cli_tps_add(&ask, "t", 1, 0, 0) &&
+		  sluice_cli_tps_add(&ask, "u", 0, 0, 0));
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	sluice_cli_encode_list_offsets(&w, 7, ask.v, ask.n);
+	cr_assert_eq(w.buf[5], 3); /* after ReplicaId and IsolationLevel: two topics */
+	cr_assert_eq(w.len, 4 + 1 + 1 + 2 * (2 + 1 + 1) + 3 * (4 + 4 + 8 + 1) + 1);
+	kwr_free(&w);
+	sluice_cli_tps_free(&ask);
+}
