@@ -3,9 +3,12 @@
  * requests it sends and the decoders of their answers (cli_wire.c: pure
  * functions over bytes, with the project's bounds-checked codec), a blocking
  * client connection with time-outs (cli_net.c), and the status command
- * itself (cli_status.c). The tool is a client of both the brokers and the
+ * itself (cli_status.c); the admin requests and their decoders
+ * (cli_admin_wire.c) and the logger, topic (cli_admin.c) and group
+ * (cli_group.c) commands. The tool is a client of both the brokers and the
  * controllers, so it lives beside them (tools/) and links only common/.
- * Every count read from the wire is bounded by a named maximum below. */
+ * Every count read from the wire that sizes what is kept is bounded by a
+ * named maximum below or by the answer's own size (SLUICE_CLI_FRAME_MAX). */
 #ifndef SLUICE_TOOLS_CLI_H
 #define SLUICE_TOOLS_CLI_H
 #include <stdbool.h>

@@ -39,7 +39,8 @@ int sluice_cli_session_open(struct sluice_cli_session *s)
 }
 
 /* The version to write of an API, or -1 with a message. */
-int16_t sluice_cli_session_pick(struct sluice_cli_session *s, int16_t key, int16_t ours_min, int16_t ours_max, const char *api)
+int16_t sluice_cli_session_pick(struct sluice_cli_session *s, int16_t key, int16_t ours_min, int16_t ours_max,
+				const char *api)
 {
 	const struct sluice_cli_versions *vs = &s->c.versions;
 	assert(key >= 0 && key < SLUICE_CLI_API_KEYS_MAX);
@@ -51,7 +52,8 @@ int16_t sluice_cli_session_pick(struct sluice_cli_session *s, int16_t key, int16
 }
 
 /* Sends w and returns the answer (free *resp); -1 with a message. */
-int sluice_cli_session_call(struct sluice_cli_session *s, int16_t key, int16_t v, bool flex, struct kwr *w, uint8_t **resp,
+int sluice_cli_session_call(struct sluice_cli_session *s, int16_t key, int16_t v, bool flex, struct kwr *w,
+			    uint8_t **resp,
 		const uint8_t **body, size_t *len)
 {
 	char err[SLUICE_CLI_ERR_MAX];
@@ -80,9 +82,11 @@ int sluice_cli_session_refused(struct sluice_cli_session *s, int16_t error, cons
 }
 
 /* Metadata of the named topics (n -1: all); 0 or the exit status. */
-int sluice_cli_session_metadata(struct sluice_cli_session *s, const char *const *names, int32_t n, struct sluice_cli_metadata *m)
+int sluice_cli_session_metadata(struct sluice_cli_session *s, const char *const *names, int32_t n,
+				struct sluice_cli_metadata *m)
 {
-	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_METADATA, SLUICE_CLI_METADATA_MIN, SLUICE_CLI_METADATA_MAX, "Metadata");
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_METADATA, SLUICE_CLI_METADATA_MIN, SLUICE_CLI_METADATA_MAX,
+					    "Metadata");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	struct kwr w;
@@ -91,7 +95,8 @@ int sluice_cli_session_metadata(struct sluice_cli_session *s, const char *const 
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (sluice_cli_session_call(s, SLUICE_CLI_API_METADATA, v, sluice_cli_metadata_flexible(v), &w, &resp, &body, &len) < 0)
+	bool flex = sluice_cli_metadata_flexible(v);
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_METADATA, v, flex, &w, &resp, &body, &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	int rc = sluice_cli_decode_metadata_full(body, len, v, m, why, sizeof why);
@@ -101,10 +106,11 @@ int sluice_cli_session_metadata(struct sluice_cli_session *s, const char *const 
 
 /* DescribeConfigs of one resource (key NULL: all of its configs); a
  * refusal is reported here. 0 or the exit status. */
-static int ask_configs(struct sluice_cli_session *s, int8_t type, const char *name, const char *key, struct sluice_cli_configs *c)
+static int ask_configs(struct sluice_cli_session *s, int8_t type, const char *name, const char *key,
+		       struct sluice_cli_configs *c)
 {
 	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, SLUICE_CLI_DESCRIBE_CONFIGS_MIN,
-			 SLUICE_CLI_DESCRIBE_CONFIGS_MAX, "DescribeConfigs");
+					    SLUICE_CLI_DESCRIBE_CONFIGS_MAX, "DescribeConfigs");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	struct kwr w;
@@ -113,8 +119,8 @@ static int ask_configs(struct sluice_cli_session *s, int8_t type, const char *na
 	uint8_t *resp;
 	const uint8_t *body;
 	size_t len;
-	if (sluice_cli_session_call(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, v, sluice_cli_describe_configs_flexible(v), &w, &resp, &body,
-		 &len) < 0)
+	bool flex = sluice_cli_describe_configs_flexible(v);
+	if (sluice_cli_session_call(s, SLUICE_CLI_API_DESCRIBE_CONFIGS, v, flex, &w, &resp, &body, &len) < 0)
 		return SLUICE_CLI_EXIT_ERROR;
 	char why[SLUICE_CLI_WHY_MAX];
 	int rc = sluice_cli_decode_describe_configs(body, len, v, c, why, sizeof why);
@@ -129,7 +135,8 @@ static int ask_configs(struct sluice_cli_session *s, int8_t type, const char *na
 }
 
 /* IncrementalAlterConfigs v1 of one resource; 0 or the exit status. */
-static int alter_configs(struct sluice_cli_session *s, int8_t type, const char *name, const struct sluice_cli_alter *a, int32_t n)
+static int alter_configs(struct sluice_cli_session *s, int8_t type, const char *name, const struct sluice_cli_alter *a,
+			 int32_t n)
 {
 	const int16_t v = SLUICE_CLI_ALTER_CONFIGS_VERSION;
 	if (sluice_cli_session_pick(s, SLUICE_CLI_API_INCREMENTAL_ALTER_CONFIGS, v, v, "IncrementalAlterConfigs") < 0)
@@ -188,7 +195,8 @@ static int logger_broker_id(struct sluice_cli_session *s, int32_t *id)
 	sluice_cli_metadata_free(&m);
 	if (*id >= 0)
 		return 0;
-	fprintf(s->errout, "sluice: %s: cannot tell which broker %s:%d is from its Metadata; give --broker-id\n", s->what,
+	fprintf(s->errout, "sluice: %s: cannot tell which broker %s:%d is from its Metadata; give --broker-id\n",
+		s->what,
 		s->c.peer.host, (int)s->c.peer.port);
 	return SLUICE_CLI_EXIT_ERROR;
 }
@@ -328,7 +336,8 @@ static void print_overrides(FILE *out, const struct sluice_cli_configs *c, bool 
 	}
 }
 
-static void describe_json(struct sluice_cli_session *s, const struct sluice_cli_metadata *m, const struct sluice_cli_md_topic *t,
+static void describe_json(struct sluice_cli_session *s, const struct sluice_cli_metadata *m,
+			  const struct sluice_cli_md_topic *t,
 			  const struct sluice_cli_configs *c, const char *id, int32_t rf)
 {
 	FILE *out = s->out;
@@ -352,7 +361,8 @@ static void describe_json(struct sluice_cli_session *s, const struct sluice_cli_
 }
 
 /* As Kafka 4.x's kafka-topics --describe prints it (without the ELR columns). */
-static void describe_text(struct sluice_cli_session *s, const struct sluice_cli_metadata *m, const struct sluice_cli_md_topic *t,
+static void describe_text(struct sluice_cli_session *s, const struct sluice_cli_metadata *m,
+			  const struct sluice_cli_md_topic *t,
 			  const struct sluice_cli_configs *c, const char *id, int32_t rf)
 {
 	FILE *out = s->out;
@@ -381,7 +391,8 @@ static void describe_text(struct sluice_cli_session *s, const struct sluice_cli_
 
 static int by_partition(const void *a, const void *b)
 {
-	int32_t x = ((const struct sluice_cli_md_partition *)a)->index, y = ((const struct sluice_cli_md_partition *)b)->index;
+	int32_t x = ((const struct sluice_cli_md_partition *)a)->index;
+	int32_t y = ((const struct sluice_cli_md_partition *)b)->index;
 	return (x > y) - (x < y);
 }
 
@@ -391,12 +402,14 @@ static int topic_describe(struct sluice_cli_session *s, const char *topic)
 	int rc = sluice_cli_session_metadata(s, &topic, 1, &m);
 	if (rc)
 		return rc;
-	const struct sluice_cli_md_topic *t = m.topic_n == 1 && strcmp(m.topics[0].name, topic) == 0 ? &m.topics[0] : NULL;
+	bool found = m.topic_n == 1 && strcmp(m.topics[0].name, topic) == 0;
+	const struct sluice_cli_md_topic *t = found ? &m.topics[0] : NULL;
 	struct sluice_cli_configs c = {0};
 	if (!t)
 		rc = sluice_cli_session_malformed(s, "Metadata did not answer for the topic asked about");
 	else if (t->error != KERR_NONE)
-		rc = sluice_cli_session_refused(s, t->error, t->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? "the topic does not exist" : "");
+		rc = sluice_cli_session_refused(s, t->error,
+						t->error == KERR_UNKNOWN_TOPIC_OR_PARTITION ? "the topic does not exist" : "");
 	else
 		rc = ask_configs(s, SLUICE_CLI_RESOURCE_TOPIC, topic, NULL, &c);
 	if (rc == 0) {
@@ -420,7 +433,8 @@ static int topic_describe(struct sluice_cli_session *s, const char *topic)
 static int topic_create(struct sluice_cli_session *s, const char *topic)
 {
 	const struct sluice_cli_options *o = s->o;
-	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_CREATE_TOPICS, SLUICE_CLI_CREATE_TOPICS_MIN, SLUICE_CLI_CREATE_TOPICS_MAX,
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_CREATE_TOPICS, SLUICE_CLI_CREATE_TOPICS_MIN,
+					    SLUICE_CLI_CREATE_TOPICS_MAX,
 			 "CreateTopics");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;
@@ -466,7 +480,8 @@ static int topic_create(struct sluice_cli_session *s, const char *topic)
 
 static int topic_delete(struct sluice_cli_session *s, const char *topic)
 {
-	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_DELETE_TOPICS, SLUICE_CLI_DELETE_TOPICS_MIN, SLUICE_CLI_DELETE_TOPICS_MAX,
+	int16_t v = sluice_cli_session_pick(s, SLUICE_CLI_API_DELETE_TOPICS, SLUICE_CLI_DELETE_TOPICS_MIN,
+					    SLUICE_CLI_DELETE_TOPICS_MAX,
 			 "DeleteTopics");
 	if (v < 0)
 		return SLUICE_CLI_EXIT_ERROR;

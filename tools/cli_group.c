@@ -206,7 +206,8 @@ static int find_coordinator(struct sluice_cli_session *s, const char *group, str
 		int rc = ask_on(s, &s->c, SLUICE_CLI_API_FIND_COORDINATOR, v, true, &w, dec_coordinator, co);
 		if (rc)
 			return rc;
-		bool retriable = co->error == KERR_COORDINATOR_NOT_AVAILABLE || co->error == KERR_COORDINATOR_LOAD_IN_PROGRESS;
+		bool retriable =
+			co->error == KERR_COORDINATOR_NOT_AVAILABLE || co->error == KERR_COORDINATOR_LOAD_IN_PROGRESS;
 		if (co->error == KERR_NONE)
 			return 0;
 		if (!retriable || t + 1 >= COORDINATOR_TRIES)
@@ -361,7 +362,8 @@ static int group_describe(struct sluice_cli_session *s, const char *group)
 	if (rc)
 		return rc;
 	for (int32_t i = 0; i < g.member_n; i++)
-		qsort(g.assigned.v + g.members[i].assigned_at, (size_t)g.members[i].assigned_n, sizeof *g.assigned.v, by_tp);
+		qsort(g.assigned.v + g.members[i].assigned_at, (size_t)g.members[i].assigned_n, sizeof *g.assigned.v,
+		      by_tp);
 	if (s->o->json)
 		describe_json(s, group, &co, &g);
 	else
@@ -468,9 +470,11 @@ static int lag_ends_of(struct sluice_cli_session *s, struct lag *l, const struct
 	if (!other)
 		c = s->c;
 	struct sluice_cli_tps ask = {0}, got;
-	for (int32_t i = 0; i < l->n; i++)
-		if (l->rows[i].leader == leader && !sluice_cli_tps_add(&ask, l->rows[i].tp.topic, l->rows[i].tp.partition, 0, 0))
+	for (int32_t i = 0; i < l->n && rc == 0; i++) {
+		const struct lag_row *r = &l->rows[i];
+		if (r->leader == leader && !sluice_cli_tps_add(&ask, r->tp.topic, r->tp.partition, 0, 0))
 			rc = sluice_cli_session_malformed(s, "out of memory");
+	}
 	int16_t v = rc ? -1 : pick_on(s, &c, SLUICE_CLI_API_LIST_OFFSETS, SLUICE_CLI_LIST_OFFSETS_MIN,
 				      SLUICE_CLI_LIST_OFFSETS_MAX, "ListOffsets");
 	if (!rc && v < 0)
@@ -535,15 +539,17 @@ static void lag_print(struct sluice_cli_session *s, const char *group, const str
 		if (known)
 			snprintf(lg, sizeof lg, "%lld", (long long)lag);
 		if (!s->o->json) {
-			fprintf(out, "%-24s %-24s %-10d %-15s %-15s %-10s %-48s %-20s %s\n", group, r->tp.topic, r->tp.partition,
-				cur, end, lg, r->owner ? r->owner->member_id : "-", r->owner ? r->owner->client_host : "-",
-				r->owner ? r->owner->client_id : "-");
+			const struct sluice_cli_member *m = r->owner;
+			fprintf(out, "%-24s %-24s %-10d %-15s %-15s %-10s %-48s %-20s %s\n", group, r->tp.topic,
+				r->tp.partition, cur, end, lg, m ? m->member_id : "-", m ? m->client_host : "-",
+				m ? m->client_id : "-");
 			continue;
 		}
 		fputs(i ? ",{\"topic\":" : "{\"topic\":", out);
 		sluice_cli_json_string(out, r->tp.topic);
-		fprintf(out, ",\"partition\":%d,\"committed_offset\":%s,\"log_end_offset\":%s,\"lag\":%s,\"member_id\":",
+		fprintf(out, ",\"partition\":%d,\"committed_offset\":%s,\"log_end_offset\":%s,\"lag\":%s",
 			r->tp.partition, r->tp.offset >= 0 ? cur : "null", r->end >= 0 ? end : "null", known ? lg : "null");
+		fputs(",\"member_id\":", out);
 		if (r->owner)
 			sluice_cli_json_string(out, r->owner->member_id);
 		else

@@ -325,7 +325,8 @@ static command_fn pick_command(const struct sluice_cli_options *o, int *rc)
 	if (o->word_n != (list ? 2 : 3))
 		return usage(o, list ? "topic list takes no argument" : "name one topic"), NULL;
 	if ((topic_opts && !create) || (o->alter_n > 0) != alter || o->broker_id >= 0)
-		return usage(o, alter ? "alter-config takes --set KEY=VALUE or --delete KEY" : "an option of another command"),
+		return usage(o, alter ? "alter-config takes --set KEY=VALUE or --delete KEY"
+				      : "an option of another command"),
 		       NULL;
 	if (named && !o->words[2][0])
 		return usage(o, "a topic name is not empty"), NULL;
