@@ -229,7 +229,7 @@ int sluice_cli_open(struct sluice_cli_conn *c, const struct sluice_cli_endpoint 
 	c->timeout_ms = timeout_ms;
 	c->fd = connect_endpoint(ep, timeout_ms, err, errlen);
 	if (c->fd < 0)
-		return -1;
+		return -2;
 	struct kwr body;
 	kwr_init(&body, 0, SLUICE_CLI_REQUEST_MAX); /* ApiVersions v0 has an empty body */
 	uint8_t *resp;

@@ -34,6 +34,7 @@ struct gather {
 	bool from_follower;                     /* the status shows a follower's view */
 	char leader_err[SLUICE_CLI_ERR_MAX];    /* why the leader's view could not be had */
 	char err[SLUICE_CLI_ERR_MAX];           /* the last failure, reported when nothing answers */
+	bool reached;                           /* a bootstrap server took the connection */
 };
 
 /* ---- the questions ----------------------------------------------------------------- */
@@ -160,7 +161,9 @@ static int gather_quorum(struct gather *g)
 	bool have_view = false;
 	for (int i = 0; i < g->o->server_n; i++) {
 		struct sluice_cli_conn c;
-		if (sluice_cli_open(&c, &g->o->servers[i], g->o->timeout_ms, g->err, sizeof g->err) < 0)
+		int open_rc = sluice_cli_open(&c, &g->o->servers[i], g->o->timeout_ms, g->err, sizeof g->err);
+		g->reached |= open_rc != -2;
+		if (open_rc < 0)
 			continue;
 		int rc = ask_quorum(&c, q, g->err, sizeof g->err);
 		if (rc == 0 && q->error == KERR_NONE) {
@@ -266,8 +269,11 @@ int sluice_cli_cluster_status(const struct sluice_cli_options *o, FILE *out, FIL
 	g->s = s;
 	g->boot.fd = -1;
 	const char *step = "no server answered DescribeQuorum";
-	if (gather_quorum(g) < 0)
+	if (gather_quorum(g) < 0) {
+		if (!g->reached)
+			status = SLUICE_CLI_EXIT_UNREACHABLE;
 		goto fail;
+	}
 	step = "no controller answered DescribeCluster";
 	if (gather_brokers(g) < 0)
 		goto fail;
@@ -304,7 +310,7 @@ done:
 
 /* A JSON string: quotes, backslashes and every byte outside printable
  * ASCII escaped (\u00XX), so the output is valid JSON whatever the wire held. */
-static void json_string(FILE *out, const char *s)
+void sluice_cli_json_string(FILE *out, const char *s)
 {
 	fputc('"', out);
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -332,7 +338,7 @@ void sluice_cli_print_status_json(const struct sluice_cli_status *s, FILE *out)
 		fprintf(out, "%s{\"id\":%d,\"role\":\"%s\",\"last_applied_offset\":%lld,\"host\":", i ? "," : "", c->id,
 			role_of(q, c->id), (long long)c->log_end_offset);
 		if (c->has_endpoint) {
-			json_string(out, c->endpoint.host);
+			sluice_cli_json_string(out, c->endpoint.host);
 			fprintf(out, ",\"port\":%d}", c->endpoint.port);
 		} else {
 			fputs("null,\"port\":null}", out);
@@ -342,10 +348,10 @@ void sluice_cli_print_status_json(const struct sluice_cli_status *s, FILE *out)
 	for (int32_t i = 0; i < s->brokers.broker_n; i++) {
 		const struct sluice_cli_broker *b = &s->brokers.brokers[i];
 		fprintf(out, "%s{\"id\":%d,\"host\":", i ? "," : "", b->id);
-		json_string(out, b->endpoint.host);
+		sluice_cli_json_string(out, b->endpoint.host);
 		fprintf(out, ",\"port\":%d,\"rack\":", b->endpoint.port);
 		if (b->has_rack)
-			json_string(out, b->rack);
+			sluice_cli_json_string(out, b->rack);
 		else
 			fputs("null", out);
 		fprintf(out, ",\"fenced\":%s}", b->fenced ? "true" : "false");

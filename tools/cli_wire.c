@@ -152,6 +152,10 @@ static bool copy_string(struct krd *rd, struct kstr s, char *out, size_t cap, co
 
 static void versions_note(struct sluice_cli_versions *out, int16_t key, int16_t min, int16_t max)
 {
+	if (key >= 0 && key < SLUICE_CLI_API_KEYS_MAX) {
+		out->served[key] = true;
+		out->min[key] = min, out->max[key] = max;
+	}
 	if (key == SLUICE_CLI_API_METADATA) {
 		out->metadata = true;
 		out->metadata_min = min, out->metadata_max = max;

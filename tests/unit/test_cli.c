@@ -7,7 +7,10 @@
  * refused as malformed, as are counts beyond the tool's maxima and lengths
  * beyond the frame; the requests carry what the servers need (EndpointType
  * brokers, IncludeFencedBrokers, all topics); the JSON output is valid
- * whatever bytes a host holds; HOST:PORT parsing and version choice. */
+ * whatever bytes a host holds; HOST:PORT parsing and version choice. The admin
+ * answers (Metadata kept whole, DescribeConfigs v1-4, IncrementalAlterConfigs v1,
+ * CreateTopics v5-7, DeleteTopics v4-6) decode what they were written with and
+ * refuse every cut; their requests are laid out as the schemas say. */
 #include "tools/cli.h"
 
 #include <criterion/criterion.h>
@@ -499,4 +502,535 @@ Test(cli, json_and_table)
 	cr_assert(strstr(text, "yes"), "%s", text);
 	cr_assert(strstr(text, "Offline partitions: 3   Under-replicated partitions: 4"), "%s", text);
 	free(text);
+}
+
+/* ---- the admin answers (cli_admin_wire.c) --------------------------------------------------- */
+
+static int md_full(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_metadata_full(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_metadata_free(o);
+	return rc;
+}
+
+Test(cli, metadata_full_all_versions)
+{
+	static const struct part ps[] = {{101, 1, 1}, {-1, 1, 0}, {102, 3, 2}};
+	struct sluice_cli_metadata m;
+	for (int16_t v = SLUICE_CLI_METADATA_MIN; v <= SLUICE_CLI_METADATA_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1 << 20);
+		w_metadata(&w, v, ps, 3);
+		cr_assert_eq(sluice_cli_decode_metadata_full(w.buf, w.len, v, &m, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(m.broker_n, 1);
+		cr_assert_eq(m.brokers[0].id, 101);
+		cr_assert_str_eq(m.brokers[0].endpoint.host, "127.0.0.1");
+		cr_assert_eq(m.brokers[0].endpoint.port, 9092);
+		cr_assert_eq(m.topic_n, 2);
+		cr_assert_str_eq(m.topics[0].name, "t");
+		cr_assert_eq(m.topics[0].partition_n, 3);
+		cr_assert_str_eq(m.topics[1].name, "empty");
+		cr_assert_eq(m.topics[1].partition_n, 0);
+		const struct sluice_cli_md_partition *p = &m.partitions[m.topics[0].partition_at + 2];
+		cr_assert_eq(p->index, 2);
+		cr_assert_eq(p->leader, 102);
+		cr_assert_eq(p->replica_n, 3);
+		cr_assert_eq(p->isr_n, 2);
+		cr_assert_eq(m.ids[p->replica_at + 2], 103);
+		cr_assert_eq(m.ids[p->isr_at + 1], 102);
+		cr_assert_eq(m.partitions[1].leader, -1);
+		cr_assert_eq(m.topics[0].id[0], v >= 10 ? 1 : 0);
+		sluice_cli_metadata_free(&m);
+		cuts_refused(&w, v, md_full, &m);
+		kwr_free(&w);
+	}
+}
+
+Test(cli, metadata_topics_request)
+{
+	const char *names[] = {"ab"};
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	sluice_cli_encode_metadata_topics(&w, 4, names, 1); /* [ "ab" ], no auto-creation */
+	cr_assert_eq(w.len, 4 + 2 + 2 + 1);
+	cr_assert(memcmp(w.buf, "\x00\x00\x00\x01\x00\x02" "ab\x00", 9) == 0);
+	kwr_reset(&w);
+	sluice_cli_encode_metadata_topics(&w, 12, names, 1); /* compact [ {zero id, "ab", tags} ], flags, tags */
+	cr_assert_eq(w.len, 1 + 16 + 3 + 1 + 2 + 1);
+	kwr_reset(&w);
+	sluice_cli_encode_metadata_topics(&w, 12, NULL, 0); /* an empty list: no topics, brokers only */
+	cr_assert_eq(w.buf[0], 1);
+	kwr_free(&w);
+}
+
+static void w_describe_configs(struct kwr *w, int16_t v, int16_t err, const char *msg, int resources)
+{
+	bool flex = v >= 4;
+	kwr_i32(w, 0);
+	kwr_array(w, flex, resources);
+	for (int r = 0; r < resources; r++) {
+		kwr_i16(w, err);
+		kwr_cstr(w, flex, msg);
+		kwr_i8(w, 8);
+		kwr_cstr(w, flex, "1");
+		kwr_array(w, flex, err ? 0 : 2);
+		for (int i = 0; !err && i < 2; i++) {
+			kwr_cstr(w, flex, i ? "storage" : "root");
+			kwr_cstr(w, flex, i ? NULL : "INFO");
+			kwr_bool(w, false);
+			kwr_i8(w, 6);
+			kwr_bool(w, i == 1);
+			kwr_array(w, flex, 1); /* one synonym */
+			kwr_cstr(w, flex, "s");
+			kwr_cstr(w, flex, "v");
+			kwr_i8(w, 5);
+			if (flex)
+				kwr_tags_empty(w);
+			if (v >= 3) {
+				kwr_i8(w, 2);
+				kwr_cstr(w, flex, "doc");
+			}
+			if (flex)
+				kwr_tags_empty(w);
+		}
+		if (flex)
+			kwr_tags_empty(w);
+	}
+	if (flex)
+		kwr_tags_empty(w);
+}
+
+static int dcf(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_describe_configs(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_configs_free(o);
+	return rc;
+}
+
+Test(cli, describe_configs_all_versions)
+{
+	struct sluice_cli_configs c;
+	for (int16_t v = SLUICE_CLI_DESCRIBE_CONFIGS_MIN; v <= SLUICE_CLI_DESCRIBE_CONFIGS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1 << 16);
+		w_describe_configs(&w, v, 0, NULL, 1);
+		cr_assert_eq(sluice_cli_decode_describe_configs(w.buf, w.len, v, &c, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(c.error, 0);
+		cr_assert_eq(c.config_n, 2);
+		cr_assert_str_eq(c.configs[0].name, "root");
+		cr_assert_str_eq(c.configs[0].value, "INFO");
+		cr_assert_eq(c.configs[0].source, 6);
+		cr_assert_null(c.configs[1].value);
+		cr_assert(c.configs[1].sensitive);
+		sluice_cli_configs_free(&c);
+		cuts_refused(&w, v, dcf, &c);
+		kwr_reset(&w);
+		w_describe_configs(&w, v, KERR_INVALID_REQUEST, "Unexpected broker id\n", 1);
+		cr_assert_eq(sluice_cli_decode_describe_configs(w.buf, w.len, v, &c, why, sizeof why), 0, "%s", why);
+		cr_assert_eq(c.error, KERR_INVALID_REQUEST);
+		cr_assert_str_eq(c.message, "Unexpected broker id?"); /* control bytes shown as '?' */
+		kwr_reset(&w);
+		w_describe_configs(&w, v, 0, NULL, 2);
+		cr_assert_eq(sluice_cli_decode_describe_configs(w.buf, w.len, v, &c, why, sizeof why), -1);
+		cr_assert(strstr(why, "not one resource"), "%s", why);
+		kwr_free(&w);
+	}
+}
+
+Test(cli, describe_configs_request)
+{
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	/* v4: [ {8, "1", ["storage"], tags} ], IncludeSynonyms false, IncludeDocumentation false, tags */
+	sluice_cli_encode_describe_configs(&w, 4, 8, "1", "storage");
+	static const uint8_t want[] = {2, 8, 2, '1', 2, 8, 's', 't', 'o', 'r', 'a', 'g', 'e', 0, 0, 0, 0};
+	cr_assert_eq(w.len, sizeof want);
+	cr_assert(memcmp(w.buf, want, sizeof want) == 0);
+	kwr_reset(&w);
+	sluice_cli_encode_describe_configs(&w, 1, 2, "t", NULL); /* keys null: -1 */
+	static const uint8_t want1[] = {0, 0, 0, 1, 2, 0, 1, 't', 0xff, 0xff, 0xff, 0xff, 0};
+	cr_assert_eq(w.len, sizeof want1);
+	cr_assert(memcmp(w.buf, want1, sizeof want1) == 0);
+	kwr_free(&w);
+}
+
+static int iac(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	(void)v;
+	return sluice_cli_decode_alter_configs(b, n, o, why, sizeof why);
+}
+
+Test(cli, alter_configs)
+{
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	kwr_i32(&w, 0);
+	kwr_array(&w, true, 1);
+	kwr_i16(&w, KERR_INVALID_CONFIG);
+	kwr_cstr(&w, true, "Logger x does not exist!");
+	kwr_i8(&w, 8);
+	kwr_cstr(&w, true, "1");
+	kwr_tags_empty(&w);
+	kwr_tags_empty(&w);
+	struct sluice_cli_result r;
+	cr_assert_eq(sluice_cli_decode_alter_configs(w.buf, w.len, &r, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(r.error, KERR_INVALID_CONFIG);
+	cr_assert_str_eq(r.message, "Logger x does not exist!");
+	cuts_refused(&w, 1, iac, &r);
+	kwr_reset(&w);
+	/* the request: [ {8, "1", [ {"storage", DELETE, null, tags} ], tags} ], ValidateOnly false, tags */
+	const struct sluice_cli_alter a = {"storage", NULL, SLUICE_CLI_OP_DELETE};
+	sluice_cli_encode_alter_configs(&w, 8, "1", &a, 1);
+	static const uint8_t want[] = {2, 8, 2, '1', 2, 8, 's', 't', 'o', 'r', 'a', 'g', 'e', 1, 0, 0, 0, 0, 0};
+	cr_assert_eq(w.len, sizeof want);
+	cr_assert(memcmp(w.buf, want, sizeof want) == 0);
+	kwr_free(&w);
+}
+
+static int ct(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_create_topics(b, n, v, o, why, sizeof why);
+}
+
+Test(cli, create_topics_all_versions)
+{
+	for (int16_t v = SLUICE_CLI_CREATE_TOPICS_MIN; v <= SLUICE_CLI_CREATE_TOPICS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		kwr_array(&w, true, 1);
+		kwr_cstr(&w, true, "t");
+		if (v >= 7)
+			kwr_uuid(&w, (const uint8_t[16]){7, 6});
+		kwr_i16(&w, 0);
+		kwr_cstr(&w, true, NULL);
+		kwr_i32(&w, 3);
+		kwr_i16(&w, 1);
+		kwr_array(&w, true, 1);
+		kwr_cstr(&w, true, "retention.ms");
+		kwr_cstr(&w, true, "1000");
+		kwr_bool(&w, false);
+		kwr_i8(&w, 1);
+		kwr_bool(&w, false);
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		struct sluice_cli_result r;
+		cr_assert_eq(sluice_cli_decode_create_topics(w.buf, w.len, v, &r, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(r.error, 0);
+		cr_assert_eq(r.partitions, 3);
+		cr_assert_eq(r.replication_factor, 1);
+		cr_assert_eq(r.topic_id[0], v >= 7 ? 7 : 0);
+		cr_assert_str_eq(r.message, "");
+		cuts_refused(&w, v, ct, &r);
+		kwr_free(&w);
+	}
+	/* the request: one topic, its configs as pairs */
+	const char *kv[] = {"retention.ms", "1000"};
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	sluice_cli_encode_create_topic(&w, 7, "t", 3, -1, kv, 1, 30000);
+	cr_assert_eq(w.len, 1 + 2 + 4 + 2 + 1 + 1 + 13 + 5 + 1 + 1 + 4 + 1 + 1);
+	kwr_free(&w);
+}
+
+static int dt(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_delete_topics(b, n, v, o, why, sizeof why);
+}
+
+Test(cli, delete_topics_all_versions)
+{
+	for (int16_t v = SLUICE_CLI_DELETE_TOPICS_MIN; v <= SLUICE_CLI_DELETE_TOPICS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		kwr_array(&w, true, 1);
+		kwr_cstr(&w, true, "t");
+		if (v >= 6)
+			kwr_uuid(&w, (const uint8_t[16]){0});
+		kwr_i16(&w, KERR_UNKNOWN_TOPIC_OR_PARTITION);
+		if (v >= 5)
+			kwr_cstr(&w, true, "no such topic");
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		struct sluice_cli_result r;
+		cr_assert_eq(sluice_cli_decode_delete_topics(w.buf, w.len, v, &r, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(r.error, KERR_UNKNOWN_TOPIC_OR_PARTITION);
+		cr_assert_str_eq(r.message, v >= 5 ? "no such topic" : "");
+		cuts_refused(&w, v, dt, &r);
+		kwr_reset(&w);
+		sluice_cli_encode_delete_topic(&w, v, "t", 1000);
+		cr_assert_eq(w.len, v >= 6 ? 1 + 2 + 16 + 1 + 4 + 1 : 1 + 2 + 4 + 1);
+		kwr_free(&w);
+	}
+}
+
+Test(cli, topic_id_text)
+{
+	char out[23];
+	sluice_cli_topic_id_text((const uint8_t[16]){0}, out);
+	cr_assert_str_eq(out, "AAAAAAAAAAAAAAAAAAAAAA");
+	const uint8_t id[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xff};
+	sluice_cli_topic_id_text(id, out);
+	cr_assert_str_eq(out, "AAECAwQFBgcICQoLDA0O_w"); /* URL-safe alphabet, no padding */
+}
+
+/* ---- consumer groups ------------------------------------------------------------------------ */
+
+static int lg(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_list_groups(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_group_list_free(o);
+	return rc;
+}
+
+Test(cli, list_groups_all_versions)
+{
+	struct sluice_cli_group_list l;
+	for (int16_t v = SLUICE_CLI_LIST_GROUPS_MIN; v <= SLUICE_CLI_LIST_GROUPS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		kwr_i16(&w, 0);
+		kwr_array(&w, true, 2);
+		for (int i = 0; i < 2; i++) {
+			kwr_cstr(&w, true, i ? "g2" : "g1");
+			kwr_cstr(&w, true, "consumer");
+			if (v >= 4)
+				kwr_cstr(&w, true, i ? "Empty" : "Stable");
+			if (v >= 5)
+				kwr_cstr(&w, true, "classic");
+			kwr_tags_empty(&w);
+		}
+		kwr_tags_empty(&w);
+		cr_assert_eq(sluice_cli_decode_list_groups(w.buf, w.len, v, &l, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(l.n, 2);
+		cr_assert_str_eq(l.groups[1].group_id, "g2");
+		cr_assert_str_eq(l.groups[0].protocol_type, "consumer");
+		cr_assert_str_eq(l.groups[0].state, v >= 4 ? "Stable" : "");
+		sluice_cli_group_list_free(&l);
+		cuts_refused(&w, v, lg, &l);
+		kwr_free(&w);
+	}
+}
+
+static int fc(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	return sluice_cli_decode_find_coordinator(b, n, v, o, why, sizeof why);
+}
+
+Test(cli, find_coordinator_all_versions)
+{
+	struct sluice_cli_coordinator co;
+	for (int16_t v = SLUICE_CLI_FIND_COORDINATOR_MIN; v <= SLUICE_CLI_FIND_COORDINATOR_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		if (v >= 4) {
+			kwr_array(&w, true, 1);
+			kwr_cstr(&w, true, "g");
+		} else {
+			kwr_i16(&w, 0);
+			kwr_cstr(&w, true, NULL);
+		}
+		kwr_i32(&w, 7);
+		kwr_cstr(&w, true, "127.0.0.1");
+		kwr_i32(&w, 9092);
+		if (v >= 4) {
+			kwr_i16(&w, 0);
+			kwr_cstr(&w, true, NULL);
+			kwr_tags_empty(&w);
+		}
+		kwr_tags_empty(&w);
+		cr_assert_eq(sluice_cli_decode_find_coordinator(w.buf, w.len, v, &co, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(co.node_id, 7);
+		cr_assert_str_eq(co.endpoint.host, "127.0.0.1");
+		cr_assert_eq(co.endpoint.port, 9092);
+		cuts_refused(&w, v, fc, &co);
+		kwr_reset(&w);
+		sluice_cli_encode_find_coordinator(&w, v, "g");
+		cr_assert_eq(w.len, v >= 4 ? 1 + 1 + 2 + 1 : 2 + 1 + 1);
+		kwr_free(&w);
+	}
+}
+
+/* A ConsumerProtocolAssignment v0: [t: 2, 0], no user data. */
+static void w_assignment(struct kwr *a)
+{
+	kwr_i16(a, 0);
+	kwr_array(a, false, 1);
+	kwr_cstr(a, false, "t");
+	kwr_array(a, false, 2);
+	kwr_i32(a, 2);
+	kwr_i32(a, 0);
+	kwr_bytes(a, false, NULL, -1);
+}
+
+static void w_group(struct kwr *w, int16_t v, const char *protocol_type, const struct kwr *assignment)
+{
+	kwr_i32(w, 0);
+	kwr_array(w, true, 1);
+	kwr_i16(w, 0);
+	if (v >= 6)
+		kwr_cstr(w, true, NULL);
+	kwr_cstr(w, true, "g");
+	kwr_cstr(w, true, "Stable");
+	kwr_cstr(w, true, protocol_type);
+	kwr_cstr(w, true, "range");
+	kwr_array(w, true, 1);
+	kwr_cstr(w, true, "m-1");
+	kwr_cstr(w, true, NULL);
+	kwr_cstr(w, true, "client");
+	kwr_cstr(w, true, "/127.0.0.1");
+	kwr_bytes(w, true, "", 0);
+	kwr_bytes(w, true, assignment->buf, (int32_t)assignment->len);
+	kwr_tags_empty(w);
+	kwr_i32(w, INT32_MIN);
+	kwr_tags_empty(w);
+	kwr_tags_empty(w);
+}
+
+static int dgr(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_describe_group(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_group_free(o);
+	return rc;
+}
+
+Test(cli, describe_group_all_versions)
+{
+	struct kwr a;
+	kwr_init(&a, 0, 1024);
+	w_assignment(&a);
+	struct sluice_cli_group g;
+	for (int16_t v = SLUICE_CLI_DESCRIBE_GROUPS_MIN; v <= SLUICE_CLI_DESCRIBE_GROUPS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 4096);
+		w_group(&w, v, "consumer", &a);
+		cr_assert_eq(sluice_cli_decode_describe_group(w.buf, w.len, v, &g, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_str_eq(g.state, "Stable");
+		cr_assert_str_eq(g.protocol, "range");
+		cr_assert_eq(g.member_n, 1);
+		cr_assert_str_eq(g.members[0].member_id, "m-1");
+		cr_assert_null(g.members[0].instance_id);
+		cr_assert_str_eq(g.members[0].client_host, "/127.0.0.1");
+		cr_assert_eq(g.members[0].assigned_n, 2);
+		cr_assert_str_eq(g.assigned.v[0].topic, "t");
+		cr_assert_eq(g.assigned.v[0].partition, 2);
+		cr_assert_not(g.members[0].assignment_unreadable);
+		sluice_cli_group_free(&g);
+		cuts_refused(&w, v, dgr, &g);
+		/* a cut assignment, or another protocol type: unreadable, not malformed */
+		for (int k = 0; k < 2; k++) {
+			struct kwr cut = a;
+			cut.len = k ? a.len : a.len - 9; /* the user data and the last partition gone */
+			kwr_reset(&w);
+			w_group(&w, v, k ? "connect" : "consumer", &cut);
+			cr_assert_eq(sluice_cli_decode_describe_group(w.buf, w.len, v, &g, why, sizeof why), 0, "%s", why);
+			cr_assert(g.members[0].assignment_unreadable);
+			cr_assert_eq(g.members[0].assigned_n, 0);
+			sluice_cli_group_free(&g);
+		}
+		kwr_free(&w);
+	}
+	kwr_free(&a);
+}
+
+static int of(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	(void)v;
+	int rc = sluice_cli_decode_offset_fetch(b, n, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_tps_free(o);
+	return rc;
+}
+
+Test(cli, offset_fetch)
+{
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	kwr_i32(&w, 0);
+	kwr_array(&w, true, 1);
+	kwr_cstr(&w, true, "g");
+	kwr_array(&w, true, 1);
+	kwr_cstr(&w, true, "t");
+	kwr_array(&w, true, 2);
+	for (int p = 0; p < 2; p++) {
+		kwr_i32(&w, p);
+		kwr_i64(&w, p ? -1 : 42);
+		kwr_i32(&w, -1);
+		kwr_cstr(&w, true, "");
+		kwr_i16(&w, 0);
+		kwr_tags_empty(&w);
+	}
+	kwr_tags_empty(&w);
+	kwr_i16(&w, 0);
+	kwr_tags_empty(&w);
+	kwr_tags_empty(&w);
+	struct sluice_cli_tps t;
+	cr_assert_eq(sluice_cli_decode_offset_fetch(w.buf, w.len, &t, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(t.n, 2);
+	cr_assert_str_eq(t.v[0].topic, "t");
+	cr_assert_eq(t.v[0].offset, 42);
+	cr_assert_eq(t.v[1].offset, -1);
+	sluice_cli_tps_free(&t);
+	cuts_refused(&w, 8, of, &t);
+	kwr_reset(&w);
+	sluice_cli_encode_offset_fetch(&w, "g"); /* [ {"g", null topics, tags} ], RequireStable false, tags */
+	static const uint8_t want[] = {2, 2, 'g', 0, 0, 0, 0};
+	cr_assert_eq(w.len, sizeof want);
+	cr_assert(memcmp(w.buf, want, sizeof want) == 0);
+	kwr_free(&w);
+}
+
+static int lo(const uint8_t *b, size_t n, int16_t v, void *o)
+{
+	int rc = sluice_cli_decode_list_offsets(b, n, v, o, why, sizeof why);
+	if (rc == 0)
+		sluice_cli_tps_free(o);
+	return rc;
+}
+
+Test(cli, list_offsets_all_versions)
+{
+	for (int16_t v = SLUICE_CLI_LIST_OFFSETS_MIN; v <= SLUICE_CLI_LIST_OFFSETS_MAX; v++) {
+		struct kwr w;
+		kwr_init(&w, 0, 1024);
+		kwr_i32(&w, 0);
+		kwr_array(&w, true, 1);
+		kwr_cstr(&w, true, "t");
+		kwr_array(&w, true, 1);
+		kwr_i32(&w, 3);
+		kwr_i16(&w, 0);
+		kwr_i64(&w, -1);
+		kwr_i64(&w, 1234);
+		kwr_i32(&w, 5);
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		kwr_tags_empty(&w);
+		struct sluice_cli_tps t;
+		cr_assert_eq(sluice_cli_decode_list_offsets(w.buf, w.len, v, &t, why, sizeof why), 0, "v%d: %s", v, why);
+		cr_assert_eq(t.n, 1);
+		cr_assert_eq(t.v[0].partition, 3);
+		cr_assert_eq(t.v[0].offset, 1234);
+		sluice_cli_tps_free(&t);
+		cuts_refused(&w, v, lo, &t);
+		kwr_free(&w);
+	}
+	/* the request groups partitions by topic: t [0, 1], u [0] */
+	struct sluice_cli_tps ask = {0};
+	cr_assert(sluice_cli_tps_add(&ask, "t", 0, 0, 0) && sluice_cli_tps_add(&ask, "t", 1, 0, 0) &&
+		  sluice_cli_tps_add(&ask, "u", 0, 0, 0));
+	struct kwr w;
+	kwr_init(&w, 0, 1024);
+	sluice_cli_encode_list_offsets(&w, 7, ask.v, ask.n);
+	cr_assert_eq(w.buf[5], 3); /* after ReplicaId and IsolationLevel: two topics */
+	cr_assert_eq(w.len, 4 + 1 + 1 + 2 * (2 + 1 + 1) + 3 * (4 + 4 + 8 + 1) + 1);
+	kwr_free(&w);
+	sluice_cli_tps_free(&ask);
 }
