@@ -14,8 +14,11 @@ sluice_request_errors_total{error="UNKNOWN_TOPIC_OR_PARTITION"} of their API; ev
 histogram's buckets are cumulative and its +Inf bucket is its _count. Other paths
 answer 404, other methods 405. A broker still waiting for its controllers answers
 /ready with 503; a broker whose admin port is busy, or whose sluice.admin.listener
-is not host:port, exits non-zero naming the key. Sluice only (Kafka has no such
-listener). ~10 s.
+is not host:port, exits non-zero naming the key. The Grafana dashboard
+(deploy/grafana/sluice.json) is valid JSON whose panels have unique ids and fit the
+24-column grid, and every broker metric its queries name (sluice_*, but the
+controller's sluice_controller_*) is one the broker serves. Sluice only (Kafka has no
+such listener). ~10 s.
 """
 import http.client
 import os
@@ -159,6 +162,37 @@ def ready_while_waiting_for_controllers(b):
         p.wait()
 
 
+def check_dashboard(fams):
+    """deploy/grafana/sluice.json against what the broker serves (its families)."""
+    import json
+    import re
+    path = os.path.join(lib.ROOT, "deploy", "grafana", "sluice.json")
+    with open(path) as f:
+        dash = json.load(f)
+    served = set()
+    for fam in fams:
+        served.add(fam.name)
+        if fam.type == "counter":
+            served.add(fam.name + "_total")
+        if fam.type == "histogram":
+            served.update(fam.name + s for s in ("_bucket", "_sum", "_count"))
+        served.update(s.name for s in fam.samples)
+    ids, exprs = set(), []
+    for p in dash["panels"]:
+        check(p["id"] not in ids, f"dashboard: panel id {p['id']} twice")
+        ids.add(p["id"])
+        g = p["gridPos"]
+        check(0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, f"dashboard: panel {p['title']} off the grid")
+        for t in p.get("targets", []):
+            exprs.append(t["expr"])
+    names = {n for e in exprs for n in re.findall(r"\bsluice_[a-z0-9_]+", e)}
+    broker = {n for n in names if not n.startswith("sluice_controller_")}
+    missing = sorted(broker - served)
+    check(not missing, f"dashboard: queries name metrics the broker does not serve: {missing}")
+    check(len(broker) >= 6, f"dashboard: only {sorted(broker)}")
+    log(f"dashboard: {len(dash['panels'])} panels, {len(exprs)} queries over {len(names)} metrics, all served")
+
+
 def test():
     if lib.TARGET != "sluice":
         lib.skip("the admin listener (/metrics, /ready) is Sluice's")
@@ -246,6 +280,7 @@ def test():
             s3, fams, body = scrape(admin)
             check_histograms(fams)
         check(body.count("# TYPE sluice_request_duration_seconds histogram") == 1, "one histogram family")
+        check_dashboard(fams)
         log(f"{n} records in, {int(want)} Produce requests, {hist} histograms consistent; "
             f"{len(body)} bytes of /metrics")
 
