@@ -752,6 +752,8 @@ static void fetch_write_partition(struct req *r, struct kwr *w, const struct par
 	if (n > 0) {
 		ff->budget -= n;
 		ff->any = true;
+		if (!op->from_replica)
+			sluice_metrics_topic_out(r->nc->b->metrics, r->nc->id, op->metrics_topic, (uint64_t)n);
 	}
 	bool unknown = op->error == KERR_UNKNOWN_TOPIC_OR_PARTITION;
 	kwr_i16(w, op->error);

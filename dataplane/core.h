@@ -142,6 +142,7 @@ struct partop {
 	/* READ: the replica a consumer should fetch from instead (KIP-392's
 	 * PreferredReadReplica: no records then), or -1. */
 	int32_t preferred_read_replica;
+	uint32_t metrics_topic; /* Fetch: its topic's slot in the metrics' per-topic counters (set by op_read) */
 	/* READ from a follower: the high watermark it is answered with is
 	 * news to it (KIP-1166's idea): answered at once, not held. */
 	bool hw_news;

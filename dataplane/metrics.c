@@ -50,6 +50,9 @@ struct sluice_metrics *sluice_metrics_new(struct broker *b)
 		ok = m->store[s].records_in && m->store[s].bytes_in;
 		b->store[s].metrics = &m->store[s];
 	}
+	assert(b->net_n > 0 && b->net_n <= SLUICE_CORES_MAX);
+	for (int n = 0; ok && n < b->net_n; n++)
+		ok = (m->net_bytes_out[n] = calloc(max + 1, sizeof(uint64_t))) != NULL;
 	if (!ok) {
 		sluice_metrics_free(m);
 		return NULL;
@@ -62,6 +65,8 @@ void sluice_metrics_free(struct sluice_metrics *m)
 	if (!m)
 		return;
 	assert(!m->http);
+	for (int n = 0; n < SLUICE_CORES_MAX; n++)
+		free(m->net_bytes_out[n]);
 	for (int s = 0; s < m->b->store_n; s++) {
 		free(m->store[s].records_in);
 		free(m->store[s].bytes_in);
@@ -163,8 +168,23 @@ static void write_connections(struct sluice_prom *w, const struct sluice_net_met
 }
 
 /* One per-topic family: the registered topics, then (other) when used. */
+enum topic_counter { TOPIC_RECORDS_IN, TOPIC_BYTES_IN, TOPIC_BYTES_OUT };
+
+static uint64_t topic_sum(const struct sluice_metrics *m, uint32_t i, enum topic_counter what)
+{
+	uint64_t v = 0;
+	if (what == TOPIC_BYTES_OUT) {
+		for (int n = 0; n < m->b->net_n; n++)
+			v += sluice_metric_read(&m->net_bytes_out[n][i]);
+		return v;
+	}
+	for (int s = 0; s < m->b->store_n; s++)
+		v += sluice_metric_read(what == TOPIC_BYTES_IN ? &m->store[s].bytes_in[i] : &m->store[s].records_in[i]);
+	return v;
+}
+
 static void write_topic_family(struct sluice_metrics *m, struct sluice_prom *w, const char *name, const char *help,
-			       bool bytes)
+			       enum topic_counter what)
 {
 	uint32_t n = __atomic_load_n(&m->topic_n, __ATOMIC_ACQUIRE);
 	assert(n <= m->topics_max);
@@ -172,9 +192,7 @@ static void write_topic_family(struct sluice_metrics *m, struct sluice_prom *w, 
 	for (uint32_t i = 0; i <= m->topics_max; i++) {
 		if (i == n)
 			i = m->topics_max; /* past the registered ones: the (other) slot */
-		uint64_t v = 0;
-		for (int s = 0; s < m->b->store_n; s++)
-			v += sluice_metric_read(bytes ? &m->store[s].bytes_in[i] : &m->store[s].records_in[i]);
+		uint64_t v = topic_sum(m, i, what);
 		struct sluice_prom_label l[] = {{"topic", i < n ? m->names[i] : SLUICE_METRICS_OTHER_TOPIC}};
 		if (i < n || v)
 			sluice_prom_u64(w, name, l, 1, v);
@@ -199,10 +217,14 @@ void sluice_metrics_write(struct sluice_metrics *m, struct sluice_prom *w)
 	write_connections(w, sum);
 	free(sum);
 	write_topic_family(m, w, "sluice_topic_records_in_total",
-			   "Records appended by Produce, by topic (idempotent duplicates not counted).", false);
+			   "Records appended by Produce, by topic (idempotent duplicates not counted).", TOPIC_RECORDS_IN);
 	write_topic_family(m, w, "sluice_topic_bytes_in_total",
 			   "Bytes of record batches appended by Produce, by topic (idempotent duplicates not counted).",
-			   true);
+			   TOPIC_BYTES_IN);
+	write_topic_family(m, w, "sluice_topic_bytes_out_total",
+			   "Bytes of record batches answered to consumers' Fetch requests, by topic (followers' not "
+			   "counted).",
+			   TOPIC_BYTES_OUT);
 }
 
 /* ---- the admin listener ---------------------------------------------------- */

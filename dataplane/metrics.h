@@ -18,6 +18,7 @@
 #define SLUICE_METRICS_H
 #include "common/kafka/errors.h"
 #include "common/prom.h"
+#include "dataplane/runtime.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -113,12 +114,23 @@ struct sluice_metrics {
 	uint32_t *hash; /* open addressing, slot + 1 (0: empty), hash_cap a power of two */
 	uint32_t hash_cap;
 	struct sluice_http_server *http; /* the admin listener, or NULL */
+	/* Record bytes answered to consumers' Fetch requests, per topic slot,
+	 * one array per network core (written by it alone). */
+	uint64_t *net_bytes_out[SLUICE_CORES_MAX];
 	struct sluice_store_metrics store[]; /* [b->store_n] */
 };
 
 /* The broker's metrics for its configuration and cores (b->store_n set):
  * NULL when out of memory. Each storage core's sc->metrics points into it. */
 struct sluice_metrics *sluice_metrics_new(struct broker *b);
+
+/* A consumer's Fetch answered with bytes of the topic in slot (the op's
+ * metrics_topic), on network core nc. */
+static inline void sluice_metrics_topic_out(struct sluice_metrics *m, int nc, uint32_t slot, uint64_t bytes)
+{
+	if (m && slot <= m->topics_max)
+		sluice_metric_add(&m->net_bytes_out[nc][slot], bytes);
+}
 void sluice_metrics_free(struct sluice_metrics *m);
 /* The slot of topic's series (registered now if there is room; the
  * (other) slot when not). A storage core calls it once per partition it

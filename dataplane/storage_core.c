@@ -2237,6 +2237,7 @@ static void op_read(struct storecore *sc, struct spart *p, struct partop *op, in
 	 * one oversized batch (Kafka's min-one is for a request's first). */
 	bool min_one = op->min_one && claim == op->max_bytes;
 	assert(!op->pins && !op->rdata);
+	op->metrics_topic = p->metrics_topic; /* bytes out, counted by the network core as it answers */
 	/* A consumer never reads past the high watermark. */
 	int32_t n = read_pinned(sc, p, op, hw, claim, min_one);
 	if (n == SLUICE_PLOG_READ_WOULD_BLOCK) {

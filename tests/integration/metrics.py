@@ -11,7 +11,8 @@ bytes by the raw batches' bytes; sluice_requests_total{api="Produce"} rises by t
 Produce requests sent; a Produce to a partition that does not exist and a Metadata
 for an unknown topic (no auto-creation) show as
 sluice_request_errors_total{error="UNKNOWN_TOPIC_OR_PARTITION"} of their API; every
-histogram's buckets are cumulative and its +Inf bucket is its _count. Other paths
+histogram's buckets are cumulative and its +Inf bucket is its _count; two consumer
+Fetches raise sluice_topic_bytes_out_total by exactly the record bytes they carried. Other paths
 answer 404, other methods 405. A broker still waiting for its controllers answers
 /ready with 503; a broker whose admin port is busy, or whose sluice.admin.listener
 is not host:port, exits non-zero naming the key. The Grafana dashboard
@@ -246,6 +247,18 @@ def test():
                 check(got == 1, f"{api} UNKNOWN_TOPIC_OR_PARTITION errors rose by {got}, want 1")
             check(val(s2, "sluice_topic_records_in_total", topic=TOPIC) ==
                   val(s1, "sluice_topic_records_in_total", topic=TOPIC), "a refused produce counted records")
+
+            # Bytes out: two consumer Fetches of partition 0 from offset 0; the counter
+            # rises by exactly the record bytes they carried.
+            fetched = 0
+            for _ in range(2):
+                err, _, blob = c.fetch(TOPIC, 0, 0)
+                check(err == 0 and len(blob) > 0, f"fetch: error {err}, {len(blob)} bytes")
+                fetched += len(blob)
+            s2b, _, _ = scrape(admin)
+            got = val(s2b, "sluice_topic_bytes_out_total", topic=TOPIC) - val(s2, "sluice_topic_bytes_out_total",
+                                                                            topic=TOPIC)
+            check(got == fetched, f"bytes out rose by {got}, want {fetched} (the two fetches' record bytes)")
 
         # kcat: M more records, one per line.
         kcat = lib.kcat_path(required=False)
