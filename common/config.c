@@ -2,6 +2,7 @@
  * range, default) drives parsing, validation and DescribeConfigs output, so
  * adding a key is one line. */
 #include "common/config.h"
+#include "common/http.h"
 #include "common/log.h"
 #include <errno.h>
 #include <limits.h>
@@ -308,35 +309,12 @@ static int parse_listener(const char *key, const char *text, char *host, size_t 
 	return 0;
 }
 
-/* sluice.admin.listener: "host:port" or "[v6 address]:port" (a port of 1
- * to 65535, no scheme: it is HTTP, not a Kafka listener), or "" (off). */
+/* sluice.admin.listener: see sluice_http_parse_address (the controller's
+ * key has the same syntax and refusals). */
 static int parse_admin_listener(struct sluice_config *cfg, char *err, size_t errlen)
 {
-	const char *v = cfg->admin_listener, *colon = strrchr(v, ':');
-	cfg->admin_host[0] = '\0';
-	cfg->admin_port = 0;
-	if (!v[0])
-		return 0;
-	const char *host = v;
-	size_t hl = colon ? (size_t)(colon - v) : 0;
-	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-		host++;
-		hl -= 2;
-	}
-	long port = 0;
-	const char *p = colon ? colon + 1 : "";
-	for (; *p >= '0' && *p <= '9' && port <= 65535; p++)
-		port = port * 10 + (*p - '0');
-	if (!colon || hl == 0 || hl > SLUICE_CONFIG_HOST_MAX || memchr(host, '/', hl) || *p || colon[1] == '\0' ||
-	    port < 1 || port > 65535) {
-		snprintf(err, errlen, "sluice.admin.listener: '%s' is not host:port (for example 127.0.0.1:9644; "
-			 "a port of 1 to 65535)", v);
-		return -1;
-	}
-	memcpy(cfg->admin_host, host, hl);
-	cfg->admin_host[hl] = '\0';
-	cfg->admin_port = (int)port;
-	return 0;
+	return sluice_http_parse_address("sluice.admin.listener", cfg->admin_listener, cfg->admin_host,
+					 sizeof cfg->admin_host, &cfg->admin_port, err, errlen);
 }
 
 bool sluice_config_cluster_mode(const struct sluice_config *cfg)

@@ -66,6 +66,36 @@ static const char *reason(int status)
 	}
 }
 
+int sluice_http_parse_address(const char *key, const char *v, char *host, size_t host_cap, int *port, char *err,
+			      size_t errlen)
+{
+	assert(host_cap > 0);
+	const char *colon = strrchr(v, ':'), *h = v;
+	host[0] = '\0';
+	*port = 0;
+	if (!v[0])
+		return 0;
+	size_t hl = colon ? (size_t)(colon - v) : 0;
+	if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+		h++;
+		hl -= 2;
+	}
+	long p = 0;
+	const char *d = colon ? colon + 1 : "";
+	for (; *d >= '0' && *d <= '9' && p <= 65535; d++)
+		p = p * 10 + (*d - '0');
+	if (!colon || hl == 0 || hl >= host_cap || memchr(h, '/', hl) || *d || colon[1] == '\0' || p < 1 || p > 65535) {
+		snprintf(err, errlen, "%s: '%s' is not host:port (for example 127.0.0.1:9644; a port of 1 to 65535)",
+			 key, v);
+		return -1;
+	}
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	*port = (int)p;
+	assert(*port >= 1 && strlen(host) == hl);
+	return 0;
+}
+
 static void conn_close(struct http_conn *c)
 {
 	assert(c->fd >= 0);

@@ -35,6 +35,13 @@ struct sluice_http_route {
 
 struct sluice_http_server;
 
+/* An admin listener's address as configured (key names it in err):
+ * "host:port" or "[v6 address]:port", a port of 1 to 65535, no scheme (it
+ * is HTTP, not a Kafka listener). "" is off: host "" and port 0. The host
+ * goes into host (host_cap bytes, NUL included). 0, or -1 with err. */
+int sluice_http_parse_address(const char *key, const char *v, char *host, size_t host_cap, int *port, char *err,
+			      size_t errlen);
+
 /* Bind host:port now (so a bad or busy address fails the start, err
  * naming key), then serve routes (copied; at most SLUICE_HTTP_ROUTES_MAX)
  * on a new thread. NULL after writing err. */

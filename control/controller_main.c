@@ -5,11 +5,15 @@
  * rules and the Kafka-protocol listener (control/ctl_server.h) until
  * SIGTERM or SIGINT, which stop it cleanly (quorum stopped, listener and
  * connections closed, exit 0). A bad or missing property exits 1 with one
- * line naming the key. Under systemd (Type=notify) it says READY=1 once its
+ * line naming the key. With sluice.admin.listener set, an HTTP admin
+ * listener (control/ctl_metrics.h) serves GET /metrics and GET /ready on
+ * its own thread. Under systemd (Type=notify) it says READY=1 once its
  * listener is bound and its quorum started, and STOPPING=1 at SIGTERM. */
+#include "common/http.h"
 #include "common/log.h"
 #include "common/sdnotify.h"
 #include "control/ctl_config.h"
+#include "control/ctl_metrics.h"
 #include "control/ctl_server.h"
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +27,8 @@ struct controller {
 	uv_loop_t loop;
 	uv_signal_t sigterm, sigint;
 	struct sluice_ctl_server *server;
+	struct sluice_ctl_metrics metrics; /* written by the loop, read by the admin listener */
+	struct sluice_http_server *admin;  /* NULL: sluice.admin.listener unset */
 	bool stopping;
 };
 
@@ -89,6 +95,7 @@ static void on_signal(uv_signal_t *h, int signum)
 	if (c->stopping)
 		return;
 	c->stopping = true;
+	__atomic_store_n(&c->metrics.ready, 0, __ATOMIC_RELEASE); /* GET /ready: 503 from now on */
 	SLOG_INFO("controller", "%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
 	sluice_sdnotify_send("STOPPING=1\nSTATUS=stopping: closing the listener, then the quorum");
 	sluice_ctl_server_stop(c->server, on_stopped, c);
@@ -114,17 +121,33 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	static struct controller c;
+	/* The admin listener first: a bad or busy address stops the start
+	 * before the metadata directory is touched. */
+	c.metrics.node_id = cfg.node_id;
+	c.metrics.leader_id = -1;
+	c.metrics.metadata_offset = -1;
+	c.metrics.api_name = sluice_ctl_server_api_name;
+	if (cfg.admin_port > 0) {
+		c.admin = sluice_ctl_metrics_listen(&c.metrics, cfg.admin_host, cfg.admin_port, err, sizeof err);
+		if (!c.admin) {
+			fprintf(stderr, "sluice-controller: %s\n", err);
+			return 1;
+		}
+		SLOG_INFO("admin", "admin listener on %s (GET /metrics, GET /ready)", cfg.admin_listener);
+	}
 	int rc = uv_loop_init(&c.loop);
 	if (rc < 0) {
 		fprintf(stderr, "sluice-controller: uv_loop_init: %s\n", uv_strerror(rc));
+		sluice_http_stop(c.admin);
 		return 1;
 	}
 	/* Before the start: the server's leader-change callback replaces this
 	 * STATUS= (a lone voter is elected inside sluice_ctl_server_start). */
 	sluice_sdnotify_sendf("STATUS=node %d on %s:%u: no active controller known yet (an election is under way)",
 			      cfg.node_id, cfg.listen_host, (unsigned)cfg.listen_port);
-	if (sluice_ctl_server_start(&c.server, &c.loop, &cfg, err, sizeof err) < 0) {
+	if (sluice_ctl_server_start(&c.server, &c.loop, &cfg, &c.metrics, err, sizeof err) < 0) {
 		fprintf(stderr, "sluice-controller: %s\n", err);
+		sluice_http_stop(c.admin);
 		uv_loop_close(&c.loop);
 		return 1;
 	}
@@ -136,8 +159,14 @@ int main(int argc, char **argv)
 	/* Ready once it serves, not once a leader is known: a quorum's first
 	 * voters start one by one, and a unit waiting for an election that needs
 	 * the next voter would hold that voter's start back. */
+	/* GET /ready answers 200 at the same moment. */
+	__atomic_store_n(&c.metrics.ready, 1, __ATOMIC_RELEASE);
 	sluice_sdnotify_send("READY=1");
 	uv_run(&c.loop, UV_RUN_DEFAULT);
+	/* The admin listener reads nothing of the server's, only c.metrics,
+	 * but it stops first so that no scrape sees a process half gone. */
+	sluice_http_stop(c.admin);
+	c.admin = NULL;
 	sluice_ctl_server_free(c.server);
 	rc = uv_loop_close(&c.loop);
 	SLOG_INFO("controller", "stopped%s", rc < 0 ? " (some handle was left open)" : "");

@@ -4,6 +4,7 @@
  * make sense together and derives what the quorum and the decision rules
  * take. */
 #include "control/ctl_config.h"
+#include "common/http.h"
 #include "common/log.h"
 #include <assert.h>
 #include <errno.h>
@@ -49,6 +50,7 @@ static const struct key keys[] = {
 	{"log.level", KEY_STRING, F(log_level), 0, 0, "INFO"},
 	{"socket.request.max.bytes", KEY_INT, F(socket_request_max_bytes), 1024, INT32_MAX, "104857600"},
 	{"max.connections", KEY_INT, F(connections_max), 1, 65536, "1024"},
+	{"sluice.admin.listener", KEY_STRING, F(admin_listener), 0, 0, ""},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 
@@ -374,7 +376,9 @@ static int finish_required(struct sluice_controller_config *cfg, char *err, size
 int sluice_controller_config_finish(struct sluice_controller_config *cfg, char *err, size_t errlen)
 {
 	if (finish_required(cfg, err, errlen) < 0 || finish_listener(cfg, err, errlen) < 0 ||
-	    finish_voters(cfg, err, errlen) < 0)
+	    finish_voters(cfg, err, errlen) < 0 ||
+	    sluice_http_parse_address("sluice.admin.listener", cfg->admin_listener, cfg->admin_host,
+				      sizeof cfg->admin_host, &cfg->admin_port, err, errlen) < 0)
 		return -1;
 	struct sluice_quorum_config *q = &cfg->quorum;
 	q->node_id = cfg->node_id;

@@ -46,6 +46,12 @@ struct sluice_controller_config {
 	char log_level[SLUICE_CTL_CONFIG_NAME_MAX];
 	int32_t socket_request_max_bytes; /* the largest request frame */
 	int32_t connections_max;
+	/* sluice.admin.listener: host:port of the HTTP admin listener (/metrics,
+	 * /ready), "" (the default) for none; parsed into admin_host and
+	 * admin_port, as the broker's key. */
+	char admin_listener[SLUICE_CTL_CONFIG_STRING_MAX];
+	char admin_host[SLUICE_QUORUM_HOST_MAX + 1];
+	int admin_port; /* 0: off */
 
 	/* Derived by sluice_controller_config_finish. */
 	char listener_name[SLUICE_CTL_CONFIG_NAME_MAX]; /* e.g. CONTROLLER */

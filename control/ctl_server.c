@@ -35,6 +35,7 @@
 #include "common/sdnotify.h"
 #include "control/broker_config.h"
 #include "control/ctl_logic.h"
+#include "control/ctl_metrics.h"
 #include "control/image.h"
 #include "control/meta.h"
 #include "control/mlog.h"
@@ -68,6 +69,7 @@ enum api_key {
 	API_ALLOCATE_PRODUCER_IDS = 67,
 	API_KEY_MAX = 68,
 };
+_Static_assert(API_KEY_MAX <= SLUICE_CTL_METRICS_API_KEYS, "every ApiKey served has its request counter");
 
 /* ---- limits -------------------------------------------------------------- */
 
@@ -192,6 +194,7 @@ struct sluice_ctl_server {
 	struct sluice_mlog *mlog;
 	struct sluice_quorum *q;
 	struct sluice_ctl *ctl;
+	struct sluice_ctl_metrics *metrics; /* published to the admin listener; NULL: none */
 	struct sluice_ctl_out out; /* the proposal in flight's records */
 	bool leader;
 	int32_t leader_id;
@@ -909,9 +912,39 @@ static void pump(struct sluice_ctl_server *s)
 	}
 }
 
+/* The values the admin listener reads (ctl_metrics.h), stored by this
+ * (the loop's) thread only: from every tick and at leadership changes. */
+static void metrics_publish(struct sluice_ctl_server *s)
+{
+	struct sluice_ctl_metrics *m = s->metrics;
+	if (!m || !s->q)
+		return;
+	struct sluice_quorum_progress p;
+	sluice_quorum_progress(s->q, &p);
+	assert(p.state >= 0 && p.state < SLUICE_CTL_ROLES);
+	uint32_t registered = 0, fenced = 0;
+	size_t n = sluice_image_broker_count(s->img);
+	for (size_t i = 0; i < n; i++) {
+		bool f = sluice_image_broker_at(s->img, i)->fenced;
+		fenced += f;
+		registered += !f; /* disjoint: the two series sum to every broker */
+	}
+	assert(fenced + registered == n);
+	__atomic_store_n(&m->role, p.state, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->leader_id, s->leader_id, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->term, p.term, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->commit_index, p.commit_index, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->applied_index, p.applied_index, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->last_index, p.last_index, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->metadata_offset, sluice_image_offset(s->img), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->brokers_registered, registered, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->brokers_fenced, fenced, __ATOMIC_RELAXED);
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	struct sluice_ctl_server *s = t->data;
+	metrics_publish(s);
 	if (!s->leader)
 		return;
 	s->tick_due = true;
@@ -1053,6 +1086,7 @@ static void on_leader_changed(void *arg, bool is_leader, int32_t leader_id)
 	else
 		SLOG_INFO("controller", "no active controller known (an election is under way)");
 	notify_leader(s, is_leader, leader_id, term);
+	metrics_publish(s);
 	if (is_leader && !was) {
 		sluice_ctl_became_leader(s->ctl, now_ms(s));
 		observers_forget(s);
@@ -3273,6 +3307,12 @@ static const struct api *api_of(int16_t key)
 	return key >= 0 && key < API_KEY_MAX && apis[key].start ? &apis[key] : NULL;
 }
 
+const char *sluice_ctl_server_api_name(int16_t key)
+{
+	const struct api *a = api_of(key);
+	return a ? a->name : NULL;
+}
+
 /* The connection's head request: its header checked against the table,
  * then its API's start. A header or body that does not decode, an unknown
  * api key or an unsupported version closes the connection, as Kafka does
@@ -3303,6 +3343,7 @@ static void req_start(struct ctl_req *r)
 		return;
 	}
 	r->flexible = r->api_version >= a->flex_min;
+	sluice_ctl_metrics_request(r->s->metrics, r->api_key);
 	(void)krd_string(&rd, false); /* ClientId: never compact, even in header v2 */
 	if (r->flexible)
 		krd_tags_skip(&rd);
@@ -3418,7 +3459,7 @@ static void server_abort(struct sluice_ctl_server *s, int handles)
 }
 
 int sluice_ctl_server_start(struct sluice_ctl_server **out, uv_loop_t *loop, const struct sluice_controller_config *cfg,
-			    char *err, size_t errlen)
+			    struct sluice_ctl_metrics *metrics, char *err, size_t errlen)
 {
 	struct sluice_ctl_server *s = calloc(1, sizeof *s);
 	if (!s) {
@@ -3427,6 +3468,7 @@ int sluice_ctl_server_start(struct sluice_ctl_server **out, uv_loop_t *loop, con
 	}
 	s->loop = loop;
 	s->cfg = *cfg;
+	s->metrics = metrics;
 	if (server_init(s, err, errlen) < 0) {
 		server_abort(s, 0);
 		return -1;
@@ -3451,6 +3493,7 @@ int sluice_ctl_server_start(struct sluice_ctl_server **out, uv_loop_t *loop, con
 		return -1;
 	}
 	s->q = q;
+	metrics_publish(s);
 	SLOG_INFO("controller", "node %d serving %s://%s:%u (cluster %s, voters %s, Raft port offset %d, metadata in %s, "
 		  "image at offset %" PRId64 ")",
 		  s->cfg.node_id, s->cfg.listener_name, s->cfg.listen_host, s->cfg.listen_port, s->cfg.cluster_id,

@@ -15,16 +15,23 @@
 #ifndef SLUICE_CTL_SERVER_H
 #define SLUICE_CTL_SERVER_H
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 #include "control/ctl_config.h"
 
 struct sluice_ctl_server;
 
+struct sluice_ctl_metrics;
+
 /* Bind the listener, start the quorum on loop (which loads the log and
- * snapshot of an existing metadata.log.dir) and serve. cfg is copied.
+ * snapshot of an existing metadata.log.dir) and serve. cfg is copied;
+ * metrics (NULL: none) is where the loop publishes what the admin listener
+ * reads (control/ctl_metrics.h), and must outlive the server.
  * Returns 0, or -1 with err saying what failed (nothing left running). */
 int sluice_ctl_server_start(struct sluice_ctl_server **out, uv_loop_t *loop, const struct sluice_controller_config *cfg,
-			    char *err, size_t errlen);
+			    struct sluice_ctl_metrics *metrics, char *err, size_t errlen);
+/* An ApiKey's name when this server serves it, else NULL (any thread). */
+const char *sluice_ctl_server_api_name(int16_t key);
 /* A clean stop: stop taking connections, close every connection, stop the
  * quorum (pending proposals end with NOT_CONTROLLER), close every handle,
  * then call done(arg) on the loop. The loop then has nothing of the

@@ -269,6 +269,17 @@ void sluice_quorum_status(const struct sluice_quorum *q, struct sluice_quorum_st
 	}
 }
 
+void sluice_quorum_progress(const struct sluice_quorum *q, struct sluice_quorum_progress *out)
+{
+	struct raft *r = (struct raft *)&q->raft; /* libraft's getters take no const */
+	out->state = raft_state(r);
+	out->term = (uint64_t)r->current_term;
+	out->commit_index = (uint64_t)r->commit_index;
+	out->applied_index = (uint64_t)raft_last_applied(r);
+	out->last_index = (uint64_t)raft_last_index(r);
+	assert(out->state >= RAFT_UNAVAILABLE && out->state <= RAFT_LEADER);
+}
+
 /* Resolve host to an IPv4 "a.b.c.d:port" (raft_uv_tcp's only form). */
 static int resolve(const char *host, uint32_t port, char *out, size_t outlen, char *err, size_t errlen)
 {

@@ -105,6 +105,15 @@ struct sluice_quorum_status {
 };
 void sluice_quorum_status(const struct sluice_quorum *q, struct sluice_quorum_status *out);
 
+/* The Raft node's own progress, for the admin listener's metrics: its
+ * libraft state (RAFT_UNAVAILABLE 0, FOLLOWER 1, CANDIDATE 2, LEADER 3),
+ * term, and the commit, applied and last log indexes. */
+struct sluice_quorum_progress {
+	int state;
+	uint64_t term, commit_index, applied_index, last_index;
+};
+void sluice_quorum_progress(const struct sluice_quorum *q, struct sluice_quorum_progress *out);
+
 /* Parse controller.quorum.voters ("1@host:port,2@host:port,..."): 0, or -1
  * with err naming what is wrong (ids unique and positive, 1 to
  * SLUICE_QUORUM_VOTERS_MAX voters, ports 1..65535). */

@@ -11,7 +11,8 @@
 #       Builds if needed, writes every node's properties under DIR, starts the
 #       controllers then the brokers in the background (output in DIR/<node>/out.log),
 #       waits until every broker is registered and unfenced (each broker's Metadata
-#       lists all N brokers), and writes DIR/cluster.env. On a DIR that holds a
+#       lists all N brokers) and every node's GET /ready answers 200, and writes
+#       DIR/cluster.env. On a DIR that holds a
 #       stopped cluster, `up DIR` (no options) starts it again as it was.
 #       --stopped BROKER_ID: that broker is set up (properties, cluster.env) but not
 #       started, and `up` waits for the others only; `start DIR BROKER_ID` starts it
@@ -19,7 +20,8 @@
 #   deploy/local-cluster.sh kill DIR NODE_ID [SIGNAL]   signal one node (default KILL)
 #   deploy/local-cluster.sh start DIR NODE_ID [--no-wait]
 #       starts a stopped node with its properties and data; waits until it listens
-#       (a broker listens once it is registered, caught up and unfenced)
+#       (a broker listens once it is registered, caught up and unfenced) and its
+#       GET /ready answers 200
 #   deploy/local-cluster.sh down DIR     brokers first (SIGTERM: controlled shutdown
 #       needs the controllers), then controllers; SIGKILL after a bounded wait
 #   deploy/local-cluster.sh status DIR   every node, running or not; quorum leader;
@@ -30,6 +32,9 @@
 #   controllers  node.id 1001..1000+M,    CONTROLLER://127.0.0.1:P+100+2(i-1); the
 #                controller's Raft port is that + sluice.controller.raft.port.offset
 #                (1), hence the gaps of two.
+#   admin        every node's HTTP admin listener (sluice.admin.listener: GET /metrics,
+#                GET /ready) on its own port, the node's port + 150: brokers
+#                P+150..P+249, controllers P+250+2(i-1).
 # Brokers and controllers never share an id (Kafka requires distinct node ids).
 #
 # --host-of ID=ADDR makes node ID listen on (and advertise, and be a voter at) ADDR
@@ -41,8 +46,9 @@
 # DIR/cluster.env is shell-sourceable:
 #   CLUSTER_DIR, CLUSTER_ID, BOOTSTRAP=127.0.0.1:P,..., CONTROLLER_BOOTSTRAP=...,
 #   CONTROLLER_QUORUM_VOTERS=1001@127.0.0.1:...,  BROKERS="1 2 3",
-#   CONTROLLERS="1001 1002 1003", PORT_<id>=..., HOST_<id>=..., NETNS_<id>=... (empty
-#   unless given) and PID_<id>=... for every node
+#   CONTROLLERS="1001 1002 1003", PORT_<id>=..., ADMIN_<id>=HOST:PORT (the node's admin
+#   listener), HOST_<id>=..., NETNS_<id>=... (empty unless given) and PID_<id>=... for
+#   every node
 #   (`start` rewrites PID_<id>; `kill` and `down` change nothing in it).
 #
 # Properties are Kafka's defaults except what a local cluster needs: ids, listeners,
@@ -76,6 +82,7 @@ BROKERS_MAX=100
 CONTROLLERS_MAX=9
 CONTROLLER_ID_BASE=1000
 CONTROLLER_PORT_GAP=100
+ADMIN_PORT_GAP=150 # a node's admin port: its port + this (past every node's port and Raft port)
 WAIT_S=${SLUICE_CLUSTER_WAIT_S:-120}
 STOP_S=${SLUICE_CLUSTER_STOP_S:-45}
 
@@ -198,6 +205,10 @@ write_env() {
         for id in $BROKERS $CONTROLLERS; do
             var="PORT_$id"
             echo "PORT_$id=${!var}"
+        done
+        for id in $BROKERS $CONTROLLERS; do
+            var="ADMIN_$id"
+            echo "ADMIN_$id=${!var:-}"
         done
         for id in $BROKERS $CONTROLLERS; do
             var="HOST_$id"
@@ -355,7 +366,9 @@ write_props() {
         echo "cluster.id=$CLUSTER_ID"
         echo "controller.quorum.voters=$CONTROLLER_QUORUM_VOTERS"
         echo "controller.listener.names=CONTROLLER"
-        local var="PORT_$id"
+        local var="PORT_$id" admin="ADMIN_$id"
+        echo "# GET /metrics and GET /ready (HTTP, no authentication: loopback or a private address)"
+        echo "sluice.admin.listener=${!admin}"
         if is_controller "$id"; then
             echo "listeners=CONTROLLER://$(host_of "$id"):${!var}"
             echo "metadata.log.dir=$dir/metadata"
@@ -424,16 +437,36 @@ dump_tail() {
     tail -n 20 "$dir/out.log" >&2 || true
 }
 
-# node_ports ID: the ports a node listens on (a controller: also its Raft port).
+# admin_port_of ID: the port of node ID's admin listener (empty: a cluster set up
+# before nodes had one).
+admin_port_of() {
+    local var="ADMIN_$1"
+    [[ -n ${!var:-} ]] && echo "${!var##*:}"
+    return 0
+}
+
+# node_ports ID: the ports a node listens on (a controller: also its Raft port; every
+# node: its admin port).
 node_ports() {
     local port offset
     port=$(port_of "$1")
     if is_controller "$1"; then
         offset=$(sed -n 's/^sluice\.controller\.raft\.port\.offset=//p' "$(node_props "$1")" | tail -n 1)
-        echo "$port $((port + ${offset:-1}))"
+        echo "$port $((port + ${offset:-1})) $(admin_port_of "$1")"
     else
-        echo "$port"
+        echo "$port $(admin_port_of "$1")"
     fi
+}
+
+# node_ready ID: node ID's GET /ready answers 200 (true for a node without an admin
+# listener). Bash's /dev/tcp, in the node's namespace: no HTTP client needed.
+node_ready() {
+    local port
+    port=$(admin_port_of "$1")
+    [[ -n $port ]] || return 0
+    in_netns "$1" bash -c 'exec 3<>"/dev/tcp/$0/$1" || exit 1
+        printf "GET /ready HTTP/1.0\r\nHost: %s\r\n\r\n" "$0" >&3
+        read -r -t 3 line <&3 && [[ $line == "HTTP/1."?" 200 "* ]]' "$(host_of "$1")" "$port" 2>/dev/null
 }
 
 # wait_bindable ID...: refuse ports another server listens on; wait (bounded) for ports
@@ -468,7 +501,8 @@ wait_bindable() {
     done
 }
 
-# wait_listening ID...: until each node listens (a broker: registered and unfenced).
+# wait_listening ID...: until each node listens (a broker: registered and unfenced)
+# and its GET /ready answers 200.
 wait_listening() {
     local deadline=$((SECONDS + WAIT_S)) id pending
     while :; do
@@ -479,7 +513,7 @@ wait_listening() {
                 echo "local-cluster: $(node_role "$id") $id exited during its start (see $(node_dir "$id")/out.log)" >&2
                 return 1
             fi
-            port_open "$id" || pending+=" $id"
+            port_open "$id" && node_ready "$id" || pending+=" $id"
         done
         [[ -z $pending ]] && return 0
         if ((SECONDS >= deadline)); then
@@ -599,8 +633,8 @@ cmd_up() {
         is_uint "$controllers" && ((controllers >= 1 && controllers <= CONTROLLERS_MAX)) ||
             die "--controllers: '$controllers' is not a number from 1 to $CONTROLLERS_MAX"
         ((controllers % 2)) || say "warning: $controllers controllers tolerate no more failures than $((controllers - 1)); use an odd number"
-        is_uint "$base" && ((base >= 1024 && base + CONTROLLER_PORT_GAP + 2 * controllers <= 65535)) ||
-            die "--base-port: '$base' leaves no room for the ports (P..P+N-1, P+$CONTROLLER_PORT_GAP..P+$((CONTROLLER_PORT_GAP + 2 * controllers - 1)))"
+        is_uint "$base" && ((base >= 1024 && base + ADMIN_PORT_GAP + CONTROLLER_PORT_GAP + 2 * controllers <= 65535)) ||
+            die "--base-port: '$base' leaves no room for the ports (P..P+N-1, P+$CONTROLLER_PORT_GAP..P+$((CONTROLLER_PORT_GAP + 2 * controllers - 1)), admin ports P+$ADMIN_PORT_GAP..P+$((ADMIN_PORT_GAP + CONTROLLER_PORT_GAP + 2 * controllers - 1)))"
         if [[ -e $DIR && -n $(ls -A "$DIR" 2>/dev/null) ]]; then
             die "$DIR exists and is not empty (and has no cluster.env): choose a new or empty directory"
         fi
@@ -633,6 +667,7 @@ cmd_up() {
             printf -v "PORT_$i" '%s' $((base + i - 1))
             printf -v "HOST_$i" '%s' "${hosts[$i]:-}"
             printf -v "NETNS_$i" '%s' "${netnss[$i]:-}"
+            printf -v "ADMIN_$i" '%s' "$(host_of "$i"):$((base + ADMIN_PORT_GAP + i - 1))"
             BOOTSTRAP+="${BOOTSTRAP:+,}$(addr_of "$i")"
         done
         for ((i = 1; i <= controllers; i++)); do
@@ -641,6 +676,7 @@ cmd_up() {
             printf -v "PORT_$id" '%s' $((base + CONTROLLER_PORT_GAP + 2 * (i - 1)))
             printf -v "HOST_$id" '%s' "${hosts[$id]:-}"
             printf -v "NETNS_$id" '%s' "${netnss[$id]:-}"
+            printf -v "ADMIN_$id" '%s' "$(host_of "$id"):$((base + ADMIN_PORT_GAP + CONTROLLER_PORT_GAP + 2 * (i - 1)))"
             CONTROLLER_BOOTSTRAP+="${CONTROLLER_BOOTSTRAP:+,}$(addr_of "$id")"
             CONTROLLER_QUORUM_VOTERS+="${CONTROLLER_QUORUM_VOTERS:+,}$id@$(addr_of "$id")"
         done

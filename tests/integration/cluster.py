@@ -4,7 +4,8 @@ deploy/local-cluster.sh (the script is the product; this test proves it).
 
 Proves, in order:
 - `up` starts 3 controllers and 3 brokers; every broker is registered and unfenced,
-  cluster.env names them all;
+  cluster.env names them all, each with its own admin listener (ADMIN_<id>) whose
+  GET /ready answers 200, one controller's GET /metrics saying role leader;
 - topics created with Kafka's kafka-topics are spread over all three brokers, and
   every broker answers Metadata identically (same brokers, cluster id, topics, topic
   ids, leaders, replicas, ISR, leader epochs); kcat produces to every partition and
@@ -37,7 +38,8 @@ Short timeouts through the script's --set: broker.session.timeout.ms=4000,
 broker.heartbeat.interval.ms=500, controller.quorum.election.timeout.ms=1000, and a
 small snapshot threshold so that the controllers snapshot and compact while the test
 runs. Measured times (election, fencing, catch-up) are printed. Ports 14000-14105 on
-127.0.0.1 (brokers 14000-14002, controllers 14100/14102/14104 and their Raft ports +1).
+127.0.0.1 (brokers 14000-14002, controllers 14100/14102/14104 and their Raft ports +1;
+admin listeners 14150-14152 and 14250/14252/14254).
 """
 import contextlib
 import glob
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clients  # noqa: E402
@@ -470,6 +473,24 @@ def kcat_consume(kcat, bootstrap, topic, partition):
 
 # ----------------------------------------------------------------- steps
 
+def check_admin(cl):
+    """Every node has its own admin listener (ADMIN_<id> in cluster.env) whose /ready
+    answers 200 once `up` returned; exactly one controller's /metrics says leader."""
+    admins = {n: cl.env.get(f"ADMIN_{n}", "") for n in cl.brokers + cl.controllers}
+    check(all(admins.values()) and len(set(admins.values())) == len(admins), f"cluster.env ADMIN_*: {admins}")
+    leaders = []
+    for n, addr in admins.items():
+        with urllib.request.urlopen(f"http://{addr}/ready", timeout=10) as r:
+            check(r.status == 200, f"node {n}: GET http://{addr}/ready: {r.status}")
+        if n in cl.controllers:
+            with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            if re.search(r'^sluice_controller_role\{role="leader"\} 1$', text, re.M):
+                leaders.append(n)
+    check(len(leaders) == 1, f"controllers whose /metrics says role leader: {leaders}")
+    log(f"admin listeners {sorted(admins.values())}: /ready 200 on all, controller {leaders[0]} leader")
+
+
 def step_up(cl):
     cl.up_timed(times)
     check(cl.brokers == [1, 2, 3] and cl.controllers == [1001, 1002, 1003],
@@ -478,6 +499,7 @@ def step_up(cl):
           f"cluster.env BOOTSTRAP={cl.env['BOOTSTRAP']}")
     for n in cl.brokers + cl.controllers:
         check(cl.running(n), f"cluster.env: PID_{n}={cl.pid(n)} is not node {n}")
+    check_admin(cl)
     r = cl.sh("up", cl.dir, ok=False)
     check(r.returncode != 0 and "running cluster" in r.stderr, "a second `up` on a running cluster was not refused")
     status = cl.sh("status", cl.dir).stdout
