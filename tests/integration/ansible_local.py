@@ -87,9 +87,7 @@ def test():
     tmp = tempfile.mkdtemp(prefix="sluice-it-ansible-")
     procs = []
     try:
-        cport = lib.free_port()
-        while lib.port_open(cport + 1):
-            cport = lib.free_port()
+        cport = lib.free_port_pair()
         bport, admin = lib.free_port(avoid=(cport, cport + 1)), lib.free_port(avoid=(cport, cport + 1))
         ctl, brk = os.path.join(tmp, "ctl1"), os.path.join(tmp, "brk1")
         data = [os.path.join(brk, "disk1", "sluice"), os.path.join(brk, "disk2", "sluice")]

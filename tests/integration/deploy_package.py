@@ -342,9 +342,7 @@ def package_tree(deb, tmp):
            "--override", f"log.dirs={os.path.join(tmp, 'broker-data')}",
            "--override", f"sluice.admin.listener=127.0.0.1:{admin}"],
           port, os.path.join(tmp, "broker.log"), "the package's broker with its server.properties")
-    cport = lib.free_port()
-    while lib.port_open(cport + 1):
-        cport = lib.free_port()
+    cport = lib.free_port_pair()
     serve(os.path.join(root, "usr", "bin", "sluice-controller"),
           [os.path.join(root, "etc", "sluice", "controller.properties"),
            "--override", f"listeners=CONTROLLER://127.0.0.1:{cport}",

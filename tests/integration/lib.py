@@ -99,6 +99,27 @@ def free_port(avoid=()):
     raise RuntimeError("no free port")
 
 
+def free_port_pair(avoid=()):
+    """A port p such that p and p + 1 can both be bound now (a controller's listener and
+    its Raft port): each tried with a bind, not a connect, since a port in use by a
+    connection or in TIME_WAIT answers no connect yet cannot be bound."""
+    for _ in range(100):
+        p = free_port(avoid)
+        socks = []
+        try:
+            for q in (p, p + 1):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port pair")
+
+
 def port_open(port, host="127.0.0.1"):
     try:
         with socket.create_connection((host, port), timeout=0.5):

@@ -226,11 +226,7 @@ def controller_props(tmp, port):
 
 def controller_port():
     """A free port whose next one (the controller's Raft port) is free too."""
-    for _ in range(50):
-        port = lib.free_port()
-        if not lib.port_open(port + 1):
-            return port
-    raise lib.TestFailure("no free port pair for a controller")
+    return lib.free_port_pair()
 
 
 def controller(tmp):
