@@ -20,7 +20,9 @@
 #include <errno.h>
 #include <ftw.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,11 @@
 
 static struct broker *the_broker;
 static volatile sig_atomic_t signalled; /* SIGTERM or SIGINT came */
+/* Written by the signal handler, read by main's wait: a process-directed
+ * signal may run its handler on any thread that does not block it (a
+ * core's, the EAL's), and main, waiting in pause(), then never woke (a
+ * dpdk broker that did not stop in 30 s after SIGTERM, once in CI). */
+static int wake_fd = -1;
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -49,9 +56,14 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 static void on_signal(int sig)
 {
 	(void)sig;
+	int saved = errno;
 	signalled = 1;
 	if (the_broker && !sluice_config_cluster_mode(&the_broker->cfg))
 		__atomic_store_n(&the_broker->stopping, 1, __ATOMIC_RELEASE);
+	uint64_t one = 1;
+	if (wake_fd >= 0 && write(wake_fd, &one, sizeof one) < 0)
+		(void)0; /* the counter is full: main wakes anyway */
+	errno = saved;
 }
 
 static void usage(void)
@@ -927,6 +939,11 @@ int main(int argc, char **argv)
 	if (cores_init(&b) < 0)
 		return 1;
 	the_broker = &b;
+	wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (wake_fd < 0) {
+		fprintf(stderr, "sluice-broker: eventfd: %s\n", strerror(errno));
+		return 1;
+	}
 	struct sigaction sa = {0};
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
@@ -941,8 +958,16 @@ int main(int argc, char **argv)
 	/* Serving: the cores' counters may be read, /ready says 200, systemd hears READY=1. */
 	__atomic_store_n(&b.metrics->cores_live, 1, __ATOMIC_RELEASE);
 	serving_set(&b, true);
-	while (!signalled && !__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE))
-		pause();
+	while (!signalled && !__atomic_load_n(&b.stopping, __ATOMIC_ACQUIRE)) {
+		/* Woken by the handler, whichever thread ran it; once a second
+		 * regardless, for a stop set without a signal. */
+		struct pollfd pfd = {.fd = wake_fd, .events = POLLIN};
+		if (poll(&pfd, 1, 1000) > 0) {
+			uint64_t v;
+			if (read(wake_fd, &v, sizeof v) < 0)
+				(void)0;
+		}
+	}
 	serving_set(&b, false); /* going: rolling restarts wait elsewhere */
 	if (cluster)
 		controlled_shutdown(&b);
