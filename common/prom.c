@@ -4,6 +4,8 @@
  * and are escaped: in a label value backslash, double quote and newline,
  * in help text backslash and newline, as the format says. */
 #include "common/prom.h"
+#include "common/http.h"
+#include "common/log.h"
 #include <assert.h>
 #include <math.h>
 #include <stdarg.h>
@@ -213,4 +215,18 @@ void sluice_prom_histogram(struct sluice_prom *w, const char *name, const struct
 	puts_(w, "\n");
 	sample_head(w, name, "_count", labels, n);
 	putf(w, "%llu\n", (unsigned long long)total);
+}
+
+void sluice_prom_http_answer(struct sluice_prom *w, struct sluice_http_answer *a)
+{
+	if (w->err) {
+		SLOG_WARN("admin", "GET /metrics: the text does not fit %zu bytes (or out of memory)", w->cap_max);
+		sluice_prom_free(w);
+		a->status = 500;
+		return;
+	}
+	a->status = 200;
+	a->content_type = SLUICE_PROM_CONTENT_TYPE;
+	a->body = w->buf; /* the server's now */
+	a->len = w->len;
 }

@@ -31,6 +31,13 @@ struct sluice_prom_label {
 
 void sluice_prom_init(struct sluice_prom *w, size_t cap_max);
 void sluice_prom_free(struct sluice_prom *w);
+
+struct sluice_http_answer;
+/* A finished text as the admin listener's GET /metrics answer: 200 with the
+ * exposition's content type, the buffer handed to the answer; or, when it
+ * did not fit its bound (or memory ran out), 500, said once in the log, and
+ * the buffer freed. Shared by the broker's and the controller's listeners. */
+void sluice_prom_http_answer(struct sluice_prom *w, struct sluice_http_answer *a);
 /* The family's header: type is counter, gauge, histogram (or untyped);
  * help is escaped (backslash, newline). */
 void sluice_prom_family(struct sluice_prom *w, const char *name, const char *type, const char *help);

@@ -235,17 +235,7 @@ static void route_metrics(void *arg, struct sluice_http_answer *a)
 	struct sluice_prom w;
 	sluice_prom_init(&w, SLUICE_METRICS_TEXT_BYTES_MAX);
 	sluice_metrics_write(m, &w);
-	if (w.err) {
-		SLOG_WARN("admin", "GET /metrics: the text does not fit %u bytes (or out of memory)",
-			  SLUICE_METRICS_TEXT_BYTES_MAX);
-		sluice_prom_free(&w);
-		a->status = 500;
-		return;
-	}
-	a->status = 200;
-	a->content_type = SLUICE_PROM_CONTENT_TYPE;
-	a->body = w.buf; /* the server's now */
-	a->len = w.len;
+	sluice_prom_http_answer(&w, a);
 }
 
 static void route_ready(void *arg, struct sluice_http_answer *a)
