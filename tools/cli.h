@@ -460,4 +460,11 @@ int sluice_cli_group(const struct sluice_cli_options *o, FILE *out, FILE *errout
 /* A JSON string: quotes, backslashes and every byte outside printable ASCII escaped. */
 void sluice_cli_json_string(FILE *out, const char *s);
 
+/* Shared by the decoders (cli_wire.c, cli_admin_wire.c): a malformed
+ * answer said as "API vN: malformed answer: why at byte K" (-1), and the
+ * check that a decoded body ends exactly where the frame does (0 or -1). */
+struct krd;
+int cli_wire_fail(const struct krd *rd, const char *api, int16_t version, const char *why, char *err, size_t errlen);
+int cli_wire_finish(struct krd *rd, const char *api, int16_t version, char *err, size_t errlen);
+
 #endif

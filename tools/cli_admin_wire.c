@@ -15,22 +15,6 @@
 
 /* ---- shared helpers ------------------------------------------------------------------ */
 
-static int fail(const struct krd *rd, const char *api, int16_t version, const char *why, char *err, size_t errlen)
-{
-	snprintf(err, errlen, "%s v%d: malformed answer: %s at byte %zu", api, version,
-		 why ? why : rd->err_what ? rd->err_what : "cut short", krd_offset(rd));
-	return -1;
-}
-
-static int finish(struct krd *rd, const char *api, int16_t version, char *err, size_t errlen)
-{
-	if (rd->err)
-		return fail(rd, api, version, NULL, err, errlen);
-	if (krd_left(rd) != 0)
-		return fail(rd, api, version, "bytes left over after the answer", err, errlen);
-	return 0;
-}
-
 /* A server's message for display: cut to the buffer, NULs and control bytes as '?'. */
 static void copy_message(struct kstr s, char *out, size_t cap)
 {
@@ -251,7 +235,7 @@ int sluice_cli_decode_metadata_full(const uint8_t *body, size_t len, int16_t v, 
 		(void)krd_i32(&rd); /* ClusterAuthorizedOperations */
 	if (flex)
 		krd_tags_skip(&rd);
-	if (finish(&rd, "Metadata", v, err, errlen) < 0) {
+	if (cli_wire_finish(&rd, "Metadata", v, err, errlen) < 0) {
 		sluice_cli_metadata_free(out);
 		return -1;
 	}
@@ -333,7 +317,7 @@ int sluice_cli_decode_describe_configs(const uint8_t *body, size_t len, int16_t 
 	(void)krd_i32(&rd); /* ThrottleTimeMs */
 	int32_t rn = krd_array(&rd, flex, 2 + 1 + 1 + 1 + 1 + (flex ? 1 : 0));
 	if (!rd.err && rn != 1)
-		return fail(&rd, "DescribeConfigs", v, "not one resource in the answer", err, errlen);
+		return cli_wire_fail(&rd, "DescribeConfigs", v, "not one resource in the answer", err, errlen);
 	out->error = krd_i16(&rd);
 	copy_message(krd_string(&rd, flex), out->message, sizeof out->message);
 	(void)krd_i8(&rd);           /* ResourceType */
@@ -348,7 +332,7 @@ int sluice_cli_decode_describe_configs(const uint8_t *body, size_t len, int16_t 
 		krd_tags_skip(&rd); /* the resource's */
 		krd_tags_skip(&rd);
 	}
-	if (finish(&rd, "DescribeConfigs", v, err, errlen) < 0) {
+	if (cli_wire_finish(&rd, "DescribeConfigs", v, err, errlen) < 0) {
 		sluice_cli_configs_free(out);
 		return -1;
 	}
@@ -405,14 +389,14 @@ int sluice_cli_decode_alter_configs(const uint8_t *body, size_t len, struct slui
 	(void)krd_i32(&rd); /* ThrottleTimeMs */
 	int32_t n = krd_array(&rd, true, 2 + 1 + 1 + 1 + 1);
 	if (!rd.err && n != 1)
-		return fail(&rd, "IncrementalAlterConfigs", v, "not one resource in the answer", err, errlen);
+		return cli_wire_fail(&rd, "IncrementalAlterConfigs", v, "not one resource in the answer", err, errlen);
 	out->error = krd_i16(&rd);
 	copy_message(krd_string(&rd, true), out->message, sizeof out->message);
 	(void)krd_i8(&rd);           /* ResourceType */
 	(void)krd_string(&rd, true); /* ResourceName */
 	krd_tags_skip(&rd);
 	krd_tags_skip(&rd);
-	return finish(&rd, "IncrementalAlterConfigs", v, err, errlen);
+	return cli_wire_finish(&rd, "IncrementalAlterConfigs", v, err, errlen);
 }
 
 /* ---- CreateTopics v5-7 ----------------------------------------------------------------- */
@@ -449,7 +433,7 @@ int sluice_cli_decode_create_topics(const uint8_t *body, size_t len, int16_t v, 
 	(void)krd_i32(&rd); /* ThrottleTimeMs */
 	int32_t n = krd_array(&rd, true, 1 + (v >= 7 ? 16 : 0) + 2 + 1 + 4 + 2 + 1 + 1);
 	if (!rd.err && n != 1)
-		return fail(&rd, "CreateTopics", v, "not one topic in the answer", err, errlen);
+		return cli_wire_fail(&rd, "CreateTopics", v, "not one topic in the answer", err, errlen);
 	(void)krd_string(&rd, true); /* Name */
 	if (v >= 7)
 		krd_uuid(&rd, out->topic_id);
@@ -466,7 +450,7 @@ int sluice_cli_decode_create_topics(const uint8_t *body, size_t len, int16_t v, 
 	}
 	krd_tags_skip(&rd); /* the topic's (TopicConfigErrorCode is tagged) */
 	krd_tags_skip(&rd);
-	return finish(&rd, "CreateTopics", v, err, errlen);
+	return cli_wire_finish(&rd, "CreateTopics", v, err, errlen);
 }
 
 /* ---- DeleteTopics v4-6 ----------------------------------------------------------------- */
@@ -495,7 +479,7 @@ int sluice_cli_decode_delete_topics(const uint8_t *body, size_t len, int16_t v, 
 	(void)krd_i32(&rd); /* ThrottleTimeMs */
 	int32_t n = krd_array(&rd, true, 1 + (v >= 6 ? 16 : 0) + 2 + (v >= 5 ? 1 : 0) + 1);
 	if (!rd.err && n != 1)
-		return fail(&rd, "DeleteTopics", v, "not one topic in the answer", err, errlen);
+		return cli_wire_fail(&rd, "DeleteTopics", v, "not one topic in the answer", err, errlen);
 	(void)krd_string(&rd, true); /* Name */
 	if (v >= 6)
 		krd_uuid(&rd, out->topic_id);
@@ -504,7 +488,7 @@ int sluice_cli_decode_delete_topics(const uint8_t *body, size_t len, int16_t v, 
 		copy_message(krd_string(&rd, true), out->message, sizeof out->message);
 	krd_tags_skip(&rd);
 	krd_tags_skip(&rd);
-	return finish(&rd, "DeleteTopics", v, err, errlen);
+	return cli_wire_finish(&rd, "DeleteTopics", v, err, errlen);
 }
 
 /* ---- consumer groups ------------------------------------------------------------------- */
@@ -576,7 +560,7 @@ int sluice_cli_decode_list_groups(const uint8_t *body, size_t len, int16_t v, st
 		out->n += !rd.err;
 	}
 	krd_tags_skip(&rd);
-	if (finish(&rd, "ListGroups", v, err, errlen) < 0) {
+	if (cli_wire_finish(&rd, "ListGroups", v, err, errlen) < 0) {
 		sluice_cli_group_list_free(out);
 		return -1;
 	}
@@ -627,7 +611,7 @@ int sluice_cli_decode_find_coordinator(const uint8_t *body, size_t len, int16_t 
 	if (v >= 4) {
 		int32_t n = krd_array(&rd, true, 1 + 4 + 1 + 4 + 2 + 1 + 1);
 		if (!rd.err && n != 1)
-			return fail(&rd, "FindCoordinator", v, "not one coordinator in the answer", err, errlen);
+			return cli_wire_fail(&rd, "FindCoordinator", v, "not one coordinator in the answer", err, errlen);
 		(void)krd_string(&rd, true); /* Key */
 		fc_endpoint(&rd, out);
 		out->error = krd_i16(&rd);
@@ -639,7 +623,7 @@ int sluice_cli_decode_find_coordinator(const uint8_t *body, size_t len, int16_t 
 		fc_endpoint(&rd, out);
 	}
 	krd_tags_skip(&rd);
-	return finish(&rd, "FindCoordinator", v, err, errlen);
+	return cli_wire_finish(&rd, "FindCoordinator", v, err, errlen);
 }
 
 void sluice_cli_encode_describe_group(struct kwr *w, int16_t v, const char *group)
@@ -707,7 +691,7 @@ int sluice_cli_decode_describe_group(const uint8_t *body, size_t len, int16_t v,
 	(void)krd_i32(&rd); /* ThrottleTimeMs */
 	int32_t n = krd_array(&rd, true, 2 + (v >= 6 ? 1 : 0) + 4 + 1 + 4 + 1);
 	if (!rd.err && n != 1)
-		return fail(&rd, "DescribeGroups", v, "not one group in the answer", err, errlen);
+		return cli_wire_fail(&rd, "DescribeGroups", v, "not one group in the answer", err, errlen);
 	out->error = krd_i16(&rd);
 	if (v >= 6)
 		copy_message(krd_string(&rd, true), out->message, sizeof out->message);
@@ -724,7 +708,7 @@ int sluice_cli_decode_describe_group(const uint8_t *body, size_t len, int16_t v,
 	(void)krd_i32(&rd); /* AuthorizedOperations */
 	krd_tags_skip(&rd);
 	krd_tags_skip(&rd);
-	if (finish(&rd, "DescribeGroups", v, err, errlen) < 0) {
+	if (cli_wire_finish(&rd, "DescribeGroups", v, err, errlen) < 0) {
 		sluice_cli_group_free(out);
 		return -1;
 	}
@@ -793,7 +777,7 @@ int sluice_cli_decode_offset_fetch(const uint8_t *body, size_t len, struct sluic
 	(void)krd_i32(&rd); /* ThrottleTimeMs */
 	int32_t n = krd_array(&rd, true, 1 + 1 + 2 + 1);
 	if (!rd.err && n != 1)
-		return fail(&rd, "OffsetFetch", v, "not one group in the answer", err, errlen);
+		return cli_wire_fail(&rd, "OffsetFetch", v, "not one group in the answer", err, errlen);
 	(void)krd_string(&rd, true); /* GroupId */
 	int32_t tn = krd_array(&rd, true, 1 + 1 + 1);
 	for (int32_t t = 0; t < tn && !rd.err; t++)
@@ -801,7 +785,7 @@ int sluice_cli_decode_offset_fetch(const uint8_t *body, size_t len, struct sluic
 	out->error = krd_i16(&rd);
 	krd_tags_skip(&rd);
 	krd_tags_skip(&rd);
-	if (finish(&rd, "OffsetFetch", v, err, errlen) < 0) {
+	if (cli_wire_finish(&rd, "OffsetFetch", v, err, errlen) < 0) {
 		sluice_cli_tps_free(out);
 		return -1;
 	}
@@ -849,7 +833,7 @@ int sluice_cli_decode_list_offsets(const uint8_t *body, size_t len, int16_t v, s
 	for (int32_t t = 0; t < tn && !rd.err; t++)
 		offsets_topic(&rd, true, out);
 	krd_tags_skip(&rd);
-	if (finish(&rd, "ListOffsets", v, err, errlen) < 0) {
+	if (cli_wire_finish(&rd, "ListOffsets", v, err, errlen) < 0) {
 		sluice_cli_tps_free(out);
 		return -1;
 	}

@@ -119,7 +119,7 @@ int sluice_cli_parse_endpoint(const char *text, size_t len, struct sluice_cli_en
 /* ---- shared decoding helpers ---------------------------------------------------- */
 
 /* The one failure path of every decoder: API, version, offset and why. */
-static int fail(const struct krd *rd, const char *api, int16_t version, const char *why, char *err, size_t errlen)
+int cli_wire_fail(const struct krd *rd, const char *api, int16_t version, const char *why, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "%s v%d: malformed answer: %s at byte %zu", api, version,
 		 why ? why : rd->err_what ? rd->err_what : "cut short", krd_offset(rd));
@@ -127,12 +127,12 @@ static int fail(const struct krd *rd, const char *api, int16_t version, const ch
 }
 
 /* A decoded body must end exactly where the frame does. */
-static int finish(struct krd *rd, const char *api, int16_t version, char *err, size_t errlen)
+int cli_wire_finish(struct krd *rd, const char *api, int16_t version, char *err, size_t errlen)
 {
 	if (rd->err)
-		return fail(rd, api, version, NULL, err, errlen);
+		return cli_wire_fail(rd, api, version, NULL, err, errlen);
 	if (krd_left(rd) != 0)
-		return fail(rd, api, version, "bytes left over after the answer", err, errlen);
+		return cli_wire_fail(rd, api, version, "bytes left over after the answer", err, errlen);
 	return 0;
 }
 
@@ -179,10 +179,10 @@ int sluice_cli_decode_api_versions(const uint8_t *body, size_t len, struct sluic
 	for (int32_t i = 0; i < n && !rd.err; i++) {
 		int16_t key = krd_i16(&rd), min = krd_i16(&rd), max = krd_i16(&rd);
 		if (!rd.err && (min < 0 || max < min))
-			return fail(&rd, "ApiVersions", 0, "a version range upside down", err, errlen);
+			return cli_wire_fail(&rd, "ApiVersions", 0, "a version range upside down", err, errlen);
 		versions_note(out, key, min, max);
 	}
-	if (finish(&rd, "ApiVersions", 0, err, errlen) < 0)
+	if (cli_wire_finish(&rd, "ApiVersions", 0, err, errlen) < 0)
 		return -1;
 	if (error != KERR_NONE) {
 		snprintf(err, errlen, "ApiVersions v0: error %s", sluice_kafka_error_name(error));
@@ -293,14 +293,14 @@ int sluice_cli_decode_describe_quorum(const uint8_t *body, size_t len, int16_t v
 	if (v >= 2)
 		dq_nodes(&rd, out);
 	krd_tags_skip(&rd);
-	if (finish(&rd, "DescribeQuorum", v, err, errlen) < 0)
+	if (cli_wire_finish(&rd, "DescribeQuorum", v, err, errlen) < 0)
 		return -1;
 	if (top != KERR_NONE) {
 		out->error = top;
 		return 0;
 	}
 	if (!found)
-		return fail(&rd, "DescribeQuorum", v, "no __cluster_metadata partition 0", err, errlen);
+		return cli_wire_fail(&rd, "DescribeQuorum", v, "no __cluster_metadata partition 0", err, errlen);
 	return 0;
 }
 
@@ -352,11 +352,11 @@ int sluice_cli_decode_describe_cluster(const uint8_t *body, size_t len, int16_t 
 		dc_broker(&rd, v, out);
 	(void)krd_i32(&rd); /* ClusterAuthorizedOperations */
 	krd_tags_skip(&rd);
-	if (finish(&rd, "DescribeCluster", v, err, errlen) < 0)
+	if (cli_wire_finish(&rd, "DescribeCluster", v, err, errlen) < 0)
 		return -1;
 	out->error = error;
 	if (error == KERR_NONE && type != CLI_ENDPOINT_BROKERS)
-		return fail(&rd, "DescribeCluster", v, "endpoints of another type than brokers", err, errlen);
+		return cli_wire_fail(&rd, "DescribeCluster", v, "endpoints of another type than brokers", err, errlen);
 	return 0;
 }
 
@@ -445,5 +445,5 @@ int sluice_cli_decode_metadata(const uint8_t *body, size_t len, int16_t v, struc
 		(void)krd_i32(&rd); /* ClusterAuthorizedOperations */
 	if (flex)
 		krd_tags_skip(&rd);
-	return finish(&rd, "Metadata", v, err, errlen);
+	return cli_wire_finish(&rd, "Metadata", v, err, errlen);
 }
